@@ -1,0 +1,50 @@
+# tunemix: the two commands a new user needs are `make serve` and `make test`.
+PYTHON ?= python3.11
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+MODEL  ?= default
+PORT   ?= 8000
+export NUMBA_CACHE_DIR ?= $(CURDIR)/.venv/numba-cache
+
+.PHONY: serve test lint typecheck pytest bench train-default clean help
+
+help:
+	@echo "make serve   - install, train the default model if models/ has none, serve it on :$(PORT)"
+	@echo "make test    - install with dev extras, run ruff, mypy and pytest"
+	@echo "make bench   - run the benchmarks in bench/ (JSON in bench/results/)"
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+$(VENV)/.stamp-train: pyproject.toml | $(VENV)/bin/python
+	$(PIP) install --quiet -e ".[train,serve]"
+	@touch $@
+
+$(VENV)/.stamp-dev: pyproject.toml | $(VENV)/bin/python
+	$(PIP) install --quiet -e ".[dev,bench]"
+	@touch $@ $(VENV)/.stamp-train
+
+train-default: $(VENV)/.stamp-train
+	$(VENV)/bin/tunemix demo --models-dir models --name $(MODEL)
+
+serve: train-default
+	$(VENV)/bin/tunemix serve --models-dir models --name $(MODEL) --port $(PORT)
+
+lint: $(VENV)/.stamp-dev
+	$(VENV)/bin/ruff check app training tests bench
+
+typecheck: $(VENV)/.stamp-dev
+	$(VENV)/bin/mypy app training
+
+pytest: $(VENV)/.stamp-dev
+	$(VENV)/bin/pytest -q
+
+test: lint typecheck pytest
+
+bench: $(VENV)/.stamp-dev
+	$(PY) -m bench.run_all
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

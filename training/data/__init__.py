@@ -1,0 +1,1 @@
+"""tunemix: training/data."""
