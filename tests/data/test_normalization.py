@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from training.data.normalization import (
+    apply_view,
+    standardise_by_query,
+    view_width,
+    whiten_by_query,
+)
+
+
+def naive_standardise(x: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    out = np.zeros_like(x, dtype=np.float64)
+    for s, e in itertools.pairwise(offsets):
+        block = x[s:e].astype(np.float64)
+        std = block.std(axis=0)
+        mean = block.mean(axis=0)
+        safe = np.where(std > 1e-12 * np.maximum(1.0, np.abs(mean)), std, 1.0)
+        out[s:e] = np.where(std > 1e-12 * np.maximum(1.0, np.abs(mean)), (block - mean) / safe, 0.0)
+    return out
+
+
+def test_standardise_matches_twin_and_zeroes_constants() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((30, 4)).astype(np.float32)
+    x[:10, 2] = 3.0  # constant within query 0
+    offsets = np.array([0, 10, 11, 30])
+    got = standardise_by_query(x, offsets)
+    np.testing.assert_allclose(got, naive_standardise(x, offsets), atol=1e-5)
+    assert np.all(got[:10, 2] == 0.0)
+    assert np.all(got[10] == 0.0)  # single-document query
+
+
+def test_whitening_gives_identity_covariance_when_well_conditioned() -> None:
+    rng = np.random.default_rng(1)
+    mix = rng.standard_normal((3, 3))
+    x = (rng.standard_normal((200, 3)) @ mix).astype(np.float32)
+    w = whiten_by_query(x, np.array([0, 200])).astype(np.float64)
+    np.testing.assert_allclose(np.cov(w.T, bias=True), np.eye(3), atol=1e-4)
+    # decreasing-variance order before scaling = PCA order; sign rule is deterministic
+    w2 = whiten_by_query(x, np.array([0, 200]))
+    np.testing.assert_array_equal(w.astype(np.float32), w2)
+
+
+def test_whitening_ill_conditioned_is_finite() -> None:
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((3, 6)).astype(np.float32)  # fewer documents than features
+    w = whiten_by_query(x, np.array([0, 3]))
+    assert np.all(np.isfinite(w))
+
+
+def test_views() -> None:
+    x = np.arange(12, dtype=np.float32).reshape(6, 2)
+    off = np.array([0, 3, 6])
+    assert apply_view(x, off, "raw").shape == (6, 2)
+    assert apply_view(x, off, "raw+std").shape == (6, 4) == (6, view_width(2, "raw+std"))
+    assert apply_view(x, off, "raw+white").shape == (6, 4)
+    with pytest.raises(ValueError, match="unknown feature view"):
+        apply_view(x, off, "pca")

@@ -1,0 +1,60 @@
+"""The ``tunemix`` command line: ``data``, ``evaluate``, ``train``, ``demo``.
+
+Errors in the user's input (a malformed file, a bad option value) are printed to stderr as one
+line naming the file and line where there is one, with exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+# Sub-command modules, each with add_parser(subparsers); imported lazily so that
+# `tunemix --help` stays fast and a missing optional extra only affects its own command.
+_SUBCOMMANDS = (
+    "training.data.cli",
+    "training.evaluation.cli",
+    "training.pipeline.cli",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tunemix",
+        description="Calibrated multi-class ensembles for learning to rank.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in _SUBCOMMANDS:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and exc.name.startswith("training."):
+                continue  # a sub-command not built yet
+            raise
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+        sys.stderr.write(f"tunemix {args.command}: error: {exc}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("tunemix: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""Query-wise normalisation: augmenting feature views (method section 2; Busa-Fekete et al. 2010).
+
+Three training views, applied identically at training and at scoring time:
+
+- ``raw``: the features as given, (n, d).
+- ``raw+std``: raw features followed by a standardised copy, (n, 2d). Per query q and feature j,
+  z = (x - mean_q) / std_q (population std); a feature that is constant within the query gives 0.
+- ``raw+white``: raw features followed by a whitened copy, (n, 2d). Per query: centre, take the
+  covariance C = X_c^T X_c / n_q, eigendecompose C = V diag(lambda) V^T, and return
+  X_c V / sqrt(lambda + eps). Our choices, which the papers leave open: eps = 1e-3 is added when
+  the decomposition is ill-conditioned (smallest eigenvalue <= 1e-6 times the largest, which is
+  always the case when the query has fewer documents than features), else eps = 0;
+  components are ordered by decreasing eigenvalue; each eigenvector's sign is fixed so that
+  its largest-magnitude entry is positive (eigenvectors are otherwise defined only up to sign,
+  which would make the whitened columns mean different things in different queries).
+
+Because every view except ``raw`` uses statistics of the whole candidate list, a document's
+score depends on the other documents posted with it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from numba import njit
+
+from training.data.dataset import validate_offsets
+
+View = Literal["raw", "raw+std", "raw+white"]
+VIEWS: tuple[str, ...] = ("raw", "raw+std", "raw+white")
+WHITEN_EPS = 1e-3
+ILL_CONDITIONED = 1e-6
+
+
+@njit(cache=True)
+def _standardise(x, offsets, out):
+    d = x.shape[1]
+    for q in range(offsets.shape[0] - 1):
+        s, e = offsets[q], offsets[q + 1]
+        m = e - s
+        if m == 0:
+            continue
+        for j in range(d):
+            mean = 0.0
+            for i in range(s, e):
+                mean += x[i, j]
+            mean /= m
+            var = 0.0
+            for i in range(s, e):
+                diff = x[i, j] - mean
+                var += diff * diff
+            var /= m
+            std = np.sqrt(var)
+            if std <= 1e-12 * max(1.0, abs(mean)):
+                for i in range(s, e):
+                    out[i, j] = 0.0
+            else:
+                for i in range(s, e):
+                    out[i, j] = (x[i, j] - mean) / std
+
+
+@njit(cache=True)
+def _whiten(x, offsets, out, eps, ill):
+    d = x.shape[1]
+    for q in range(offsets.shape[0] - 1):
+        s, e = offsets[q], offsets[q + 1]
+        m = e - s
+        if m == 0:
+            continue
+        xc = np.empty((m, d), dtype=np.float64)
+        for j in range(d):
+            mean = 0.0
+            for i in range(s, e):
+                mean += x[i, j]
+            mean /= m
+            for i in range(s, e):
+                xc[i - s, j] = x[i, j] - mean
+        cov = (xc.T @ xc) / m
+        lam, vec = np.linalg.eigh(cov)
+        top = max(lam[d - 1], 0.0)
+        add = eps if (lam[0] <= ill * top or lam[0] <= 0.0) else 0.0
+        for c in range(d):
+            k = d - 1 - c  # decreasing eigenvalue order
+            big = 0
+            for r in range(d):
+                if abs(vec[r, k]) > abs(vec[big, k]):
+                    big = r
+            sign = 1.0 if vec[big, k] >= 0 else -1.0
+            scale = sign / np.sqrt(max(lam[k], 0.0) + add) if (max(lam[k], 0.0) + add) > 0 else 0.0
+            for i in range(m):
+                acc = 0.0
+                for r in range(d):
+                    acc += xc[i, r] * vec[r, k]
+                out[s + i, c] = acc * scale
+
+
+def standardise_by_query(features: np.ndarray, query_offsets: np.ndarray) -> np.ndarray:
+    """Per query and feature, (x - mean) / std; constant features give 0. Returns float32."""
+    x = np.ascontiguousarray(features, dtype=np.float64)
+    off = validate_offsets(query_offsets, x.shape[0])
+    out = np.empty_like(x)
+    _standardise(x, off, out)
+    return out.astype(np.float32)
+
+
+def whiten_by_query(features: np.ndarray, query_offsets: np.ndarray, *, eps: float = WHITEN_EPS) -> np.ndarray:
+    """Per query, PCA-whitened features (see module docstring). Returns float32."""
+    x = np.ascontiguousarray(features, dtype=np.float64)
+    off = validate_offsets(query_offsets, x.shape[0])
+    out = np.zeros_like(x)
+    _whiten(x, off, out, float(eps), ILL_CONDITIONED)
+    return out.astype(np.float32)
+
+
+def apply_view(features: np.ndarray, query_offsets: np.ndarray, view: str) -> np.ndarray:
+    """The feature matrix of ``view`` (one of VIEWS): raw, or raw with a normalised copy appended."""
+    x = np.ascontiguousarray(features, dtype=np.float32)
+    if view == "raw":
+        return x
+    if view == "raw+std":
+        return np.hstack([x, standardise_by_query(x, query_offsets)])
+    if view == "raw+white":
+        return np.hstack([x, whiten_by_query(x, query_offsets)])
+    raise ValueError(f"unknown feature view {view!r}; expected one of {', '.join(VIEWS)}")
+
+
+def view_width(n_features: int, view: str) -> int:
+    """Number of columns ``apply_view`` produces for ``n_features`` raw features."""
+    if view not in VIEWS:
+        raise ValueError(f"unknown feature view {view!r}; expected one of {', '.join(VIEWS)}")
+    return n_features if view == "raw" else 2 * n_features

@@ -1,0 +1,193 @@
+"""Read and write LETOR / SVMlight ranking files and LightGBM-style files with a ``.query`` file.
+
+Format (one document per line)::
+
+    2 qid:10002 1:0.007477 2:0 5:0.31 #docid = GX008-86-4444840 inc = 1 prob = 0.08
+
+Feature ids are 1-based and may be sparse (an absent feature is 0). A query's documents must
+be contiguous: a qid that reappears after another qid is an error (the rows of a query are the
+unit of every ranking metric, and splitting them is almost always a file-concatenation bug).
+
+LightGBM-style data has no ``qid:`` and a sidecar ``<file>.query`` with one group size per
+line; ``read_svmlight`` picks it up automatically when it exists.
+
+Errors are :class:`DataFormatError` with file, line and column.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+
+from training.data import svmlight_kernels as K
+from training.data.dataset import RankingData, offsets_from_sizes
+
+log = logging.getLogger(__name__)
+
+PathLike = str | os.PathLike[str]
+
+
+class DataFormatError(ValueError):
+    """A ranking data file is malformed; the message names file, line and column."""
+
+    def __init__(self, path: PathLike, line: int | None, message: str, column: int | None = None):
+        self.path = str(path)
+        self.line = line
+        self.column = column
+        where = self.path
+        if line is not None:
+            where += f":{line}"
+            if column is not None:
+                where += f":{column}"
+        super().__init__(f"{where}: {message}")
+
+
+def _bytes_to_str(arr: np.ndarray) -> np.ndarray:
+    """(n, w) uint8, zero padded -> (n,) str array (vectorised; no per-row Python loop)."""
+    n, w = arr.shape
+    if w == 0:
+        return np.full(n, "", dtype=np.str_)
+    fixed = np.ascontiguousarray(arr).view(f"S{w}").reshape(n)
+    try:
+        return np.char.decode(fixed, "utf-8").astype(np.str_)
+    except UnicodeDecodeError:
+        return np.char.decode(fixed, "latin-1").astype(np.str_)
+
+
+def read_group_file(path: PathLike) -> np.ndarray:
+    """Group sizes, one positive integer per line (LightGBM ``.query`` / ``.group`` files)."""
+    sizes: list[int] = []
+    with open(path, encoding="utf-8") as fh:
+        for line_no, line in enumerate(fh, start=1):
+            text = line.strip()
+            if not text:
+                continue
+            try:
+                size = int(text)
+            except ValueError:
+                raise DataFormatError(path, line_no, f"group size {text!r} is not an integer") from None
+            if size <= 0:
+                raise DataFormatError(path, line_no, f"group size must be positive, got {size}")
+            sizes.append(size)
+    return np.asarray(sizes, dtype=np.int64)
+
+
+def read_svmlight(
+    path: PathLike,
+    *,
+    n_features: int | None = None,
+    query_file: PathLike | None = None,
+) -> RankingData:
+    """Read a LETOR/SVMlight ranking file into :class:`RankingData`.
+
+    Args:
+        path: the data file.
+        n_features: the number of feature columns; default the largest feature id in the file.
+            Give it to read a test file with the training file's width (a larger id is an error).
+        query_file: group sizes for files without ``qid:``; default ``<path>.query`` if it exists.
+    """
+    p = Path(path)
+    try:
+        buf = np.fromfile(p, dtype=np.uint8)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{p}: no such data file") from None
+    except IsADirectoryError:
+        raise DataFormatError(p, None, "is a directory, not a data file") from None
+    if query_file is None and Path(str(p) + ".query").exists():
+        query_file = Path(str(p) + ".query")
+    n_lines, max_fid, qid_w, doc_w = K.scan(buf)
+    width = int(max_fid) if n_features is None else int(n_features)
+    if n_features is not None and n_features < 0:
+        raise ValueError("n_features must be non-negative")
+    features = np.zeros((n_lines, width), dtype=np.float32)
+    labels = np.zeros(n_lines, dtype=np.int32)
+    qid_bytes = np.zeros((n_lines, qid_w), dtype=np.uint8)
+    doc_bytes = np.zeros((n_lines, doc_w), dtype=np.uint8)
+    code, line_no, col, _ = K.parse(
+        buf, n_lines, width, query_file is None, qid_w, doc_w,
+        features, labels, qid_bytes, doc_bytes, K._POW10,
+    )
+    if code != K.OK:
+        raise DataFormatError(p, int(line_no), K.ERROR_MESSAGES[int(code)], int(col))
+    if n_lines == 0:
+        raise DataFormatError(p, None, "contains no data lines")
+
+    docids = _bytes_to_str(doc_bytes) if doc_w > 0 else None
+    if query_file is not None:
+        sizes = read_group_file(query_file)
+        if int(sizes.sum()) != n_lines:
+            raise DataFormatError(
+                query_file, None,
+                f"group sizes add up to {int(sizes.sum())} but {p} has {n_lines} data lines",
+            )
+        offsets = offsets_from_sizes(sizes)
+        qids = np.arange(sizes.shape[0]).astype(np.str_)
+    else:
+        starts = K.qid_blocks(qid_bytes)
+        block_qids = _bytes_to_str(qid_bytes[starts[:-1]])
+        uniq, _first, counts = np.unique(block_qids, return_index=True, return_counts=True)
+        if np.any(counts > 1):
+            dup = int(np.argmax(counts > 1))
+            qid = uniq[dup]
+            blocks = np.flatnonzero(block_qids == qid)
+            lines = K.line_numbers(buf, n_lines)
+            raise DataFormatError(
+                p, int(lines[starts[blocks[1]]]),
+                f"qid {qid} appears in two separate blocks (first block starts at line "
+                f"{int(lines[starts[blocks[0]]])}); a query's documents must be contiguous",
+            )
+        offsets = starts.astype(np.int64)
+        qids = block_qids
+    data = RankingData(
+        features=features, labels=labels, query_offsets=offsets, qids=qids,
+        docids=docids, source=str(p),
+    )
+    log.debug("read %s: %d rows, %d features, %d queries", p, data.n_docs, width, data.n_queries)
+    return data
+
+
+def _format_value(v: np.float32) -> str:
+    """Shortest decimal that reads back to the same float32."""
+    return np.format_float_positional(v, unique=True, trim="-")
+
+
+def write_svmlight(
+    data: RankingData,
+    path: PathLike,
+    *,
+    write_qid: bool = True,
+    sparse: bool = True,
+    comments: list[str] | None = None,
+) -> None:
+    """Write ``data`` as a LETOR/SVMlight file (float32 values written exactly, round-trippable).
+
+    With ``write_qid=False`` a LightGBM-style ``<path>.query`` group file is written beside it.
+    Docids are written as ``#docid = X``; ``comments`` (one per row) replace that when given.
+    """
+    feats = data.features
+    n, d = feats.shape
+    if comments is not None and len(comments) != n:
+        raise ValueError(f"comments must have one entry per row ({n}), got {len(comments)}")
+    qidx = data.query_index
+    # float32 -> shortest text that reads back to the same float32
+    with open(path, "w", encoding="utf-8") as fh:
+        for i in range(n):
+            parts = [str(int(data.labels[i]))]
+            if write_qid:
+                parts.append(f"qid:{data.qids[qidx[i]]}")
+            row = feats[i]
+            cols = np.flatnonzero(row) if sparse else np.arange(d)
+            parts.extend(f"{j + 1}:{_format_value(row[j])}" for j in cols)
+            if comments is not None:
+                parts.append(f"#{comments[i]}")
+            elif data.docids is not None:
+                parts.append(f"#docid = {data.docids[i]}")
+            fh.write(" ".join(parts))
+            fh.write("\n")
+    if not write_qid:
+        with open(str(path) + ".query", "w", encoding="utf-8") as fh:
+            fh.write("\n".join(str(int(s)) for s in data.query_sizes))
+            fh.write("\n")
