@@ -1,1 +1,38 @@
-"""tunemix: training/evaluation."""
+"""Ranking evaluation under the six public tools' conventions (docs/conventions.md).
+
+Public API::
+
+    Measure, parse_measures                       measures.py
+    Convention, CONVENTIONS, CONVENTION_NAMES,    conventions.py
+    get_convention
+    evaluate, mean_metric, EvaluationResult,      evaluate.py
+    EvaluationInputError
+"""
+
+from training.evaluation.conventions import (
+    CONVENTION_NAMES,
+    CONVENTIONS,
+    Convention,
+    get_convention,
+)
+from training.evaluation.evaluate import (
+    EvaluationInputError,
+    EvaluationResult,
+    evaluate,
+    mean_metric,
+)
+from training.evaluation.measures import MEASURE_NAMES, Measure, parse_measures
+
+__all__ = [
+    "CONVENTIONS",
+    "CONVENTION_NAMES",
+    "MEASURE_NAMES",
+    "Convention",
+    "EvaluationInputError",
+    "EvaluationResult",
+    "Measure",
+    "evaluate",
+    "get_convention",
+    "mean_metric",
+    "parse_measures",
+]

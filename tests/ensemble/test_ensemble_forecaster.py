@@ -1,0 +1,187 @@
+"""ExponentialForecaster, OneBest, Uniform: the limits of c, omega_min, the grid search."""
+
+from __future__ import annotations
+
+import ensemble_naive as naive
+import numpy as np
+import pytest
+
+from training.ensemble import (
+    ExponentialForecaster,
+    NotFittedError,
+    OneBest,
+    Uniform,
+    mix_weights,
+)
+
+METRIC = naive.METRIC
+
+
+def _order_by_query(scores, offsets):
+    return [
+        np.argsort(-scores[lo:hi], kind="stable").tolist() for lo, hi in naive.queries(offsets)
+    ]
+
+
+@pytest.fixture(scope="module")
+def noisy():
+    rng = np.random.default_rng(2024)
+    sigmas = [0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5, 2.5]
+    scales = [1.0, 10.0, 0.1, 3.0, 1.0, 50.0, 0.5, 200.0]
+    val = naive.noisy_members(rng, 300, 20, sigmas, scales)
+    test = naive.noisy_members(rng, 300, 20, sigmas, scales)
+    return val, test
+
+
+def test_mix_weights_formula():
+    w = mix_weights([0.5, 0.7, 0.6], 10.0, -np.inf)
+    np.testing.assert_allclose(w, [np.exp(-2.0), 1.0, np.exp(-1.0)])
+    # omega_min drops members with omega <= omega_min; the best is kept even above it
+    assert mix_weights([0.5, 0.7, 0.6], 1.0, 0.6).tolist() == [0.0, 1.0, 0.0]
+    assert mix_weights([0.5, 0.7, 0.6], 1.0, 0.99).tolist() == [0.0, 1.0, 0.0]
+    # huge c stays finite thanks to the max shift
+    w = mix_weights([0.5, 0.7], 1e6, -np.inf)
+    assert w.tolist() == [0.0, 1.0]
+    with pytest.raises(ValueError, match="c must be"):
+        mix_weights([0.5], -1.0, 0.0)
+
+
+@pytest.mark.parametrize("rescale", ["none", "zscore_query", "minmax_query", "std_global"])
+def test_c_zero_equals_uniform(noisy, rescale):
+    (S, y, off), _ = noisy
+    f = ExponentialForecaster(c_grid=[0], omega_min_grid=[-np.inf], rescale=rescale,
+                              metric=METRIC).fit(S, y, off)
+    u = Uniform(rescale=rescale).fit(S, y, off)
+    assert f.c_ == 0.0 and f.kept_.all()
+    np.testing.assert_allclose(f.transform(S, off), u.transform(S, off), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("rescale", ["none", "zscore_query", "std_global"])
+def test_huge_c_equals_best_member(noisy, rescale):
+    (S, y, off), (St, _, offt) = noisy
+    f = ExponentialForecaster(c_grid=[1e6], omega_min_grid=[-np.inf], rescale=rescale,
+                              metric=METRIC).fit(S, y, off)
+    best = OneBest(metric=METRIC).fit(S, y, off)
+    assert best.best_ == int(np.argmax(f.omega_)) == 0  # sigma 0.6 is the least noisy
+    assert f.weights_.tolist() == [1.0] + [0.0] * 7
+    assert _order_by_query(f.transform(St, offt), offt) == _order_by_query(
+        best.transform(St, offt), offt
+    )
+
+
+def test_omega_is_the_member_quality(noisy):
+    (S, y, off), _ = noisy
+    f = ExponentialForecaster(c_grid=[0], metric=METRIC).fit(S, y, off)
+    expected = [METRIC(y, np.ascontiguousarray(S[:, m]), off, "ndcg@10", "yahoo")
+                for m in range(S.shape[1])]
+    np.testing.assert_allclose(f.omega_, expected, rtol=1e-12)
+    # noisier members rank worse (sigma grows with m except the scales)
+    assert f.omega_[0] > f.omega_[4] > f.omega_[7]
+
+
+def test_omega_min_drops_members(noisy):
+    (S, y, off), _ = noisy
+    f0 = ExponentialForecaster(c_grid=[0], metric=METRIC).fit(S, y, off)
+    threshold = float(np.median(f0.omega_))
+    f = ExponentialForecaster(c_grid=[0], omega_min_grid=[threshold], metric=METRIC).fit(S, y, off)
+    assert f.omega_min_ == threshold
+    np.testing.assert_array_equal(f.kept_, f.omega_ > threshold)
+    assert 0 < f.kept_.sum() < S.shape[1]
+    # dropped members have no influence on the mix
+    S2 = S.copy()
+    S2[:, ~f.kept_] = np.random.default_rng(0).normal(size=(S.shape[0], int((~f.kept_).sum())))
+    np.testing.assert_allclose(f.transform(S2, off), f.transform(S, off))
+    # default grid: -inf plus quantiles of the omegas
+    assert f0.omega_min_grid_[0] == -np.inf
+    np.testing.assert_allclose(f0.omega_min_grid_[1:], np.unique(np.quantile(f0.omega_, np.arange(1, 10) / 10)))
+
+
+def _two_halves_problem():
+    """10 two-document queries, the relevant document second. Member 0 is wrong on queries
+    0-1, member 1 on queries 2-4 (margin 1, right with margin 2 elsewhere); member 2 is wrong
+    everywhere with margin 5. Only the equal mix of members 0 and 1 ranks every query right."""
+    nq = 10
+    off = np.arange(nq + 1, dtype=np.int64) * 2
+    y = np.tile([0, 1], nq).astype(np.int32)
+
+    def member(wrong, margin_wrong):
+        s = np.zeros(2 * nq)
+        for q in range(nq):
+            s[2 * q + 1] = -margin_wrong if q in wrong else 2.0
+        return s
+
+    S = np.column_stack([member({0, 1}, 1.0), member({2, 3, 4}, 1.0), member(set(range(nq)), 5.0)])
+    return S, y, off
+
+
+def test_grid_search_finds_the_known_optimum():
+    S, y, off = _two_halves_problem()
+    f = ExponentialForecaster(
+        c_grid=[200, 0], omega_min_grid=[0.9, -np.inf, 0.7], rescale="none", metric=METRIC
+    ).fit(S, y, off)
+    d = 1 / np.log2(3)  # NDCG of a 2-doc query with the relevant document second
+    np.testing.assert_allclose(f.omega_, [(8 + 2 * d) / 10, (7 + 3 * d) / 10, d])
+    assert (f.c_, f.omega_min_) == (0.0, 0.7)
+    assert f.kept_.tolist() == [True, True, False]
+    assert f.validation_quality_ == pytest.approx(1.0)
+    # the surface is laid out (c_grid, omega_min_grid) as given
+    surface = f.grid_quality_
+    assert surface.shape == (2, 3)
+    np.testing.assert_allclose(surface[1], [f.omega_[0], d, 1.0])  # c = 0: only m0, all, m0+m1
+    np.testing.assert_allclose(surface[0], f.omega_[0])  # c = 200 is member 0 alone
+    # with the default grids the chosen mix is perfect too
+    g = ExponentialForecaster(rescale="none", metric=METRIC).fit(S, y, off)
+    assert g.validation_quality_ == pytest.approx(1.0)
+    assert g.weights_[2] < 1e-3
+
+
+def test_grid_ties_go_to_smaller_c_then_smaller_omega_min():
+    S, y, off = _two_halves_problem()
+    S = np.column_stack([S[:, 0], S[:, 0]])  # identical members: every grid point ties
+    f = ExponentialForecaster(c_grid=[5, 0, 50], omega_min_grid=[0.5, -np.inf], rescale="none",
+                              metric=METRIC).fit(S, y, off)
+    assert (f.c_, f.omega_min_) == (0.0, -np.inf)
+
+
+def test_forecaster_beats_best_single_member(noisy):
+    (S, y, off), (St, yt, offt) = noisy
+    f = ExponentialForecaster(metric=METRIC).fit(S, y, off)
+    best = OneBest(metric=METRIC).fit(S, y, off)
+    mixed = METRIC(yt, f.transform(St, offt), offt, "ndcg@10", "yahoo")
+    single = METRIC(yt, best.transform(St, offt), offt, "ndcg@10", "yahoo")
+    assert mixed > single + 0.01
+    assert f.validation_quality_ >= METRIC(y, best.transform(S, off), off, "ndcg@10", "yahoo")
+
+
+def test_rescaling_matters_when_scales_differ(noisy):
+    # member 7 is the noisiest and has the widest scale: without rescaling it dominates the
+    # uniform mean; per-query z-scores give every member the same spread.
+    (S, y, off), _ = noisy
+    raw = METRIC(y, Uniform(rescale="none").fit(S, y, off).transform(S, off), off,
+                 "ndcg@10", "yahoo")
+    z = METRIC(y, Uniform(rescale="zscore_query").fit(S, y, off).transform(S, off), off,
+               "ndcg@10", "yahoo")
+    assert z > raw + 0.02
+
+
+def test_errors_are_actionable(noisy):
+    (S, y, off), _ = noisy
+    with pytest.raises(NotFittedError, match="not fitted"):
+        ExponentialForecaster().transform(S, off)
+    f = ExponentialForecaster(c_grid=[0], metric=METRIC).fit(S, y, off)
+    with pytest.raises(ValueError, match="fitted with 8"):
+        f.transform(S[:, :3], off)
+    bad = S.copy()
+    bad[5, 2] = np.nan
+    with pytest.raises(ValueError, match="row 5, member 2"):
+        f.transform(bad, off)
+    with pytest.raises(ValueError, match="query_offsets"):
+        f.transform(S, off[:-1])
+    with pytest.raises(ValueError, match="labels must have shape"):
+        ExponentialForecaster(metric=METRIC).fit(S, y[:-1], off)
+    with pytest.raises(ValueError, match="c_grid"):
+        ExponentialForecaster(c_grid=[-1], metric=METRIC).fit(S, y, off)
+    with pytest.raises(ValueError, match="rescale must be one of"):
+        ExponentialForecaster(rescale="zscore", metric=METRIC).fit(S, y, off)
+    with pytest.raises(ValueError, match="2-D"):
+        f.transform(S[:, 0], off)

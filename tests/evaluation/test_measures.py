@@ -1,0 +1,54 @@
+"""Measure values: canonical strings, parsing, bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+from training.evaluation import Measure, parse_measures
+
+CANONICAL = ["ndcg@10", "dcg@5", "ndcg", "dcg", "err", "err@20", "err@10:top=2", "err:top=3",
+             "p@5", "map", "meanndcg"]
+
+
+@pytest.mark.parametrize("text", CANONICAL)
+def test_round_trip(text: str) -> None:
+    m = Measure.parse(text)
+    assert str(m) == text
+    assert Measure.parse(str(m)) == m
+
+
+def test_fields_and_loose_spelling() -> None:
+    assert Measure.parse("err@10:top=2") == Measure("err", 10, 2)
+    assert Measure.parse(" NDCG@10 ") == Measure("ndcg", 10)
+    assert Measure.parse("ERR @ 10 : top = 2") == Measure("err", 10, 2)
+    assert Measure.parse("map").cutoff is None
+    assert hash(Measure.parse("ndcg@3")) == hash(Measure("ndcg", 3))
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["", "ndcg@", "ndcg@0", "ndcg@-1", "ndcg@1.5", "foo@3", "p", "map@10", "meanndcg@5",
+     "ndcg@10:top=2", "err:top=0", "err@10:top=", "ndcg10", "err@10:top=2:top=3"],
+)
+def test_bad_strings_raise_value_error(bad: str) -> None:
+    with pytest.raises(ValueError):
+        Measure.parse(bad)
+
+
+def test_error_message_lists_examples() -> None:
+    with pytest.raises(ValueError, match="ndcg@10"):
+        Measure.parse("bogus!")
+
+
+def test_type_errors() -> None:
+    with pytest.raises(TypeError):
+        Measure.parse(10)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        Measure("ndcg", 2.5)  # type: ignore[arg-type]
+
+
+def test_parse_measures_list_and_csv() -> None:
+    assert parse_measures("ndcg@10,err") == [Measure("ndcg", 10), Measure("err")]
+    assert parse_measures(["map", Measure("p", 5)]) == [Measure("map"), Measure("p", 5)]
+    with pytest.raises(ValueError):
+        parse_measures(" , ")

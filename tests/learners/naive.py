@@ -1,0 +1,181 @@
+"""Slow, obviously correct twins of the AdaBoost.MH kernels (plain Python / NumPy).
+
+Thresholds are real feature values; phi(x) = +1 if x >= t else -1. The candidate thresholds of
+a feature are its distinct values except the smallest (the tests use data with at most n_bins
+distinct values per feature, so these are exactly the bin edges).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def candidate_thresholds(X: np.ndarray, j: int) -> np.ndarray:
+    return np.unique(X[:, j])[1:]
+
+
+def stump_edge(s: np.ndarray, phi: np.ndarray) -> float:
+    """Edge of the best vote vector for a fixed phi: sum_l |sum_i s[i,l] phi_i|."""
+    return float(np.abs((s * phi[:, None]).sum(axis=0)).sum())
+
+
+def best_stump(X: np.ndarray, s: np.ndarray, feats=None, allow_constant=False):
+    """(edge, feature, threshold) maximising sum_l |sum_i s_il phi_i|; first best wins.
+
+    threshold None = constant phi = +1 (only with allow_constant).
+    """
+    best = (-np.inf, -1, None)
+    feats = range(X.shape[1]) if feats is None else feats
+    for j in feats:
+        if allow_constant:
+            e = stump_edge(s, np.ones(X.shape[0]))
+            if e > best[0]:
+                best = (e, j, None)
+        for t in candidate_thresholds(X, j):
+            e = stump_edge(s, np.where(X[:, j] >= t, 1.0, -1.0))
+            if e > best[0]:
+                best = (e, j, t)
+    return best
+
+
+def grow_tree(X: np.ndarray, s: np.ndarray, n_leaves: int, min_gain: float = 1e-14):
+    """Best-first Hamming tree; returns (list of leaf row masks, edge).
+
+    The root always splits (best gain, even 0); later splits need gain > min_gain.
+    """
+    n, d = X.shape
+
+    def best_split(mask):
+        S = s[mask].sum(axis=0)
+        best = (-np.inf, -1, None)
+        for j in range(d):
+            for t in candidate_thresholds(X, j):
+                right = mask & (X[:, j] >= t)
+                left = mask & ~(X[:, j] >= t)
+                g = (np.abs(s[left].sum(axis=0)).sum() + np.abs(s[right].sum(axis=0)).sum()
+                     - np.abs(S).sum())
+                if g > best[0]:
+                    best = (g, j, t)
+        return best
+
+    leaves = [np.ones(n, dtype=bool)]
+    splits = [best_split(leaves[0])]
+    first = True
+    while len(leaves) < n_leaves:
+        cand = [(sp[0], q) for q, sp in enumerate(splits) if sp[1] >= 0]
+        if not cand:
+            break
+        g, q = max(cand, key=lambda c: c[0])
+        if not first and not g > min_gain:
+            break
+        first = False
+        _, j, t = splits[q]
+        mask = leaves[q]
+        right = mask & (X[:, j] >= t)
+        left = mask & ~(X[:, j] >= t)
+        leaves[q] = left
+        leaves.append(right)
+        splits[q] = best_split(left)
+        splits.append(best_split(right))
+    edge = sum(np.abs(s[m].sum(axis=0)).sum() for m in leaves)
+    return leaves, float(edge)
+
+
+def fit_product(X: np.ndarray, s: np.ndarray, m: int, max_cycles: int = 10,
+                min_rise: float = 1e-12):
+    """Cyclic product of m stumps; returns (edge, terms) with terms [(feature, threshold|None)]."""
+    n = X.shape[0]
+
+    def phi_of(term):
+        j, t = term
+        return np.ones(n) if t is None else np.where(X[:, j] >= t, 1.0, -1.0)
+
+    terms = [(-1, None)] * m
+    edge = -np.inf
+    for cycle in range(max_cycles + 1):
+        start = edge
+        for j in range(m):
+            others = np.ones(n)
+            for q in range(m):
+                if q != j:
+                    others = others * phi_of(terms[q])
+            sp = s * others[:, None]
+            first = cycle == 0 and j == 0
+            e, f, t = best_stump(X, sp, allow_constant=(m >= 2 and not first))
+            if f < 0:
+                continue
+            if cycle > 0 and not e > edge * (1 + min_rise):
+                continue
+            edge = e
+            terms[j] = (f, t)
+        if cycle > 0 and not edge > start * (1 + min_rise):
+            break
+        if m == 1:
+            break
+    return edge, terms
+
+
+def score_forest(arrays: dict, X: np.ndarray, checkpoints) -> np.ndarray:
+    """Per-document walk over each base in order; running sums at the checkpoints."""
+    kind = arrays["base_kind"]
+    ns, ls = arrays["base_node_start"], arrays["base_leaf_start"]
+    feat, thr = arrays["node_feature"], arrays["node_threshold"]
+    left, right, leaves = arrays["node_left"], arrays["node_right"], arrays["leaf_values"]
+    K = leaves.shape[1]
+    out = np.zeros((X.shape[0], len(checkpoints), K))
+    for i in range(X.shape[0]):
+        x = X[i]
+        total = np.zeros(K)
+        partial = [total.copy()]
+        for b in range(kind.shape[0]):
+            if kind[b] == 0:
+                if ns[b + 1] == ns[b]:
+                    total = total + leaves[ls[b]]
+                else:
+                    t = 0
+                    while t >= 0:
+                        g = ns[b] + t
+                        t = right[g] if x[feat[g]] >= thr[g] else left[g]
+                    total = total + leaves[ls[b] + (-t - 1)]
+            else:
+                sign = 1.0
+                for g in range(ns[b], ns[b + 1]):
+                    sign *= 1.0 if x[feat[g]] >= thr[g] else -1.0
+                total = total + sign * leaves[ls[b]]
+            partial.append(total.copy())
+        for c, ck in enumerate(checkpoints):
+            out[i, c] = partial[ck]
+    return out
+
+
+def adaboost_mh(X, classes, labels, K, T, policy="exponential"):
+    """Textbook AdaBoost.MH with stumps (full search), weights as an explicit (n, K) matrix.
+
+    Returns (alphas, edges, F) with F the training scores.
+    """
+    n = X.shape[0]
+    Y = -np.ones((n, K))
+    Y[np.arange(n), classes] = 1.0
+    if policy == "exponential":
+        base = 2.0 ** labels
+    else:
+        base = np.ones(n)
+    W = np.repeat((base / (K - 1))[:, None], K, axis=1)
+    W[np.arange(n), classes] = base
+    W = W / W.sum()
+    F = np.zeros((n, K))
+    alphas, edges = [], []
+    for _ in range(T):
+        _e, j, t = best_stump(X, W * Y)
+        phi = np.where(X[:, j] >= t, 1.0, -1.0)
+        v = np.sign(((W * Y) * phi[:, None]).sum(axis=0))
+        v[v == 0] = 1.0
+        h = phi[:, None] * v[None, :]
+        gamma = float((W * h * Y).sum())
+        alpha = 0.5 * np.log((1 + gamma) / (1 - gamma))
+        W = W * np.exp(-alpha * h * Y)
+        W = W / W.sum()
+        F = F + alpha * h
+        alphas.append(alpha)
+        edges.append(gamma)
+    return np.array(alphas), np.array(edges), F

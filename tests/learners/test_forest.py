@@ -1,0 +1,176 @@
+"""FlatForest and score_forest: a slow per-document walk twin, round trips, bad arrays rejected."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from training.scoring.forest import FlatForest, concatenate, score_forest
+
+from . import naive
+
+
+def random_forest(seed: int, n_base: int = 25, d: int = 6, K: int = 3) -> FlatForest:
+    """Random trees (grown by splitting random leaves, nodes in creation order), stumps,
+    constants and products (including a product with no term)."""
+    rng = np.random.default_rng(seed)
+    kinds, ns, ls = [], [0], [0]
+    feat, thr, left, right, leaves = [], [], [], [], []
+    for _ in range(n_base):
+        r = rng.random()
+        if r < 0.6:  # tree with 1..7 nodes (or a constant with none)
+            n_nodes = int(rng.integers(0, 8))
+            if n_nodes == 0:
+                kinds.append(0)
+                leaves.append(rng.normal(size=K))
+            else:
+                lft, rgt = [-1], [-2]
+                open_leaves = [(0, 0), (0, 1)]  # (node, side) pointing at a leaf
+                n_leaves = 2
+                for nn in range(1, n_nodes):
+                    node, side = open_leaves.pop(int(rng.integers(len(open_leaves))))
+                    old = (lft if side == 0 else rgt)[node]
+                    (lft if side == 0 else rgt)[node] = nn
+                    lft.append(old)
+                    rgt.append(-n_leaves - 1)
+                    n_leaves += 1
+                    open_leaves += [(nn, 0), (nn, 1)]
+                kinds.append(0)
+                left += lft
+                right += rgt
+                feat += rng.integers(0, d, n_nodes).tolist()
+                thr += rng.normal(size=n_nodes).tolist()
+                leaves += list(rng.normal(size=(n_nodes + 1, K)))
+        else:  # product with 0..4 terms
+            m = int(rng.integers(0, 5))
+            kinds.append(1)
+            feat += rng.integers(0, d, m).tolist()
+            thr += rng.normal(size=m).tolist()
+            left += [-1] * m
+            right += [-1] * m
+            leaves.append(rng.normal(size=K))
+        ns.append(len(feat))
+        ls.append(len(leaves))
+    return FlatForest.from_arrays({
+        "base_kind": np.array(kinds), "base_node_start": np.array(ns),
+        "base_leaf_start": np.array(ls), "node_feature": np.array(feat, dtype=np.int64),
+        "node_threshold": np.array(thr), "node_left": np.array(left, dtype=np.int64),
+        "node_right": np.array(right, dtype=np.int64), "leaf_values": np.array(leaves),
+        "n_features": np.array(d),
+    })
+
+
+def stump_arrays() -> dict[str, np.ndarray]:
+    return {
+        "base_kind": np.array([0], np.int8), "base_node_start": np.array([0, 1]),
+        "base_leaf_start": np.array([0, 2]), "node_feature": np.array([2], np.int32),
+        "node_threshold": np.array([0.5], np.float32), "node_left": np.array([-1], np.int32),
+        "node_right": np.array([-2], np.int32),
+        "leaf_values": np.array([[-0.3, 0.3], [0.3, -0.3]]), "n_features": np.array(3),
+    }
+
+
+def test_docstring_stump_by_hand() -> None:
+    f = FlatForest.from_arrays(stump_arrays())
+    X = np.array([[0, 0, 0.4], [9, 9, 0.5], [0, 0, 0.6]], dtype=np.float32)
+    out = score_forest(f, X, [0, 1])
+    np.testing.assert_array_equal(out[:, 0], 0.0)
+    np.testing.assert_array_equal(out[:, 1], [[-0.3, 0.3], [0.3, -0.3], [0.3, -0.3]])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_score_forest_matches_slow_walk(seed: int) -> None:
+    forest = random_forest(seed)
+    rng = np.random.default_rng(100 + seed)
+    X = rng.normal(size=(150, 6)).astype(np.float32)  # 150 > one document block of 64
+    X[:5] = forest.node_threshold[:5].mean()  # values equal to thresholds
+    X[5, :] = forest.node_threshold[0]
+    ck = [0, 1, 7, 7, forest.n_base]
+    got = score_forest(forest, X, ck)
+    want = naive.score_forest(forest.to_arrays(), X, ck)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(score_forest(forest, X)[:, 0], want[:, -1], rtol=1e-12, atol=1e-12)
+
+
+def test_round_trip_through_npz(tmp_path) -> None:
+    forest = random_forest(3)
+    path = tmp_path / "forest.npz"
+    np.savez(path, **forest.to_arrays())  # type: ignore[arg-type]
+    with np.load(path, allow_pickle=False) as z:
+        back = FlatForest.from_arrays(dict(z))
+    for k, v in forest.to_arrays().items():
+        np.testing.assert_array_equal(back.to_arrays()[k], v)
+        assert back.to_arrays()[k].dtype == v.dtype
+    X = np.random.default_rng(0).normal(size=(40, 6)).astype(np.float32)
+    np.testing.assert_array_equal(score_forest(back, X), score_forest(forest, X))
+
+
+def test_concatenate_scores_are_running_sums() -> None:
+    a, b = random_forest(1, n_base=10), random_forest(2, n_base=7)
+    ab = concatenate([a, b])
+    X = np.random.default_rng(0).normal(size=(70, 6)).astype(np.float32)
+    out = score_forest(ab, X, [a.n_base, a.n_base + b.n_base])
+    np.testing.assert_allclose(out[:, 0], score_forest(a, X)[:, 0], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(out[:, 1] - out[:, 0], score_forest(b, X)[:, 0], atol=1e-12)
+    FlatForest.from_arrays(ab.to_arrays())  # valid
+    with pytest.raises(ValueError, match="n_features"):
+        concatenate([a, random_forest(2, d=7)])
+
+
+def test_truncate_and_empty() -> None:
+    forest = random_forest(4)
+    X = np.random.default_rng(1).normal(size=(20, 6)).astype(np.float32)
+    np.testing.assert_allclose(score_forest(forest.truncate(9), X)[:, 0],
+                               score_forest(forest, X, [9])[:, 0])
+    empty = FlatForest.empty(6, 3)
+    np.testing.assert_array_equal(score_forest(empty, X), np.zeros((20, 1, 3)))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"node_feature": np.array([3], np.int32)}, "index out of range: node_feature"),
+        ({"node_feature": np.array([-1], np.int32)}, "index out of range"),
+        ({"node_right": np.array([-3], np.int32)}, "index out of range: node_right"),
+        ({"node_left": np.array([0], np.int32)}, "later node"),
+        ({"node_threshold": np.array([0.5, 1.0], np.float32)}, "shape mismatch"),
+        ({"base_node_start": np.array([0, 1, 1])}, "shape mismatch"),
+        ({"base_leaf_start": np.array([0, 3])}, "base_leaf_start"),
+        ({"base_kind": np.array([2], np.int8)}, "base_kind"),
+        ({"leaf_values": np.array([[np.nan, 0.3], [0.3, -0.3]])}, "NaN"),
+        ({"leaf_values": np.zeros(4)}, "2-D"),
+        ({"node_left": np.array([-2], np.int32)}, "exactly one parent"),
+        ({"node_feature": np.array([0.5])}, "must be int32"),
+    ],
+)
+def test_bad_arrays_rejected(change: dict, message: str) -> None:
+    arrays = {**stump_arrays(), **change}
+    with pytest.raises(ValueError, match=message):
+        FlatForest.from_arrays(arrays)
+
+
+def test_missing_array_and_bad_inputs_rejected() -> None:
+    arrays = stump_arrays()
+    del arrays["leaf_values"]
+    with pytest.raises(ValueError, match="missing"):
+        FlatForest.from_arrays(arrays)
+    f = FlatForest.from_arrays(stump_arrays())
+    with pytest.raises(ValueError, match="shape"):
+        score_forest(f, np.zeros((2, 2), np.float32))
+    with pytest.raises(ValueError, match="checkpoints"):
+        score_forest(f, np.zeros((2, 3), np.float32), [2])
+    with pytest.raises(ValueError, match="non-decreasing"):
+        score_forest(f, np.zeros((2, 3), np.float32), [1, 0])
+
+
+def test_cycle_in_tree_rejected() -> None:
+    # two nodes where node 1 points back to node 0
+    arrays = {
+        "base_kind": np.array([0]), "base_node_start": np.array([0, 2]),
+        "base_leaf_start": np.array([0, 3]), "node_feature": np.array([0, 0]),
+        "node_threshold": np.array([0.0, 1.0]), "node_left": np.array([1, 0]),
+        "node_right": np.array([-1, -2]), "leaf_values": np.zeros((3, 2)),
+        "n_features": np.array(1),
+    }
+    with pytest.raises(ValueError, match="later node"):
+        FlatForest.from_arrays(arrays)

@@ -1,0 +1,245 @@
+"""The model artifact on disk: ``models/<name>/<version>/`` with ``manifest.json`` and ``arrays.npz``.
+
+The artifact is data, never code: the manifest is JSON and the arrays are read with
+``np.load(..., allow_pickle=False)``; object arrays are refused. The manifest records the SHA-256
+and size of ``arrays.npz``, so a truncated or altered file is reported as such instead of being
+half-read. Saving writes into a temporary sibling directory and renames it into place at the
+end, so an interrupted save (Ctrl-C, a crash, a full disk) never leaves a half-written version.
+
+Nested parameters that mix numbers and arrays (a calibrator's ``to_params()``, say) are stored
+with :func:`split_arrays`: every array is replaced in the JSON by ``{"$array": "<key>"}`` and
+saved under that key in the ``.npz``; :func:`join_arrays` puts them back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+ARRAYS = "arrays.npz"
+_VERSION_RE = re.compile(r"^v(\d+)$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+REQUIRED_KEYS = ("schema_version", "name", "version", "n_features", "arrays")
+
+
+class ArtifactError(ValueError):
+    """A model artifact is missing, corrupt, truncated or of an unknown schema."""
+
+
+# ---------------------------------------------------------------------------- params <-> arrays
+def split_arrays(obj: Any, prefix: str, arrays: dict[str, np.ndarray]) -> Any:
+    """JSON-able copy of ``obj`` with every ndarray moved into ``arrays`` under ``prefix/...``."""
+    if isinstance(obj, np.ndarray):
+        if obj.dtype.kind == "O":
+            raise TypeError(f"{prefix}: object arrays cannot be stored (the artifact is data, not code)")
+        key = prefix
+        if key in arrays:
+            raise ValueError(f"duplicate array key {key!r}")
+        arrays[key] = np.ascontiguousarray(obj)
+        return {"$array": key}
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            if not isinstance(k, str):
+                raise TypeError(f"{prefix}: parameter names must be strings, got {k!r}")
+            out[k] = split_arrays(v, f"{prefix}/{k}", arrays)
+        return out
+    if isinstance(obj, list | tuple):
+        return [split_arrays(v, f"{prefix}/{i}", arrays) for i, v in enumerate(obj)]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if obj is None or isinstance(obj, bool | int | float | str):
+        if isinstance(obj, float) and not np.isfinite(obj):
+            return {"$float": repr(obj)}
+        return obj
+    raise TypeError(f"{prefix}: cannot store a value of type {type(obj).__name__} in an artifact")
+
+
+def join_arrays(obj: Any, arrays: dict[str, np.ndarray]) -> Any:
+    """Inverse of :func:`split_arrays`."""
+    if isinstance(obj, dict):
+        if set(obj) == {"$array"}:
+            key = obj["$array"]
+            if key not in arrays:
+                raise ArtifactError(f"the manifest refers to array {key!r}, which {ARRAYS} does not contain")
+            return arrays[key]
+        if set(obj) == {"$float"}:
+            return float(obj["$float"])
+        return {k: join_arrays(v, arrays) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [join_arrays(v, arrays) for v in obj]
+    return obj
+
+
+def json_safe(obj: Any) -> Any:
+    """``obj`` with non-finite floats replaced by ``{"$float": "inf"}`` (strict JSON has no inf/NaN)
+    and numpy scalars by Python numbers; :func:`join_arrays` reads such values back."""
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not np.isfinite(obj):
+        return {"$float": repr(obj)}
+    return obj
+
+
+# ---------------------------------------------------------------------------- versions
+def check_name(name: str) -> str:
+    if not _NAME_RE.match(name):
+        raise ValueError(
+            f"model name {name!r} must start with a letter or digit and contain only letters, digits, '.', '_', '-'"
+        )
+    return name
+
+
+def list_versions(models_dir: str | os.PathLike[str], name: str) -> list[str]:
+    """Complete versions of model ``name``, oldest first (``v1``, ``v2`` ...)."""
+    root = Path(models_dir) / check_name(name)
+    if not root.is_dir():
+        return []
+    found = []
+    for child in root.iterdir():
+        m = _VERSION_RE.match(child.name)
+        if m and (child / MANIFEST).is_file():
+            found.append((int(m.group(1)), child.name))
+    return [v for _, v in sorted(found)]
+
+
+def latest_version(models_dir: str | os.PathLike[str], name: str) -> Path | None:
+    versions = list_versions(models_dir, name)
+    return Path(models_dir) / name / versions[-1] if versions else None
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------- save / load
+def save_artifact(
+    models_dir: str | os.PathLike[str],
+    name: str,
+    manifest: dict[str, Any],
+    arrays: dict[str, np.ndarray],
+    *,
+    extra_files: dict[str, bytes] | None = None,
+) -> Path:
+    """Write a new version of model ``name``; return its directory (``models_dir/name/vN``).
+
+    ``manifest`` must be JSON-serialisable; ``schema_version``, ``name``, ``version`` and the
+    ``arrays`` checksum are filled in here. ``extra_files`` (report, plots) go beside it.
+    """
+    root = Path(models_dir) / check_name(name)
+    root.mkdir(parents=True, exist_ok=True)
+    for key, arr in arrays.items():
+        if not isinstance(arr, np.ndarray) or arr.dtype.kind == "O":
+            raise TypeError(f"array {key!r} must be a numeric numpy array")
+    tmp = Path(tempfile.mkdtemp(prefix=".incomplete-", dir=root))
+    try:
+        np.savez(tmp / ARRAYS, **arrays)  # type: ignore[arg-type]
+        versions = list_versions(models_dir, name)
+        number = int(versions[-1][1:]) + 1 if versions else 1
+        body = json_safe(dict(manifest))
+        body.update(
+            schema_version=SCHEMA_VERSION,
+            name=name,
+            version=f"v{number}",
+            arrays={
+                "file": ARRAYS,
+                "sha256": _sha256(tmp / ARRAYS),
+                "bytes": (tmp / ARRAYS).stat().st_size,
+                "keys": sorted(arrays),
+            },
+        )
+        (tmp / MANIFEST).write_text(json.dumps(body, indent=2, sort_keys=False, allow_nan=False) + "\n")
+        for fname, content in (extra_files or {}).items():
+            target = tmp / fname
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
+        while True:
+            final = root / f"v{number}"
+            try:
+                os.rename(tmp, final)  # atomic on one file system; fails if final exists
+                break
+            except OSError:
+                if not final.exists():
+                    raise
+                number += 1
+                body["version"] = f"v{number}"
+                (tmp / MANIFEST).write_text(json.dumps(body, indent=2, allow_nan=False) + "\n")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log.info("saved model %s/%s", name, final.name)
+    return final
+
+
+def resolve_artifact(path_or_dir: str | os.PathLike[str], name: str | None = None) -> Path:
+    """A version directory from either itself, or a models directory plus a model name (latest)."""
+    p = Path(path_or_dir)
+    if (p / MANIFEST).is_file():
+        return p
+    if name is not None:
+        latest = latest_version(p, name)
+        if latest is None:
+            raise ArtifactError(f"no trained version of model {name!r} in {p}")
+        return latest
+    raise ArtifactError(f"{p} is not a model version directory (no {MANIFEST})")
+
+
+def load_artifact(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Read and check a version directory; return (manifest, arrays). Never unpickles."""
+    d = Path(path)
+    mpath = d / MANIFEST
+    try:
+        manifest = json.loads(mpath.read_text())
+    except FileNotFoundError:
+        raise ArtifactError(f"{d}: no {MANIFEST}; not a model artifact") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ArtifactError(f"{mpath}: corrupt manifest ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise ArtifactError(f"{mpath}: the manifest must be a JSON object")
+    missing = [k for k in REQUIRED_KEYS if k not in manifest]
+    if missing:
+        raise ArtifactError(f"{mpath}: missing field(s) {', '.join(missing)}")
+    if manifest["schema_version"] != SCHEMA_VERSION:
+        raise ArtifactError(
+            f"{mpath}: schema version {manifest['schema_version']!r} is not supported "
+            f"(this tunemix reads version {SCHEMA_VERSION})"
+        )
+    info = manifest["arrays"]
+    apath = d / ARRAYS
+    if not apath.is_file():
+        raise ArtifactError(f"{d}: {ARRAYS} is missing")
+    size = apath.stat().st_size
+    if size != info.get("bytes"):
+        raise ArtifactError(f"{apath}: size {size} bytes, the manifest says {info.get('bytes')} (truncated?)")
+    if _sha256(apath) != info.get("sha256"):
+        raise ArtifactError(f"{apath}: SHA-256 does not match the manifest (corrupt or modified)")
+    try:
+        with np.load(apath, allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+    except (ValueError, OSError, zipfile.BadZipFile) as exc:
+        raise ArtifactError(f"{apath}: cannot read arrays ({exc})") from None
+    if sorted(arrays) != sorted(info.get("keys", [])):
+        raise ArtifactError(f"{apath}: array keys differ from the manifest's list")
+    return manifest, arrays

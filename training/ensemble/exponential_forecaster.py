@@ -1,0 +1,253 @@
+"""The exponentially weighted forecaster that mixes calibrated members (method.md sec. 5).
+
+Busa-Fekete, Kégl, Éltető, Szarvas, "Tune and mix" (Machine Learning 2013), eq. (22), and
+"Ranking by calibrated AdaBoost" (Yahoo! LTR Challenge 2010), eq. (2); Cesa-Bianchi and
+Lugosi (2006) for the forecaster::
+
+    omega_m  = mean over validation queries of the quality (NDCG@10, "yahoo" convention by
+               default) of the ranking by member m's score v_m
+    w_m      = exp(c * (omega_m - max_m' omega_m'))  if omega_m > omega_min (the best member is
+               always kept), else 0
+    v_mix(x) = sum_m w_m r(v_m)(x) / sum_m w_m
+
+r is the member rescaling (``member_rescaling.py``). Subtracting max omega and dividing by
+sum w keep the weights finite for any c and do not change any ranking. c = 0 is the uniform
+mean (``Uniform``); c -> infinity ranks by the best member alone (``OneBest``). c and omega_min
+are chosen by grid search on the validation queries: every candidate is one weight vector, so
+a candidate costs one matrix-vector product and one ``mean_metric`` call.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from training.ensemble.base import (
+    Float1D,
+    Float2D,
+    Int1D,
+    MetricFn,
+    Mixer,
+    Offsets,
+    member_qualities,
+    resolve_metric,
+)
+from training.ensemble.member_rescaling import DEFAULT_RESCALE, MemberRescaler, check_rescale
+
+logger = logging.getLogger(__name__)
+
+#: c from 0 (uniform) to 200, the range searched in tune-and-mix sec. 7.3.
+DEFAULT_C_GRID: tuple[float, ...] = (0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0)
+#: omega_min candidates are these quantiles of the members' omegas, plus -inf (keep all).
+DEFAULT_OMEGA_MIN_QUANTILES: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+#: Two grid points whose validation quality differs by less than this are tied; the tie goes
+#: to the smaller c, then the smaller omega_min (the flatter, less validation-tuned mix).
+GRID_TIE_TOLERANCE = 1e-12
+
+
+def mix_weights(omega: npt.ArrayLike, c: float, omega_min: float) -> Float1D:
+    """w_m = exp(c (omega_m - max omega)) for omega_m > omega_min, else 0; best always kept.
+
+    >>> mix_weights([0.5, 0.7, 0.6], 0.0, 0.55).tolist()
+    [0.0, 1.0, 1.0]
+    """
+    om = np.asarray(omega, dtype=np.float64)
+    if om.ndim != 1 or om.shape[0] == 0:
+        raise ValueError("omega must be a non-empty 1-D array of member qualities")
+    if not np.isfinite(c) or c < 0:
+        raise ValueError(f"c must be a finite number >= 0, got {c}")
+    best = int(np.argmax(om))
+    keep = om > omega_min
+    keep[best] = True
+    w = np.exp(c * (om - om[best]))
+    return np.where(keep, w, 0.0)
+
+
+class ExponentialForecaster(Mixer):
+    """Exponentially weighted mix of members, c and omega_min tuned on validation queries.
+
+    Parameters (keyword-only, stored unchanged):
+        measure, convention: the quality omega and the grid-search objective
+            (``training.evaluation`` names, default "ndcg@10" under "yahoo").
+        c_grid: candidate values of c >= 0 (default ``DEFAULT_C_GRID``, 0..200).
+        omega_min_grid: candidate thresholds; None = -inf plus the ``omega_min_quantiles``
+            quantiles of the fitted omegas.
+        omega_min_quantiles: used when ``omega_min_grid`` is None.
+        rescale: "none" | "zscore_query" | "minmax_query" | "std_global" (member_rescaling.py).
+            Default "zscore_query". Measured (see the report in training/ensemble/README
+            section of the lead's notes and ``compare_mixers``): on MQ2008 Fold1 with members on
+            mixed scales, per-query z-scores gave the best test NDCG@10 of the four modes and
+            "none" the worst, because one member with a wide score range otherwise dominates
+            whatever its weight; z-scores also equalise each member's per-query spread, which
+            the global scale cannot.
+        metric: a ``mean_metric``-like function for ``fit`` (default
+            ``training.evaluation.mean_metric``); not part of the params.
+
+    Fitted attributes: ``omega_`` (M,), ``c_``, ``omega_min_``, ``weights_`` (M,, max 1, 0 for
+    dropped members), ``kept_`` (M,) bool, ``c_grid_``, ``omega_min_grid_``, ``grid_quality_``
+    (len(c_grid_), len(omega_min_grid_)) validation quality of every grid point (the surface
+    for the report plot), ``validation_quality_`` (the chosen point's), ``rescaler_``.
+    """
+
+    name: ClassVar[str] = "exp_forecaster"
+
+    def __init__(
+        self,
+        *,
+        measure: str = "ndcg@10",
+        convention: str = "yahoo",
+        c_grid: Sequence[float] = DEFAULT_C_GRID,
+        omega_min_grid: Sequence[float] | None = None,
+        omega_min_quantiles: Sequence[float] = DEFAULT_OMEGA_MIN_QUANTILES,
+        rescale: str = DEFAULT_RESCALE,
+        metric: MetricFn | None = None,
+    ) -> None:
+        self.measure = measure
+        self.convention = convention
+        self.c_grid = c_grid
+        self.omega_min_grid = omega_min_grid
+        self.omega_min_quantiles = omega_min_quantiles
+        self.rescale = rescale
+        self.metric = metric
+
+    @classmethod
+    def _init_param_names(cls) -> tuple[str, ...]:
+        return (
+            "measure",
+            "convention",
+            "c_grid",
+            "omega_min_grid",
+            "omega_min_quantiles",
+            "rescale",
+        )
+
+    def _get_init_params(self) -> dict[str, Any]:
+        return {
+            "measure": self.measure,
+            "convention": self.convention,
+            "c_grid": [float(c) for c in self.c_grid],
+            "omega_min_grid": None
+            if self.omega_min_grid is None
+            else [float(v) for v in self.omega_min_grid],
+            "omega_min_quantiles": [float(v) for v in self.omega_min_quantiles],
+            "rescale": self.rescale,
+        }
+
+    # ----------------------------------------------------------------- grids
+    def _checked_c_grid(self) -> Float1D:
+        c = np.asarray(self.c_grid, dtype=np.float64).ravel()
+        if c.size == 0 or not np.all(np.isfinite(c)) or np.any(c < 0):
+            raise ValueError(f"c_grid must be a non-empty list of finite c >= 0, got {self.c_grid}")
+        return c
+
+    def _checked_omega_min_grid(self, omega: Float1D) -> Float1D:
+        if self.omega_min_grid is not None:
+            g = np.asarray(self.omega_min_grid, dtype=np.float64).ravel()
+            if g.size == 0 or np.any(np.isnan(g)):
+                raise ValueError(
+                    f"omega_min_grid must be a non-empty list of numbers (-inf allowed), "
+                    f"got {self.omega_min_grid}"
+                )
+            return g
+        qs = np.asarray(self.omega_min_quantiles, dtype=np.float64).ravel()
+        if np.any(~np.isfinite(qs)) or np.any((qs < 0) | (qs > 1)):
+            raise ValueError(
+                f"omega_min_quantiles must lie in [0, 1], got {self.omega_min_quantiles}"
+            )
+        values = np.unique(np.quantile(omega, qs)) if qs.size else np.zeros(0)
+        return np.concatenate([[-np.inf], values])
+
+    # ------------------------------------------------------------------- fit
+    def _fit(self, member_scores: Float2D, labels: Int1D, query_offsets: Offsets) -> None:
+        check_rescale(self.rescale)
+        metric = resolve_metric(self.metric)
+        c_grid = self._checked_c_grid()
+        self.rescaler_ = MemberRescaler(self.rescale).fit(member_scores)
+        scaled = self.rescaler_.transform(member_scores, query_offsets)
+        # Per-query rescaling keeps every member's within-query order, so omega is the same
+        # on raw and rescaled scores; use the raw ones (what the member ranks by).
+        omega = member_qualities(
+            member_scores, labels, query_offsets, self.measure, self.convention, metric
+        )
+        om_grid = self._checked_omega_min_grid(omega)
+        surface = np.empty((c_grid.size, om_grid.size), dtype=np.float64)
+        seen: dict[bytes, float] = {}
+        for i, c in enumerate(c_grid):
+            for j, om_min in enumerate(om_grid):
+                w = mix_weights(omega, float(c), float(om_min))
+                w = w / w.sum()
+                key = w.tobytes()
+                if key not in seen:
+                    mixed = np.ascontiguousarray(scaled @ w)
+                    seen[key] = float(
+                        metric(labels, mixed, query_offsets, self.measure, self.convention)
+                    )
+                surface[i, j] = seen[key]
+        best_value = float(surface.max())
+        # Ties (within GRID_TIE_TOLERANCE) go to the smaller c, then the smaller omega_min.
+        candidates = np.argwhere(surface >= best_value - GRID_TIE_TOLERANCE)
+        i_best, j_best = min(
+            (tuple(ij) for ij in candidates), key=lambda ij: (c_grid[ij[0]], om_grid[ij[1]])
+        )
+        self.omega_ = omega
+        self.c_grid_ = c_grid
+        self.omega_min_grid_ = om_grid
+        self.grid_quality_ = surface
+        self.c_ = float(c_grid[i_best])
+        self.omega_min_ = float(om_grid[j_best])
+        self.weights_ = mix_weights(omega, self.c_, self.omega_min_)
+        self.kept_ = self.weights_ > 0
+        self.validation_quality_ = float(surface[i_best, j_best])
+        logger.info(
+            "exp_forecaster: c=%g omega_min=%g keeps %d/%d members, validation %s=%.6f "
+            "(%d distinct candidates)",
+            self.c_, self.omega_min_, int(self.kept_.sum()), omega.size, self.measure,
+            self.validation_quality_, len(seen),
+        )
+
+    # ------------------------------------------------------------- transform
+    def _transform(self, member_scores: Float2D, query_offsets: Offsets) -> Float1D:
+        scaled = self.rescaler_.transform(member_scores, query_offsets)
+        w = self.weights_ / self.weights_.sum()
+        return np.ascontiguousarray(scaled @ w)
+
+    # ---------------------------------------------------------------- params
+    def _fitted_params(self) -> dict[str, Any]:
+        return {
+            "omega": self.omega_.copy(),
+            "c": self.c_,
+            "omega_min": self.omega_min_,
+            "weights": self.weights_.copy(),
+            "c_grid_searched": self.c_grid_.copy(),
+            "omega_min_grid_searched": self.omega_min_grid_.copy(),
+            "grid_quality": self.grid_quality_.copy(),
+            "validation_quality": self.validation_quality_,
+            "rescale_scale": self.rescaler_.to_params()["rescale_scale"],
+        }
+
+    def _set_fitted_params(self, params: Mapping[str, Any]) -> None:
+        weights = np.asarray(params["weights"], dtype=np.float64)
+        if weights.shape != (self.n_members_,) or not np.all(np.isfinite(weights)):
+            raise ValueError(f"weights must be {self.n_members_} finite numbers")
+        if np.any(weights < 0) or weights.sum() <= 0:
+            raise ValueError("weights must be non-negative with a positive sum")
+        self.weights_ = weights
+        self.kept_ = weights > 0
+        self.c_ = float(params.get("c", np.nan))
+        self.omega_min_ = float(params.get("omega_min", np.nan))
+        self.omega_ = np.asarray(params.get("omega", np.full(self.n_members_, np.nan)), float)
+        self.c_grid_ = np.asarray(params.get("c_grid_searched", []), dtype=np.float64)
+        self.omega_min_grid_ = np.asarray(
+            params.get("omega_min_grid_searched", []), dtype=np.float64
+        )
+        self.grid_quality_ = np.asarray(
+            params.get("grid_quality", np.zeros((0, 0))), dtype=np.float64
+        )
+        self.validation_quality_ = float(params.get("validation_quality", np.nan))
+        self.rescaler_ = MemberRescaler.from_params(
+            {"rescale": self.rescale, "rescale_scale": params.get("rescale_scale", [])}
+        )

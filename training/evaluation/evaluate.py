@@ -1,0 +1,419 @@
+"""Evaluate ranked lists under one of the six tool conventions.
+
+>>> import numpy as np
+>>> labels = np.array([2, 0, 1, 0, 0, 1])          # three queries of 2, 3 and 1 documents
+>>> scores = np.array([0.9, 0.1, 0.2, 0.8, 0.5, 0.3])
+>>> offsets = np.array([0, 2, 5, 6])
+>>> res = evaluate(labels, scores, offsets, ["ndcg@2", "err"], "yahoo")
+>>> res.per_query["ndcg@2"].tolist()
+[1.0, 0.0, 1.0]
+>>> round(res.mean["err"], 6)
+0.090278
+
+The public functions validate and dispatch; the loops are in :mod:`.kernels`, the rules in
+:mod:`.conventions` (spec: docs/conventions.md). Formulas are in the kernel module docstring
+(NDCG: Järvelin and Kekäläinen 2002; ERR: Chapelle et al. 2009).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from training.evaluation import kernels
+from training.evaluation.conventions import METRIC_CODES, Convention, get_convention
+from training.evaluation.measures import Measure, parse_measures
+
+log = logging.getLogger(__name__)
+
+MAX_LABEL = 1_000_000
+MeasureSpec = str | Measure | Sequence[str | Measure]
+
+
+class EvaluationInputError(ValueError):
+    """Input the evaluation (or the tool it reproduces) cannot accept; names the query."""
+
+
+@dataclass(frozen=True)
+class EvaluationResult:
+    """Per-query values (float64, NaN = the tool has no value), means, derived flags, warnings.
+
+    All dicts are keyed by the canonical measure string (``str(Measure)``), e.g. ``"ndcg@10"``.
+    """
+
+    convention: str
+    qids: npt.NDArray[np.str_]
+    per_query: dict[str, npt.NDArray[np.float64]]
+    mean: dict[str, float]
+    derived: dict[str, bool]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def measures(self) -> list[str]:
+        return list(self.mean)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict: ``mean``, ``per_query`` (keyed by qid), ``derived``, ``warnings``;
+        NaN becomes None (JSON null)."""
+
+        def clean(v: float) -> float | None:
+            return None if np.isnan(v) else float(v)
+
+        per_query = {
+            name: {str(q): clean(float(v)) for q, v in zip(self.qids, vals, strict=True)}
+            for name, vals in self.per_query.items()
+        }
+        return {
+            "convention": self.convention,
+            "mean": {k: clean(v) for k, v in self.mean.items()},
+            "per_query": per_query,
+            "derived": dict(self.derived),
+            "warnings": list(self.warnings),
+        }
+
+
+@dataclass
+class _Prepared:
+    labels: npt.NDArray[np.int32]
+    scores: npt.NDArray[np.float64]
+    tiebreak: npt.NDArray[np.int64]
+    use_tiebreak: bool
+    offsets: npt.NDArray[np.int64]
+    qids: npt.NDArray[np.str_] | None
+    max_label: int
+    max_n: int
+    warnings: list[str]
+
+
+def _query_name(q: int, qids: npt.NDArray[np.str_] | None) -> str:
+    if qids is not None:
+        return f"query {str(qids[q])!r} (index {q})"
+    return f"query {q} (0-based index)"
+
+
+def _query_of_row(offsets: npt.NDArray[np.int64], row: int) -> int:
+    return int(np.searchsorted(offsets, row, side="right")) - 1
+
+
+def _decimal_string_rank(n: int) -> npt.NDArray[np.int64]:
+    """For rows 0..n-1, an integer key ordered like the strings str(row) under strcmp."""
+    if n > 10**18:
+        raise EvaluationInputError("too many documents to use positions as trec docids")
+    keys: npt.NDArray[np.int64] = kernels.decimal_string_keys(n)
+    return keys
+
+
+def _validate_labels(
+    labels: npt.ArrayLike, offsets: npt.NDArray[np.int64], qids: npt.NDArray[np.str_] | None
+) -> npt.NDArray[np.int32]:
+    arr = np.asarray(labels)
+    if arr.ndim != 1:
+        raise EvaluationInputError(f"labels must be a 1-D array, got shape {arr.shape}")
+    if arr.dtype.kind == "b":
+        arr = arr.astype(np.int64)
+    if arr.dtype.kind == "f":
+        bad = ~np.isfinite(arr) | (arr != np.round(arr))
+        if bad.any():
+            row = int(np.argmax(bad))
+            q = _query_of_row(offsets, row)
+            raise EvaluationInputError(
+                f"{_query_name(q, qids)}: label {arr[row].item()!r} at row {row} is not an integer; "
+                "relevance labels must be whole numbers 0, 1, 2, ..."
+            )
+    elif arr.dtype.kind not in "iu":
+        raise EvaluationInputError(
+            f"labels must be integers (relevance grades), got dtype {arr.dtype}"
+        )
+    if arr.size:
+        lo = arr.min()
+        if lo < 0:
+            row = int(np.argmax(arr < 0))
+            q = _query_of_row(offsets, row)
+            raise EvaluationInputError(
+                f"{_query_name(q, qids)}: negative label {arr[row].item()!r} at row {row}; "
+                "relevance labels must be >= 0"
+            )
+        if arr.max() > MAX_LABEL:
+            row = int(np.argmax(arr > MAX_LABEL))
+            q = _query_of_row(offsets, row)
+            raise EvaluationInputError(
+                f"{_query_name(q, qids)}: label {arr[row].item()!r} at row {row} exceeds {MAX_LABEL}"
+            )
+    return np.ascontiguousarray(arr, dtype=np.int32)
+
+
+def _prepare(
+    labels: npt.ArrayLike,
+    scores: npt.ArrayLike,
+    query_offsets: npt.ArrayLike,
+    conv: Convention,
+    docids: npt.ArrayLike | None,
+    qids: npt.ArrayLike | None,
+    *,
+    validate: bool = True,
+) -> _Prepared:
+    warnings: list[str] = []
+    try:
+        off = np.ascontiguousarray(query_offsets, dtype=np.int64)
+    except (TypeError, ValueError) as exc:
+        raise EvaluationInputError(f"query_offsets must be integers: {exc}") from None
+    if off.ndim != 1 or off.shape[0] < 2:
+        raise EvaluationInputError(
+            "query_offsets must be a 1-D array of running totals [0, n_1, n_1 + n_2, ...] "
+            "with at least one query"
+        )
+    nq = off.shape[0] - 1
+    qid_arr: npt.NDArray[np.str_] | None = None
+    if qids is not None:
+        qid_arr = np.asarray(qids).astype(np.str_)
+        if qid_arr.shape != (nq,):
+            raise EvaluationInputError(
+                f"qids must have one entry per query ({nq}), got shape {qid_arr.shape}"
+            )
+    if off[0] != 0:
+        raise EvaluationInputError(f"query_offsets[0] must be 0, got {int(off[0])}")
+    sizes = np.diff(off)
+    if np.any(sizes <= 0):
+        q = int(np.argmax(sizes <= 0))
+        if sizes[q] < 0:
+            raise EvaluationInputError(
+                f"query_offsets must be non-decreasing; {_query_name(q, qid_arr)} has size "
+                f"{int(sizes[q])}"
+            )
+        raise EvaluationInputError(
+            f"{_query_name(q, qid_arr)} is empty (no documents); every query needs at least one"
+        )
+
+    n_lab = int(np.shape(labels)[0]) if np.ndim(labels) >= 1 else -1
+    if off[-1] != n_lab:
+        q = int(np.argmax(off[1:] > n_lab)) if off[-1] > n_lab else nq - 1
+        raise EvaluationInputError(
+            f"labels has {n_lab} entries but query_offsets[-1] = {int(off[-1])}; "
+            f"{_query_name(q, qid_arr)} owns rows {int(off[q])}:{int(off[q + 1])}"
+        )
+    lab = _validate_labels(labels, off, qid_arr) if validate else np.ascontiguousarray(
+        labels, dtype=np.int32
+    )
+    try:
+        sc = np.ascontiguousarray(scores, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise EvaluationInputError(f"scores must be real numbers: {exc}") from None
+    if sc.ndim != 1:
+        raise EvaluationInputError(f"scores must be a 1-D array, got shape {sc.shape}")
+    if sc.shape[0] != lab.shape[0]:
+        if sc.shape[0] < lab.shape[0]:
+            q = _query_of_row(off, sc.shape[0])
+            raise EvaluationInputError(
+                f"{_query_name(q, qid_arr)}: labels and scores differ in length "
+                f"(labels has {lab.shape[0]} entries, scores {sc.shape[0]}); the query owns rows "
+                f"{int(off[q])}:{int(off[q + 1])}"
+            )
+        raise EvaluationInputError(
+            f"labels and scores differ in length: labels has {lab.shape[0]} entries, scores "
+            f"{sc.shape[0]} ({_query_name(nq - 1, qid_arr)} is the last query, ending at row "
+            f"{int(off[-1])})"
+        )
+    if validate:
+        finite = np.isfinite(sc)
+        if not finite.all():
+            row = int(np.argmin(finite))
+            q = _query_of_row(off, row)
+            raise EvaluationInputError(
+                f"{_query_name(q, qid_arr)}: score {sc[row].item()!r} at row {row} is not finite; "
+                "scores must be real numbers (no NaN or infinity)"
+            )
+    max_label = int(lab.max())
+
+    doc_arr: npt.NDArray[np.str_] | None = None
+    if docids is not None:
+        doc_arr = np.asarray(docids).astype(np.str_)
+        if doc_arr.shape != lab.shape:
+            raise EvaluationInputError(
+                f"docids must have one entry per document ({lab.shape[0]}), got shape "
+                f"{doc_arr.shape}"
+            )
+
+    tiebreak = np.zeros(0, dtype=np.int64)
+    use_tiebreak = False
+    if conv.tie_rule == "trec":
+        # trec_eval reads scores into a C float, sorts by score descending, then by docno
+        # descending (strcmp). UTF-8 byte order equals code point order, which numpy uses.
+        sc = sc.astype(np.float32).astype(np.float64)
+        use_tiebreak = True
+        if doc_arr is None:
+            tiebreak = _decimal_string_rank(lab.shape[0])
+            warnings.append(
+                "trec: no docids given; ties are broken by each document's 0-based row position "
+                "in the input written as a decimal string, in descending strcmp order"
+            )
+        else:
+            _, inverse = np.unique(doc_arr, return_inverse=True)
+            tiebreak = np.ascontiguousarray(inverse.reshape(-1), dtype=np.int64)
+            if validate:
+                _check_unique_docids(tiebreak, off, doc_arr, qid_arr)
+    return _Prepared(
+        labels=lab,
+        scores=sc,
+        tiebreak=tiebreak,
+        use_tiebreak=use_tiebreak,
+        offsets=off,
+        qids=qid_arr,
+        max_label=max_label,
+        max_n=int(sizes.max()),
+        warnings=warnings,
+    )
+
+
+def _check_unique_docids(
+    ranks: npt.NDArray[np.int64],
+    off: npt.NDArray[np.int64],
+    docids: npt.NDArray[np.str_],
+    qids: npt.NDArray[np.str_] | None,
+) -> None:
+    nq = off.shape[0] - 1
+    qidx = np.repeat(np.arange(nq, dtype=np.int64), np.diff(off))
+    key = qidx * (int(ranks.max()) + 1 if ranks.size else 1) + ranks
+    order = np.argsort(key, kind="stable")
+    dup = np.flatnonzero(key[order][1:] == key[order][:-1])
+    if dup.size:
+        row = int(order[dup[0] + 1])
+        q = int(qidx[row])
+        raise EvaluationInputError(
+            f"{_query_name(q, qids)}: document id {str(docids[row])!r} occurs more than once; "
+            "trec_eval needs distinct docids within a query"
+        )
+
+
+def _check_err_labels(prep: _Prepared, conv: Convention, measure: Measure, table: Any) -> None:
+    bad_labels = np.flatnonzero(table > 1.0)
+    if bad_labels.size == 0:
+        return
+    first_bad = int(bad_labels[0])
+    mask = prep.labels >= first_bad
+    if not mask.any():
+        return
+    row = int(np.argmax(mask))
+    q = _query_of_row(prep.offsets, row)
+    top = measure.top if measure.top is not None else conv.err_top
+    raise EvaluationInputError(
+        f"{_query_name(q, prep.qids)}: label {int(prep.labels[row])} at row {row} is above the "
+        f"top grade {top} that {measure} assumes under {conv.name} (its stopping probability "
+        f"would exceed 1); use labels 0..{top} or ask for err:top=<max label>"
+    )
+
+
+def _values(prep: _Prepared, conv: Convention, measure: Measure) -> npt.NDArray[np.float64]:
+    max_label = prep.max_label
+    gain = conv.gain_values(max_label)
+    disc = conv.discount_values(max(prep.max_n, 1))
+    rel = conv.relevant_values(max_label)
+    err_r = conv.err_values(max_label, measure.top)
+    if measure.name == "err":
+        _check_err_labels(prep, conv, measure, err_r)
+    out: npt.NDArray[np.float64] = kernels.query_values(
+        prep.labels,
+        prep.scores,
+        prep.tiebreak,
+        prep.use_tiebreak,
+        prep.offsets,
+        METRIC_CODES[measure.name],
+        measure.cutoff or 0,
+        conv.short_code(),
+        conv.p_code(),
+        conv.empty_ndcg,
+        gain,
+        disc,
+        rel,
+        err_r,
+    )
+    return out
+
+
+def _check_supported(conv: Convention, measures: list[Measure]) -> None:
+    for m in measures:
+        reason = conv.unsupported_reason(m)
+        if reason is not None:
+            raise EvaluationInputError(reason)
+
+
+def evaluate(
+    labels: npt.ArrayLike,
+    scores: npt.ArrayLike,
+    query_offsets: npt.ArrayLike,
+    measures: MeasureSpec,
+    convention: str | Convention = "yahoo",
+    *,
+    docids: npt.ArrayLike | None = None,
+    qids: npt.ArrayLike | None = None,
+) -> EvaluationResult:
+    """Evaluate every query under ``convention`` (letor3|letor4|mslr|yahoo|ranklib|trec).
+
+    ``measures``: ``"ndcg@10,err"``, a :class:`Measure`, or a list of either. Returns per-query
+    values (NaN where the tool has no value: letor3 NDCG@k/P@k with n < k), the tool's mean
+    (letor3 adds 0 for such queries and divides by all queries), ``derived`` flags for metrics
+    the tool lacks, and warnings (labels the convention ignores, trec without docids).
+
+    Raises :class:`EvaluationInputError` (a ValueError) naming the query (``qids`` when given,
+    else the 0-based index) for negative or non-integer labels, NaN/inf scores, empty queries,
+    length mismatches, duplicate docids under trec, ERR labels above the top grade, and
+    cutoffs the tool does not support (letor3 1..16, letor4/mslr 1..10 for NDCG and P).
+    """
+    conv = get_convention(convention)
+    ms = list(dict.fromkeys(parse_measures(measures)))
+    _check_supported(conv, ms)
+    prep = _prepare(labels, scores, query_offsets, conv, docids, qids)
+    warnings = list(prep.warnings)
+    if conv.meaningful_max_label is not None and prep.max_label > conv.meaningful_max_label:
+        n_above = int(np.count_nonzero(prep.labels > conv.meaningful_max_label))
+        msg = conv.label_warning(prep.max_label, n_above)
+        if msg is not None:
+            warnings.append(msg)
+    per_query: dict[str, npt.NDArray[np.float64]] = {}
+    mean: dict[str, float] = {}
+    derived: dict[str, bool] = {}
+    for m in ms:
+        key = str(m)
+        vals = _values(prep, conv, m)
+        per_query[key] = vals
+        mean[key] = float(kernels.mean_of_values(vals))
+        derived[key] = not conv.is_native(m)
+    for w in warnings:
+        log.debug("%s", w)
+    nq = prep.offsets.shape[0] - 1
+    qid_out = prep.qids if prep.qids is not None else np.arange(nq).astype(np.str_)
+    return EvaluationResult(
+        convention=conv.name,
+        qids=qid_out,
+        per_query=per_query,
+        mean=mean,
+        derived=derived,
+        warnings=warnings,
+    )
+
+
+def mean_metric(
+    labels: npt.ArrayLike,
+    scores: npt.ArrayLike,
+    query_offsets: npt.ArrayLike,
+    measure: str | Measure,
+    convention: str | Convention = "yahoo",
+    *,
+    docids: npt.ArrayLike | None = None,
+    validate: bool = True,
+) -> float:
+    """The tool's mean of one measure: the fast path for training loops.
+
+    Same rules and errors as :func:`evaluate` (no warnings). ``validate=False`` skips the O(n)
+    checks of labels, scores and docids for inputs already validated once (e.g. a grid search
+    scoring many candidate score vectors against the same labels).
+    """
+    conv = get_convention(convention)
+    m = Measure.parse(measure)
+    _check_supported(conv, [m])
+    prep = _prepare(labels, scores, query_offsets, conv, docids, None, validate=validate)
+    return float(kernels.mean_of_values(_values(prep, conv, m)))

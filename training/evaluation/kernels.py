@@ -1,0 +1,290 @@
+"""Numba kernels for ranking measures: one kernel family driven by convention flags.
+
+Inputs are the project's flat layout (docs/architecture.md)::
+
+    labels        int32   (n,)            graded relevance, already validated (>= 0)
+    scores        float64 (n,)            higher ranks first (trec: already rounded to float32)
+    tiebreak      int64   (n,) or (0,)    trec: docid rank, the larger id ranks first on ties
+    query_offsets int64   (n_queries+1,)  query q owns rows query_offsets[q]:query_offsets[q+1]
+
+Example: three queries with 2, 3 and 1 documents have ``query_offsets = [0, 2, 5, 6]``.
+
+Everything convention-specific arrives as lookup tables indexed by label (``gain``, ``rel``,
+``err_r``) or by 0-based rank (``disc``) plus a few integer codes (see conventions.py), so the
+loop below exists once. Ranking order: score descending; ties go to the document with the
+larger ``tiebreak`` when ``use_tiebreak`` else to the earlier row (a stable sort).
+
+Formulas (r is the 1-based rank, m = min(k, n)):
+
+- DCG@k = sum_{r<=m} gain[l_r] * disc[r-1]; NDCG@k = DCG@k / idealDCG@k with idealDCG@k the
+  same sum over the gains of all n labels sorted descending (Järvelin and Kekäläinen 2002);
+  ``empty_value`` when idealDCG@k = 0; when n < k, ``short_rule`` decides (truncate/NaN/0).
+- ERR@k = sum_{r<=m} err_r[l_r] / r * prod_{s<r} (1 - err_r[l_s]) (Chapelle et al. 2009).
+- P@k = #{r <= m : rel[l_r]} / (k or m); AP = sum over relevant ranks r of P@r / #relevant.
+- MeanNDCG = (1/n) sum_{j=1..n} NDCG@j (LETOR 4.0).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+DCG = 0
+NDCG = 1
+ERR = 2
+PREC = 3
+AP = 4
+MEANNDCG = 5
+
+# Up to this many ranks, the top of a list is found by insertion into a small buffer
+# (O(n) for random scores); longer prefixes use a full merge sort.
+SELECT_MAX = 32
+
+
+@njit(cache=True, inline="always")
+def _before(scores, tiebreak, use_tiebreak, i, j):
+    """True when row i ranks strictly before row j."""
+    si = scores[i]
+    sj = scores[j]
+    if si > sj:
+        return True
+    if si < sj:
+        return False
+    if use_tiebreak:
+        return tiebreak[i] > tiebreak[j]
+    return i < j
+
+
+@njit(cache=True)
+def _rank_prefix(scores, tiebreak, use_tiebreak, start, end, m, order, tmp):
+    """Fill order[0:m] with the rows of the first m ranks of rows start:end."""
+    n = end - start
+    if m <= SELECT_MAX and m < n:
+        # Insertion into a sorted buffer of m rows; ``thr`` is the score of the last one, so
+        # most rows are rejected by one comparison (ties still go to the full comparator).
+        cnt = 0
+        thr = -np.inf
+        for i in range(start, end):
+            si = scores[i]
+            if cnt < m:
+                pos = cnt
+                cnt += 1
+            elif si < thr:
+                continue
+            elif _before(scores, tiebreak, use_tiebreak, i, order[m - 1]):
+                pos = m - 1
+            else:
+                continue
+            while pos > 0 and _before(scores, tiebreak, use_tiebreak, i, order[pos - 1]):
+                order[pos] = order[pos - 1]
+                pos -= 1
+            order[pos] = i
+            if cnt == m:
+                thr = scores[order[m - 1]]
+        return
+    # Bottom-up merge sort of all n rows (the comparator is a total order, so it is exact).
+    for i in range(n):
+        order[i] = start + i
+    width = 1
+    src = order
+    dst = tmp
+    in_tmp = False
+    while width < n:
+        lo = 0
+        while lo < n:
+            mid = min(lo + width, n)
+            hi = min(lo + 2 * width, n)
+            a = lo
+            b = mid
+            o = lo
+            while a < mid and b < hi:
+                if _before(scores, tiebreak, use_tiebreak, src[b], src[a]):
+                    dst[o] = src[b]
+                    b += 1
+                else:
+                    dst[o] = src[a]
+                    a += 1
+                o += 1
+            while a < mid:
+                dst[o] = src[a]
+                a += 1
+                o += 1
+            while b < hi:
+                dst[o] = src[b]
+                b += 1
+                o += 1
+            lo = hi
+        src, dst = dst, src
+        in_tmp = not in_tmp
+        width *= 2
+    if in_tmp:
+        for i in range(n):
+            order[i] = tmp[i]
+
+
+@njit(cache=True)
+def _ideal_gains(labels, gain, start, end, m, out):
+    """Fill out[0:m] with the m largest gains of rows start:end, descending."""
+    n = end - start
+    if m <= SELECT_MAX and m < n:
+        cnt = 0
+        for i in range(start, end):
+            g = gain[labels[i]]
+            if cnt < m:
+                pos = cnt
+                cnt += 1
+            elif g > out[m - 1]:
+                pos = m - 1
+            else:
+                continue
+            while pos > 0 and g > out[pos - 1]:
+                out[pos] = out[pos - 1]
+                pos -= 1
+            out[pos] = g
+        return
+    buf = np.empty(n, dtype=np.float64)
+    for i in range(n):
+        buf[i] = gain[labels[start + i]]
+    buf.sort()
+    for r in range(m):
+        out[r] = buf[n - 1 - r]
+
+
+@njit(cache=True)
+def _query_value(
+    labels, scores, tiebreak, use_tiebreak, start, end, metric, cutoff, short_rule, p_rule,
+    empty_value, gain, disc, rel, err_r, order, tmp, ideal,
+):
+    """The value of one measure on the query owning rows start:end (see module docstring)."""
+    n = end - start
+    k = cutoff if cutoff > 0 else n
+    m = min(k, n)
+    if metric == DCG or metric == NDCG:
+        if n < k:
+            if short_rule == 1:
+                return np.nan
+            if short_rule == 2:
+                return 0.0
+        _rank_prefix(scores, tiebreak, use_tiebreak, start, end, m, order, tmp)
+        dcg = 0.0
+        for r in range(m):
+            dcg += gain[labels[order[r]]] * disc[r]
+        if metric == DCG:
+            return dcg
+        _ideal_gains(labels, gain, start, end, m, ideal)
+        best = 0.0
+        for r in range(m):
+            best += ideal[r] * disc[r]
+        if best <= 0.0:
+            return empty_value
+        return dcg / best
+    if metric == ERR:
+        _rank_prefix(scores, tiebreak, use_tiebreak, start, end, m, order, tmp)
+        p = 1.0
+        s = 0.0
+        for r in range(m):
+            big_r = err_r[labels[order[r]]]
+            s += p * big_r / (r + 1)
+            p *= 1.0 - big_r
+        return s
+    if metric == PREC:
+        if n < k and p_rule == 2:
+            return np.nan
+        _rank_prefix(scores, tiebreak, use_tiebreak, start, end, m, order, tmp)
+        hits = 0
+        for r in range(m):
+            hits += rel[labels[order[r]]]
+        if p_rule == 1:
+            return hits / m
+        return hits / k
+    if metric == AP:
+        _rank_prefix(scores, tiebreak, use_tiebreak, start, end, n, order, tmp)
+        hits = 0
+        total = 0.0
+        for r in range(n):
+            if rel[labels[order[r]]] != 0:
+                hits += 1
+                total += hits / (r + 1)
+        if hits == 0:
+            return 0.0
+        return total / hits
+    # MEANNDCG
+    _rank_prefix(scores, tiebreak, use_tiebreak, start, end, n, order, tmp)
+    _ideal_gains(labels, gain, start, end, n, ideal)
+    dcg = 0.0
+    best = 0.0
+    acc = 0.0
+    for r in range(n):
+        dcg += gain[labels[order[r]]] * disc[r]
+        best += ideal[r] * disc[r]
+        if best <= 0.0:
+            acc += empty_value
+        else:
+            acc += dcg / best
+    return acc / n
+
+
+@njit(cache=True)
+def query_values(
+    labels, scores, tiebreak, use_tiebreak, query_offsets, metric, cutoff, short_rule, p_rule,
+    empty_value, gain, disc, rel, err_r,
+):
+    """Per-query values of one measure (float64, NaN = the tool has no value)."""
+    nq = query_offsets.shape[0] - 1
+    out = np.empty(nq, dtype=np.float64)
+    max_n = 1
+    for q in range(nq):
+        size = query_offsets[q + 1] - query_offsets[q]
+        if size > max_n:
+            max_n = size
+    order = np.empty(max_n, dtype=np.int64)
+    tmp = np.empty(max_n, dtype=np.int64)
+    ideal = np.empty(max_n, dtype=np.float64)
+    for q in range(nq):
+        out[q] = _query_value(
+            labels, scores, tiebreak, use_tiebreak, query_offsets[q], query_offsets[q + 1],
+            metric, cutoff, short_rule, p_rule, empty_value, gain, disc, rel, err_r,
+            order, tmp, ideal,
+        )
+    return out
+
+
+@njit(cache=True)
+def mean_of_values(values):
+    """Mean over all queries where a NaN (no value) counts 0 (the letor3 rule; others have none)."""
+    s = 0.0
+    for v in values:
+        if v == v:
+            s += v
+    return s / values.shape[0]
+
+
+@njit(cache=True)
+def decimal_string_keys(n):
+    """For rows 0..n-1, int64 keys ordered like the strings str(row) under strcmp.
+
+    Base-11 digits, '0'..'9' -> 1..10 and a missing trailing character -> 0 (a prefix sorts
+    first), padded to the width of str(n - 1); exact up to 18 digits.
+    """
+    width = 1
+    p = 10
+    while p <= n - 1:
+        width += 1
+        p *= 10
+    out = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        d = 1
+        p = 10
+        while p <= i:
+            d += 1
+            p *= 10
+        key = 0
+        div = p // 10
+        for j in range(width):
+            if j < d:
+                key = key * 11 + (i // div) % 10 + 1
+                div //= 10
+            else:
+                key = key * 11
+        out[i] = key
+    return out

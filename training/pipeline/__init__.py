@@ -1,0 +1,1 @@
+"""The training pipeline: configuration, member jobs, orchestration, report, CLI."""

@@ -1,0 +1,117 @@
+"""``tunemix train`` and ``tunemix demo``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from training.pipeline.config import BACKENDS, load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_CONFIG = ROOT / "configs" / "default.toml"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    tr = subparsers.add_parser(
+        "train", help="train a calibrated ensemble and write a versioned artifact",
+        description="Train members, calibrate, mix and save models/<name>/vN/ with a report. "
+        "Flags override the config file.",
+    )
+    tr.add_argument("--config", type=Path, help="TOML configuration (see configs/)")
+    _add_overrides(tr)
+    tr.set_defaults(func=run_train)
+
+    demo = subparsers.add_parser(
+        "demo", help="train the default model on generated data unless one exists, then summarise it",
+    )
+    demo.add_argument("--models-dir", default="models", help="models directory (default models)")
+    demo.add_argument("--name", default="default", help="model name (default 'default')")
+    demo.add_argument("--data-dir", type=Path, default=Path("data") / "synthetic",
+                      help="where the generated data set is written (default data/synthetic)")
+    demo.add_argument("--retrain", action="store_true", help="train a new version even if one exists")
+    demo.add_argument("--no-progress", action="store_true", help="no progress bars")
+    demo.set_defaults(func=run_demo)
+
+
+def _add_overrides(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--train", help="training data file")
+    p.add_argument("--vali", help="validation data file (tunes the mixer)")
+    p.add_argument("--test", help="test data file (reported, never used for choices)")
+    p.add_argument("--name", help="model name (models/<name>/vN)")
+    p.add_argument("--models-dir", help="models directory")
+    p.add_argument("--backend", choices=BACKENDS, help="joblib backend for parallel jobs")
+    p.add_argument("--scheduler", help="dask scheduler address (default: a local cluster) or ray address")
+    p.add_argument("--n-jobs", type=int, help="parallel jobs")
+    p.add_argument("--time-budget", type=float, help="seconds; boosting runs stop early to fit in it")
+    p.add_argument("--seed", type=int, help="random seed")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    over: dict[str, Any] = {
+        "data.train": args.train, "data.vali": args.vali, "data.test": args.test, "name": args.name,
+        "run.models_dir": args.models_dir, "run.backend": args.backend, "run.scheduler": args.scheduler,
+        "run.n_jobs": args.n_jobs, "run.time_budget_s": args.time_budget, "seed": args.seed,
+    }
+    return over
+
+
+def _summary(outcome: Any) -> str:
+    rec = outcome.record
+    m = rec["mixer"]
+    lines = [f"model written to {outcome.path}",
+             f"  {len(rec['runs'])} runs, {len(rec['members'])} members; mixer {m['name']} "
+             f"({m['measure']}, {m['convention']})"]
+    for split, table in rec["evaluation"].items():
+        ens = table["ensemble"][m["convention"]].get(m["measure"])
+        best = table["best_member"][m["convention"]].get(m["measure"])
+        lines.append(f"  {split}: ensemble {m['measure']} = {ens:.4f}, best single member = {best:.4f}")
+    for row in rec["mixer_comparison"]:
+        lines.append(f"    {row['mixer']:>15}: test {m['measure']} = {row.get('test_' + m['measure']):.4f}")
+    lines.append(f"  report: {outcome.path / 'report.md'}")
+    return "\n".join(lines) + "\n"
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from training.pipeline.train import train
+
+    cfg = load_config(args.config, _overrides(args))
+    if cfg.data.train is None and cfg.data.synthetic is None:
+        raise ValueError("no training data: give --train/--vali (and --test) or a config with [data]")
+    outcome = train(cfg, progress=not args.no_progress)
+    sys.stdout.write(_summary(outcome))
+    return 0
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from training.artifact.store import latest_version
+    from training.data.svmlight import write_svmlight
+    from training.data.synthetic import make_synthetic_splits
+    from training.pipeline.train import train
+
+    existing = latest_version(args.models_dir, args.name)
+    if existing is not None and not args.retrain:
+        sys.stdout.write(f"model {args.name!r} already trained: {existing} (use --retrain for a new version)\n")
+        return 0
+    cfg = load_config(DEFAULT_CONFIG, {"name": args.name, "run.models_dir": args.models_dir})
+    files = {k: args.data_dir / f"{k}.txt" for k in ("train", "vali", "test")}
+    if not all(f.exists() for f in files.values()):
+        s = cfg.data.synthetic
+        if s is None:
+            raise ValueError(f"{DEFAULT_CONFIG} must have a [data.synthetic] table for the demo")
+        sets = make_synthetic_splits(
+            n_queries=dict(zip(("train", "vali", "test"), s.queries, strict=True)),
+            docs_per_query=(s.docs_per_query[0], s.docs_per_query[-1]), n_features=s.features,
+            n_levels=s.levels, noise=s.noise, seed=s.seed,
+        )
+        args.data_dir.mkdir(parents=True, exist_ok=True)
+        for k, data in sets.items():
+            write_svmlight(data, files[k])
+        sys.stdout.write(f"generated synthetic data in {args.data_dir}\n")
+    cfg.data.synthetic = None
+    cfg.data.train, cfg.data.vali, cfg.data.test = (str(files[k]) for k in ("train", "vali", "test"))
+    outcome = train(cfg, progress=not args.no_progress)
+    sys.stdout.write(_summary(outcome))
+    return 0

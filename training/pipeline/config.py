@@ -1,0 +1,240 @@
+"""The typed training configuration (``tunemix train --config CONFIG.toml``).
+
+Every numeric default of the trainer lives here, once. The configuration as resolved (defaults
+filled in) is copied verbatim into the artifact's manifest, so a model records exactly how it
+was made. Example (see ``configs/`` for complete files)::
+
+    name = "mq2008"
+    seed = 0
+
+    [data]
+    train = "../shared/data/MQ2008/Fold1/train.txt"
+    vali  = "../shared/data/MQ2008/Fold1/vali.txt"
+    test  = "../shared/data/MQ2008/Fold1/test.txt"
+
+    [members]
+    views = ["raw", "raw+std"]
+    label_groupings = ["original", "binary"]
+    calibrators = ["shift", "cpc:ls", "rbc:linear:gain"]
+
+    [[members.adaboost]]           # list values expand into a grid
+    base = "tree"
+    n_leaves = [8, 64]
+    n_iterations = 1000
+    checkpoints = [10, 30, 100, 300, 1000]
+
+    [mixer]
+    name = "exp_forecaster"
+    measure = "ndcg@10"
+    convention = "yahoo"
+
+    [run]
+    backend = "loky"
+    n_jobs = 2
+"""
+
+from __future__ import annotations
+
+import itertools
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from training.data.normalization import VIEWS
+
+BACKENDS = ("loky", "dask", "ray", "sequential")
+ADABOOST_KEYS = {
+    "base", "n_leaves", "n_terms", "n_iterations", "checkpoints", "search", "n_arms", "n_bins",
+    "initial_weights", "seed",
+}
+DEFAULT_CHECKPOINTS = [10, 30, 100, 300, 1000]
+DEFAULT_CALIBRATORS = [
+    "shift",
+    "cpc:ls",
+    "cpc:ewls(C=1)",
+    "cpc:el",
+    "cpc:ell",
+    "cpc:sndcg(sigma=0.1)",
+    "rbc:linear:gain",
+    "rbc:linear:ndcg",
+    "rbc:logistic:gain",
+    "rbc:poly2:gain",
+    "rbc:nn:gain",
+]
+DEFAULT_COMPARE = ["one_best", "uniform", "rrf", "combsum", "combmnz", "condorcet"]
+
+
+class ConfigError(ValueError):
+    """The training configuration is invalid; the message names the key."""
+
+
+@dataclass
+class SyntheticData:
+    queries: list[int] = field(default_factory=lambda: [300, 100, 100])
+    docs_per_query: list[int] = field(default_factory=lambda: [20, 60])
+    features: int = 30
+    levels: int = 5
+    noise: float = 0.3
+    seed: int = 0
+
+
+@dataclass
+class DataConfig:
+    train: str | None = None
+    vali: str | None = None
+    test: str | None = None
+    synthetic: SyntheticData | None = None
+
+
+@dataclass
+class MembersConfig:
+    views: list[str] = field(default_factory=lambda: ["raw", "raw+std"])
+    label_groupings: list[str] = field(default_factory=lambda: ["original", "binary"])
+    calibrators: list[str] = field(default_factory=lambda: list(DEFAULT_CALIBRATORS))
+    adaboost: list[dict[str, Any]] = field(
+        default_factory=lambda: [{"base": "tree", "n_leaves": [8], "n_iterations": 300,
+                                  "checkpoints": [10, 30, 100, 300]}]
+    )
+
+
+@dataclass
+class MixerConfig:
+    name: str = "exp_forecaster"
+    measure: str = "ndcg@10"
+    convention: str = "yahoo"
+    rescale: str | None = None  # None: the forecaster's own default
+    compare: list[str] = field(default_factory=lambda: list(DEFAULT_COMPARE))
+
+
+@dataclass
+class RunConfig:
+    backend: str = "loky"
+    n_jobs: int = 2
+    scheduler: str | None = None
+    time_budget_s: float | None = None
+    models_dir: str = "models"
+    calibration_fraction: float = 0.2
+    report_plots: bool = True
+
+
+@dataclass
+class TrainConfig:
+    name: str = "default"
+    seed: int = 0
+    data: DataConfig = field(default_factory=DataConfig)
+    members: MembersConfig = field(default_factory=MembersConfig)
+    mixer: MixerConfig = field(default_factory=MixerConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    # ------------------------------------------------------------------ grid
+    def adaboost_grid(self) -> list[dict[str, Any]]:
+        """Every AdaBoost.MH parameter set: list values in a [[members.adaboost]] block expand
+        into their Cartesian product (``checkpoints`` is a list by nature and never expands)."""
+        out: list[dict[str, Any]] = []
+        for block in self.members.adaboost:
+            keys = sorted(block)
+            axes = [
+                block[k] if isinstance(block[k], list) and k != "checkpoints" else [block[k]]
+                for k in keys
+            ]
+            for combo in itertools.product(*axes):
+                out.append(dict(zip(keys, combo, strict=True)))
+        return out
+
+
+def _build(cls: type, raw: Any, where: str) -> Any:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"[{where}] must be a table")
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise ConfigError(f"unknown key(s) in [{where}]: {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    kwargs = {}
+    nested = {"data": DataConfig, "members": MembersConfig, "mixer": MixerConfig, "run": RunConfig,
+              "synthetic": SyntheticData}
+    for key, value in raw.items():
+        if key in nested and isinstance(value, dict):
+            kwargs[key] = _build(nested[key], value, f"{where}.{key}" if where else key)
+        else:
+            kwargs[key] = value
+    return cls(**kwargs)
+
+
+def _require(cond: bool, message: str) -> None:
+    if not cond:
+        raise ConfigError(message)
+
+
+def validate(cfg: TrainConfig) -> TrainConfig:
+    """Check the values a run depends on before any work starts."""
+    from training.artifact.store import check_name
+    from training.evaluation import CONVENTIONS, Measure
+
+    try:
+        check_name(cfg.name)
+    except ValueError as exc:
+        raise ConfigError(f"name: {exc}") from None
+    d = cfg.data
+    _require(d.synthetic is not None or d.train is not None, "[data] needs train (a file) or a [data.synthetic] table")
+    _require(not (d.synthetic is not None and d.train is not None), "[data]: give train files or synthetic, not both")
+    if d.train is not None:
+        _require(d.vali is not None, "[data] vali is required with train (the mixer is tuned on it)")
+    m = cfg.members
+    for v in m.views:
+        _require(v in VIEWS, f"[members] views: unknown view {v!r}; expected one of {', '.join(VIEWS)}")
+    _require(bool(m.views), "[members] views must not be empty")
+    _require(bool(m.calibrators), "[members] calibrators must not be empty")
+    _require(bool(m.adaboost), "[members] needs at least one [[members.adaboost]] block")
+    for i, block in enumerate(m.adaboost):
+        unknown = sorted(set(block) - ADABOOST_KEYS)
+        _require(not unknown, f"[[members.adaboost]] #{i + 1}: unknown key(s) {', '.join(unknown)}")
+    _require(cfg.mixer.convention in CONVENTIONS,
+             f"[mixer] convention {cfg.mixer.convention!r} is not one of {', '.join(CONVENTIONS)}")
+    try:
+        Measure.parse(cfg.mixer.measure)
+    except ValueError as exc:
+        raise ConfigError(f"[mixer] measure: {exc}") from None
+    r = cfg.run
+    _require(r.backend in BACKENDS, f"[run] backend {r.backend!r} is not one of {', '.join(BACKENDS)}")
+    _require(r.n_jobs >= 1, "[run] n_jobs must be at least 1")
+    _require(0.0 < r.calibration_fraction < 1.0, "[run] calibration_fraction must be in (0, 1)")
+    _require(r.time_budget_s is None or r.time_budget_s > 0, "[run] time_budget_s must be positive")
+    return cfg
+
+
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """Read a TOML file (or start from defaults), apply dotted ``overrides``, validate."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        try:
+            raw = tomllib.loads(p.read_text())
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{p}: no such config file") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{p}: {exc}") from None
+        # relative data paths are relative to the config file
+        data = raw.get("data")
+        if isinstance(data, dict):
+            for key in ("train", "vali", "test"):
+                if isinstance(data.get(key), str) and not Path(data[key]).is_absolute():
+                    candidate = p.parent / data[key]
+                    if candidate.exists() or not Path(data[key]).exists():
+                        data[key] = str(candidate)
+    for dotted, value in (overrides or {}).items():
+        if value is None:
+            continue
+        node = raw
+        parts = dotted.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    try:
+        cfg = _build(TrainConfig, raw, "")
+    except TypeError as exc:
+        raise ConfigError(str(exc)) from None
+    return validate(cfg)

@@ -1,0 +1,125 @@
+"""Member jobs: fit boosting runs, score their snapshots, calibrate each snapshot several ways.
+
+A *run* is one AdaBoost.MH fit (feature view x label grouping x learner parameters); each of
+its snapshots (checkpoint iterations) times each calibrator is one *member* of the ensemble.
+The functions here are top-level and take plain arrays so that joblib can ship them to worker
+processes (loky), a dask cluster or ray.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from training.calibration.base import CalibrationError
+from training.calibration.registry import make_calibrator
+from training.learners.adaboost_mh import AdaBoostMH
+from training.learners.label_groups import get_grouping
+from training.scoring.forest import FlatForest
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What one boosting run trains on and with."""
+
+    index: int
+    view: str
+    grouping: str
+    params: dict[str, Any]
+
+    @property
+    def learner_tag(self) -> str:
+        base = self.params.get("base", "tree")
+        if base == "tree":
+            tag = f"tree{self.params.get('n_leaves', 8)}"
+        elif base == "product":
+            tag = f"product{self.params.get('n_terms', 3)}"
+        else:
+            tag = "stump"
+        search = self.params.get("search", "full")
+        return tag if search == "full" else f"{tag}-{search}"
+
+    @property
+    def tag(self) -> str:
+        return f"{self.view}|{self.grouping}|{self.learner_tag}"
+
+
+@dataclass
+class RunResult:
+    spec: RunSpec
+    forest: dict[str, np.ndarray]
+    checkpoints: list[int]
+    alphas: np.ndarray
+    class_gains: np.ndarray
+    n_classes: int
+    n_iterations: int
+    stop_reason: str
+    fit_seconds: float
+    train_error: float
+
+
+def fit_run(spec: RunSpec, features: np.ndarray, labels: np.ndarray, n_labels: int,
+            seed: int, time_budget_s: float | None) -> RunResult:
+    """Fit one AdaBoost.MH run on the fit part (features already in the run's view)."""
+    params = dict(spec.params)
+    params.setdefault("seed", seed + spec.index)
+    model = AdaBoostMH(**params, time_budget_s=time_budget_s)
+    t0 = time.perf_counter()
+    model.fit(features, labels, label_grouping=get_grouping(spec.grouping, n_labels))
+    return RunResult(
+        spec=spec,
+        forest=model.to_forest().to_arrays(),
+        checkpoints=[int(c) for c in model.checkpoints_],
+        alphas=np.asarray(model.alphas_, dtype=np.float64),
+        class_gains=np.asarray(model.class_gains_, dtype=np.float64),
+        n_classes=int(model.n_classes_),
+        n_iterations=int(model.n_iterations_),
+        stop_reason=str(model.stop_reason_),
+        fit_seconds=time.perf_counter() - t0,
+        train_error=float(model.train_error_[-1]) if len(model.train_error_) else float("nan"),
+    )
+
+
+@dataclass
+class CalibrationResult:
+    """Fitted calibrators of one snapshot (failures recorded, never raised)."""
+
+    run: int
+    iterations: int
+    fitted: list[Any] = field(default_factory=list)  # Calibrator objects
+    failed: list[dict[str, str]] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def calibrate_snapshot(run: int, iterations: int, raw: np.ndarray, classes: np.ndarray,
+                       query_offsets: np.ndarray, gains: np.ndarray, specs: list[str],
+                       shift_scale: float) -> CalibrationResult:
+    """Fit every calibrator in ``specs`` on one snapshot's raw scores of the calibration part."""
+    out = CalibrationResult(run=run, iterations=iterations)
+    for spec in specs:
+        t0 = time.perf_counter()
+        try:
+            cal = make_calibrator(spec, shift_scale=shift_scale)
+            cal.fit(raw, classes, query_offsets, gains)
+            probe = cal.transform(raw[: min(len(raw), 64)])
+            if not np.all(np.isfinite(probe)):
+                raise CalibrationError("non-finite output on the calibration part")
+            out.fitted.append(cal)
+        except (CalibrationError, ValueError, FloatingPointError, np.linalg.LinAlgError) as exc:
+            out.failed.append({"calibrator": spec, "error": f"{type(exc).__name__}: {exc}"})
+            log.warning("run %d snapshot %d: calibrator %s dropped (%s)", run, iterations, spec, exc)
+        out.seconds[spec] = time.perf_counter() - t0
+    return out
+
+
+def snapshot_raw(forest: FlatForest, features: np.ndarray, checkpoints: list[int]) -> np.ndarray:
+    """(n, len(checkpoints), K) raw scores of a run's snapshots."""
+    from training.scoring.forest import score_forest
+
+    return score_forest(forest, features, checkpoints)

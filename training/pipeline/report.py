@@ -1,0 +1,150 @@
+"""The training report written beside the artifact: ``report.json``, ``report.md`` and PNG plots.
+
+Plots (matplotlib, Agg backend, imported only here):
+- ``omega.png``: every member's validation quality (omega), sorted, with the members the
+  forecaster kept and their weights;
+- ``ndcg_by_convention.png``: NDCG@1, 3, 5, 10 of the ensemble on the test (else validation)
+  queries under each convention;
+- ``grid.png``: the forecaster's grid surface, validation quality over c x omega_min.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from typing import Any
+
+import numpy as np
+
+from training.artifact.store import json_safe
+
+log = logging.getLogger(__name__)
+
+
+def _fmt(v: Any) -> str:
+    return "–" if v is None else f"{v:.4f}" if isinstance(v, float) else str(v)
+
+
+def render_markdown(record: dict[str, Any]) -> str:
+    cfg = record["config"]
+    mixer = record["mixer"]
+    lines = [f"# Training report: {cfg['name']}", ""]
+    lines.append("## Data")
+    for d in record["data"]:
+        src = d.get("path", "synthetic")
+        lines.append(f"- {d['role']}: `{src}` — {d['rows']} rows, {d['queries']} queries, {d['features']} features"
+                     + (f", sha256 `{d['sha256'][:16]}…`" if "sha256" in d else ""))
+    sp = record["split"]
+    lines += [f"- fit / calibration split of train by query: {sp['fit_queries']} / {sp['calibration_queries']}"
+              f" queries (seed {sp['seed']})", ""]
+    lines.append("## Members")
+    lines.append(f"{len(record['runs'])} boosting runs, {len(record['members'])} calibrated members, "
+                 f"{len(record['calibration_failures'])} calibrators dropped.")
+    lines += ["", "| run | iterations | stop | train error | seconds |", "|---|---|---|---|---|"]
+    for r in record["runs"]:
+        lines.append(f"| {r['tag']} | {r['iterations']} | {r['stop_reason']} | {_fmt(r['train_error'])} | "
+                     f"{r['fit_seconds']:.1f} |")
+    best = record["best_member"]
+    lines += ["", f"Best single member on validation: `{best['name']}` "
+              f"({mixer['measure']} {mixer['convention']} = {best['omega']:.4f}).", ""]
+    lines.append("## Mixer")
+    detail = ", ".join(f"{k} = {_fmt(mixer[k])}" for k in ("c", "omega_min", "members_kept", "validation_quality")
+                       if k in mixer)
+    lines += [f"`{mixer['name']}` on {mixer['measure']} under `{mixer['convention']}`: {detail}.", ""]
+    if record["mixer_comparison"]:
+        m = mixer["measure"]
+        lines += ["### Mixers side by side", "", f"| mixer | validation {m} | test {m} | detail |", "|---|---|---|---|"]
+        for row in record["mixer_comparison"]:
+            lines.append(f"| {row['mixer']} | {_fmt(row.get(f'val_{m}'))} | {_fmt(row.get(f'test_{m}'))} | "
+                         f"{row.get('detail', '')} |")
+        lines.append("")
+    for split, by_model in record["evaluation"].items():
+        lines.append(f"## {split.capitalize()} metrics under the six conventions")
+        for who, table in by_model.items():
+            measures = list(next(iter(table.values())))
+            lines += ["", f"**{who.replace('_', ' ')}**", "", "| convention | " + " | ".join(measures) + " |",
+                      "|---" * (len(measures) + 1) + "|"]
+            for conv, row in table.items():
+                lines.append(f"| {conv} | " + " | ".join(_fmt(row[mm]) for mm in measures) + " |")
+        lines.append("")
+    lines.append("## Timings (seconds)")
+    lines += [f"- {k}: {v:.1f}" for k, v in record["timings"].items()]
+    lines += ["", "![omega](omega.png)", "![ndcg](ndcg_by_convention.png)", "![grid](grid.png)", ""]
+    return "\n".join(lines)
+
+
+def _png(fig: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def render_plots(record: dict[str, Any]) -> dict[str, bytes]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out: dict[str, bytes] = {}
+    mixer = record["mixer"]
+    omega = np.array([m["omega"] for m in record["members"]])
+    order = np.argsort(-omega)
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ax.plot(np.arange(omega.size), omega[order], ".", ms=3, label="member omega (validation)")
+    if "weights" in mixer:
+        w = np.asarray(mixer["weights"])[order]
+        kept = w > 0
+        ax.plot(np.flatnonzero(kept), omega[order][kept], "o", mfc="none", ms=5, label="kept by the forecaster")
+    if "omega_min" in mixer and np.isfinite(mixer["omega_min"]):
+        ax.axhline(mixer["omega_min"], color="grey", ls="--", lw=1, label="omega_min")
+    ax.set_xlabel("member (sorted by omega)")
+    ax.set_ylabel(f"{mixer['measure']} ({mixer['convention']})")
+    ax.legend(loc="lower left", fontsize=8)
+    ax.set_title("Member quality on the validation queries")
+    out["omega.png"] = _png(fig)
+    plt.close(fig)
+
+    split = "test" if "test" in record["evaluation"] else "vali"
+    table = record["evaluation"][split]["ensemble"]
+    ks = [1, 3, 5, 10]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for conv, row in table.items():
+        ys = [row.get(f"ndcg@{k}") for k in ks]
+        ax.plot(ks, [np.nan if y is None else y for y in ys], marker="o", label=conv)
+    ax.set_xlabel("k")
+    ax.set_ylabel("NDCG@k")
+    ax.set_xticks(ks)
+    ax.legend(fontsize=8)
+    ax.set_title(f"Ensemble NDCG@k on the {split} queries under each convention")
+    out["ndcg_by_convention.png"] = _png(fig)
+    plt.close(fig)
+
+    if "grid" in mixer:
+        g = mixer["grid"]
+        q = np.asarray(g["quality"], dtype=float)
+        fig, ax = plt.subplots(figsize=(7, 4))
+        im = ax.imshow(q, aspect="auto", origin="lower", cmap="viridis")
+        ax.set_yticks(range(len(g["c"])), [f"{c:g}" for c in g["c"]])
+        ax.set_xticks(range(len(g["omega_min"])), [f"{v:.3f}" for v in g["omega_min"]], rotation=45, fontsize=7)
+        ax.set_ylabel("c")
+        ax.set_xlabel("omega_min")
+        fig.colorbar(im, ax=ax, label=f"validation {mixer['measure']}")
+        ax.set_title("Exponential forecaster grid search")
+        out["grid.png"] = _png(fig)
+        plt.close(fig)
+    return out
+
+
+def render_report(record: dict[str, Any], *, plots: bool = True) -> dict[str, bytes]:
+    """Files to write beside the artifact: report.json, report.md and (optionally) PNG plots."""
+    files = {
+        "report.json": (json.dumps(json_safe(record), indent=2, default=float, allow_nan=False) + "\n").encode(),
+        "report.md": render_markdown(record).encode(),
+    }
+    if plots:
+        try:
+            files.update(render_plots(record))
+        except ImportError:
+            log.warning("matplotlib is not installed; the report has no plots")
+    return files

@@ -1,0 +1,231 @@
+"""The trained ranker at scoring time: views -> one forest pass -> calibrators -> mixer.
+
+Imports numpy/numba code only (the service uses it). How a posted candidate list is scored:
+
+1. **Wide features.** The raw features (n, d) are followed by one block of d columns for each
+   query-wise view the members use (``raw+std`` appends the standardised copy, ``raw+white`` the
+   whitened copy; ``training.data.normalization``). Views use statistics of the whole list,
+   so a document's score depends on the documents posted with it.
+2. **One pass.** Every boosting run's trees were remapped to the wide columns and padded to the
+   largest class count, then concatenated into one :class:`FlatForest`. One call of the scoring
+   kernel returns the running sums at every checkpoint any member needs; member m (run r,
+   snapshot after t iterations) has raw K-vector ``S[start_r + t] - S[start_r]``.
+3. **Calibration.** Each member's calibrator turns its K-vector into one score.
+4. **Mixing.** The mixer (by default the exponentially weighted forecaster) combines the member
+   scores per query.
+
+An :class:`EnsembleModel` is stored as ``manifest["model"]`` (JSON) plus arrays (the forest
+under ``forest/...``, calibrator and mixer arrays under ``members/<i>/...`` and ``mixer/...``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from training.artifact.store import ArtifactError, join_arrays, load_artifact, resolve_artifact, split_arrays
+from training.calibration.base import Calibrator
+from training.calibration.registry import calibrator_from_params
+from training.data.dataset import validate_offsets
+from training.data.normalization import VIEWS, standardise_by_query, whiten_by_query
+from training.ensemble.base import Mixer
+from training.ensemble.registry import mixer_from_params
+from training.scoring.forest import FlatForest, score_forest
+
+EXTRA_VIEWS = ("raw+std", "raw+white")
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One boosting run: its feature view, label grouping and place in the forest."""
+
+    view: str
+    grouping: str
+    n_classes: int
+    base_start: int
+    base_end: int
+    learner: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"view": self.view, "grouping": self.grouping, "n_classes": self.n_classes,
+                "base_start": self.base_start, "base_end": self.base_end, "learner": self.learner}
+
+
+@dataclass(frozen=True)
+class Member:
+    """Snapshot ``iterations`` of run ``run`` with one calibrator."""
+
+    name: str
+    run: int
+    iterations: int
+    calibrator: Calibrator
+
+
+def remap_forest(forest: FlatForest, view: str, n_raw: int, extra_views: Sequence[str], n_outputs: int) -> FlatForest:
+    """The forest of a run trained on ``view`` rewritten for the wide matrix and ``n_outputs`` classes."""
+    if view not in VIEWS:
+        raise ValueError(f"unknown view {view!r}")
+    feat = forest.node_feature.astype(np.int64)
+    if view != "raw":
+        block = 1 + list(extra_views).index(view)
+        feat = np.where(feat >= n_raw, feat - n_raw + block * n_raw, feat)
+    arrays = forest.to_arrays()
+    arrays["node_feature"] = feat.astype(np.int32)
+    arrays["n_features"] = np.array(n_raw * (1 + len(extra_views)), dtype=np.int64)
+    leaves = forest.leaf_values
+    if leaves.shape[1] < n_outputs:
+        leaves = np.hstack([leaves, np.zeros((leaves.shape[0], n_outputs - leaves.shape[1]))])
+    arrays["leaf_values"] = leaves
+    return FlatForest.from_arrays(arrays)
+
+
+class EnsembleModel:
+    """A calibrated, mixed ensemble of boosting snapshots (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        n_features: int,
+        extra_views: Sequence[str],
+        forest: FlatForest,
+        runs: Sequence[RunInfo],
+        members: Sequence[Member],
+        mixer: Mixer,
+    ) -> None:
+        bad = [v for v in extra_views if v not in EXTRA_VIEWS]
+        if bad:
+            raise ValueError(f"unknown extra view(s) {bad}")
+        if forest.n_features != n_features * (1 + len(extra_views)):
+            raise ValueError(f"forest has {forest.n_features} feature columns, expected "
+                             f"{n_features * (1 + len(extra_views))}")
+        for i, m in enumerate(members):
+            if not 0 <= m.run < len(runs):
+                raise ValueError(f"member {i} refers to run {m.run}, but there are {len(runs)} runs")
+            run = runs[m.run]
+            if not 0 <= m.iterations <= run.base_end - run.base_start:
+                raise ValueError(f"member {i}: snapshot {m.iterations} is beyond its run's "
+                                 f"{run.base_end - run.base_start} iterations")
+        for r in runs:
+            if not 0 <= r.base_start <= r.base_end <= forest.n_base:
+                raise ValueError(f"run {r} lies outside the forest's {forest.n_base} bases")
+        self.n_features = int(n_features)
+        self.extra_views = tuple(extra_views)
+        self.forest = forest
+        self.runs = list(runs)
+        self.members = list(members)
+        self.mixer = mixer
+        ck = sorted({runs[m.run].base_start for m in members}
+                    | {runs[m.run].base_start + m.iterations for m in members})
+        self._checkpoints = np.asarray(ck, dtype=np.int64)
+        index = {c: i for i, c in enumerate(ck)}
+        self._lo = np.array([index[runs[m.run].base_start] for m in members], dtype=np.int64)
+        self._hi = np.array([index[runs[m.run].base_start + m.iterations] for m in members], dtype=np.int64)
+
+    @property
+    def n_members(self) -> int:
+        return len(self.members)
+
+    # ------------------------------------------------------------------ scoring
+    def _check(self, features: npt.ArrayLike, query_offsets: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+        x = np.ascontiguousarray(features, dtype=np.float32)
+        if x.ndim != 2 or x.shape[1] != self.n_features:
+            raise ValueError(f"features must have shape (n, {self.n_features}), got {x.shape}")
+        if not np.all(np.isfinite(x)):
+            row = int(np.argmax(~np.all(np.isfinite(x), axis=1)))
+            raise ValueError(f"features contain NaN or infinity (row {row})")
+        return x, validate_offsets(query_offsets, x.shape[0])
+
+    def wide_features(self, features: npt.ArrayLike, query_offsets: npt.ArrayLike) -> np.ndarray:
+        x, off = self._check(features, query_offsets)
+        blocks = [x]
+        for view in self.extra_views:
+            blocks.append(standardise_by_query(x, off) if view == "raw+std" else whiten_by_query(x, off))
+        return np.hstack(blocks) if len(blocks) > 1 else x
+
+    def raw_scores(self, features: npt.ArrayLike, query_offsets: npt.ArrayLike) -> list[np.ndarray]:
+        """Each member's raw K-vector scores, (n, K_m)."""
+        wide = self.wide_features(features, query_offsets)
+        sums = score_forest(self.forest, wide, self._checkpoints)
+        out = []
+        for m, lo, hi in zip(self.members, self._lo, self._hi, strict=True):
+            k = self.runs[m.run].n_classes
+            out.append(sums[:, hi, :k] - sums[:, lo, :k])
+        return out
+
+    def member_scores(self, features: npt.ArrayLike, query_offsets: npt.ArrayLike) -> np.ndarray:
+        """Calibrated member scores, (n, n_members)."""
+        raws = self.raw_scores(features, query_offsets)
+        n = np.asarray(features).shape[0]
+        out = np.empty((n, self.n_members), dtype=np.float64)
+        for j, (m, raw) in enumerate(zip(self.members, raws, strict=True)):
+            out[:, j] = m.calibrator.transform(raw)
+        return out
+
+    def score(self, features: npt.ArrayLike, query_offsets: npt.ArrayLike) -> np.ndarray:
+        """The ensemble's score per document (higher ranks first), (n,)."""
+        x, off = self._check(features, query_offsets)
+        if x.shape[0] == 0:
+            return np.zeros(0, dtype=np.float64)
+        return np.asarray(self.mixer.transform(self.member_scores(x, off), off), dtype=np.float64)
+
+    # ------------------------------------------------------------------ storage
+    def to_artifact(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """(JSON-able description, arrays) for :func:`training.artifact.store.save_artifact`."""
+        arrays: dict[str, np.ndarray] = {f"forest/{k}": v for k, v in self.forest.to_arrays().items()}
+        members = []
+        for i, m in enumerate(self.members):
+            members.append({
+                "name": m.name, "run": m.run, "iterations": m.iterations,
+                "calibrator": split_arrays(m.calibrator.to_params(), f"members/{i}/calibrator", arrays),
+            })
+        doc = {
+            "n_features": self.n_features,
+            "extra_views": list(self.extra_views),
+            "runs": [r.to_dict() for r in self.runs],
+            "members": members,
+            "mixer": split_arrays(self.mixer.to_params(), "mixer", arrays),
+        }
+        return doc, arrays
+
+    @classmethod
+    def from_artifact(cls, doc: dict[str, Any], arrays: dict[str, np.ndarray]) -> EnsembleModel:
+        """Rebuild from :meth:`to_artifact` output; any inconsistency is an ArtifactError."""
+        try:
+            forest = FlatForest.from_arrays(
+                {k.split("/", 1)[1]: v for k, v in arrays.items() if k.startswith("forest/")}
+            )
+            runs = [RunInfo(**r) for r in doc["runs"]]
+            members = [
+                Member(name=m["name"], run=int(m["run"]), iterations=int(m["iterations"]),
+                       calibrator=calibrator_from_params(join_arrays(m["calibrator"], arrays)))
+                for m in doc["members"]
+            ]
+            mixer = mixer_from_params(join_arrays(doc["mixer"], arrays))
+            return cls(n_features=int(doc["n_features"]), extra_views=doc["extra_views"], forest=forest,
+                       runs=runs, members=members, mixer=mixer)
+        except ArtifactError:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ArtifactError(f"the model description is invalid: {exc!r}") from None
+
+
+def load_model(path: str | Path, name: str | None = None) -> tuple[EnsembleModel, dict[str, Any]]:
+    """Load a model version directory (or the latest version of ``name`` under a models directory).
+
+    Returns (model, manifest). Never executes code from the files; any inconsistency raises
+    :class:`~training.artifact.store.ArtifactError`.
+    """
+    version_dir = resolve_artifact(path, name)
+    manifest, arrays = load_artifact(version_dir)
+    if "model" not in manifest:
+        raise ArtifactError(f"{version_dir}: the manifest has no 'model' section")
+    model = EnsembleModel.from_artifact(manifest["model"], arrays)
+    if model.n_features != int(manifest["n_features"]):
+        raise ArtifactError(f"{version_dir}: n_features {manifest['n_features']} disagrees with the model's "
+                            f"{model.n_features}")
+    return model, manifest
