@@ -133,3 +133,26 @@ def test_parameter_errors():
         SigmoidCalibrator(tcf="nope").fit(raw, labels, off, gains)
     with pytest.raises(ValueError, match="sigma"):
         SigmoidCalibrator(tcf="sndcg", sigma=0.0).fit(raw, labels, off, gains)
+
+
+def test_query_subsample_keeps_whole_queries():
+    from training.calibration.sigmoid_calibration import query_subsample
+
+    off = np.array([0, 3, 5, 9, 10, 14], dtype=np.int64)
+    assert query_subsample(off, 14) is None
+    sub = query_subsample(off, 7)  # stride 2: queries 0, 2, 4
+    assert sub is not None
+    rows, sub_off = sub
+    assert rows.tolist() == [0, 1, 2, 5, 6, 7, 8, 10, 11, 12, 13]
+    assert sub_off.tolist() == [0, 3, 7, 11]
+
+
+def test_grid_on_a_subsample_gives_the_same_fit_as_on_all_documents(monkeypatch):
+    import training.calibration.sigmoid_calibration as sc
+
+    raw, labels, off, gains = synthetic_member(100, 20, 4, margin=2.0, noise=2.0, seed=4)
+    full = SigmoidCalibrator(tcf="ls").fit(raw, labels, off, gains)
+    monkeypatch.setattr(sc, "_GRID_MAX_DOCS", 500)
+    sub = SigmoidCalibrator(tcf="ls").fit(raw, labels, off, gains)
+    assert sub.a_ == pytest.approx(full.a_, rel=1e-3)
+    assert sub.b_ == pytest.approx(full.b_, rel=1e-3, abs=1e-3)

@@ -8,8 +8,9 @@ Tune and mix (Busa-Fekete et al., Machine Learning 2013), Sect. 5.2, after Platt
 (a, b) minimise one target calibration function (``target_functions``: LS, EWLS(C), EL, ELL,
 SNDCG(sigma)) on the calibration part. Optimiser (our choices): the parameters are searched in
 units of the raw scores, a = alpha / std(f), b = mean(f) + beta * std(f); a deterministic 5 x 5
-grid of (alpha, beta) is evaluated and L-BFGS-B (analytic gradients) runs from the
-``n_starts`` best grid points, within alpha in [0, 100], beta in [-20, 20]. Keeping a >= 0 keeps
+grid of (alpha, beta) is evaluated (on every s-th query when the calibration part has more than
+20,000 documents, to save time) and L-BFGS-B (analytic gradients) runs on all documents from
+the ``n_starts`` best grid points, within alpha in [0, 100], beta in [-20, 20]. Keeping a >= 0 keeps
 the calibrator monotone: raising the score of the top-gain class never lowers v.
 A fit with no finite optimum raises CalibrationError; transform never returns NaN (log-sum-exp).
 """
@@ -17,7 +18,7 @@ A fit with no finite optimum raises CalibrationError; transform never returns Na
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Self
 
 import numpy as np
@@ -47,6 +48,26 @@ _ALPHA_GRID = (0.1, 0.3, 1.0, 3.0, 10.0)
 _BETA_GRID = (-2.0, -1.0, 0.0, 1.0, 2.0)
 _ALPHA_BOUNDS = (0.0, 100.0)
 _BETA_BOUNDS = (-20.0, 20.0)
+_GRID_MAX_DOCS = 20_000
+
+
+def query_subsample(
+    query_offsets: npt.NDArray[np.int64], max_docs: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+    """Rows and offsets of every s-th query, s = ceil(n / max_docs); None when n <= max_docs.
+
+    Whole queries are kept (SNDCG is listwise); deterministic, no random state.
+    """
+    n = int(query_offsets[-1])
+    if n <= max_docs:
+        return None
+    stride = -(-n // max_docs)
+    keep = np.arange(0, query_offsets.shape[0] - 1, stride)
+    starts, ends = query_offsets[keep], query_offsets[keep + 1]
+    rows = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in zip(starts, ends, strict=True)])
+    sub_off = np.zeros(keep.shape[0] + 1, dtype=np.int64)
+    np.cumsum(ends - starts, out=sub_off[1:])
+    return rows, sub_off
 
 
 def sigmoid_class_probabilities(raw: Float64Array, a: float, b: float) -> Float64Array:
@@ -127,22 +148,40 @@ class SigmoidCalibrator(Calibrator):
         tcf = TargetCalibrationFunction(
             self.tcf, raw_arr, lab, off, z, C=float(self.C), sigma=float(self.sigma)
         )
-        norm = float(max(tcf.n_terms, 1))
 
-        def objective(theta: Float64Array) -> tuple[float, Float64Array]:
-            a = theta[0] / spread
-            b = center + theta[1] * spread
-            with np.errstate(over="ignore", under="ignore"):
-                value, grad = tcf.value_and_grad(a, b)
-            scaled = np.array([grad[0] / spread, grad[1] * spread]) / norm
-            if not (np.isfinite(value) and np.all(np.isfinite(scaled))):
-                return np.inf, np.zeros(2)
-            return value / norm, scaled
+        def make_objective(
+            fn: TargetCalibrationFunction,
+        ) -> Callable[[Float64Array], tuple[float, Float64Array]]:
+            norm = float(max(fn.n_terms, 1))
 
+            def objective(theta: Float64Array) -> tuple[float, Float64Array]:
+                a = theta[0] / spread
+                b = center + theta[1] * spread
+                with np.errstate(over="ignore", under="ignore"):
+                    value, grad = fn.value_and_grad(a, b)
+                scaled = np.array([grad[0] / spread, grad[1] * spread]) / norm
+                if not (np.isfinite(value) and np.all(np.isfinite(scaled))):
+                    return np.inf, np.zeros(2)
+                return value / norm, scaled
+
+            return objective
+
+        objective = make_objective(tcf)
+        grid_objective = objective
+        sub = query_subsample(off, _GRID_MAX_DOCS)
+        if sub is not None:
+            rows, sub_off = sub
+            grid_objective = make_objective(
+                TargetCalibrationFunction(
+                    self.tcf, raw_arr[rows], lab[rows], sub_off, z,
+                    C=float(self.C), sigma=float(self.sigma),
+                )
+            )
         grid = [np.array([al, be]) for al in _ALPHA_GRID for be in _BETA_GRID]
-        grid_values = [objective(theta)[0] for theta in grid]
+        grid_values = [grid_objective(theta)[0] for theta in grid]
         order = np.argsort(np.asarray(grid_values), kind="stable")
-        best_theta, best_value = grid[int(order[0])], float(grid_values[int(order[0])])
+        best_theta = grid[int(order[0])]
+        best_value = float(objective(best_theta)[0])
         failures: list[str] = []
         for idx in order[: int(self.n_starts)]:
             if not np.isfinite(grid_values[int(idx)]):

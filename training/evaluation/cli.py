@@ -108,12 +108,13 @@ def _evaluate_all(
         if bad and len(conventions) == 1:
             reason = conv.unsupported_reason(Measure.parse(bad[0]))
             raise EvaluationInputError(str(reason))
-        res = evaluate(
-            data.labels, scores, data.query_offsets, ok or [Measure("map")], name,
-            docids=data.docids, qids=data.qids,
-        )
-        if not ok:
-            res = EvaluationResult(res.convention, res.qids, {}, {}, {}, res.warnings)
+        if ok:
+            res = evaluate(
+                data.labels, scores, data.query_offsets, ok, name,
+                docids=data.docids, qids=data.qids,
+            )
+        else:
+            res = EvaluationResult(name, np.asarray(data.qids).astype(np.str_), {}, {}, {}, [])
         out[name] = (res, bad)
     return out
 
@@ -180,16 +181,19 @@ def plot_ndcg_curves(data: Any, scores: npt.NDArray[np.float64], path: str | Pat
 
     ks = list(range(1, 11))
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name in CONVENTION_NAMES:
+    styles = ["-", "--", ":", "-", "--", ":"]
+    markers = ["o", "s", "^", "D", "v", "x"]
+    for i, name in enumerate(CONVENTION_NAMES):
         res = evaluate(
             data.labels, scores, data.query_offsets, [Measure("ndcg", k) for k in ks], name,
             docids=data.docids, qids=data.qids,
         )
-        ax.plot(ks, [res.mean[f"ndcg@{k}"] for k in ks], marker="o", label=name)
+        ax.plot(ks, [res.mean[f"ndcg@{k}"] for k in ks], linestyle=styles[i % 6],
+                marker=markers[i % 6], label=name)
     ax.set_xlabel("cutoff k")
     ax.set_ylabel("mean NDCG@k")
     ax.set_xticks(ks)
-    ax.set_title("NDCG@k under the six tool conventions")
+    ax.set_title("NDCG@k under the six tool conventions (overlapping lines agree)")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()

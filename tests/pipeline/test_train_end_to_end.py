@@ -1,0 +1,143 @@
+"""A tiny end-to-end training run: the artifact round-trips to identical scores, the record is
+complete, and the ensemble is scored through the same path as the service."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from training.artifact.store import ArtifactError
+from training.cli import main
+from training.evaluation import CONVENTION_NAMES
+from training.pipeline.config import load_config
+from training.pipeline.train import train
+from training.scoring.ensemble_model import load_model
+
+TINY = """
+name = "tiny"
+seed = 1
+[data.synthetic]
+queries = [40, 20, 20]
+docs_per_query = [5, 15]
+features = 6
+levels = 3
+seed = 2
+[members]
+views = ["raw", "raw+std", "raw+white"]
+label_groupings = ["original", "binary"]
+calibrators = ["shift", "cpc:ls", "rbc:linear:gain"]
+[[members.adaboost]]
+base = ["tree", "product"]
+n_leaves = 4
+n_terms = 2
+n_iterations = 12
+checkpoints = [4, 12]
+[mixer]
+compare = ["one_best", "uniform", "rrf"]
+[run]
+backend = "sequential"
+report_plots = true
+"""
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    tmp = tmp_path_factory.mktemp("train")
+    cfg_path = tmp / "tiny.toml"
+    cfg_path.write_text(TINY)
+    cfg = load_config(cfg_path, {"run.models_dir": str(tmp / "models")})
+    outcome = train(cfg, progress=False)
+    return outcome.path, {"record": outcome.record, "model": outcome.model, "cfg": cfg}
+
+
+def test_artifact_layout_and_record(trained: tuple[Path, dict]) -> None:
+    path, info = trained
+    assert path.name == "v1" and path.parent.name == "tiny"
+    for f in ("manifest.json", "arrays.npz", "report.json", "report.md", "omega.png",
+              "ndcg_by_convention.png", "grid.png"):
+        assert (path / f).is_file(), f
+    manifest = json.loads((path / "manifest.json").read_text())
+    rec = manifest["training_record"]
+    assert len(rec["runs"]) == 3 * 2 * 2  # views x groupings x bases
+    assert len(rec["members"]) == len(info["model"].members) > 0
+    assert set(rec["evaluation"]["test"]["ensemble"]) == set(CONVENTION_NAMES)
+    assert rec["config"]["name"] == "tiny"
+    assert {r["mixer"] for r in rec["mixer_comparison"]} == {"exp_forecaster", "one_best", "uniform", "rrf"}
+    assert manifest["n_features"] == 6
+
+
+def test_round_trip_gives_identical_scores(trained: tuple[Path, dict]) -> None:
+    from training.data.synthetic import make_synthetic_splits
+
+    path, info = trained
+    model = info["model"]
+    loaded, _ = load_model(path)
+    test = make_synthetic_splits(n_queries={"a": 7}, docs_per_query=(1, 9), n_features=6, n_levels=3, seed=9)["a"]
+    before = model.score(test.features, test.query_offsets)
+    after = loaded.score(test.features, test.query_offsets)
+    np.testing.assert_array_equal(before, after)
+    np.testing.assert_array_equal(model.member_scores(test.features, test.query_offsets),
+                                  loaded.member_scores(test.features, test.query_offsets))
+
+
+def test_members_match_standalone_snapshots(trained: tuple[Path, dict]) -> None:
+    """A member's raw scores from the one-pass wide forest equal its run's own snapshot."""
+    from training.data.normalization import apply_view
+    from training.data.synthetic import make_synthetic_splits
+    from training.learners.adaboost_mh import AdaBoostMH
+    from training.learners.label_groups import get_grouping
+
+    _, info = trained
+    model, cfg = info["model"], info["cfg"]
+    data = make_synthetic_splits(n_queries={"a": 5}, docs_per_query=(3, 8), n_features=6, n_levels=3, seed=4)["a"]
+    raws = model.raw_scores(data.features, data.query_offsets)
+    from training.pipeline.train import load_data
+    from training.data.splits import split_by_query
+
+    sets, _ = load_data(cfg)
+    fit_part, _ = split_by_query(sets["train"], fraction=0.8, seed=cfg.seed)
+    j = next(i for i, m in enumerate(model.members) if model.runs[m.run].view == "raw+white")
+    member = model.members[j]
+    run = model.runs[member.run]
+    params = dict(run.learner)
+    params.setdefault("seed", cfg.seed + member.run)
+    solo = AdaBoostMH(**params).fit(apply_view(fit_part.features, fit_part.query_offsets, run.view),
+                                    fit_part.labels, label_grouping=get_grouping(run.grouping, 3))
+    expected = solo.decision_function(apply_view(data.features, data.query_offsets, run.view),
+                                      iterations=member.iterations)
+    np.testing.assert_allclose(raws[j], expected, rtol=1e-9, atol=1e-9)
+
+
+def test_bad_inputs_to_the_model(trained: tuple[Path, dict]) -> None:
+    _, info = trained
+    model = info["model"]
+    with pytest.raises(ValueError, match="shape"):
+        model.score(np.zeros((3, 5), np.float32), [0, 3])
+    with pytest.raises(ValueError, match="NaN"):
+        model.score(np.full((2, 6), np.nan, np.float32), [0, 2])
+    with pytest.raises(ValueError, match="query_offsets"):
+        model.score(np.zeros((3, 6), np.float32), [0, 2])
+
+
+def test_corrupt_artifact_is_refused(trained: tuple[Path, dict], tmp_path: Path) -> None:
+    import shutil
+
+    path, _ = trained
+    copy = tmp_path / "v1"
+    shutil.copytree(path, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["model"]["members"][0]["run"] = 999
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ArtifactError, match="run 999"):
+        load_model(copy)
+
+
+def test_cli_train_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.txt"
+    bad.write_text("1 qid:1 1:0.5\nnope qid:1 1:0.1\n")
+    assert main(["train", "--train", str(bad), "--vali", str(bad), "--models-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:2" in err and "label" in err
