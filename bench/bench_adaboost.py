@@ -21,6 +21,7 @@ MQ2008 is read from ../shared/data; the parts that need it are skipped with a me
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 from typing import Any
 
@@ -102,13 +103,13 @@ def scoring_speed(n_docs: int, n_trees: int, quick: bool) -> dict[str, Any]:
                        n_arms=12, seed=0).fit(X_train, y_train)
         forest = m.to_forest()
         score_forest(forest, X[:100])
-        t_ours = best_of(lambda f=forest: score_forest(f, X), repeat=3)
+        t_ours = best_of(functools.partial(score_forest, forest, X), repeat=3)
         bst = lgb.train({"objective": "regression", "num_leaves": leaves, "num_threads": 1,
                          "verbose": -1, "min_data_in_leaf": 1},
                         lgb.Dataset(X_train, rng.normal(size=X_train.shape[0])),
                         num_boost_round=forest.n_base)
         n_lgb_trees = bst.num_trees()
-        t_lgb = best_of(lambda b=bst: b.predict(X, num_threads=1), repeat=3)
+        t_lgb = best_of(functools.partial(bst.predict, X, num_threads=1), repeat=3)
         ours = t_ours / (n_docs * forest.n_base) * 1e9
         theirs = t_lgb / (n_docs * n_lgb_trees) * 1e9
         out[f"leaves_{leaves}"] = {
@@ -150,10 +151,11 @@ def mq2008(quick: bool) -> dict[str, Any] | None:
         quality[f"adaboost_{search}_fit_s"] = secs
     quality["vali_ndcg10_full_minus_bandit"] = (quality["adaboost_full_ndcg10_vali"]
                                                 - quality["adaboost_exp3p_ndcg10_vali"])
-    rk = lgb.LGBMRanker(objective="lambdarank", n_estimators=T if not quick else 100,
-                        num_leaves=8, learning_rate=0.05, n_jobs=1, verbose=-1)
-    rk.fit(train.features, train.labels, group=np.diff(train.query_offsets))
-    quality["lightgbm_lambdarank_ndcg10_test"] = ndcg10(test.labels, rk.predict(test.features),
+    ds = lgb.Dataset(train.features, train.labels, group=np.diff(train.query_offsets))
+    rk = lgb.train({"objective": "lambdarank", "num_leaves": 8, "learning_rate": 0.05,
+                    "num_threads": 1, "verbose": -1}, ds, num_boost_round=T)
+    lgb_scores = np.asarray(rk.predict(test.features, num_threads=1), dtype=np.float64)
+    quality["lightgbm_lambdarank_ndcg10_test"] = ndcg10(test.labels, lgb_scores,
                                                         test.query_offsets)
     out["quality"] = quality
     print("mq2008 quality", quality)

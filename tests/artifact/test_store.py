@@ -71,7 +71,7 @@ def test_bad_manifests(tmp_path: Path) -> None:
     (v / "manifest.json").write_text(json.dumps({"schema_version": 1}))
     with pytest.raises(ArtifactError, match="missing field"):
         load_artifact(v)
-    with pytest.raises(ArtifactError, match="no manifest.json"):
+    with pytest.raises(ArtifactError, match=r"no manifest\.json"):
         load_artifact(tmp_path)
 
 

@@ -149,10 +149,10 @@ def evaluate_naive(
 ) -> tuple[list[float], float]:
     """Per-query values and the tool's mean (a missing value adds 0, divide by all queries).
 
-    trec without docids: the 0-based row position in the whole input, as a decimal string.
+    trec without docids: the 0-based position within the query's list, as a decimal string.
     """
     if docids is None and convention == "trec":
-        docids = [str(i) for i in range(len(labels))]
+        docids = [str(i) for size in sizes for i in range(size)]
     values = []
     start = 0
     for size in sizes:

@@ -199,14 +199,20 @@ def test_trec_float32_rounding_creates_ties() -> None:
     assert pq == [0.0]
 
 
-def test_trec_without_docids_uses_row_position_and_warns() -> None:
+def test_trec_without_docids_uses_position_in_query_and_warns() -> None:
     pq, _, res = ev([0, 1], [1.0, 1.0], "ndcg@1", "trec")
     assert pq == [1.0]  # "1" > "0"
     assert any("no docids" in w for w in res.warnings)
-    # q1 owns rows 9 and 10: "9" > "10" byte-wise, so row 9 (label 1) ranks first.
+    # positions within a query of 11: "9" > "10" byte-wise, so position 9 (label 1) ranks first
     labels = [0] * 9 + [1, 0]
-    pq, _, _ = ev(labels, [0.0] * 11, "ndcg@1", "trec", sizes=[9, 2])
-    assert pq[1] == 1.0
+    pq, _, _ = ev(labels, [0.0] * 11, "ndcg@1", "trec")
+    assert pq == [1.0]
+    # the second query's positions restart at 0: its "1" (label 0) beats its "0" (label 1)
+    pq, _, _ = ev([1, 0, 1, 0], [0.0] * 4, "ndcg@1", "trec", sizes=[2, 2])
+    assert pq == [0.0, 0.0]
+    # and a query's value does not depend on the queries posted before it
+    alone, _, _ = ev([1, 0], [0.0, 0.0], "ndcg@1", "trec")
+    assert alone == pq[1:]
 
 
 def test_duplicate_docids_only_matter_under_trec() -> None:

@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("distributed")
 
-from training.pipeline.config import load_config  # noqa: E402
-from training.pipeline.train import train  # noqa: E402
+from training.pipeline.config import load_config
+from training.pipeline.train import train
 
 
 def test_train_on_a_local_dask_cluster(tmp_path: Path) -> None:

@@ -94,8 +94,8 @@ def test_members_match_standalone_snapshots(trained: tuple[Path, dict]) -> None:
     model, cfg = info["model"], info["cfg"]
     data = make_synthetic_splits(n_queries={"a": 5}, docs_per_query=(3, 8), n_features=6, n_levels=3, seed=4)["a"]
     raws = model.raw_scores(data.features, data.query_offsets)
-    from training.pipeline.train import load_data
     from training.data.splits import split_by_query
+    from training.pipeline.train import load_data
 
     sets, _ = load_data(cfg)
     fit_part, _ = split_by_query(sets["train"], fraction=0.8, seed=cfg.seed)

@@ -83,11 +83,12 @@ def _pointwise_kernel(
             umax = max(umax, u[l])
         acc = 0.0
         for l in range(k):
-            acc += np.exp(u[l] - umax)
+            p[l] = np.exp(u[l] - umax)
+            acc += p[l]
         lse = umax + np.log(acc)
         for l in range(k):
             logp[l] = u[l] - lse
-            p[l] = np.exp(logp[l])
+            p[l] /= acc
         y = labels[i]
         if code == 0 or code == 1:
             nll = -logp[y]

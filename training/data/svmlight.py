@@ -149,9 +149,18 @@ def read_svmlight(
     return data
 
 
-def _format_value(v: np.float32) -> str:
-    """Shortest decimal that reads back to the same float32."""
-    return np.format_float_positional(v, unique=True, trim="-")
+def format_float32(values: np.ndarray) -> np.ndarray:
+    """Short decimal strings that read back to exactly the same float32 values (vectorised).
+
+    ``%.7g`` is enough for most float32 values; where it does not round-trip, ``%.9g`` (always
+    enough for float32) is used instead.
+    """
+    x = np.asarray(values, dtype=np.float32)
+    short = np.char.mod("%.7g", x.astype(np.float64))
+    exact = short.astype(np.float64).astype(np.float32) == x
+    if np.all(exact):
+        return short
+    return np.where(exact, short, np.char.mod("%.9g", x.astype(np.float64)))
 
 
 def write_svmlight(
@@ -172,21 +181,22 @@ def write_svmlight(
     if comments is not None and len(comments) != n:
         raise ValueError(f"comments must have one entry per row ({n}), got {len(comments)}")
     qidx = data.query_index
-    # float32 -> shortest text that reads back to the same float32
+    ids = np.char.add(np.arange(1, d + 1).astype(np.str_), ":")
+    chunk = 20_000  # rows formatted at a time (bounded memory)
+    text = format_float32(feats[:0])
     with open(path, "w", encoding="utf-8") as fh:
         for i in range(n):
-            parts = [str(int(data.labels[i]))]
-            if write_qid:
-                parts.append(f"qid:{data.qids[qidx[i]]}")
-            row = feats[i]
-            cols = np.flatnonzero(row) if sparse else np.arange(d)
-            parts.extend(f"{j + 1}:{_format_value(row[j])}" for j in cols)
+            if i % chunk == 0:
+                text = format_float32(feats[i : i + chunk])
+            head = f"{int(data.labels[i])} qid:{data.qids[qidx[i]]}" if write_qid else str(int(data.labels[i]))
+            cols = np.flatnonzero(feats[i]) if sparse else np.arange(d)
+            body = " ".join(np.char.add(ids[cols], text[i % chunk, cols]).tolist())
+            tail = ""
             if comments is not None:
-                parts.append(f"#{comments[i]}")
+                tail = f" #{comments[i]}"
             elif data.docids is not None:
-                parts.append(f"#docid = {data.docids[i]}")
-            fh.write(" ".join(parts))
-            fh.write("\n")
+                tail = f" #docid = {data.docids[i]}"
+            fh.write(f"{head} {body}{tail}\n" if body else f"{head}{tail}\n")
     if not write_qid:
         with open(str(path) + ".query", "w", encoding="utf-8") as fh:
             fh.write("\n".join(str(int(s)) for s in data.query_sizes))

@@ -100,12 +100,17 @@ def _query_of_row(offsets: npt.NDArray[np.int64], row: int) -> int:
     return int(np.searchsorted(offsets, row, side="right")) - 1
 
 
-def _decimal_string_rank(n: int) -> npt.NDArray[np.int64]:
-    """For rows 0..n-1, an integer key ordered like the strings str(row) under strcmp."""
-    if n > 10**18:
+def _decimal_string_rank(offsets: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Per row, an integer key ordered (within its query) like str(position in the query) under
+    strcmp: the trec docid of a document posted without one is its 0-based position in its
+    query's list, so a query's result does not depend on which other queries come with it."""
+    sizes = np.diff(offsets)
+    longest = int(sizes.max()) if sizes.size else 0
+    if longest > 10**18:
         raise EvaluationInputError("too many documents to use positions as trec docids")
-    keys: npt.NDArray[np.int64] = kernels.decimal_string_keys(n)
-    return keys
+    keys: npt.NDArray[np.int64] = kernels.decimal_string_keys(longest)
+    within = np.arange(int(offsets[-1]), dtype=np.int64) - np.repeat(offsets[:-1], sizes)
+    return np.ascontiguousarray(keys[within])
 
 
 def _validate_labels(
@@ -246,10 +251,10 @@ def _prepare(
         sc = sc.astype(np.float32).astype(np.float64)
         use_tiebreak = True
         if doc_arr is None:
-            tiebreak = _decimal_string_rank(lab.shape[0])
+            tiebreak = _decimal_string_rank(off)
             warnings.append(
-                "trec: no docids given; ties are broken by each document's 0-based row position "
-                "in the input written as a decimal string, in descending strcmp order"
+                "trec: no docids given; each document's docid is its 0-based position in its "
+                "query's list written as a decimal string; ties go to the larger one in strcmp order"
             )
         else:
             _, inverse = np.unique(doc_arr, return_inverse=True)

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG = ROOT / "configs" / "default.toml"
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
     tr = subparsers.add_parser(
         "train", help="train a calibrated ensemble and write a versioned artifact",
         description="Train members, calibrate, mix and save models/<name>/vN/ with a report. "

@@ -139,16 +139,16 @@ def parallel_backend(backend: str, n_jobs: int, scheduler: str | None) -> Iterat
         raise ValueError(f"unknown backend {backend!r}")
 
 
-def _run_parallel(tasks: list[Callable[[], Any]], n_jobs: int, desc: str, progress: bool) -> list[Any]:
-    """Run zero-argument tasks (joblib.delayed) in parallel with a progress bar, in order."""
+def _run_parallel(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]], n_jobs: int,
+                  desc: str, progress: bool) -> list[Any]:
+    """Run ``joblib.delayed`` tasks in parallel with a progress bar; results in task order."""
     if not tasks:
         return []
     bar = _progress_bar(len(tasks), desc, progress)
     results: list[Any] = []
     try:
         if n_jobs == 1:
-            for task in tasks:
-                func, args, kwargs = task  # type: ignore[misc]
+            for func, args, kwargs in tasks:
                 results.append(func(*args, **kwargs))
                 bar.update(1)
         else:
@@ -198,7 +198,7 @@ def metrics_all_conventions(labels: np.ndarray, scores: np.ndarray, offsets: np.
 
 
 # ---------------------------------------------------------------------------------- train
-def train(cfg: TrainConfig, *, progress: bool = True) -> TrainOutcome:  # noqa: PLR0915
+def train(cfg: TrainConfig, *, progress: bool = True) -> TrainOutcome:
     """Train, mix, evaluate and save a model as configured; return where it went and the record."""
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
