@@ -156,3 +156,15 @@ def test_grid_on_a_subsample_gives_the_same_fit_as_on_all_documents(monkeypatch)
     sub = SigmoidCalibrator(tcf="ls").fit(raw, labels, off, gains)
     assert sub.a_ == pytest.approx(full.a_, rel=1e-3)
     assert sub.b_ == pytest.approx(full.b_, rel=1e-3, abs=1e-3)
+
+
+def test_an_optimisation_without_finite_values_raises_calibration_error(monkeypatch):
+    import training.calibration.target_functions as tf
+
+    def broken(self, a, b):
+        return float("nan"), np.array([np.nan, np.nan])
+
+    monkeypatch.setattr(tf.TargetCalibrationFunction, "value_and_grad", broken)
+    raw, labels, off, gains = synthetic_member(10, 10, 3, margin=1.0, noise=1.0, seed=1)
+    with pytest.raises(CalibrationError, match="finite"):
+        SigmoidCalibrator(tcf="ls").fit(raw, labels, off, gains)

@@ -62,7 +62,8 @@ def test_artifact_layout_and_record(trained: tuple[Path, dict]) -> None:
     manifest = json.loads((path / "manifest.json").read_text())
     rec = manifest["training_record"]
     assert len(rec["runs"]) == 3 * 2 * 2  # views x groupings x bases
-    assert len(rec["members"]) == len(info["model"].members) > 0
+    assert len(rec["members"]) == rec["served"]["members_before_pruning"]
+    assert rec["served"]["members"] == len(info["model"].members) > 0
     assert set(rec["evaluation"]["test"]["ensemble"]) == set(CONVENTION_NAMES)
     assert rec["config"]["name"] == "tiny"
     assert {r["mixer"] for r in rec["mixer_comparison"]} == {"exp_forecaster", "one_best", "uniform", "rrf"}
@@ -141,3 +142,68 @@ def test_cli_train_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main(["train", "--train", str(bad), "--vali", str(bad), "--models-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert f"{bad}:2" in err and "label" in err
+
+
+def test_pruning_keeps_scores_and_shrinks_the_model(trained: tuple[Path, dict]) -> None:
+    from training.data.synthetic import make_synthetic_splits
+    from training.ensemble.registry import make_mixer
+    from training.scoring.ensemble_model import EnsembleModel, prune
+
+    _, info = trained
+    model = info["model"]
+    data = make_synthetic_splits(n_queries={"a": 30}, docs_per_query=(2, 12), n_features=6, n_levels=3,
+                                 seed=5)["a"]
+    # a full (unpruned) model with a forecaster that drops members
+    full = EnsembleModel(n_features=model.n_features, extra_views=model.extra_views, forest=model.forest,
+                         runs=model.runs, members=model.members, mixer=make_mixer("uniform"))
+    member_scores = full.member_scores(data.features, data.query_offsets)
+    mixer = make_mixer("exp_forecaster", c_grid=[5.0], omega_min_grid=[float(np.median(np.arange(3)))])
+    mixer.fit(member_scores, np.minimum(data.labels, 2), data.query_offsets)
+    full = EnsembleModel(n_features=full.n_features, extra_views=full.extra_views, forest=full.forest,
+                         runs=full.runs, members=full.members, mixer=mixer)
+    small = prune(full)
+    assert len(small.members) == int(np.sum(mixer.weights_ > 0)) <= len(full.members)
+    assert small.forest.n_base <= full.forest.n_base
+    np.testing.assert_allclose(small.score(data.features, data.query_offsets),
+                               full.score(data.features, data.query_offsets), rtol=1e-9, atol=1e-9)
+
+
+def test_pruning_drops_unused_views_and_bases() -> None:
+    """Hand-built case: two runs, the forecaster keeps only an early snapshot of the second."""
+    from training.calibration.registry import make_calibrator
+    from training.ensemble.registry import mixer_from_params
+    from training.scoring.ensemble_model import EnsembleModel, Member, RunInfo, prune
+    from training.scoring.forest import FlatForest
+
+    def stump(feature: int, value: float) -> dict[str, np.ndarray]:
+        return {"base_kind": np.zeros(1, np.int8), "base_node_start": np.array([0, 1]),
+                "base_leaf_start": np.array([0, 2]), "node_feature": np.array([feature], np.int32),
+                "node_threshold": np.array([0.0], np.float32), "node_left": np.array([-1], np.int32),
+                "node_right": np.array([-2], np.int32),
+                "leaf_values": np.array([[-value, value], [value, -value]]), "n_features": np.array(4)}
+
+    from training.scoring.forest import concatenate
+
+    forest = concatenate([FlatForest.from_arrays(stump(f, v)) for f, v in [(0, 1.0), (1, 2.0), (2, 3.0), (3, 4.0)]])
+    runs = [RunInfo("raw", "original", 2, 0, 2, {}), RunInfo("raw+std", "original", 2, 2, 4, {})]
+    rng = np.random.default_rng(0)
+    raw = rng.standard_normal((20, 2))
+    labels = rng.integers(0, 2, 20)
+    offsets = np.array([0, 10, 20])
+    cal = make_calibrator("rbc:linear:gain").fit(raw, labels, offsets, np.array([0.0, 1.0]))
+    members = [Member("a", 0, 2, cal), Member("b", 1, 1, cal)]
+    mixer = mixer_from_params({"mixer": "exp_forecaster", "n_members": 2, "measure": "ndcg@10",
+                               "convention": "yahoo", "c_grid": [1.0], "omega_min_grid": None,
+                               "omega_min_quantiles": [0.5], "rescale": "zscore_query",
+                               "omega": np.array([0.1, 0.9]), "c": 1.0, "omega_min": 0.5,
+                               "weights": np.array([0.0, 1.0]), "c_grid_searched": np.array([1.0]),
+                               "omega_min_grid_searched": np.array([0.5]), "grid_quality": np.zeros((1, 1)),
+                               "validation_quality": 0.9, "rescale_scale": np.zeros(0)})
+    model = EnsembleModel(n_features=2, extra_views=["raw+std"], forest=forest, runs=runs, members=members,
+                          mixer=mixer)
+    small = prune(model)
+    assert [m.name for m in small.members] == ["b"]
+    assert small.forest.n_base == 1 and small.extra_views == ("raw+std",)
+    x = rng.standard_normal((10, 2)).astype(np.float32)
+    off = np.array([0, 4, 10])
+    np.testing.assert_allclose(small.score(x, off), model.score(x, off), atol=1e-12)

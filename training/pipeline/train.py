@@ -44,7 +44,7 @@ from training.pipeline.members import (
     fit_run,
     snapshot_raw,
 )
-from training.scoring.ensemble_model import EXTRA_VIEWS, EnsembleModel, Member, RunInfo, remap_forest
+from training.scoring.ensemble_model import EXTRA_VIEWS, EnsembleModel, Member, RunInfo, prune, remap_forest
 from training.scoring.forest import FlatForest, concatenate
 
 log = logging.getLogger(__name__)
@@ -303,7 +303,11 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> TrainOutcome:
                                     test.query_offsets, mixers=names, measures=[measure], convention=convention)
         timings["mixer_comparison_s"] = time.perf_counter() - t0
 
-    # --- evaluation of the final model through the serving path
+    # --- drop what the mixer never uses, then evaluate through the serving path
+    t0 = time.perf_counter()
+    full_size = (len(model.members), model.forest.n_base)
+    model = prune(model)
+    timings["pruning_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     evaluation: dict[str, Any] = {
         "vali": {"ensemble": metrics_all_conventions(vali.labels, model.score(vali.features, vali.query_offsets),
@@ -332,6 +336,8 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> TrainOutcome:
                   "train_error": r.train_error, "checkpoints": r.checkpoints} for r in run_results],
         "members": [{"name": m.name, "omega": float(omega[j])} for j, m in enumerate(members)],
         "calibration_failures": failures,
+        "served": {"members": len(model.members), "bases": model.forest.n_base,
+                   "members_before_pruning": full_size[0], "bases_before_pruning": full_size[1]},
         "mixer": {"name": cfg.mixer.name, "measure": measure, "convention": convention,
                   **_mixer_summary(mixer)},
         "best_member": {"index": best, "name": members[best].name, "omega": float(omega[best])},

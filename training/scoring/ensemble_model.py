@@ -214,6 +214,84 @@ class EnsembleModel:
             raise ArtifactError(f"the model description is invalid: {exc!r}") from None
 
 
+def slice_forest(forest: FlatForest, start: int, end: int) -> FlatForest:
+    """The bases ``start:end`` of ``forest`` as a forest of their own (children are relative,
+    so only the start offsets move)."""
+    if not 0 <= start <= end <= forest.n_base:
+        raise ValueError(f"slice {start}:{end} outside the forest's {forest.n_base} bases")
+    ns0, ns1 = int(forest.base_node_start[start]), int(forest.base_node_start[end])
+    ls0, ls1 = int(forest.base_leaf_start[start]), int(forest.base_leaf_start[end])
+    return FlatForest.from_arrays({
+        "base_kind": forest.base_kind[start:end],
+        "base_node_start": forest.base_node_start[start : end + 1] - ns0,
+        "base_leaf_start": forest.base_leaf_start[start : end + 1] - ls0,
+        "node_feature": forest.node_feature[ns0:ns1],
+        "node_threshold": forest.node_threshold[ns0:ns1],
+        "node_left": forest.node_left[ns0:ns1],
+        "node_right": forest.node_right[ns0:ns1],
+        "leaf_values": forest.leaf_values[ls0:ls1],
+        "n_features": np.array(forest.n_features),
+    })
+
+
+def prune(model: EnsembleModel) -> EnsembleModel:
+    """The same ranker without what it never uses: members the exponential forecaster gave
+    weight 0, runs no kept member uses, and each run's bases after its last kept snapshot.
+
+    Scores are unchanged (up to float rounding of the running sums); scoring gets faster. Other
+    mixers use every member and are returned as they are.
+    """
+    params = model.mixer.to_params()
+    if params.get("mixer") != "exp_forecaster":
+        return model
+    weights = np.asarray(params["weights"], dtype=np.float64)
+    keep = np.flatnonzero(weights > 0)
+    if keep.size == len(model.members) and all(
+        r.base_end - r.base_start == max((m.iterations for m in model.members if m.run == i), default=0)
+        for i, r in enumerate(model.runs)
+    ):
+        return model
+    n = len(model.members)
+    for key in ("omega", "weights", "rescale_scale"):  # the forecaster's per-member arrays
+        value = params.get(key)
+        if isinstance(value, np.ndarray) and value.ndim == 1 and value.shape[0] == n:
+            params[key] = value[keep]
+    params["n_members"] = int(keep.size)
+    members = [model.members[i] for i in keep]
+    used_runs = sorted({m.run for m in members})
+    new_index = {r: i for i, r in enumerate(used_runs)}
+    pieces, runs = [], []
+    start = 0
+    for r in used_runs:
+        old = model.runs[r]
+        length = max(m.iterations for m in members if m.run == r)
+        pieces.append(slice_forest(model.forest, old.base_start, old.base_start + length))
+        runs.append(RunInfo(view=old.view, grouping=old.grouping, n_classes=old.n_classes, base_start=start,
+                            base_end=start + length, learner=old.learner))
+        start += length
+    from training.scoring.forest import concatenate
+
+    forest = concatenate(pieces)
+    new_members = [Member(name=m.name, run=new_index[m.run], iterations=m.iterations, calibrator=m.calibrator)
+                   for m in members]
+    views_used = [v for v in model.extra_views if any(r.view == v for r in runs)]
+    if views_used != list(model.extra_views):
+        # drop the columns of views no kept run reads
+        d = model.n_features
+        blocks = ["raw", *model.extra_views]
+        keep_blocks = ["raw", *views_used]
+        col_map = np.full(forest.n_features, -1, dtype=np.int64)
+        for new_b, view in enumerate(keep_blocks):
+            old_b = blocks.index(view)
+            col_map[old_b * d : (old_b + 1) * d] = np.arange(new_b * d, (new_b + 1) * d)
+        arrays = forest.to_arrays()
+        arrays["node_feature"] = col_map[forest.node_feature].astype(np.int32)
+        arrays["n_features"] = np.array(d * len(keep_blocks), dtype=np.int64)
+        forest = FlatForest.from_arrays(arrays)
+    return EnsembleModel(n_features=model.n_features, extra_views=views_used, forest=forest, runs=runs,
+                         members=new_members, mixer=mixer_from_params(params))
+
+
 def load_model(path: str | Path, name: str | None = None) -> tuple[EnsembleModel, dict[str, Any]]:
     """Load a model version directory (or the latest version of ``name`` under a models directory).
 
