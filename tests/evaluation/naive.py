@@ -13,7 +13,11 @@ NAN = float("nan")
 
 
 def to_float32(x: float) -> float:
-    return float(struct.unpack("f", struct.pack("f", x))[0])
+    """Round to the nearest float32 (C's double -> float); beyond its range, +-infinity."""
+    try:
+        return float(struct.unpack("f", struct.pack("f", x))[0])
+    except OverflowError:  # struct refuses only when the rounded value is infinite
+        return math.copysign(math.inf, x)
 
 
 def ranking(scores: list[float], docids: list[str] | None, convention: str) -> list[int]:

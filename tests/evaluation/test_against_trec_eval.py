@@ -96,6 +96,22 @@ def test_bundled_trec_eval_rounds_scores_to_float32() -> None:
     assert_agrees(np.array([0, 1]), np.array([1.0 + 1e-12, 1.0]), [2], ["a", "b"], ["q"])
 
 
+def test_float32_overflow_and_underflow(recwarn: pytest.WarningsRecorder) -> None:
+    """1e39 and 1e40 both become +inf as C floats (a tie), 1e-46 and -0.0 become 0 (a tie),
+    1e-40 a float32 subnormal: trec_eval ranks them so, and we warn about nothing."""
+    labels = np.array([0, 1, 0, 1, 0, 1, 2, 0], dtype=np.int32)
+    scores = np.array([1e39, 1e40, -1e39, -1e300, 1e-46, 1e-47, 1e-40, -0.0])
+    ids = list("abcdefgh")
+    assert_agrees(labels, scores, [8], ids, ["1"])
+    assert_agrees(labels, scores, [8], ids[::-1], ["1"])
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+    from tests.evaluation.naive import evaluate_naive
+
+    values, _ = evaluate_naive("ndcg", 3, None, labels.tolist(), scores.tolist(), [8], "trec", ids)
+    ours = evaluate(labels, scores, np.array([0, 8]), "ndcg@3", "trec", docids=ids)
+    assert ours.per_query["ndcg@3"][0] == pytest.approx(values[0], abs=1e-12)
+
+
 def test_docid_strcmp_order_on_ties() -> None:
     # "9" > "10" > "1" under strcmp; "a" > "Z" > "9"; a prefix sorts before its extensions.
     docids = ["10", "9", "1", "Z", "a", "ab", "a-", "A"]
@@ -126,7 +142,7 @@ def test_no_relevant_single_document_and_short_queries() -> None:
 
 # ------------------------------------------------------------------------ random cases
 def _random_docids(rng: np.random.Generator, n: int) -> list[str]:
-    alphabet = string.digits + string.ascii_letters + "-_."
+    alphabet = string.digits + string.ascii_letters + "-_.éü"  # non-ASCII: UTF-8 byte order
     seen: set[str] = set()
     out: list[str] = []
     while len(out) < n:

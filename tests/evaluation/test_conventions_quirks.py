@@ -350,3 +350,96 @@ def test_conventions_registry() -> None:
     with pytest.raises(ValueError, match="letor3"):
         evaluate(np.array([1]), np.array([1.0]), np.array([0, 1]), "ndcg@1", "letor5")
     assert Measure("ndcg", 10) in [Measure.parse("ndcg@10")]
+
+
+# ------------------------------------------------- more hand-computed rules, tool by tool
+def test_letor3_cutoff_16_hand_values() -> None:
+    # q0: 16 documents, the only relevant one (label 1) at rank 16: LETOR weight 1/log2(16).
+    # q1: 15 documents: no NDCG@16 / P@16 of its own; the mean adds 0 and divides by 2.
+    labels = [0] * 15 + [1] + [1] + [0] * 14
+    scores = list(range(16, 0, -1)) + list(range(15, 0, -1))
+    pq, mean, _ = ev(labels, [float(s) for s in scores], "ndcg@16", "letor3", sizes=[16, 15])
+    assert pq[0] == pytest.approx(0.25, abs=1e-15) and math.isnan(pq[1])
+    assert mean == pytest.approx(0.125, abs=1e-15)
+    pq, mean, _ = ev(labels, [float(s) for s in scores], "p@16", "letor3", sizes=[16, 15])
+    assert pq[0] == pytest.approx(1 / 16) and math.isnan(pq[1])
+    assert mean == pytest.approx(1 / 32)
+    # q1 has values up to its own length: NDCG@15 = 1 (its relevant document is first)
+    pq, _, _ = ev(labels, [float(s) for s in scores], "ndcg@15", "letor3", sizes=[16, 15])
+    assert pq == [0.0, 1.0]
+    lab, sc, off = np.array([1, 0]), np.array([1.0, 0.0]), np.array([0, 2])
+    with pytest.raises(EvaluationInputError, match=r"1\.\.16"):
+        evaluate(lab, sc, off, "p@17", "letor3")
+
+
+def test_letor4_precision_counts_missing_ranks_as_irrelevant() -> None:
+    # 2 documents, relevant first: P@1 = 1, P@2 = 1/2, P@3 = 1/3 (the hole at rank 3 is
+    # irrelevant), P@10 = 1/10; ranklib divides by min(k, n) instead: 1, 1/2, 1/2, 1/2.
+    for k, expect4, expect_rl in [(1, 1.0, 1.0), (2, 0.5, 0.5), (3, 1 / 3, 0.5), (10, 0.1, 0.5)]:
+        pq, _, _ = ev([1, 0], [2.0, 1.0], f"p@{k}", "letor4")
+        assert pq[0] == pytest.approx(expect4, abs=1e-15), k
+        pq, _, _ = ev([1, 0], [2.0, 1.0], f"p@{k}", "ranklib")
+        assert pq[0] == pytest.approx(expect_rl, abs=1e-15), k
+
+
+def test_ranklib_ideal_dcg_and_err_truncate_at_min_k_n() -> None:
+    # ranked labels 0, 1: DCG@5 = (2^1 - 1)/log2(3); ideal over the top min(5, 2) = 2 ranks is 1.
+    pq, _, _ = ev([0, 1], [2.0, 1.0], "dcg@5", "ranklib")
+    assert pq[0] == pytest.approx(L3, abs=1e-15)
+    pq, _, _ = ev([0, 1], [2.0, 1.0], "ndcg@5", "ranklib")
+    assert pq[0] == pytest.approx(L3, abs=1e-15)
+    # ERR@k: R = (2^l - 1)/16 for ranked 1, 2, 2; @2 stops after rank 2, @10 after rank 3 (= n).
+    r1, r2 = 1 / 16, 3 / 16
+    err2 = r1 + (1 - r1) * r2 / 2
+    err3 = err2 + (1 - r1) * (1 - r2) * r2 / 3
+    pq, _, _ = ev([1, 2, 2], [3.0, 2.0, 1.0], "err@2", "ranklib")
+    assert pq[0] == pytest.approx(err2, abs=1e-15)
+    for m in ("err@3", "err@10", "err"):
+        pq, _, _ = ev([1, 2, 2], [3.0, 2.0, 1.0], m, "ranklib")
+        assert pq[0] == pytest.approx(err3, abs=1e-15), m
+
+
+def test_yahoo_err_covers_the_whole_list() -> None:
+    # 12 documents, the only relevant one (label 4, R = 15/16) at rank 12: native ERR (no
+    # cutoff) = (15/16)/12; the derived ERR@10 stops before it.
+    labels = [0] * 11 + [4]
+    scores = [float(12 - i) for i in range(12)]
+    pq, _, res = ev(labels, scores, "err", "yahoo")
+    assert pq[0] == pytest.approx(15 / 16 / 12, abs=1e-15) and not res.derived["err"]
+    pq, _, res = ev(labels, scores, "err@10", "yahoo")
+    assert pq == [0.0] and res.derived["err@10"]
+    # a query without relevant documents: NDCG 1.0 but ERR 0 (the mean averages both kinds)
+    pq, mean, _ = ev([0, 0, 1, 0], [2.0, 1.0, 2.0, 1.0], "ndcg@2", "yahoo", sizes=[2, 2])
+    assert pq == [1.0, 1.0] and mean == 1.0
+    pq, mean, _ = ev([0, 0, 1, 0], [2.0, 1.0, 2.0, 1.0], "err", "yahoo", sizes=[2, 2])
+    assert pq == [0.0, 1 / 16] and mean == pytest.approx(1 / 32, abs=1e-15)
+
+
+@pytest.mark.parametrize("conv", ["letor4", "mslr"])
+def test_meanndcg_runs_over_all_n_positions(conv: str) -> None:
+    """The LETOR 4.0 / MSLR scripts compute NDCG at every position 1..n for MeanNDCG (not only
+    the 10 they print) and divide by n; no position after n enters."""
+    # 12 documents, the only relevant one (label 2, gain 3) at rank 12: NDCG@j = 0 for j < 12,
+    # NDCG@12 = 3/log2(12) / 3 (ideal: gain 3 at rank 1, weight 1) -> MeanNDCG = that / 12.
+    labels = [0] * 11 + [2]
+    scores = [float(12 - i) for i in range(12)]
+    pq, _, _ = ev(labels, scores, "meanndcg", conv)
+    assert pq[0] == pytest.approx(1 / math.log2(12) / 12, abs=1e-15)
+    # every printed NDCG@1..10 is 0 for this query
+    pq, _, _ = ev(labels, scores, "ndcg@10", conv)
+    assert pq == [0.0]
+    # a 2-document query: the mean of NDCG@1 and NDCG@2 only (n < 10 does not add zeros)
+    pq, _, _ = ev([0, 1], [2.0, 1.0], "meanndcg", conv)
+    assert pq[0] == pytest.approx((0.0 + 1.0) / 2, abs=1e-15)
+
+
+@pytest.mark.parametrize("conv", ["letor3", "letor4"])
+def test_letor_warns_on_repeated_docids(conv: str) -> None:
+    # Eval-Score-3.0/4.0.pl store $hsQueryDocLabelScore{$qid}{$did}: a repeated id overwrites.
+    res = evaluate(np.array([1, 0, 1, 0]), np.arange(4.0), np.array([0, 2, 4]), "ndcg@1", conv,
+                   docids=["a", "b", "c", "c"], qids=["q1", "q2"])
+    assert any("query 'q2'" in w and "'c'" in w and "last such line" in w for w in res.warnings)
+    # the same id in two different queries is fine; mslr keys documents by line number
+    for c, ids in ((conv, ["a", "b", "a", "b"]), ("mslr", ["a", "a", "c", "c"])):
+        res = evaluate(np.array([1, 0, 1, 0]), np.arange(4.0), np.array([0, 2, 4]), "ndcg@1", c, docids=ids)
+        assert res.warnings == [], c

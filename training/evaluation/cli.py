@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,11 @@ from training.evaluation.evaluate import EvaluationInputError, EvaluationResult,
 from training.evaluation.measures import Measure, parse_measures
 
 PROG = "tunemix evaluate"
+
+# What the tools' own readers (C atof, Perl, Java parseDouble) all read the same way: ASCII
+# digits, optional sign, decimal point and exponent. Python's float() also takes "1_000" and
+# non-ASCII digits, which the tools would read differently, so those are rejected.
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
 class _CliError(Exception):
@@ -86,6 +92,11 @@ def read_scores(path: str | Path) -> npt.NDArray[np.float64]:
             ) from None
         if not math.isfinite(v):
             raise _CliError(f"{p}: line {i + 1}: score {s!r} is not finite")
+        if not _PLAIN_NUMBER.fullmatch(s):
+            raise _CliError(
+                f"{p}: line {i + 1}: score {s!r} is not a plain decimal number "
+                "(ASCII digits with optional sign, point and exponent, e.g. -1.25e-3)"
+            )
         out[i] = v
     if out.size == 0:
         raise _CliError(f"{p}: no scores in file")
@@ -226,6 +237,8 @@ def _run(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         msg = str(exc)
         raise _CliError(msg if str(args.data) in msg else f"{args.data}: {msg}") from None
+    if args.plot and not Path(args.plot).resolve().parent.is_dir():
+        raise _CliError(f"--plot {args.plot}: directory {Path(args.plot).parent} does not exist")
     scores = read_scores(args.scores)
     if scores.shape[0] != data.n_docs:
         raise _CliError(

@@ -29,6 +29,21 @@ tables and integer flags that :mod:`training.evaluation.kernels` consumes:
 - ties: stable input order, or trec (float32-rounded scores, docid descending strcmp order);
 - ERR: R = (2^l - 1)/16 (yahoo, ranklib); derived R = g(l)/g(top) elsewhere; an explicit top
   label t gives R = g_exp(l)/2^t (the Tune-and-mix ERR, Busa-Fekete et al. 2013).
+
+Notes checked against the tools' source (tests/evaluation/test_conventions_quirks.py,
+tests/evaluation/test_against_trec_eval.py):
+
+- MeanNDCG (letor4, mslr): the scripts call ``NDCG($#rates + 1, @rates)``, i.e. NDCG@j at every
+  position j = 1..n of the query (not only the ten they print), and divide the sum by n. No
+  position after n enters, so a short query is not padded with zeros here (unlike its printed
+  NDCG@k for k > n, which is 0).
+- letor3: a query with n < k has no NDCG@k / P@k column of its own and adds 0 to the mean. When
+  *no* query reaches k the script prints no column k at all; we report a mean of 0 then.
+- letor3/letor4 key a query's documents by ``#docid``: a repeated id keeps only its last line
+  there (we evaluate every line and warn); the MSLR script keys by line number.
+- trec follows trec_eval 9.x (to 9.0.8, and the copy bundled with pytrec-eval-terrier), whose
+  run scores are C floats: ``atof`` rounds them to float32 before ranking. trec_eval 10.0
+  (release candidates) stores them as doubles (usnistgov/trec_eval PR #38) and would not round.
 """
 
 from __future__ import annotations

@@ -248,7 +248,10 @@ def _prepare(
     if conv.tie_rule == "trec":
         # trec_eval reads scores into a C float, sorts by score descending, then by docno
         # descending (strcmp). UTF-8 byte order equals code point order, which numpy uses.
-        sc = sc.astype(np.float32).astype(np.float64)
+        # Beyond float32's range a score becomes +-inf there too (C's double -> float rounds
+        # to nearest, overflow to infinity), so huge scores tie exactly as in trec_eval.
+        with np.errstate(over="ignore"):
+            sc = sc.astype(np.float32).astype(np.float64)
         use_tiebreak = True
         if doc_arr is None:
             tiebreak = _decimal_string_rank(off)
@@ -274,24 +277,50 @@ def _prepare(
     )
 
 
+def _first_duplicate_docid(ranks: npt.NDArray[np.int64], off: npt.NDArray[np.int64]) -> int | None:
+    """The row of the first repeated document id within a query (``ranks``: one integer per
+    distinct id), or None when every query's ids are distinct."""
+    nq = off.shape[0] - 1
+    qidx = np.repeat(np.arange(nq, dtype=np.int64), np.diff(off))
+    key = qidx * (int(ranks.max()) + 1 if ranks.size else 1) + ranks
+    order = np.argsort(key, kind="stable")
+    dup = np.flatnonzero(key[order][1:] == key[order][:-1])
+    return int(order[dup[0] + 1]) if dup.size else None
+
+
 def _check_unique_docids(
     ranks: npt.NDArray[np.int64],
     off: npt.NDArray[np.int64],
     docids: npt.NDArray[np.str_],
     qids: npt.NDArray[np.str_] | None,
 ) -> None:
-    nq = off.shape[0] - 1
-    qidx = np.repeat(np.arange(nq, dtype=np.int64), np.diff(off))
-    key = qidx * (int(ranks.max()) + 1 if ranks.size else 1) + ranks
-    order = np.argsort(key, kind="stable")
-    dup = np.flatnonzero(key[order][1:] == key[order][:-1])
-    if dup.size:
-        row = int(order[dup[0] + 1])
-        q = int(qidx[row])
+    row = _first_duplicate_docid(ranks, off)
+    if row is not None:
+        q = _query_of_row(off, row)
         raise EvaluationInputError(
             f"{_query_name(q, qids)}: document id {str(docids[row])!r} occurs more than once; "
             "trec_eval needs distinct docids within a query"
         )
+
+
+def _letor_duplicate_warning(
+    conv: Convention, docids: npt.ArrayLike | None, off: npt.NDArray[np.int64], qids: npt.NDArray[np.str_] | None
+) -> str | None:
+    """letor3/letor4: the LETOR scripts key a query's documents by ``#docid`` in a hash, so a
+    repeated id keeps only its last line there (the MSLR script keys by line number instead)."""
+    if conv.name not in ("letor3", "letor4") or docids is None:
+        return None
+    doc_arr = np.asarray(docids).astype(np.str_)
+    _, inverse = np.unique(doc_arr, return_inverse=True)
+    row = _first_duplicate_docid(np.ascontiguousarray(inverse.reshape(-1), dtype=np.int64), off)
+    if row is None:
+        return None
+    q = _query_of_row(off, row)
+    return (
+        f"{conv.name}: {_query_name(q, qids)} has document id {str(doc_arr[row])!r} more than once; "
+        f"{conv.tool} keys documents by id, so it would keep only the last such line and evaluate "
+        "fewer documents than we do"
+    )
 
 
 def _check_err_labels(prep: _Prepared, conv: Convention, measure: Measure, table: Any) -> None:
@@ -373,6 +402,9 @@ def evaluate(
     _check_supported(conv, ms)
     prep = _prepare(labels, scores, query_offsets, conv, docids, qids)
     warnings = list(prep.warnings)
+    dup_warning = _letor_duplicate_warning(conv, docids, prep.offsets, prep.qids)
+    if dup_warning is not None:
+        warnings.append(dup_warning)
     if conv.meaningful_max_label is not None and prep.max_label > conv.meaningful_max_label:
         n_above = int(np.count_nonzero(prep.labels > conv.meaningful_max_label))
         msg = conv.label_warning(prep.max_label, n_above)

@@ -16,7 +16,8 @@ Definitions (rank r is 1-based, l_r the label at rank r, g the convention's gain
 - ERR@k = sum_{r<=k} R_r / r * prod_{s<r} (1 - R_s) (Chapelle et al., CIKM 2009).
 - P@k = #relevant in the top k / divisor; AP = mean over relevant ranks r of P@r; MAP is the
   mean of AP over queries.
-- MeanNDCG = mean of NDCG@1..NDCG@n of a query (the LETOR 4.0 script's summary measure).
+- MeanNDCG = mean of NDCG@1..NDCG@n of a query, n its number of documents (the LETOR 4.0 and
+  MSLR scripts' summary measure: every position 1..n, not only the printed cutoffs 1..10).
 """
 
 from __future__ import annotations
