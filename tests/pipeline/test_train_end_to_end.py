@@ -67,6 +67,8 @@ def test_artifact_layout_and_record(trained: tuple[Path, dict]) -> None:
     assert set(rec["evaluation"]["test"]["ensemble"]) == set(CONVENTION_NAMES)
     assert rec["config"]["name"] == "tiny"
     assert {r["mixer"] for r in rec["mixer_comparison"]} == {"exp_forecaster", "one_best", "uniform", "rrf"}
+    assert [r["rescale"] for r in rec["rescaling_comparison"]] == ["none", "zscore_query", "minmax_query", "std_global"]
+    assert "Member rescaling" in (path / "report.md").read_text()
     assert manifest["n_features"] == 6
 
 

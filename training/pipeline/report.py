@@ -59,6 +59,13 @@ def render_markdown(record: dict[str, Any]) -> str:
             lines.append(f"| {row['mixer']} | {_fmt(row.get(f'val_{m}'))} | {_fmt(row.get(f'test_{m}'))} | "
                          f"{row.get('detail', '')} |")
         lines.append("")
+    if record.get("rescaling_comparison"):
+        m = mixer["measure"]
+        lines += ["### Member rescaling before the forecaster", "",
+                  f"| rescale | validation {m} | test {m} |", "|---|---|---|"]
+        for row in record["rescaling_comparison"]:
+            lines.append(f"| {row['rescale']} | {_fmt(row.get(f'val_{m}'))} | {_fmt(row.get(f'test_{m}'))} |")
+        lines.append("")
     for split, by_model in record["evaluation"].items():
         lines.append(f"## {split.capitalize()} metrics under the six conventions")
         for who, table in by_model.items():

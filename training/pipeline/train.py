@@ -32,6 +32,7 @@ from training.data.normalization import apply_view
 from training.data.splits import split_by_query
 from training.data.svmlight import read_svmlight
 from training.data.synthetic import make_synthetic_splits
+from training.ensemble.member_rescaling import RESCALE_MODES
 from training.ensemble.registry import compare_mixers, make_mixer
 from training.evaluation import CONVENTION_NAMES, evaluate, mean_metric
 from training.learners.label_groups import get_grouping
@@ -296,11 +297,24 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> TrainOutcome:
                       for j in range(len(members))])
     best = int(np.argmax(omega))
     comparison: list[dict[str, Any]] = []
+    rescaling: list[dict[str, Any]] = []
     if test is not None and test_members is not None and cfg.mixer.compare:
         t0 = time.perf_counter()
         names = list(dict.fromkeys([cfg.mixer.name, *cfg.mixer.compare]))
         comparison = compare_mixers(vali_members, vali.labels, vali.query_offsets, test_members, test.labels,
                                     test.query_offsets, mixers=names, measures=[measure], convention=convention)
+        if cfg.mixer.name == "exp_forecaster":
+            # the forecaster under every member rescaling (method section 5: test with and without)
+            for mode in RESCALE_MODES:
+                fc = make_mixer("exp_forecaster", measure=measure, convention=convention, rescale=mode)
+                fc.fit(vali_members, vali.labels, vali.query_offsets)
+                rescaling.append({
+                    "rescale": mode,
+                    f"val_{measure}": mean_metric(vali.labels, fc.transform(vali_members, vali.query_offsets),
+                                                  vali.query_offsets, measure, convention),
+                    f"test_{measure}": mean_metric(test.labels, fc.transform(test_members, test.query_offsets),
+                                                   test.query_offsets, measure, convention),
+                })
         timings["mixer_comparison_s"] = time.perf_counter() - t0
 
     # --- drop what the mixer never uses, then evaluate through the serving path
@@ -342,6 +356,7 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> TrainOutcome:
                   **_mixer_summary(mixer)},
         "best_member": {"index": best, "name": members[best].name, "omega": float(omega[best])},
         "mixer_comparison": comparison,
+        "rescaling_comparison": rescaling,
         "evaluation": evaluation,
         "timings": timings,
         "versions": _versions(),
