@@ -149,18 +149,19 @@ def read_svmlight(
     return data
 
 
-def format_float32(values: np.ndarray) -> np.ndarray:
-    """Short decimal strings that read back to exactly the same float32 values (vectorised).
+def format_float32(values: np.ndarray) -> list[str]:
+    """Short decimal strings (flattened, row-major) that read back to exactly the same float32.
 
-    ``%.7g`` is enough for most float32 values; where it does not round-trip, ``%.9g`` (always
+    ``%.8g`` is enough for most float32 values; where it does not round-trip, ``%.9g`` (always
     enough for float32) is used instead.
     """
-    x = np.asarray(values, dtype=np.float32)
-    short = np.char.mod("%.7g", x.astype(np.float64))
-    exact = short.astype(np.float64).astype(np.float32) == x
-    if np.all(exact):
-        return short
-    return np.where(exact, short, np.char.mod("%.9g", x.astype(np.float64)))
+    x = np.asarray(values, dtype=np.float32).ravel()
+    xs = x.astype(np.float64).tolist()
+    short = ["%.8g" % v for v in xs]  # noqa: UP031 (the fast formatter)
+    back = np.array(short, dtype=np.float64).astype(np.float32) if short else np.zeros(0, np.float32)
+    for i in np.flatnonzero(back != x).tolist():
+        short[i] = "%.9g" % xs[i]  # noqa: UP031
+    return short
 
 
 def write_svmlight(
@@ -181,22 +182,29 @@ def write_svmlight(
     if comments is not None and len(comments) != n:
         raise ValueError(f"comments must have one entry per row ({n}), got {len(comments)}")
     qidx = data.query_index
-    ids = np.char.add(np.arange(1, d + 1).astype(np.str_), ":")
+    ids = [f"{j + 1}:" for j in range(d)]
     chunk = 20_000  # rows formatted at a time (bounded memory)
-    text = format_float32(feats[:0])
     with open(path, "w", encoding="utf-8") as fh:
-        for i in range(n):
-            if i % chunk == 0:
-                text = format_float32(feats[i : i + chunk])
-            head = f"{int(data.labels[i])} qid:{data.qids[qidx[i]]}" if write_qid else str(int(data.labels[i]))
-            cols = np.flatnonzero(feats[i]) if sparse else np.arange(d)
-            body = " ".join(np.char.add(ids[cols], text[i % chunk, cols]).tolist())
-            tail = ""
-            if comments is not None:
-                tail = f" #{comments[i]}"
-            elif data.docids is not None:
-                tail = f" #docid = {data.docids[i]}"
-            fh.write(f"{head} {body}{tail}\n" if body else f"{head}{tail}\n")
+        for c0 in range(0, n, chunk):
+            block = feats[c0 : c0 + chunk]
+            text = format_float32(block)
+            nonzero = block != 0
+            out = []
+            for r in range(block.shape[0]):
+                i = c0 + r
+                base = r * d
+                cols = np.flatnonzero(nonzero[r]).tolist() if sparse else range(d)
+                parts = [f"{int(data.labels[i])}"]
+                if write_qid:
+                    parts.append(f"qid:{data.qids[qidx[i]]}")
+                parts.extend(ids[j] + text[base + j] for j in cols)
+                if comments is not None:
+                    parts.append(f"#{comments[i]}")
+                elif data.docids is not None:
+                    parts.append(f"#docid = {data.docids[i]}")
+                out.append(" ".join(parts))
+            fh.write("\n".join(out))
+            fh.write("\n")
     if not write_qid:
         with open(str(path) + ".query", "w", encoding="utf-8") as fh:
             fh.write("\n".join(str(int(s)) for s in data.query_sizes))
