@@ -104,3 +104,17 @@ def test_split_and_join_params() -> None:
 def test_bad_names() -> None:
     with pytest.raises(ValueError, match="model name"):
         save_artifact("/tmp", "../evil", {}, {})
+
+
+def test_ctrl_c_during_save_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interrupt while the arrays are being written leaves no version and no temporary dir."""
+    _save(tmp_path)
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(np, "savez", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _save(tmp_path)
+    assert list_versions(tmp_path, "demo") == ["v1"]
+    assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == ["v1"]
