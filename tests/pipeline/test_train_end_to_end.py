@@ -102,7 +102,8 @@ def test_members_match_standalone_snapshots(trained: tuple[Path, dict]) -> None:
 
     sets, _ = load_data(cfg)
     fit_part, _ = split_by_query(sets["train"], fraction=0.8, seed=cfg.seed)
-    j = next(i for i, m in enumerate(model.members) if model.runs[m.run].view == "raw+white")
+    # prefer a member of a normalised view (its trees were remapped to the wide matrix)
+    j = next((i for i, m in enumerate(model.members) if model.runs[m.run].view != "raw"), 0)
     member = model.members[j]
     run = model.runs[member.run]
     params = dict(run.learner)
@@ -209,3 +210,24 @@ def test_pruning_drops_unused_views_and_bases() -> None:
     x = rng.standard_normal((10, 2)).astype(np.float32)
     off = np.array([0, 4, 10])
     np.testing.assert_allclose(small.score(x, off), model.score(x, off), atol=1e-12)
+
+
+@pytest.mark.parametrize("view", ["raw", "raw+std", "raw+white"])
+def test_remapped_forest_scores_like_the_run_on_its_view(view: str) -> None:
+    """Trees trained on a view, rewritten for the wide [raw | std | white] matrix and padded to
+    more classes, give the same raw scores (extra classes 0)."""
+    from training.data.normalization import apply_view
+    from training.data.synthetic import make_synthetic
+    from training.learners.adaboost_mh import AdaBoostMH
+    from training.scoring.ensemble_model import remap_forest
+    from training.scoring.forest import score_forest
+
+    data = make_synthetic(n_queries=30, docs_per_query=(4, 12), n_features=5, n_levels=3, seed=11)
+    x_view = apply_view(data.features, data.query_offsets, view)
+    model = AdaBoostMH(n_iterations=15, base="tree", n_leaves=4).fit(x_view, data.labels, label_grouping="binary")
+    wide_x = np.hstack([data.features, apply_view(data.features, data.query_offsets, "raw+std")[:, 5:],
+                        apply_view(data.features, data.query_offsets, "raw+white")[:, 5:]])
+    wide = remap_forest(model.to_forest(), view, 5, ["raw+std", "raw+white"], n_outputs=4)
+    got = score_forest(wide, wide_x)[:, 0, :]
+    np.testing.assert_allclose(got[:, :2], model.decision_function(x_view), rtol=0, atol=1e-12)
+    assert np.all(got[:, 2:] == 0.0)

@@ -103,7 +103,7 @@ class MixerConfig:
     name: str = "exp_forecaster"
     measure: str = "ndcg@10"
     convention: str = "yahoo"
-    rescale: str | None = None  # None: the forecaster's own default
+    rescale: str | None = "auto"  # "auto": the mode best on validation; or one of RESCALE_MODES
     compare: list[str] = field(default_factory=lambda: list(DEFAULT_COMPARE))
 
 
@@ -198,6 +198,10 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         Measure.parse(cfg.mixer.measure)
     except ValueError as exc:
         raise ConfigError(f"[mixer] measure: {exc}") from None
+    from training.ensemble.member_rescaling import RESCALE_MODES
+
+    _require(cfg.mixer.rescale in (None, "auto", *RESCALE_MODES),
+             f"[mixer] rescale {cfg.mixer.rescale!r} is not 'auto' or one of {', '.join(RESCALE_MODES)}")
     r = cfg.run
     _require(r.backend in BACKENDS, f"[run] backend {r.backend!r} is not one of {', '.join(BACKENDS)}")
     _require(r.n_jobs >= 1, "[run] n_jobs must be at least 1")

@@ -181,12 +181,19 @@ def _progress_bar(total: int, desc: str, progress: bool) -> Any:
 
 # ---------------------------------------------------------------------------------- metrics
 def metrics_all_conventions(labels: np.ndarray, scores: np.ndarray, offsets: np.ndarray,
-                            docids: np.ndarray | None = None) -> dict[str, dict[str, float | None]]:
-    """Mean of RECORD_MEASURES under each of the six conventions (None where the tool refuses)."""
+                            docids: np.ndarray | None = None, top_label: int = 4) -> dict[str, dict[str, float | None]]:
+    """Mean of RECORD_MEASURES under each of the six conventions (None where the tool refuses).
+
+    With fewer than five levels, ERR with the data's own top label (``err:top=K-1``, the papers'
+    ERR: R = (2^l - 1) / 2^top) is recorded too.
+    """
+    measures = list(RECORD_MEASURES)
+    if top_label < 4:
+        measures.insert(measures.index("err") + 1, f"err:top={top_label}")
     out: dict[str, dict[str, float | None]] = {}
     for conv in CONVENTION_NAMES:
         row: dict[str, float | None] = {}
-        for measure in RECORD_MEASURES:
+        for measure in measures:
             try:
                 res = evaluate(labels, scores, offsets, [measure], conv, docids=docids)
                 value = res.mean[measure]
@@ -290,31 +297,47 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> TrainOutcome:
 
     # --- mixing
     t0 = time.perf_counter()
-    mixer.fit(vali_members, vali.labels, vali.query_offsets)
-    timings["mixing_s"] = time.perf_counter() - t0
     measure, convention = cfg.mixer.measure, cfg.mixer.convention
+    rescaling: list[dict[str, Any]] = []
+    chosen_rescale: str | None = None
+    if cfg.mixer.name == "exp_forecaster":
+        # Member rescaling (method section 5): with rescale "auto" (the default) the forecaster is
+        # fitted under every mode and the best on the validation queries is kept; the record shows
+        # all of them, on test too, so the choice can be checked.
+        modes = list(RESCALE_MODES) if cfg.mixer.rescale in (None, "auto") else [str(cfg.mixer.rescale)]
+        fitted = []
+        for mode in modes:
+            fc = make_mixer("exp_forecaster", measure=measure, convention=convention, rescale=mode)
+            fc.fit(vali_members, vali.labels, vali.query_offsets)
+            row: dict[str, Any] = {"rescale": mode, f"val_{measure}": float(fc.validation_quality_)}  # type: ignore[attr-defined]
+            if test is not None and test_members is not None:
+                row[f"test_{measure}"] = mean_metric(test.labels, fc.transform(test_members, test.query_offsets),
+                                                     test.query_offsets, measure, convention)
+            rescaling.append(row)
+            fitted.append(fc)
+        pick = int(np.argmax([r[f"val_{measure}"] for r in rescaling]))  # ties: the first mode listed
+        mixer, chosen_rescale = fitted[pick], modes[pick]
+    else:
+        mixer.fit(vali_members, vali.labels, vali.query_offsets)
+    model.mixer = mixer
+    timings["mixing_s"] = time.perf_counter() - t0
     omega = np.array([mean_metric(vali.labels, vali_members[:, j], vali.query_offsets, measure, convention)
                       for j in range(len(members))])
     best = int(np.argmax(omega))
     comparison: list[dict[str, Any]] = []
-    rescaling: list[dict[str, Any]] = []
     if test is not None and test_members is not None and cfg.mixer.compare:
         t0 = time.perf_counter()
         names = list(dict.fromkeys([cfg.mixer.name, *cfg.mixer.compare]))
+        mixer_specs: list[Any] = []
+        for name in names:
+            if name == "exp_forecaster" and chosen_rescale is not None:
+                mixer_specs.append(make_mixer(name, measure=measure, convention=convention, rescale=chosen_rescale))
+            elif name == "uniform" and chosen_rescale is not None:
+                mixer_specs.append(make_mixer(name, rescale=chosen_rescale))  # c = 0 of the same forecaster
+            else:
+                mixer_specs.append(name)
         comparison = compare_mixers(vali_members, vali.labels, vali.query_offsets, test_members, test.labels,
-                                    test.query_offsets, mixers=names, measures=[measure], convention=convention)
-        if cfg.mixer.name == "exp_forecaster":
-            # the forecaster under every member rescaling (method section 5: test with and without)
-            for mode in RESCALE_MODES:
-                fc = make_mixer("exp_forecaster", measure=measure, convention=convention, rescale=mode)
-                fc.fit(vali_members, vali.labels, vali.query_offsets)
-                rescaling.append({
-                    "rescale": mode,
-                    f"val_{measure}": mean_metric(vali.labels, fc.transform(vali_members, vali.query_offsets),
-                                                  vali.query_offsets, measure, convention),
-                    f"test_{measure}": mean_metric(test.labels, fc.transform(test_members, test.query_offsets),
-                                                   test.query_offsets, measure, convention),
-                })
+                                    test.query_offsets, mixers=mixer_specs, measures=[measure], convention=convention)
         timings["mixer_comparison_s"] = time.perf_counter() - t0
 
     # --- drop what the mixer never uses, then evaluate through the serving path
@@ -325,16 +348,17 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> TrainOutcome:
     t0 = time.perf_counter()
     evaluation: dict[str, Any] = {
         "vali": {"ensemble": metrics_all_conventions(vali.labels, model.score(vali.features, vali.query_offsets),
-                                                     vali.query_offsets, vali.docids),
+                                                     vali.query_offsets, vali.docids, n_labels - 1),
                  "best_member": metrics_all_conventions(vali.labels, vali_members[:, best], vali.query_offsets,
-                                                        vali.docids)},
+                                                        vali.docids, n_labels - 1)},
     }
     if test is not None and test_members is not None:
         test_scores = model.score(test.features, test.query_offsets)
         evaluation["test"] = {
-            "ensemble": metrics_all_conventions(test.labels, test_scores, test.query_offsets, test.docids),
+            "ensemble": metrics_all_conventions(test.labels, test_scores, test.query_offsets, test.docids,
+                                                n_labels - 1),
             "best_member": metrics_all_conventions(test.labels, test_members[:, best], test.query_offsets,
-                                                   test.docids),
+                                                   test.docids, n_labels - 1),
         }
     timings["evaluation_s"] = time.perf_counter() - t0
     timings["total_s"] = time.perf_counter() - t_start
@@ -353,7 +377,7 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> TrainOutcome:
         "served": {"members": len(model.members), "bases": model.forest.n_base,
                    "members_before_pruning": full_size[0], "bases_before_pruning": full_size[1]},
         "mixer": {"name": cfg.mixer.name, "measure": measure, "convention": convention,
-                  **_mixer_summary(mixer)},
+                  "rescale": chosen_rescale, **_mixer_summary(mixer)},
         "best_member": {"index": best, "name": members[best].name, "omega": float(omega[best])},
         "mixer_comparison": comparison,
         "rescaling_comparison": rescaling,
@@ -367,10 +391,7 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> TrainOutcome:
 
 def _mixer_params(cfg: TrainConfig) -> dict[str, Any]:
     if cfg.mixer.name in ("exp_forecaster", "one_best"):
-        params: dict[str, Any] = {"measure": cfg.mixer.measure, "convention": cfg.mixer.convention}
-        if cfg.mixer.name == "exp_forecaster" and cfg.mixer.rescale is not None:
-            params["rescale"] = cfg.mixer.rescale
-        return params
+        return {"measure": cfg.mixer.measure, "convention": cfg.mixer.convention}
     return {}
 
 
