@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from training.calibration.registry import DEFAULT_CALIBRATORS
 from training.data.normalization import VIEWS
 
 BACKENDS = ("loky", "dask", "ray", "sequential")
@@ -49,19 +50,6 @@ ADABOOST_KEYS = {
     "initial_weights", "seed",
 }
 DEFAULT_CHECKPOINTS = [10, 30, 100, 300, 1000]
-DEFAULT_CALIBRATORS = [
-    "shift",
-    "cpc:ls",
-    "cpc:ewls(C=1)",
-    "cpc:el",
-    "cpc:ell",
-    "cpc:sndcg(sigma=0.1)",
-    "rbc:linear:gain",
-    "rbc:linear:ndcg",
-    "rbc:logistic:gain",
-    "rbc:poly2:gain",
-    "rbc:nn:gain",
-]
 DEFAULT_COMPARE = ["one_best", "uniform", "rrf", "combsum", "combmnz", "condorcet"]
 
 
