@@ -30,6 +30,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     demo.add_argument("--name", default="default", help="model name (default 'default')")
     demo.add_argument("--data-dir", type=Path, default=Path("data") / "synthetic",
                       help="where the generated data set is written (default data/synthetic)")
+    demo.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
+                      help="configuration with a [data.synthetic] table (default configs/default.toml)")
     demo.add_argument("--retrain", action="store_true", help="train a new version even if one exists")
     demo.add_argument("--no-progress", action="store_true", help="no progress bars")
     demo.set_defaults(func=run_demo)
@@ -95,12 +97,12 @@ def run_demo(args: argparse.Namespace) -> int:
     if existing is not None and not args.retrain:
         sys.stdout.write(f"model {args.name!r} already trained: {existing} (use --retrain for a new version)\n")
         return 0
-    cfg = load_config(DEFAULT_CONFIG, {"name": args.name, "run.models_dir": args.models_dir})
+    cfg = load_config(args.config, {"name": args.name, "run.models_dir": args.models_dir})
     files = {k: args.data_dir / f"{k}.txt" for k in ("train", "vali", "test")}
     if not all(f.exists() for f in files.values()):
         s = cfg.data.synthetic
         if s is None:
-            raise ValueError(f"{DEFAULT_CONFIG} must have a [data.synthetic] table for the demo")
+            raise ValueError(f"{args.config} must have a [data.synthetic] table for the demo")
         sets = make_synthetic_splits(
             n_queries=dict(zip(("train", "vali", "test"), s.queries, strict=True)),
             docs_per_query=(s.docs_per_query[0], s.docs_per_query[-1]), n_features=s.features,

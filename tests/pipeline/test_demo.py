@@ -1,0 +1,60 @@
+"""`tunemix demo` (what `make serve` runs): generate data, train, and leave an existing model alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from training.cli import main
+from training.pipeline.cli import DEFAULT_CONFIG
+from training.pipeline.config import load_config
+
+TINY = """
+name = "default"
+[data.synthetic]
+queries = [20, 10, 10]
+docs_per_query = [4, 9]
+features = 5
+levels = 3
+seed = 3
+[members]
+views = ["raw"]
+label_groupings = ["original"]
+calibrators = ["shift", "rbc:linear:gain"]
+[[members.adaboost]]
+base = "tree"
+n_leaves = 3
+n_iterations = 6
+checkpoints = [3, 6]
+[mixer]
+compare = ["one_best"]
+[run]
+backend = "sequential"
+report_plots = false
+"""
+
+
+def test_demo_generates_trains_and_is_idempotent(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text(TINY)
+    args = ["demo", "--config", str(cfg), "--models-dir", str(tmp_path / "models"),
+            "--data-dir", str(tmp_path / "data"), "--no-progress"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "generated synthetic data" in out and "model written to" in out
+    assert "test: ensemble ndcg@10 =" in out
+    for split in ("train", "vali", "test"):
+        assert (tmp_path / "data" / f"{split}.txt").stat().st_size > 0
+    assert (tmp_path / "models" / "default" / "v1" / "manifest.json").is_file()
+    assert main(args) == 0
+    assert "already trained" in capsys.readouterr().out
+    assert not (tmp_path / "models" / "default" / "v2").exists()
+    assert main([*args, "--retrain"]) == 0
+    assert (tmp_path / "models" / "default" / "v2" / "manifest.json").is_file()
+
+
+def test_shipped_configs_are_valid() -> None:
+    for path in sorted(DEFAULT_CONFIG.parent.glob("*.toml")):
+        cfg = load_config(path)
+        assert cfg.adaboost_grid(), path
