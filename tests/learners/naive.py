@@ -179,3 +179,15 @@ def adaboost_mh(X, classes, labels, K, T, policy="exponential"):
         alphas.append(alpha)
         edges.append(gamma)
     return np.array(alphas), np.array(edges), F
+
+
+def histogram(codes: np.ndarray, s: np.ndarray, rows: np.ndarray, sign: np.ndarray | None,
+              feats: np.ndarray, n_bins: int) -> np.ndarray:
+    """hist[f, b, l] = sum over rows r (in the given order) with codes[feats[f], r] == b of
+    sign[r] * s[r, l]; codes feature-major (d, n)."""
+    K = s.shape[1]
+    hist = np.zeros((len(feats), n_bins, K))
+    for f, j in enumerate(feats):
+        for r in rows:
+            hist[f, codes[j, r]] += s[r] * (1.0 if sign is None else float(sign[r]))
+    return hist

@@ -8,7 +8,7 @@ import pytest
 from training.learners.binning import fit_bins
 from training.learners.hamming_tree import HammingTreeSearch
 from training.learners.stump_product import StumpProductSearch
-from training.learners.stump_search import boost_update
+from training.learners.stump_search import ROW_BLOCK, boost_update
 
 from . import naive
 
@@ -200,3 +200,19 @@ def test_boost_update_matches_textbook_and_sums_to_one(seed: int) -> None:
     assert np.abs(s).sum() == pytest.approx(1.0, abs=1e-14)
     np.testing.assert_allclose(F, F0 + alpha * h, rtol=1e-14)
     assert err == pytest.approx(np.mean(np.argmax(F, axis=1) != classes))
+
+
+@pytest.mark.parametrize("K", [2, 5])
+def test_tree_and_product_match_brute_force_across_row_blocks(K: int) -> None:
+    # more rows than one histogram row block, other class counts (one kernel specialisation each).
+    # Balanced class totals (S_l = 0): with K = 5 random weights every S_l < 0 and both sides of
+    # any split keep that sign, so every split has gain 0 and the choice is a tie.
+    X, s, bins, codes = make_problem(K, n=ROW_BLOCK + 300, d=3, K=K, balanced=True)
+    feats, nb = feats_of(bins)
+    fit = HammingTreeSearch(codes, K, 5, bins.max_bins).fit(s, feats, nb)
+    masks, edge = naive.grow_tree(X, s, 5)
+    assert fit.edge == pytest.approx(edge, abs=1e-12)
+    assert partition(fit.row_leaf) == {frozenset(np.flatnonzero(m).tolist()) for m in masks}
+    prod = StumpProductSearch(codes, K, 2, bins.max_bins).fit(s, feats, nb)
+    assert prod is not None
+    assert prod.edge == pytest.approx(naive.fit_product(X, s, 2)[0], abs=1e-12)

@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-from training.learners.stump_search import TREE, accumulate_histogram, best_split, split_score
+from training.learners.stump_search import TREE, accumulate_histogram, best_split, class_lanes, split_score
 
 #: A split must raise the edge by more than this to be taken (except the root split).
 MIN_GAIN = 1e-14
@@ -35,20 +35,22 @@ MIN_GAIN = 1e-14
 @njit(cache=True)
 def grow_tree(
     codes, s, feats, feat_nbins, n_leaves_max, order, tmp, hist_pool,
-    row_leaf, node_feat, node_bin, node_left, node_right, leaf_sums, per_feature,
+    row_leaf, node_feat, node_bin, node_left, node_right, leaf_sums, per_feature, k_lanes,
 ):  # pragma: no cover
     """Grow one Hamming tree on all rows; returns ``(n_nodes, n_leaves, edge)``.
 
     Outputs (preallocated): ``node_feat`` (feature id), ``node_bin`` (test ``code >= bin``),
     ``node_left/right`` (FlatForest convention: c >= 0 node, c < 0 leaf -c-1), ``leaf_sums``
     (S_R per leaf), ``row_leaf`` (leaf of each row), ``per_feature`` (best root stump edge of
-    each searched feature slot). ``hist_pool`` is (N, k, B, K) scratch; ``order``/``tmp`` (n,).
+    each searched feature slot). ``hist_pool`` is (N, k, B, K) scratch; ``order``/``tmp`` (n,);
+    ``k_lanes`` is ``class_lanes(K)`` (compile-time K for the histogram kernel).
     """
     n = s.shape[0]
     K = s.shape[1]
     k = feats.shape[0]
     N = n_leaves_max
     empty_sign = np.zeros(0, dtype=np.int8)
+    all_rows = np.zeros(0, dtype=np.int64)  # the root: rows 0..n-1 in order, no gather
     seg_start = np.zeros(N, dtype=np.int64)
     seg_end = np.zeros(N, dtype=np.int64)
     leaf_parent = np.full(N, -1, dtype=np.int64)
@@ -61,7 +63,7 @@ def grow_tree(
     for i in range(n):
         order[i] = i
     hist_pool[0, :, :, :] = 0.0
-    accumulate_histogram(codes, s, empty_sign, order, 0, n, feats, hist_pool[0])
+    accumulate_histogram(codes, s, empty_sign, all_rows, 0, n, feats, hist_pool[0], k_lanes)
     for l in range(K):
         leaf_sums[0, l] = 0.0
     for i in range(n):
@@ -70,9 +72,9 @@ def grow_tree(
     seg_start[0] = 0
     seg_end[0] = n
     # per-feature stump edges at the root (bandit rewards)
-    best_split(hist_pool[0], feat_nbins, leaf_sums[0], 0, False, best_L[0], per_feature)
+    best_split(hist_pool[0], feat_nbins, leaf_sums[0], 0, False, best_L[0], per_feature, k_lanes)
     sl, bb, gg = best_split(hist_pool[0], feat_nbins, leaf_sums[0], TREE, False, best_L[0],
-                            scratch_pf)
+                            scratch_pf, k_lanes)
     best_slot[0] = sl
     best_bin[0] = bb
     best_gain[0] = gg
@@ -121,11 +123,11 @@ def grow_tree(
         # smaller child's histogram into slot R, larger = parent (slot P) minus it
         hist_pool[R, :, :, :] = 0.0
         if mid - a <= e - mid:
-            accumulate_histogram(codes, s, empty_sign, order, a, mid, feats, hist_pool[R])
+            accumulate_histogram(codes, s, empty_sign, order, a, mid, feats, hist_pool[R], k_lanes)
             left_id = R
             right_id = P
         else:
-            accumulate_histogram(codes, s, empty_sign, order, mid, e, feats, hist_pool[R])
+            accumulate_histogram(codes, s, empty_sign, order, mid, e, feats, hist_pool[R], k_lanes)
             left_id = P
             right_id = R
         hp = hist_pool[P]
@@ -151,7 +153,7 @@ def grow_tree(
         node_right[nn] = -right_id - 1
         for c in (left_id, right_id):
             sl, bb, gg = best_split(hist_pool[c], feat_nbins, leaf_sums[c], TREE, False,
-                                    best_L[c], scratch_pf)
+                                    best_L[c], scratch_pf, k_lanes)
             best_slot[c] = sl
             best_bin[c] = bb
             best_gain[c] = gg
@@ -217,6 +219,7 @@ class HammingTreeSearch:
         n_nodes, n_leaves, edge = grow_tree(
             self.codes, s, feats, feat_nbins, N, self._order, self._tmp, self._pool,
             self._row_leaf, node_feat, node_bin, node_left, node_right, leaf_sums, per_feature,
+            class_lanes(K),
         )
         votes = np.where(leaf_sums[:n_leaves] >= 0.0, 1.0, -1.0)
         return TreeFit(

@@ -26,6 +26,7 @@ from training.learners.stump_search import (
     STUMP,
     accumulate_histogram,
     best_split,
+    class_lanes,
     histogram_totals,
 )
 
@@ -36,13 +37,14 @@ MIN_RISE = 1e-12
 @njit(cache=True)
 def fit_product(
     codes, s, feats, feat_nbins, n_terms, max_cycles, hist, term_feat, term_bin, V,
-    row_sigma, per_feature,
+    row_sigma, per_feature, k_lanes,
 ):  # pragma: no cover
     """Fit a product of ``n_terms`` stumps; returns ``(edge, n_passes)``.
 
     Outputs: ``term_feat`` (feature id, -1 = constant term), ``term_bin`` (test ``code >=
     bin``), ``V`` (K,) the product vote, ``row_sigma`` (n,) int8 = ``prod_j phi_j(x_i)``,
-    ``per_feature`` the best first-pass stump edge of each searched slot (bandit rewards).
+    ``per_feature`` the best first-pass stump edge of each searched slot (bandit rewards);
+    ``k_lanes`` is ``class_lanes(K)``.
     Returns edge -inf when no feature can be split.
     """
     n = s.shape[0]
@@ -50,7 +52,7 @@ def fit_product(
     k = feats.shape[0]
     phi = np.ones((n_terms, n), dtype=np.int8)
     sigma_other = np.ones(n, dtype=np.int8)
-    order = np.arange(n)
+    all_rows = np.zeros(0, dtype=np.int64)  # every row, in order (no gather)
     S = np.zeros(K)
     L = np.zeros(K)
     scratch = np.empty(k)
@@ -70,15 +72,15 @@ def fit_product(
                         sg *= phi[q, i]
                 sigma_other[i] = sg
             hist[:, :, :] = 0.0
-            accumulate_histogram(codes, s, sigma_other, order, 0, n, feats, hist)
+            accumulate_histogram(codes, s, sigma_other, all_rows, 0, n, feats, hist, k_lanes)
             histogram_totals(hist, S)
             first = cycle == 0 and j == 0
             if first:
-                sl, bb, sc = best_split(hist, feat_nbins, S, STUMP, False, L, per_feature)
+                sl, bb, sc = best_split(hist, feat_nbins, S, STUMP, False, L, per_feature, k_lanes)
                 if sl < 0:
                     return -np.inf, 0
             else:
-                sl, bb, sc = best_split(hist, feat_nbins, S, STUMP, allow_const, L, scratch)
+                sl, bb, sc = best_split(hist, feat_nbins, S, STUMP, allow_const, L, scratch, k_lanes)
                 if sl < 0:
                     continue
                 if cycle > 0 and not sc > edge * (1.0 + MIN_RISE) + 1e-300:
@@ -151,7 +153,7 @@ class StumpProductSearch:
         per_feature = np.empty(feats.shape[0])
         edge, n_passes = fit_product(
             self.codes, s, feats, feat_nbins, self.n_terms, self.max_cycles, self._hist,
-            term_feat, term_bin, vote, self._sigma, per_feature,
+            term_feat, term_bin, vote, self._sigma, per_feature, class_lanes(self.n_classes),
         )
         if not np.isfinite(edge):
             return None

@@ -17,7 +17,9 @@ classifier b owns nodes ``base_node_start[b]:base_node_start[b+1]`` and leaves
 ``leaf_values`` (float64, (n_leaves_total, K)) already include alpha, so the strong classifier
 ``f(x) = sum_b h_b(x)`` (Schapire and Singer 1999) is the plain sum of the bases' outputs.
 ``score_forest(forest, X, checkpoints)`` returns, for each checkpoint c, the running sum after
-the first c bases: every snapshot of a boosting run is scored in the same single pass.
+the first c bases: every snapshot of a boosting run is scored in the same single pass. The
+kernel reads the nodes through ``FlatForest.packed`` (``PackedNodes``: the four node arrays
+interleaved, built on first use); the flat arrays stay the stored format and the contract.
 
 Example: one stump on feature 2 at 0.5 with alpha 0.3 and votes (+1, -1)::
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
@@ -50,8 +53,37 @@ _ARRAY_SPEC: dict[str, tuple[type, int]] = {
     "n_features": (np.int64, 0),
 }
 
-#: Documents scored together; the block's running sums stay in cache while the forest streams.
-DOC_BLOCK = 64
+#: Documents scored together: each tree is walked by the whole block at once (independent walks
+#: overlap in the CPU), and the block's running sums stay in cache while the forest streams.
+DOC_BLOCK = 128
+
+
+@dataclass(frozen=True, eq=False)
+class PackedNodes:
+    """Scoring layout derived from a ``FlatForest`` (never stored: the flat arrays are the truth).
+
+    One record of four 32-bit words per node, ``node_int[t] = (node_feature[t], threshold bits,
+    node_left[t], node_right[t])``, with ``node_thr = node_int.view(float32)`` (column 1 is
+    ``node_threshold[t]``): one node's test and both children share a cache line (an array of
+    structs instead of four arrays). Node indices, base offsets and the child encoding (c >= 0 a
+    node relative to the base's first node, c < 0 leaf -c - 1) are the flat forest's.
+
+    Example: the module docstring's stump becomes ``node_int = [[2, bits(0.5), -1, -2]]``.
+    """
+
+    node_int: npt.NDArray[np.int32]
+    node_thr: npt.NDArray[np.float32]
+
+    @classmethod
+    def from_forest(cls, forest: FlatForest) -> PackedNodes:
+        """Interleave ``forest``'s node arrays."""
+        node_int = np.empty((forest.node_feature.shape[0], 4), dtype=np.int32)
+        node_thr = node_int.view(np.float32)
+        node_int[:, 0] = forest.node_feature
+        node_thr[:, 1] = forest.node_threshold
+        node_int[:, 2] = forest.node_left
+        node_int[:, 3] = forest.node_right
+        return cls(node_int=node_int, node_thr=node_thr)
 
 
 @dataclass(frozen=True, eq=False)
@@ -75,6 +107,11 @@ class FlatForest:
     @property
     def n_outputs(self) -> int:
         return int(self.leaf_values.shape[1])
+
+    @cached_property
+    def packed(self) -> PackedNodes:
+        """The derived scoring layout (``PackedNodes``), built on first use and kept."""
+        return PackedNodes.from_forest(self)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """Plain arrays (for an ``.npz``); ``from_arrays`` reads them back."""
@@ -264,56 +301,85 @@ def concatenate(forests: Sequence[FlatForest]) -> FlatForest:
 
 
 @njit(cache=True)
-def _score_kernel(X, base_kind, base_node_start, base_leaf_start, node_feature,
-                  node_threshold, node_left, node_right, leaf_values, checkpoints,
-                  out):  # pragma: no cover
+def _score_kernel(X, base_kind, base_node_start, base_leaf_start, node_int, node_thr,
+                  leaf_values, checkpoints, out, k_lanes):  # pragma: no cover
+    """``out[i, c, :] = sum_{b < checkpoints[c]} h_b(x_i)`` over the ``PackedNodes`` records.
+
+    Documents go in blocks of ``DOC_BLOCK``. A tree is walked by the whole block at once, one
+    level per sweep over the documents not yet at a leaf (a compacted list): the walks are
+    independent, so the CPU overlaps their memory loads instead of waiting on one walk's chain
+    of dependent loads. Then each document adds its leaf row. ``k_lanes`` is a tuple of length
+    K (compile-time K: the per-output loops unroll).
+    """
     n = X.shape[0]
-    K = leaf_values.shape[1]
+    K = len(k_lanes)
     n_base = base_kind.shape[0]
     n_ck = checkpoints.shape[0]
     acc = np.zeros((DOC_BLOCK, K))
+    at = np.zeros(DOC_BLOCK, dtype=np.int64)  # where each document is: node c >= 0, leaf -c-1
+    act_doc = np.zeros(DOC_BLOCK, dtype=np.int64)  # the documents still walking ...
+    act_at = np.zeros(DOC_BLOCK, dtype=np.int64)  # ... and their nodes
     for i0 in range(0, n, DOC_BLOCK):
-        i1 = min(i0 + DOC_BLOCK, n)
+        nb = min(DOC_BLOCK, n - i0)
         acc[:, :] = 0.0
         ci = 0
         for b in range(n_base + 1):
             while ci < n_ck and checkpoints[ci] == b:
-                for i in range(i0, i1):
+                for j in range(nb):
                     for l in range(K):
-                        out[i, ci, l] = acc[i - i0, l]
+                        out[i0 + j, ci, l] = acc[j, l]
                 ci += 1
             if b == n_base:
                 break
             ns = base_node_start[b]
+            ne = base_node_start[b + 1]
             ls = base_leaf_start[b]
             if base_kind[b] == 0:
-                if base_node_start[b + 1] == ns:
-                    for i in range(i0, i1):
+                if ne == ns:
+                    for j in range(nb):
                         for l in range(K):
-                            acc[i - i0, l] += leaf_values[ls, l]
+                            acc[j, l] += leaf_values[ls, l]
                     continue
-                for i in range(i0, i1):
-                    t = 0
-                    while True:
-                        g = ns + t
-                        if X[i, node_feature[g]] >= node_threshold[g]:
-                            t = node_right[g]
+                # level 1: every document tests the root
+                f0 = node_int[ns, 0]
+                t0 = node_thr[ns, 1]
+                go_left = node_int[ns, 2]
+                go_right = node_int[ns, 3]
+                w = 0
+                for j in range(nb):
+                    c = go_right if X[i0 + j, f0] >= t0 else go_left
+                    at[j] = c
+                    act_doc[w] = j
+                    act_at[w] = c
+                    w += c >= 0
+                n_active = w
+                # deeper levels: one sweep per level over the documents not yet at a leaf
+                while n_active > 0:
+                    w = 0
+                    for a in range(n_active):
+                        j = act_doc[a]
+                        g = ns + act_at[a]
+                        if X[i0 + j, node_int[g, 0]] >= node_thr[g, 1]:
+                            c = node_int[g, 3]
                         else:
-                            t = node_left[g]
-                        if t < 0:
-                            break
-                    leaf = ls - t - 1
+                            c = node_int[g, 2]
+                        at[j] = c
+                        act_doc[w] = j
+                        act_at[w] = c
+                        w += c >= 0
+                    n_active = w
+                for j in range(nb):
+                    leaf = ls - at[j] - 1
                     for l in range(K):
-                        acc[i - i0, l] += leaf_values[leaf, l]
+                        acc[j, l] += leaf_values[leaf, l]
             else:
-                ne = base_node_start[b + 1]
-                for i in range(i0, i1):
+                for j in range(nb):
                     sg = 1.0
                     for g in range(ns, ne):
-                        if not X[i, node_feature[g]] >= node_threshold[g]:
+                        if not X[i0 + j, node_int[g, 0]] >= node_thr[g, 1]:
                             sg = -sg
                     for l in range(K):
-                        acc[i - i0, l] += sg * leaf_values[ls, l]
+                        acc[j, l] += sg * leaf_values[ls, l]
 
 
 def score_forest(
@@ -326,7 +392,7 @@ def score_forest(
     ``X`` is (n, n_features) float32 (converted if needed); ``checkpoints`` are base counts in
     0..n_base, non-decreasing (default: ``[n_base]``). Returns float64 (n, len(checkpoints), K).
     Single-threaded; documents are scored in blocks of ``DOC_BLOCK`` while the forest streams
-    through the cache once per block.
+    through the cache once per block, through the derived layout ``forest.packed``.
     """
     Xa = np.ascontiguousarray(X, dtype=np.float32)
     if Xa.ndim != 2 or Xa.shape[1] != forest.n_features:
@@ -343,7 +409,7 @@ def score_forest(
     out = np.zeros((Xa.shape[0], ck.shape[0], forest.n_outputs), dtype=np.float64)
     if Xa.shape[0] == 0 or ck.shape[0] == 0:
         return out
+    packed = forest.packed
     _score_kernel(Xa, forest.base_kind, forest.base_node_start, forest.base_leaf_start,
-                  forest.node_feature, forest.node_threshold, forest.node_left,
-                  forest.node_right, forest.leaf_values, ck, out)
+                  packed.node_int, packed.node_thr, forest.leaf_values, ck, out, (0,) * forest.n_outputs)
     return out

@@ -1,0 +1,148 @@
+"""The histogram kernel and the packed scoring layout against slow twins (tests/learners/naive.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from training.learners.stump_search import ROW_BLOCK, accumulate_histogram, class_lanes
+from training.scoring.forest import DOC_BLOCK, FlatForest, PackedNodes, concatenate, score_forest
+
+from . import naive
+from .test_forest import random_forest, stump_arrays
+
+NO_SIGN = np.zeros(0, dtype=np.int8)
+ALL_ROWS = np.zeros(0, dtype=np.int64)
+
+
+def random_codes(seed: int, n: int, d: int, K: int, n_bins: int = 9):
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(0, n_bins, size=(d, n)).astype(np.uint8)
+    s = rng.normal(size=(n, K))
+    sign = np.where(rng.random(n) < 0.4, -1, 1).astype(np.int8)
+    return rng, codes, s, sign
+
+
+def run_kernel(codes, s, sign, order, start, end, feats, n_bins):
+    hist = np.zeros((feats.shape[0], n_bins, s.shape[1]))
+    accumulate_histogram(codes, s, sign, order, start, end, feats, hist, class_lanes(s.shape[1]))
+    return hist
+
+
+def test_histogram_by_hand() -> None:
+    # one feature, rows with codes 0, 2, 0 and two classes: bin 0 gets rows 0 and 2, bin 2 row 1
+    codes = np.array([[0, 2, 0]], dtype=np.uint8)
+    s = np.array([[1.0, -2.0], [3.0, 4.0], [0.5, 0.25]])
+    feats = np.array([0], dtype=np.int64)
+    hist = run_kernel(codes, s, NO_SIGN, ALL_ROWS, 0, 3, feats, 3)
+    np.testing.assert_array_equal(hist[0], [[1.5, -1.75], [0.0, 0.0], [3.0, 4.0]])
+    # row 0 negated, only rows 0..1 (through an explicit order)
+    sign = np.array([-1, 1, 1], dtype=np.int8)
+    hist = run_kernel(codes, s, sign, np.array([0, 1, 2]), 0, 2, feats, 3)
+    np.testing.assert_array_equal(hist[0], [[-1.0, 2.0], [0.0, 0.0], [3.0, 4.0]])
+
+
+@pytest.mark.parametrize("K", [1, 2, 3, 5, 9])
+@pytest.mark.parametrize("n_feats", [1, 2, 5])  # an odd count exercises the unpaired feature
+def test_histogram_matches_naive_on_all_rows(K: int, n_feats: int) -> None:
+    rng, codes, s, sign = random_codes(K * 10 + n_feats, n=300, d=6, K=K)
+    feats = rng.choice(6, size=n_feats, replace=False).astype(np.int64)
+    rows = np.arange(300)
+    for sg in (None, sign):
+        got = run_kernel(codes, s, NO_SIGN if sg is None else sg, ALL_ROWS, 0, 300, feats, 9)
+        # same additions in the same order: equal to the last bit
+        np.testing.assert_array_equal(got, naive.histogram(codes, s, rows, sg, feats, 9))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_histogram_of_a_segment_through_order_across_row_blocks(seed: int) -> None:
+    n = 2 * ROW_BLOCK + 37  # three row blocks, the last one partial
+    rng, codes, s, sign = random_codes(seed, n=n + 50, d=3, K=4)
+    order = rng.permutation(n + 50)
+    feats = np.array([2, 0, 1], dtype=np.int64)
+    start, end = 20, 20 + n
+    got = run_kernel(codes, s, sign, order, start, end, feats, 9)
+    want = naive.histogram(codes, s, order[start:end], sign, feats, 9)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    # rows start:end themselves (no order) and an empty segment
+    got = run_kernel(codes, s, NO_SIGN, ALL_ROWS, start, end, feats, 9)
+    np.testing.assert_allclose(got, naive.histogram(codes, s, np.arange(start, end), None, feats, 9),
+                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(run_kernel(codes, s, NO_SIGN, order, 5, 5, feats, 9), 0.0)
+
+
+def test_class_lanes() -> None:
+    assert class_lanes(3) == (0, 0, 0)
+    with pytest.raises(ValueError, match="n_classes"):
+        class_lanes(0)
+
+
+def test_packed_stump_by_hand() -> None:
+    p = FlatForest.from_arrays(stump_arrays()).packed
+    np.testing.assert_array_equal(p.node_int[:, [0, 2, 3]], [[2, -1, -2]])
+    assert p.node_thr[0, 1] == np.float32(0.5)
+
+
+def test_packed_records_are_the_flat_arrays() -> None:
+    forest = random_forest(7, n_base=40)
+    p = PackedNodes.from_forest(forest)
+    assert forest.packed is forest.packed  # built once
+    assert p.node_int.flags.c_contiguous and p.node_int.shape == (forest.node_feature.shape[0], 4)
+    np.testing.assert_array_equal(p.node_int[:, 0], forest.node_feature)
+    np.testing.assert_array_equal(p.node_thr[:, 1], forest.node_threshold)
+    np.testing.assert_array_equal(p.node_int[:, 2], forest.node_left)
+    np.testing.assert_array_equal(p.node_int[:, 3], forest.node_right)
+
+
+def deep_forest(seed: int, n_base: int, d: int, K: int, n_leaves: int) -> FlatForest:
+    """Trees of ``n_leaves`` leaves grown by splitting random leaves (some deep and lopsided)."""
+    rng = np.random.default_rng(seed)
+    ns, ls, feat, thr, left, right, leaves = [0], [0], [], [], [], [], []
+    for _ in range(n_base):
+        lft, rgt = [-1], [-2]
+        open_leaves = [(0, 0), (0, 1)]
+        for nn in range(1, n_leaves - 1):
+            # prefer the newest leaves: long chains as well as bushy parts
+            pick = len(open_leaves) - 1 - int(rng.integers(min(3, len(open_leaves))))
+            node, side = open_leaves.pop(pick)
+            old = (lft if side == 0 else rgt)[node]
+            (lft if side == 0 else rgt)[node] = nn
+            lft.append(old)
+            rgt.append(-(nn + 2))
+            open_leaves += [(nn, 0), (nn, 1)]
+        left += lft
+        right += rgt
+        feat += rng.integers(0, d, n_leaves - 1).tolist()
+        thr += rng.normal(scale=0.5, size=n_leaves - 1).tolist()
+        leaves += list(rng.normal(size=(n_leaves, K)))
+        ns.append(len(feat))
+        ls.append(len(leaves))
+    return FlatForest.from_arrays({
+        "base_kind": np.zeros(n_base, np.int8), "base_node_start": np.array(ns),
+        "base_leaf_start": np.array(ls), "node_feature": np.array(feat, np.int32),
+        "node_threshold": np.array(thr, np.float32), "node_left": np.array(left, np.int32),
+        "node_right": np.array(right, np.int32), "leaf_values": np.array(leaves),
+        "n_features": np.array(d),
+    })
+
+
+@pytest.mark.parametrize(("K", "n_leaves"), [(1, 64), (3, 8), (5, 33)])
+def test_score_deep_trees_matches_slow_walk(K: int, n_leaves: int) -> None:
+    forest = deep_forest(K, n_base=12, d=5, K=K, n_leaves=n_leaves)
+    rng = np.random.default_rng(K)
+    X = rng.normal(scale=0.5, size=(DOC_BLOCK + 45, 5)).astype(np.float32)  # two blocks
+    X[:8] = forest.node_threshold[:8, None]  # values equal to thresholds go right
+    X[8, 1] = np.nan  # NaN fails every test: left
+    ck = [0, 3, 12]
+    want = naive.score_forest(forest.to_arrays(), X, ck)
+    np.testing.assert_allclose(score_forest(forest, X, ck), want, rtol=1e-12, atol=1e-12)
+
+
+def test_packed_layout_of_truncated_and_concatenated_forests() -> None:
+    a, b = random_forest(11, n_base=9), deep_forest(2, n_base=4, d=6, K=3, n_leaves=20)
+    X = np.random.default_rng(3).normal(size=(90, 6)).astype(np.float32)
+    ab = concatenate([a, b])
+    want = naive.score_forest(ab.to_arrays(), X, [5, 9, 13])
+    np.testing.assert_allclose(score_forest(ab, X, [5, 9, 13]), want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(score_forest(ab.truncate(11), X)[:, 0],
+                               naive.score_forest(ab.to_arrays(), X, [11])[:, 0], rtol=1e-12, atol=1e-12)
