@@ -58,3 +58,18 @@ def test_shipped_configs_are_valid() -> None:
     for path in sorted(DEFAULT_CONFIG.parent.glob("*.toml")):
         cfg = load_config(path)
         assert cfg.adaboost_grid(), path
+
+
+@pytest.mark.parametrize("backend", ["sequential", "loky"])
+def test_progress_bar_counts_every_boosting_iteration(tmp_path: Path, backend: str,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from training.pipeline.train import train
+
+    cfg_path = tmp_path / "tiny.toml"
+    cfg_path.write_text(TINY.replace('backend = "sequential"', f'backend = "{backend}"'))
+    cfg = load_config(cfg_path, {"run.models_dir": str(tmp_path / "models")})
+    train(cfg, progress=True)
+    err = capsys.readouterr().err
+    assert "boosting iterations" in err
+    assert "6/6" in err  # one run of 6 iterations, all reported
+    assert "boosting 1 runs" in err and "1/1" in err

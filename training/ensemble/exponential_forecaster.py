@@ -223,7 +223,7 @@ class ExponentialForecaster(Mixer):
         self.weights_ = mix_weights(omega, self.c_, self.omega_min_)
         self.kept_ = self.weights_ > 0
         self.validation_quality_ = float(surface[i_best, j_best])
-        logger.info(
+        logger.debug(
             "exp_forecaster: c=%g omega_min=%g keeps %d/%d members, validation %s=%.6f "
             "(%d distinct candidates)",
             self.c_, self.omega_min_, int(self.kept_.sum()), omega.size, self.measure,

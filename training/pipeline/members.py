@@ -17,7 +17,7 @@ import numpy as np
 
 from training.calibration.base import CalibrationError
 from training.calibration.registry import make_calibrator
-from training.learners.adaboost_mh import AdaBoostMH
+from training.learners.adaboost_mh import AdaBoostMH, FitProgress
 from training.learners.label_groups import get_grouping
 from training.scoring.forest import FlatForest
 
@@ -64,14 +64,44 @@ class RunResult:
     train_error: float
 
 
+class _IterationReporter:
+    """AdaBoost.MH fit callback that sends finished iterations to a queue (at most every
+    ``interval`` seconds, and once at the end), for a progress bar in the parent process."""
+
+    def __init__(self, queue: Any, interval: float = 0.25) -> None:
+        self.queue = queue
+        self.interval = interval
+        self.sent = 0
+        self.last = time.perf_counter()
+
+    def __call__(self, progress: FitProgress) -> None:
+        now = time.perf_counter()
+        if now - self.last >= self.interval:
+            self.flush(progress.iteration)
+            self.last = now
+
+    def flush(self, iteration: int) -> None:
+        if iteration > self.sent:
+            self.queue.put(iteration - self.sent)
+            self.sent = iteration
+
+
 def fit_run(spec: RunSpec, features: np.ndarray, labels: np.ndarray, n_labels: int,
-            seed: int, time_budget_s: float | None) -> RunResult:
-    """Fit one AdaBoost.MH run on the fit part (features already in the run's view)."""
+            seed: int, time_budget_s: float | None, progress_queue: Any = None) -> RunResult:
+    """Fit one AdaBoost.MH run on the fit part (features already in the run's view).
+
+    ``progress_queue`` (a multiprocessing manager queue, or None) receives the number of newly
+    finished iterations as the run goes; a run that stops early sends the iterations it skipped
+    too, so the parent's total always adds up.
+    """
     params = dict(spec.params)
     params.setdefault("seed", seed + spec.index)
     model = AdaBoostMH(**params, time_budget_s=time_budget_s)
     t0 = time.perf_counter()
-    model.fit(features, labels, label_grouping=get_grouping(spec.grouping, n_labels))
+    reporter = _IterationReporter(progress_queue) if progress_queue is not None else None
+    model.fit(features, labels, label_grouping=get_grouping(spec.grouping, n_labels), callback=reporter)
+    if reporter is not None:
+        reporter.flush(int(params.get("n_iterations", model.n_iterations_)))
     return RunResult(
         spec=spec,
         forest=model.to_forest().to_arrays(),

@@ -161,6 +161,43 @@ def _run_parallel(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[st
     return results
 
 
+@contextlib.contextmanager
+def _iteration_bar(total: int, enabled: bool) -> Iterator[Any]:
+    """A progress bar over boosting iterations of all runs, fed by workers through a manager
+    queue (works for local process pools; remote backends get the per-job bar only)."""
+    if not enabled:
+        yield None
+        return
+    import multiprocessing
+    import threading
+
+    manager = multiprocessing.Manager()
+    queue = manager.Queue()
+    bar = _progress_bar(total, "boosting iterations", True, unit="it")
+    stop = threading.Event()
+
+    def drain() -> None:
+        import queue as queue_module
+
+        while not stop.is_set() or not queue.empty():
+            try:
+                bar.update(queue.get(timeout=0.1))
+            except queue_module.Empty:
+                continue
+            except (EOFError, OSError):
+                return
+
+    thread = threading.Thread(target=drain, daemon=True)
+    thread.start()
+    try:
+        yield queue
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        bar.close()
+        manager.shutdown()
+
+
 class _NoBar:
     def update(self, n: int) -> None:
         pass
@@ -169,14 +206,14 @@ class _NoBar:
         pass
 
 
-def _progress_bar(total: int, desc: str, progress: bool) -> Any:
+def _progress_bar(total: int, desc: str, progress: bool, unit: str = "job") -> Any:
     if not progress:
         return _NoBar()
     try:
         from tqdm.auto import tqdm
     except ImportError:
         return _NoBar()
-    return tqdm(total=total, desc=desc, unit="job", leave=True, dynamic_ncols=True)
+    return tqdm(total=total, desc=desc, unit=unit, leave=True, dynamic_ncols=True)
 
 
 # ---------------------------------------------------------------------------------- metrics
@@ -243,11 +280,14 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> TrainOutcome:
         if cfg.run.time_budget_s is not None:
             budget = 0.6 * cfg.run.time_budget_s / math.ceil(n_runs / n_jobs)
         t0 = time.perf_counter()
-        run_results: list[RunResult] = _run_parallel(
-            [joblib.delayed(fit_run)(s, view_x[("fit", s.view)], fit_part.labels, n_labels, cfg.seed, budget)
-             for s in specs],
-            n_jobs, f"boosting {n_runs} runs", progress,
-        )
+        total_iterations = sum(int(p.get("n_iterations", 100)) for p in (s.params for s in specs))
+        with _iteration_bar(total_iterations, progress and cfg.run.backend in ("loky", "sequential")) as queue:
+            run_results: list[RunResult] = _run_parallel(
+                [joblib.delayed(fit_run)(s, view_x[("fit", s.view)], fit_part.labels, n_labels, cfg.seed, budget,
+                                         queue)
+                 for s in specs],
+                n_jobs, f"boosting {n_runs} runs", progress,
+            )
         timings["boosting_s"] = time.perf_counter() - t0
 
         # --- snapshots on the calibration part, then calibration jobs
@@ -317,6 +357,9 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> TrainOutcome:
             fitted.append(fc)
         pick = int(np.argmax([r[f"val_{measure}"] for r in rescaling]))  # ties: the first mode listed
         mixer, chosen_rescale = fitted[pick], modes[pick]
+        log.info("exp_forecaster: rescale=%s (best on validation of %s), c=%g, omega_min=%g, %d of %d members kept",
+                 chosen_rescale, "/".join(modes), mixer.c_, mixer.omega_min_,  # type: ignore[attr-defined]
+                 int(np.sum(mixer.kept_)), len(members))  # type: ignore[attr-defined]
     else:
         mixer.fit(vali_members, vali.labels, vali.query_offsets)
     model.mixer = mixer
