@@ -50,6 +50,8 @@ def test_relative_paths_resolve_against_the_config(tmp_path: Path) -> None:
         ('name = "../x"\n[data.synthetic]\n', "name"),
         ('name = "x"\n[data.synthetic]\n[[members.adaboost]]\nleaves = 8\n', "unknown key"),
         ('name = "x"\n[data.synthetic\n', "c.toml"),
+        ('name = "x"\n[data.synthetic]\nqueries = [10, 5]\n', "3 numbers"),
+        ('name = "x"\n[data.synthetic]\ndocs_per_query = [1, 2, 3]\n', r"\[lo, hi\]"),
     ],
 )
 def test_config_errors_name_the_key(tmp_path: Path, text: str, message: str) -> None:

@@ -90,7 +90,6 @@ def run_train(args: argparse.Namespace) -> int:
 def run_demo(args: argparse.Namespace) -> int:
     from training.artifact.store import latest_version
     from training.data.svmlight import write_svmlight
-    from training.data.synthetic import make_synthetic_splits
     from training.pipeline.train import train
 
     existing = latest_version(args.models_dir, args.name)
@@ -100,14 +99,9 @@ def run_demo(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, {"name": args.name, "run.models_dir": args.models_dir})
     files = {k: args.data_dir / f"{k}.txt" for k in ("train", "vali", "test")}
     if not all(f.exists() for f in files.values()):
-        s = cfg.data.synthetic
-        if s is None:
+        if cfg.data.synthetic is None:
             raise ValueError(f"{args.config} must have a [data.synthetic] table for the demo")
-        sets = make_synthetic_splits(
-            n_queries=dict(zip(("train", "vali", "test"), s.queries, strict=True)),
-            docs_per_query=(s.docs_per_query[0], s.docs_per_query[-1]), n_features=s.features,
-            n_levels=s.levels, noise=s.noise, seed=s.seed,
-        )
+        sets = cfg.data.synthetic.make()
         args.data_dir.mkdir(parents=True, exist_ok=True)
         for k, data in sets.items():
             write_svmlight(data, files[k])

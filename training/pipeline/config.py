@@ -59,12 +59,26 @@ class ConfigError(ValueError):
 
 @dataclass
 class SyntheticData:
-    queries: list[int] = field(default_factory=lambda: [300, 100, 100])
-    docs_per_query: list[int] = field(default_factory=lambda: [20, 60])
+    queries: list[int] = field(default_factory=lambda: [300, 100, 100])  # train, vali, test
+    docs_per_query: list[int] = field(default_factory=lambda: [20, 60])  # [n] or [lo, hi]
     features: int = 30
     levels: int = 5
     noise: float = 0.3
     seed: int = 0
+
+    def make(self) -> dict[str, Any]:
+        """The train / vali / test :class:`RankingData` this table describes."""
+        from training.data.synthetic import make_synthetic_splits
+
+        if len(self.queries) != 3:
+            raise ConfigError(f"[data.synthetic] queries needs 3 numbers (train, vali, test), got {self.queries}")
+        if len(self.docs_per_query) not in (1, 2):
+            raise ConfigError(f"[data.synthetic] docs_per_query must be [n] or [lo, hi], got {self.docs_per_query}")
+        return make_synthetic_splits(
+            n_queries=dict(zip(("train", "vali", "test"), self.queries, strict=True)),
+            docs_per_query=(int(self.docs_per_query[0]), int(self.docs_per_query[-1])),
+            n_features=self.features, n_levels=self.levels, noise=self.noise, seed=self.seed,
+        )
 
 
 @dataclass
@@ -169,6 +183,9 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     d = cfg.data
     _require(d.synthetic is not None or d.train is not None, "[data] needs train (a file) or a [data.synthetic] table")
     _require(not (d.synthetic is not None and d.train is not None), "[data]: give train files or synthetic, not both")
+    if d.synthetic is not None:
+        _require(len(d.synthetic.queries) == 3, "[data.synthetic] queries needs 3 numbers (train, vali, test)")
+        _require(len(d.synthetic.docs_per_query) in (1, 2), "[data.synthetic] docs_per_query must be [n] or [lo, hi]")
     if d.train is not None:
         _require(d.vali is not None, "[data] vali is required with train (the mixer is tuned on it)")
     m = cfg.members

@@ -31,7 +31,6 @@ from training.data.dataset import RankingData
 from training.data.normalization import apply_view
 from training.data.splits import split_by_query
 from training.data.svmlight import read_svmlight
-from training.data.synthetic import make_synthetic_splits
 from training.ensemble.member_rescaling import RESCALE_MODES
 from training.ensemble.registry import compare_mixers, make_mixer
 from training.evaluation import CONVENTION_NAMES, evaluate, mean_metric
@@ -75,13 +74,7 @@ def load_data(cfg: TrainConfig) -> tuple[dict[str, RankingData], list[dict[str, 
     """train / vali / (test) sets and a record of where they came from."""
     d = cfg.data
     if d.synthetic is not None:
-        s = d.synthetic
-        lo, hi = (s.docs_per_query + s.docs_per_query)[:2]
-        sets = make_synthetic_splits(
-            n_queries=dict(zip(("train", "vali", "test"), s.queries, strict=False)),
-            docs_per_query=(int(lo), int(hi)), n_features=s.features, n_levels=s.levels,
-            noise=s.noise, seed=s.seed,
-        )
+        sets = d.synthetic.make()
         records = [{"role": k, "synthetic": True, "rows": v.n_docs, "queries": v.n_queries,
                     "features": v.n_features} for k, v in sets.items()]
         return sets, records
