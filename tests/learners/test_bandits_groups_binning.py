@@ -11,11 +11,12 @@ from training.learners.label_groups import STANDARD_GROUPINGS, LabelGrouping, ge
 
 
 # ------------------------------------------------------------------ bandits
-def test_edge_reward_is_one_minus_exp_of_paper_reward() -> None:
-    g = np.array([0.0, 0.6, 1.0])
-    r_paper = -np.log(np.sqrt(1 - np.minimum(g, 0.999999) ** 2))
-    np.testing.assert_allclose(edge_reward(g)[:2], 1 - np.exp(-r_paper[:2]))
-    np.testing.assert_allclose(edge_reward(g), [0.0, 0.2, 1.0])
+def test_edge_reward_is_the_papers_reward() -> None:
+    g = np.array([0.0, 0.6, -0.3, np.nan])
+    # -log sqrt(1 - 0.36) = -log 0.8
+    np.testing.assert_allclose(edge_reward(g), [0.0, -np.log(0.8), 0.0, 0.0], rtol=1e-12)
+    perfect = edge_reward(np.array([1.0]))[0]
+    assert np.isfinite(perfect) and perfect > 13.0  # -0.5 log(2e-12)
 
 
 def run_bandit(bandit, means: np.ndarray, rounds: int) -> np.ndarray:

@@ -5,11 +5,12 @@ Busa-Fekete and Kégl, "Fast boosting using adversarial bandits", ICML 2010; "Tu
 ``n_pulls`` distinct arms, the base learner searches only those features, and every pulled arm
 j receives the reward of the best stump on feature j under the current weights::
 
-    r_j = -log sqrt(1 - gamma_j^2),   normalised into [0, 1] as  1 - exp(-r_j) = 1 - sqrt(1 - gamma_j^2)
+    r_j = -log sqrt(1 - gamma_j^2)
 
-(MultiBoost's "edge square" update rule), then divided by the largest such value seen so far
-so that the scale adapts to the shrinking edges of late iterations (the adversarial bandit's
-guarantee holds for any reward sequence in [0, 1]).
+(the drop in the log of AdaBoost's exponential-loss bound the stump would bring), divided by the
+largest reward seen so far so that rewards lie in [0, 1] (the bandits' guarantees assume that)
+and the scale adapts to the shrinking edges of late iterations. An edge of 1 (a perfect stump)
+is clipped to 1 - 1e-12 so that its reward stays finite.
 
 - ``FullSearch``: every arm, every iteration (plain AdaBoost.MH).
 - ``UCB1Bandit`` (Auer, Cesa-Bianchi, Fischer 2002): pull the ``n_pulls`` arms with the largest
@@ -36,10 +37,14 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
 
+#: edges are clipped below 1 so that a perfect stump's reward is finite
+MAX_EDGE = 1.0 - 1e-12
+
+
 def edge_reward(edges: npt.ArrayLike) -> FloatArray:
-    """``1 - sqrt(1 - gamma^2)`` = ``1 - exp(r)`` for the paper's ``r = -log sqrt(1 - gamma^2)``."""
-    g = np.clip(np.nan_to_num(np.asarray(edges, dtype=np.float64), nan=0.0, neginf=0.0), 0.0, 1.0)
-    return 1.0 - np.sqrt(1.0 - g * g)
+    """The paper's reward ``r = -log sqrt(1 - gamma^2) = -0.5 log(1 - gamma^2)`` (>= 0)."""
+    g = np.clip(np.nan_to_num(np.asarray(edges, dtype=np.float64), nan=0.0, neginf=0.0), 0.0, MAX_EDGE)
+    return -0.5 * np.log1p(-g * g)
 
 
 class FeatureBandit:
