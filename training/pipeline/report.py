@@ -3,7 +3,7 @@
 Plots (matplotlib, Agg backend, imported only here):
 - ``omega.png``: every member's validation quality (omega), sorted, with the members the
   forecaster kept and their weights;
-- ``ndcg_by_convention.png``: NDCG@1, 3, 5, 10 of the ensemble on the test (else validation)
+- ``ndcg_by_convention.png``: NDCG@1..10 of the ensemble on the test (else validation)
   queries under each convention;
 - ``grid.png``: the forecaster's grid surface, validation quality over c x omega_min.
 """
@@ -20,6 +20,9 @@ import numpy as np
 from training.artifact.store import json_safe
 
 log = logging.getLogger(__name__)
+
+
+TABLE_MEASURES = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10")
 
 
 def _fmt(v: Any) -> str:
@@ -69,7 +72,8 @@ def render_markdown(record: dict[str, Any]) -> str:
     for split, by_model in record["evaluation"].items():
         lines.append(f"## {split.capitalize()} metrics under the six conventions")
         for who, table in by_model.items():
-            measures = list(next(iter(table.values())))
+            # NDCG@1..10 are all in report.json and the plot; the table shows a readable subset
+            measures = [m for m in next(iter(table.values())) if m in TABLE_MEASURES or not m.startswith("ndcg@")]
             lines += ["", f"**{who.replace('_', ' ')}**", "", "| convention | " + " | ".join(measures) + " |",
                       "|---" * (len(measures) + 1) + "|"]
             for conv, row in table.items():
@@ -114,7 +118,7 @@ def render_plots(record: dict[str, Any]) -> dict[str, bytes]:
 
     split = "test" if "test" in record["evaluation"] else "vali"
     table = record["evaluation"][split]["ensemble"]
-    ks = [1, 3, 5, 10]
+    ks = list(range(1, 11))
     fig, ax = plt.subplots(figsize=(7, 4))
     for conv, row in table.items():
         ys = [row.get(f"ndcg@{k}") for k in ks]

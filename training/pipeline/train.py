@@ -50,7 +50,7 @@ from training.scoring.forest import FlatForest, concatenate
 log = logging.getLogger(__name__)
 
 #: measures recorded for validation and test under every convention
-RECORD_MEASURES = ["ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "err", "p@10", "map"]
+RECORD_MEASURES = [*(f"ndcg@{k}" for k in range(1, 11)), "err", "p@10", "map"]
 
 
 @dataclass
