@@ -55,9 +55,12 @@ def test_demo_generates_trains_and_is_idempotent(tmp_path: Path, capsys: pytest.
 
 
 def test_shipped_configs_are_valid() -> None:
-    for path in sorted(DEFAULT_CONFIG.parent.glob("*.toml")):
+    configs = [DEFAULT_CONFIG, *sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.toml"))]
+    assert len(configs) >= 2
+    for path in configs:
         cfg = load_config(path)
         assert cfg.adaboost_grid(), path
+    assert load_config(DEFAULT_CONFIG).data.synthetic is not None
 
 
 @pytest.mark.parametrize("backend", ["sequential", "loky"])

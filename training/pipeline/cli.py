@@ -9,8 +9,8 @@ from typing import Any
 
 from training.pipeline.config import BACKENDS, load_config
 
-ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_CONFIG = ROOT / "configs" / "default.toml"
+#: the default model's configuration, shipped inside the package (an installed wheel has it too)
+DEFAULT_CONFIG = Path(__file__).resolve().parent / "default.toml"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -31,7 +31,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     demo.add_argument("--data-dir", type=Path, default=Path("data") / "synthetic",
                       help="where the generated data set is written (default data/synthetic)")
     demo.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
-                      help="configuration with a [data.synthetic] table (default configs/default.toml)")
+                      help="configuration with a [data.synthetic] table (default: the packaged default.toml)")
     demo.add_argument("--retrain", action="store_true", help="train a new version even if one exists")
     demo.add_argument("--no-progress", action="store_true", help="no progress bars")
     demo.set_defaults(func=run_demo)
