@@ -126,7 +126,8 @@ def latest_version(models_dir: str | os.PathLike[str], name: str) -> Path | None
     return Path(models_dir) / name / versions[-1] if versions else None
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """Hex SHA-256 of a file, read in 1 MiB blocks."""
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -165,7 +166,7 @@ def save_artifact(
             version=f"v{number}",
             arrays={
                 "file": ARRAYS,
-                "sha256": _sha256(tmp / ARRAYS),
+                "sha256": sha256_file(tmp / ARRAYS),
                 "bytes": (tmp / ARRAYS).stat().st_size,
                 "keys": sorted(arrays),
             },
@@ -233,7 +234,7 @@ def load_artifact(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[st
     size = apath.stat().st_size
     if size != info.get("bytes"):
         raise ArtifactError(f"{apath}: size {size} bytes, the manifest says {info.get('bytes')} (truncated?)")
-    if _sha256(apath) != info.get("sha256"):
+    if sha256_file(apath) != info.get("sha256"):
         raise ArtifactError(f"{apath}: SHA-256 does not match the manifest (corrupt or modified)")
     try:
         with np.load(apath, allow_pickle=False) as npz:

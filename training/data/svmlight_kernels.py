@@ -49,6 +49,12 @@ def _is_space(c: int) -> bool:
     return c == 32 or c == 9 or c == 13 or c == 11 or c == 12
 
 
+@njit(cache=True, inline="always")
+def _is_qid_key(buf, tok, colon):
+    """The token's key (bytes tok:colon) is ``qid``."""
+    return colon - tok == 3 and buf[tok] == 113 and buf[tok + 1] == 105 and buf[tok + 2] == 100
+
+
 @njit(cache=True)
 def _parse_number(buf, pos, end, pow10):
     """Parse a decimal float at buf[pos:end]. Returns (value, new_pos, ok, is_nonfinite).
@@ -164,7 +170,7 @@ def scan(buf):
                         colon = i
                     i += 1
                 if colon > 0:
-                    if colon - tok == 3 and buf[tok] == 113 and buf[tok + 1] == 105 and buf[tok + 2] == 100:
+                    if _is_qid_key(buf, tok, colon):
                         if i - colon - 1 > max_qid:
                             max_qid = i - colon - 1
                     else:
@@ -261,7 +267,7 @@ def parse(buf, n_lines, n_features, require_qid, qid_width, doc_width, features,
                 i += 1
             if colon < 0:
                 return E_PAIR, line_no, tok - pos + 1, row
-            if colon - tok == 3 and buf[tok] == 113 and buf[tok + 1] == 105 and buf[tok + 2] == 100:
+            if _is_qid_key(buf, tok, colon):
                 if i - colon - 1 <= 0:
                     return E_QID_EMPTY, line_no, tok - pos + 1, row
                 for k in range(colon + 1, i):

@@ -207,6 +207,36 @@ class Mixer(ABC):
     def _set_fitted_params(self, params: Mapping[str, Any]) -> None:
         return None
 
+    # -------------------------------------------------------- member selection
+    def used_members(self) -> npt.NDArray[np.bool_]:
+        """Which members the fitted mix reads (default: all of them)."""
+        self._check_fitted()
+        return np.ones(self.n_members_, dtype=bool)
+
+    def select_members(self, keep: npt.ArrayLike) -> Self:
+        """The same mix over only the members ``keep`` (indices, increasing). Only members that
+        ``used_members()`` marks unused may be dropped; scores stay the same."""
+        self._check_fitted()
+        idx = np.asarray(keep, dtype=np.int64)
+        if idx.ndim != 1 or np.any(np.diff(idx) <= 0) or (idx.size and (idx[0] < 0 or idx[-1] >= self.n_members_)):
+            raise ValueError(f"keep must be increasing member indices in 0..{self.n_members_ - 1}")
+        if np.any(self.used_members()[np.setdiff1d(np.arange(self.n_members_), idx)]):
+            raise ValueError(f"{self.name} uses members that keep drops; its scores would change")
+        if idx.size == self.n_members_:
+            return self
+        params = self.to_params()
+        for key in self._per_member_params():
+            value = params.get(key)
+            if isinstance(value, np.ndarray) and value.ndim == 1 and value.shape[0] == self.n_members_:
+                params[key] = value[idx]
+        params["n_members"] = int(idx.size)
+        return type(self).from_params(params)
+
+    @classmethod
+    def _per_member_params(cls) -> tuple[str, ...]:
+        """Keys of ``to_params()`` holding one entry per member."""
+        return ()
+
     # ----------------------------------------------------------------- helpers
     def _check_fitted(self) -> None:
         if not hasattr(self, "n_members_"):

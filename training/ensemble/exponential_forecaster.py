@@ -236,6 +236,16 @@ class ExponentialForecaster(Mixer):
         w = self.weights_ / self.weights_.sum()
         return np.ascontiguousarray(scaled @ w)
 
+    # ---------------------------------------------------- member selection
+    def used_members(self) -> npt.NDArray[np.bool_]:
+        """Members with a positive weight (the others are multiplied by 0)."""
+        self._check_fitted()
+        return np.asarray(self.weights_ > 0)
+
+    @classmethod
+    def _per_member_params(cls) -> tuple[str, ...]:
+        return ("omega", "weights", "rescale_scale")
+
     # ---------------------------------------------------------------- params
     def _fitted_params(self) -> dict[str, Any]:
         return {

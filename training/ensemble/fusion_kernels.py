@@ -138,20 +138,12 @@ def rrf_scores(member_scores: np.ndarray, query_offsets: np.ndarray, k: float) -
 
     Cormack, Clarke, Büttcher (SIGIR 2009); Büttcher et al., IR book, eq. (11.4).
     """
-    n, n_members = member_scores.shape
+    ranks = average_ranks(member_scores, query_offsets)
+    n, n_members = ranks.shape
     out = np.zeros(n, dtype=np.float64)
-    n_queries = query_offsets.shape[0] - 1
-    for q in range(n_queries):
-        lo = query_offsets[q]
-        hi = query_offsets[q + 1]
-        if hi <= lo:
-            continue
-        for m in range(n_members):
-            col = np.ascontiguousarray(member_scores[lo:hi, m])
-            n_greater, n_equal = _tie_groups(col)
-            for i in range(hi - lo):
-                rank = n_greater[i] + (n_equal[i] + 1) / 2.0
-                out[lo + i] += 1.0 / (k + rank)
+    for m in range(n_members):  # same summation order as a per-member pass
+        for i in range(n):
+            out[i] += 1.0 / (k + ranks[i, m])
     return out
 
 

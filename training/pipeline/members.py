@@ -19,7 +19,6 @@ from training.calibration.base import CalibrationError
 from training.calibration.registry import make_calibrator
 from training.learners.adaboost_mh import AdaBoostMH, FitProgress
 from training.learners.label_groups import get_grouping
-from training.scoring.forest import FlatForest
 
 log = logging.getLogger(__name__)
 
@@ -146,10 +145,3 @@ def calibrate_snapshot(run: int, iterations: int, raw: np.ndarray, classes: np.n
             log.warning("run %d snapshot %d: calibrator %s dropped (%s)", run, iterations, spec, exc)
         out.seconds[spec] = time.perf_counter() - t0
     return out
-
-
-def snapshot_raw(forest: FlatForest, features: np.ndarray, checkpoints: list[int]) -> np.ndarray:
-    """(n, len(checkpoints), K) raw scores of a run's snapshots."""
-    from training.scoring.forest import score_forest
-
-    return score_forest(forest, features, checkpoints)

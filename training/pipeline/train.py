@@ -12,7 +12,6 @@ Ctrl-C at any point leaves no half-written model.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import math
 import platform
@@ -26,11 +25,12 @@ import joblib
 import numpy as np
 
 from training import __version__
-from training.artifact.store import save_artifact
+from training.artifact.store import save_artifact, sha256_file
 from training.data.dataset import RankingData
 from training.data.normalization import apply_view
 from training.data.splits import split_by_query
 from training.data.svmlight import read_svmlight
+from training.ensemble.base import member_qualities
 from training.ensemble.member_rescaling import RESCALE_MODES
 from training.ensemble.registry import compare_mixers, make_mixer
 from training.evaluation import CONVENTION_NAMES, evaluate, mean_metric
@@ -42,10 +42,9 @@ from training.pipeline.members import (
     RunSpec,
     calibrate_snapshot,
     fit_run,
-    snapshot_raw,
 )
 from training.scoring.ensemble_model import EXTRA_VIEWS, EnsembleModel, Member, RunInfo, prune, remap_forest
-from training.scoring.forest import FlatForest, concatenate
+from training.scoring.forest import FlatForest, concatenate, score_forest
 
 log = logging.getLogger(__name__)
 
@@ -62,11 +61,7 @@ class TrainOutcome:
 
 # ---------------------------------------------------------------------------------- data
 def _file_record(role: str, path: str, data: RankingData) -> dict[str, Any]:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return {"role": role, "path": str(path), "sha256": h.hexdigest(), "bytes": Path(path).stat().st_size,
+    return {"role": role, "path": str(path), "sha256": sha256_file(path), "bytes": Path(path).stat().st_size,
             "rows": data.n_docs, "queries": data.n_queries, "features": data.n_features}
 
 
@@ -222,15 +217,19 @@ def metrics_all_conventions(labels: np.ndarray, scores: np.ndarray, offsets: np.
         measures.insert(measures.index("err") + 1, f"err:top={top_label}")
     out: dict[str, dict[str, float | None]] = {}
     for conv in CONVENTION_NAMES:
+        try:  # one call validates and ranks once for all measures
+            means = evaluate(labels, scores, offsets, measures, conv, docids=docids).mean
+        except ValueError:  # a measure this tool refuses: take them one at a time
+            means = {}
+            for measure in measures:
+                try:
+                    means.update(evaluate(labels, scores, offsets, [measure], conv, docids=docids).mean)
+                except ValueError as exc:
+                    log.debug("%s under %s: %s", measure, conv, exc)
         row: dict[str, float | None] = {}
         for measure in measures:
-            try:
-                res = evaluate(labels, scores, offsets, [measure], conv, docids=docids)
-                value = res.mean[measure]
-                row[measure] = None if value is None or np.isnan(value) else float(value)
-            except ValueError as exc:
-                log.debug("%s under %s: %s", measure, conv, exc)
-                row[measure] = None
+            value = means.get(measure)
+            row[measure] = None if value is None or np.isnan(value) else float(value)
         out[conv] = row
     return out
 
@@ -288,7 +287,7 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> TrainOutcome:
         forests = [FlatForest.from_arrays(r.forest) for r in run_results]
         cal_tasks = []
         for r, forest in zip(run_results, forests, strict=True):
-            raw = snapshot_raw(forest, view_x[("cal", r.spec.view)], r.checkpoints)
+            raw = score_forest(forest, view_x[("cal", r.spec.view)], r.checkpoints)
             classes = groupings[r.spec.grouping].apply(cal_part.labels)
             for c, it in enumerate(r.checkpoints):
                 cal_tasks.append(joblib.delayed(calibrate_snapshot)(
@@ -357,8 +356,7 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> TrainOutcome:
         mixer.fit(vali_members, vali.labels, vali.query_offsets)
     model.mixer = mixer
     timings["mixing_s"] = time.perf_counter() - t0
-    omega = np.array([mean_metric(vali.labels, vali_members[:, j], vali.query_offsets, measure, convention)
-                      for j in range(len(members))])
+    omega = member_qualities(vali_members, vali.labels, vali.query_offsets, measure, convention, mean_metric)
     best = int(np.argmax(omega))
     comparison: list[dict[str, Any]] = []
     if test is not None and test_members is not None and cfg.mixer.compare:

@@ -235,28 +235,19 @@ def slice_forest(forest: FlatForest, start: int, end: int) -> FlatForest:
 
 
 def prune(model: EnsembleModel) -> EnsembleModel:
-    """The same ranker without what it never uses: members the exponential forecaster gave
-    weight 0, runs no kept member uses, and each run's bases after its last kept snapshot.
+    """The same ranker without what it never uses: members the mixer does not read
+    (``Mixer.used_members``; the exponential forecaster's weight-0 members), runs no kept member
+    uses, and each run's bases after its last kept snapshot.
 
-    Scores are unchanged (up to float rounding of the running sums); scoring gets faster. Other
-    mixers use every member and are returned as they are.
+    Scores are unchanged (up to float rounding of the running sums); scoring gets faster.
     """
-    params = model.mixer.to_params()
-    if params.get("mixer") != "exp_forecaster":
-        return model
-    weights = np.asarray(params["weights"], dtype=np.float64)
-    keep = np.flatnonzero(weights > 0)
+    keep = np.flatnonzero(model.mixer.used_members())
     if keep.size == len(model.members) and all(
         r.base_end - r.base_start == max((m.iterations for m in model.members if m.run == i), default=0)
         for i, r in enumerate(model.runs)
     ):
         return model
-    n = len(model.members)
-    for key in ("omega", "weights", "rescale_scale"):  # the forecaster's per-member arrays
-        value = params.get(key)
-        if isinstance(value, np.ndarray) and value.ndim == 1 and value.shape[0] == n:
-            params[key] = value[keep]
-    params["n_members"] = int(keep.size)
+    mixer = model.mixer.select_members(keep)
     members = [model.members[i] for i in keep]
     used_runs = sorted({m.run for m in members})
     new_index = {r: i for i, r in enumerate(used_runs)}
@@ -289,7 +280,7 @@ def prune(model: EnsembleModel) -> EnsembleModel:
         arrays["n_features"] = np.array(d * len(keep_blocks), dtype=np.int64)
         forest = FlatForest.from_arrays(arrays)
     return EnsembleModel(n_features=model.n_features, extra_views=views_used, forest=forest, runs=runs,
-                         members=new_members, mixer=mixer_from_params(params))
+                         members=new_members, mixer=mixer)
 
 
 def load_model(path: str | Path, name: str | None = None) -> tuple[EnsembleModel, dict[str, Any]]:
