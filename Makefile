@@ -7,7 +7,7 @@ MODEL  ?= default
 PORT   ?= 8000
 export NUMBA_CACHE_DIR ?= $(CURDIR)/.venv/numba-cache
 
-.PHONY: serve test lint typecheck pytest bench train-default clean help
+.PHONY: serve test lint typecheck pytest bench train-default clean help docker-test
 
 help:
 	@echo "make serve   - install, train the default model if models/ has none, serve it on :$(PORT)"
@@ -55,3 +55,8 @@ bench: $(VENV)/.stamp-dev
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# Build the image and test it for real (docker if an engine answers, else podman): run, /ready,
+# /rank, HEALTHCHECK, no training packages in the final image, the compose stack with the trainer.
+docker-test:
+	bash scripts/docker_test.sh

@@ -98,31 +98,55 @@ def read_svmlight(
         raise DataFormatError(p, None, "is a directory, not a data file") from None
     if query_file is None and Path(str(p) + ".query").exists():
         query_file = Path(str(p) + ".query")
-    n_lines, max_fid, qid_w, doc_w = K.scan(buf)
-    width = int(max_fid) if n_features is None else int(n_features)
+    sizes = None if query_file is None else read_group_file(query_file)
+    try:
+        data = parse_svmlight(buf, source=str(p), n_features=n_features, group_sizes=sizes)
+    except _GroupSizeMismatch as exc:
+        raise DataFormatError(query_file or p, None, str(exc)) from None
+    log.debug("read %s: %d rows, %d features, %d queries", p, data.n_docs, data.n_features, data.n_queries)
+    return data
+
+
+class _GroupSizeMismatch(ValueError):
+    pass
+
+
+def parse_svmlight(
+    buf: bytes | np.ndarray,
+    *,
+    source: str = "<bytes>",
+    n_features: int | None = None,
+    group_sizes: np.ndarray | None = None,
+) -> RankingData:
+    """Parse LETOR/SVMlight text held in memory (``bytes`` or a uint8 array).
+
+    ``source`` names the text in errors (``source:line:column: problem``); ``group_sizes``
+    replaces ``qid:`` (LightGBM style). Otherwise as :func:`read_svmlight`.
+    """
+    arr = np.frombuffer(buf, dtype=np.uint8) if isinstance(buf, bytes | bytearray | memoryview) else buf
     if n_features is not None and n_features < 0:
         raise ValueError("n_features must be non-negative")
+    n_lines, max_fid, qid_w, doc_w = K.scan(arr)
+    width = int(max_fid) if n_features is None else int(n_features)
     features = np.zeros((n_lines, width), dtype=np.float32)
     labels = np.zeros(n_lines, dtype=np.int32)
     qid_bytes = np.zeros((n_lines, qid_w), dtype=np.uint8)
     doc_bytes = np.zeros((n_lines, doc_w), dtype=np.uint8)
     code, line_no, col, _ = K.parse(
-        buf, n_lines, width, query_file is None, qid_w, doc_w,
+        arr, n_lines, width, group_sizes is None, qid_w, doc_w,
         features, labels, qid_bytes, doc_bytes, K._POW10,
     )
     if code != K.OK:
-        raise DataFormatError(p, int(line_no), K.ERROR_MESSAGES[int(code)], int(col))
+        raise DataFormatError(source, int(line_no), K.ERROR_MESSAGES[int(code)], int(col))
     if n_lines == 0:
-        raise DataFormatError(p, None, "contains no data lines")
+        raise DataFormatError(source, None, "contains no data lines")
 
     docids = _bytes_to_str(doc_bytes) if doc_w > 0 else None
-    if query_file is not None:
-        sizes = read_group_file(query_file)
+    if group_sizes is not None:
+        sizes = np.asarray(group_sizes, dtype=np.int64)
         if int(sizes.sum()) != n_lines:
-            raise DataFormatError(
-                query_file, None,
-                f"group sizes add up to {int(sizes.sum())} but {p} has {n_lines} data lines",
-            )
+            raise _GroupSizeMismatch(
+                f"group sizes add up to {int(sizes.sum())} but {source} has {n_lines} data lines")
         offsets = offsets_from_sizes(sizes)
         qids = np.arange(sizes.shape[0]).astype(np.str_)
     else:
@@ -133,20 +157,18 @@ def read_svmlight(
             dup = int(np.argmax(counts > 1))
             qid = uniq[dup]
             blocks = np.flatnonzero(block_qids == qid)
-            lines = K.line_numbers(buf, n_lines)
+            lines = K.line_numbers(arr, n_lines)
             raise DataFormatError(
-                p, int(lines[starts[blocks[1]]]),
+                source, int(lines[starts[blocks[1]]]),
                 f"qid {qid} appears in two separate blocks (first block starts at line "
                 f"{int(lines[starts[blocks[0]]])}); a query's documents must be contiguous",
             )
         offsets = starts.astype(np.int64)
         qids = block_qids
-    data = RankingData(
+    return RankingData(
         features=features, labels=labels, query_offsets=offsets, qids=qids,
-        docids=docids, source=str(p),
+        docids=docids, source=source,
     )
-    log.debug("read %s: %d rows, %d features, %d queries", p, data.n_docs, width, data.n_queries)
-    return data
 
 
 def format_float32(values: np.ndarray) -> list[str]:

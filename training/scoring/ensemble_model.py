@@ -10,7 +10,9 @@ Imports numpy/numba code only (the service uses it). How a posted candidate list
    largest class count, then concatenated into one :class:`FlatForest`. One call of the scoring
    kernel returns the running sums at every checkpoint any member needs; member m (run r,
    snapshot after t iterations) has raw K-vector ``S[start_r + t] - S[start_r]``.
-3. **Calibration.** Each member's calibrator turns its K-vector into one score.
+3. **Calibration.** Each member's calibrator turns its K-vector into one score; members are
+   grouped by calibrator family and each group is applied at once
+   (:class:`~training.scoring.calibration_step.CalibrationStep`).
 4. **Mixing.** The mixer (by default the exponentially weighted forecaster) combines the member
    scores per query.
 
@@ -20,6 +22,7 @@ under ``forest/...``, calibrator and mixer arrays under ``members/<i>/...`` and 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +38,7 @@ from training.data.dataset import validate_offsets
 from training.data.normalization import VIEWS, standardise_by_query, whiten_by_query
 from training.ensemble.base import Mixer
 from training.ensemble.registry import mixer_from_params
+from training.scoring.calibration_step import CalibrationStep
 from training.scoring.forest import FlatForest, score_forest
 
 EXTRA_VIEWS = ("raw+std", "raw+white")
@@ -125,6 +129,8 @@ class EnsembleModel:
         index = {c: i for i, c in enumerate(ck)}
         self._lo = np.array([index[runs[m.run].base_start] for m in members], dtype=np.int64)
         self._hi = np.array([index[runs[m.run].base_start + m.iterations] for m in members], dtype=np.int64)
+        self._calibration = CalibrationStep([m.calibrator for m in members],
+                                            [runs[m.run].n_classes for m in members])
 
     @property
     def n_members(self) -> int:
@@ -140,12 +146,15 @@ class EnsembleModel:
             raise ValueError(f"features contain NaN or infinity (row {row})")
         return x, validate_offsets(query_offsets, x.shape[0])
 
-    def wide_features(self, features: npt.ArrayLike, query_offsets: npt.ArrayLike) -> np.ndarray:
-        x, off = self._check(features, query_offsets)
+    def _wide(self, x: np.ndarray, off: np.ndarray) -> np.ndarray:
         blocks = [x]
         for view in self.extra_views:
             blocks.append(standardise_by_query(x, off) if view == "raw+std" else whiten_by_query(x, off))
         return np.hstack(blocks) if len(blocks) > 1 else x
+
+    def wide_features(self, features: npt.ArrayLike, query_offsets: npt.ArrayLike) -> np.ndarray:
+        """The raw features followed by each extra view's block (the forest's input)."""
+        return self._wide(*self._check(features, query_offsets))
 
     def raw_scores(self, features: npt.ArrayLike, query_offsets: npt.ArrayLike) -> list[np.ndarray]:
         """Each member's raw K-vector scores, (n, K_m)."""
@@ -157,21 +166,37 @@ class EnsembleModel:
             out.append(sums[:, hi, :k] - sums[:, lo, :k])
         return out
 
-    def member_scores(self, features: npt.ArrayLike, query_offsets: npt.ArrayLike) -> np.ndarray:
-        """Calibrated member scores, (n, n_members)."""
-        raws = self.raw_scores(features, query_offsets)
-        n = np.asarray(features).shape[0]
-        out = np.empty((n, self.n_members), dtype=np.float64)
-        for j, (m, raw) in enumerate(zip(self.members, raws, strict=True)):
-            out[:, j] = m.calibrator.transform(raw)
-        return out
+    def _raw_block(self, wide: np.ndarray) -> np.ndarray:
+        """All members' raw scores at once, (n, M, K_max): one forest pass, one gather."""
+        sums = score_forest(self.forest, wide, self._checkpoints)
+        return sums[:, self._hi, :] - sums[:, self._lo, :]
 
-    def score(self, features: npt.ArrayLike, query_offsets: npt.ArrayLike) -> np.ndarray:
-        """The ensemble's score per document (higher ranks first), (n,)."""
+    def member_scores(self, features: npt.ArrayLike, query_offsets: npt.ArrayLike) -> np.ndarray:
+        """Calibrated member scores, (n, n_members), every calibrator family applied at once."""
+        x, off = self._check(features, query_offsets)
+        return self._calibration.apply(self._raw_block(self._wide(x, off)))
+
+    def score(self, features: npt.ArrayLike, query_offsets: npt.ArrayLike,
+              timings: dict[str, float] | None = None) -> np.ndarray:
+        """The ensemble's score per document (higher ranks first), (n,).
+
+        ``timings``, when given, receives the seconds spent in each stage: ``views``,
+        ``forest``, ``calibrators``, ``mixer``.
+        """
         x, off = self._check(features, query_offsets)
         if x.shape[0] == 0:
             return np.zeros(0, dtype=np.float64)
-        return np.asarray(self.mixer.transform(self.member_scores(x, off), off), dtype=np.float64)
+        t0 = time.perf_counter()
+        wide = self._wide(x, off)
+        t1 = time.perf_counter()
+        raw = self._raw_block(wide)
+        t2 = time.perf_counter()
+        member = self._calibration.apply(raw)
+        t3 = time.perf_counter()
+        out = np.asarray(self.mixer.transform(member, off), dtype=np.float64)
+        if timings is not None:
+            timings.update(views=t1 - t0, forest=t2 - t1, calibrators=t3 - t2, mixer=time.perf_counter() - t3)
+        return out
 
     # ------------------------------------------------------------------ storage
     def to_artifact(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

@@ -36,6 +36,7 @@ from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
+import numba
 from numba import njit
 
 KIND_TREE = 0
@@ -413,3 +414,24 @@ def score_forest(
     _score_kernel(Xa, forest.base_kind, forest.base_node_start, forest.base_leaf_start,
                   packed.node_int, packed.node_thr, forest.leaf_values, ck, out, (0,) * forest.n_outputs)
     return out
+
+
+_scoring_threads = 0  # 0: every numba thread (NUMBA_NUM_THREADS); set by the service per worker
+
+
+def set_scoring_threads(n: int) -> None:
+    """Threads ``score_forest`` may use in this process (at most numba's pool size).
+
+    Several uvicorn workers on one machine each take ``cores // workers`` so that they do not
+    oversubscribe the cores; results do not depend on this number.
+    """
+    global _scoring_threads
+    if n < 1:
+        raise ValueError(f"scoring threads must be >= 1, got {n}")
+    _scoring_threads = n
+
+
+def get_scoring_threads() -> int:
+    """The threads ``score_forest`` uses: the setting, capped by numba's thread pool."""
+    pool = int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
+    return pool if _scoring_threads == 0 else min(_scoring_threads, pool)

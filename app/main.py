@@ -1,0 +1,143 @@
+"""The application factory: settings, lifespan (models load in the background), routers,
+error handlers and metrics.
+
+``uvicorn app.main:app`` serves ``create_app()`` with ``Settings()`` from the environment;
+``python -m app`` does the same with the worker count and multiprocess metrics set up. Until the
+default model is loaded and warm, ``/ready`` answers 503 and scoring endpoints 503; ``/health``
+answers from the first moment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import numpy as np
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.errors import ServiceError, plain_errors, validation_message
+from app.observability import Metrics, MetricsMiddleware
+from app.openapi import install_openapi
+from app.registry import ModelRegistry
+from app.routers import evaluate, fuse, health, models, rank
+from app.settings import Settings, get_settings
+from training.scoring import forest
+
+log = logging.getLogger("app")
+
+DESCRIPTION = """Calibrated-ensemble learning to rank (tunemix): rank candidate lists with a trained
+ensemble, evaluate rankings under six tools' conventions, fuse several systems' result lists.
+Every 4xx body is `{"detail": "<what is wrong, naming the query and field>"}`."""
+
+
+def warm_kernels() -> None:
+    """Compile (or load from numba's cache) the evaluation and fusion kernels."""
+    from training.ensemble.list_fusion import fuse_lists
+    from training.evaluation import CONVENTION_NAMES
+    from training.evaluation import evaluate as run_evaluate
+
+    labels = np.array([1, 0, 2, 0], dtype=np.int64)
+    scores = np.array([0.3, 0.2, 0.9, 0.1])
+    off = np.array([0, 2, 4], dtype=np.int64)
+    for name in CONVENTION_NAMES:
+        with contextlib.suppress(ValueError):
+            run_evaluate(labels, scores, off, ["ndcg@10", "err", "p@5", "map"], name,
+                         docids=np.array(["a", "b", "c", "d"]))
+    mat = np.array([[1.0, np.nan], [0.5, 2.0], [0.2, 1.0], [np.nan, 0.5]])
+    for method in ("rrf", "combsum", "combmnz", "condorcet"):
+        fuse_lists(mat, off, method, top_k=1)
+
+
+async def _follow_reloads(registry: ModelRegistry, period: float) -> None:
+    while True:
+        await asyncio.sleep(period)
+        await anyio.to_thread.run_sync(registry.follow_state)
+
+
+@contextlib.asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    settings: Settings = app.state.settings
+    if settings.scoring_threads is not None:
+        forest.set_scoring_threads(settings.scoring_threads)
+    registry = ModelRegistry(settings.models_dir, settings.default_model,
+                             max_cached_versions=settings.max_cached_versions, state_dir=settings.state_dir)
+    app.state.registry = registry
+    metrics: Metrics = app.state.metrics
+
+    def start_up() -> None:
+        registry.load_initial(settings.preload)
+        for name in registry.names():
+            served = registry.current(name)
+            if served is not None:
+                metrics.set_model(served.name, served.version, None)
+        warm_kernels()
+        registry.warm = True
+        log.info("ready: %s", ", ".join(f"{n} {registry.current(n).version}"  # type: ignore[union-attr]
+                                        for n in registry.names()) or "no model")
+
+    tasks = [asyncio.create_task(anyio.to_thread.run_sync(start_up))]
+    if settings.state_dir is not None:
+        tasks.append(asyncio.create_task(_follow_reloads(registry, settings.state_poll_s)))
+    try:
+        yield
+    finally:
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """A new application (tests pass their own ``Settings``)."""
+    settings = settings or get_settings()
+    app = FastAPI(title="tunemix", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
+    app.state.settings = settings
+    metrics = Metrics()
+    app.state.metrics = metrics
+
+    @app.exception_handler(ServiceError)
+    async def service_error(request: Request, exc: ServiceError) -> JSONResponse:
+        metrics.count_error(exc.kind)
+        body: dict[str, Any] = {"detail": exc.message}
+        if exc.errors:
+            body["errors"] = exc.errors
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        return JSONResponse(body, status_code=exc.status, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def request_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        metrics.count_error("invalid_input")
+        errors = list(exc.errors())
+        loc_names = {"query": "query parameter", "header": "header", "path": "path parameter"}
+        first = errors[0].get("loc", ()) if errors else ()
+        prefix = loc_names.get(str(first[0]), "") if first else ""
+        msg = validation_message([{**e, "loc": tuple(e.get("loc", ()))[1:]} for e in errors[:1]] + errors[1:])
+        return JSONResponse({"detail": f"{prefix} {msg}".strip(), "errors": plain_errors(errors)}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        metrics.count_error(f"http_{exc.status_code}")
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    async def crash(request: Request, exc: Exception) -> JSONResponse:
+        metrics.count_error("internal")
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return JSONResponse({"detail": "internal error; the server log has the traceback"}, status_code=500)
+
+    for module in (health, rank, evaluate, fuse, models):
+        app.include_router(module.router)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    install_openapi(app)
+    return app
+
+
+app = create_app()

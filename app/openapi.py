@@ -1,0 +1,40 @@
+"""OpenAPI for endpoints that read their body themselves (JSON validated by pydantic-core from
+the raw bytes, or a LETOR text body): ``body_spec`` documents the body, ``install_openapi``
+adds the body models to ``components/schemas``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
+
+REF = "#/components/schemas/{model}"
+_BODY_MODELS: list[type[BaseModel]] = []
+
+
+def body_spec(model: type[BaseModel], *, text: str | None = None, required: bool = True) -> dict[str, Any]:
+    """``openapi_extra`` for a POST whose JSON body is ``model`` (and optionally a text body)."""
+    _BODY_MODELS.append(model)
+    content: dict[str, Any] = {"application/json": {"schema": {"$ref": REF.format(model=model.__name__)}}}
+    if text is not None:
+        content["text/plain"] = {"schema": {"type": "string", "description": text}}
+    return {"requestBody": {"required": required, "content": content}}
+
+
+def install_openapi(app: FastAPI) -> None:
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        comps = schema.setdefault("components", {}).setdefault("schemas", {})
+        for model in _BODY_MODELS:
+            js = model.model_json_schema(ref_template=REF)
+            for name, sub in js.pop("$defs", {}).items():
+                comps.setdefault(name, sub)
+            comps[model.__name__] = js
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -1,0 +1,234 @@
+"""Request bodies to the project's array layout (docs/architecture.md), with errors that name
+the query and the field.
+
+``rank_lists`` turns validated ``RankQuery`` objects into ``CandidateLists``: float32 features
+(n, d), int64 query offsets, the qids and the ids as posted. ``letor_lists`` does the same for a
+LETOR/SVMlight text body (labels ignored; ids from ``#docid = ...`` comments, else the line's
+0-based position in its query). ``parse_json`` runs pydantic-core on the raw bytes and turns its
+errors into one readable line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ValidationError
+
+from app.errors import ServiceError, input_error, plain_errors, query_label, too_large, validation_message
+from app.schemas import Document, RankQuery
+from training.data.svmlight import DataFormatError, parse_svmlight
+
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class CandidateLists:
+    """Several queries' candidates: rows ``offsets[q]:offsets[q+1]`` belong to query q."""
+
+    features: npt.NDArray[np.float32]
+    offsets: npt.NDArray[np.int64]
+    qids: list[Any]
+    ids: list[Any]
+    labels: npt.NDArray[np.int32] | None = None
+
+    @property
+    def n_documents(self) -> int:
+        return int(self.features.shape[0])
+
+
+def parse_json(model: type[M], body: bytes) -> M:
+    """Validate ``body`` against ``model``; HTTP 422 naming the query and field on failure."""
+    if not body.strip():
+        raise input_error("the request body is empty; send JSON (Content-Type: application/json)")
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False)
+        context: Any = None
+        if any(len(e.get("loc", ())) >= 2 and e["loc"][0] == "queries" for e in errors):
+            try:
+                import json
+
+                context = json.loads(body)
+            except ValueError:
+                context = None
+        raise ServiceError(422, validation_message(errors, context), kind="invalid_input",
+                           errors=plain_errors(errors)) from None
+
+
+def check_limits(n_queries: int, n_documents: int, *, max_queries: int, max_documents: int) -> None:
+    if n_queries > max_queries:
+        raise too_large(f"the request has {n_queries} queries; the limit is {max_queries} "
+                        "(TUNEMIX_MAX_QUERIES)")
+    if n_documents > max_documents:
+        raise too_large(f"the request has {n_documents} documents; the limit is {max_documents} "
+                        "(TUNEMIX_MAX_DOCUMENTS)")
+
+
+def _dense_rows(rows: Sequence[Sequence[float]], d: int, where: str, field: str) -> npt.NDArray[np.float32]:
+    for j, row in enumerate(rows):
+        if len(row) != d:
+            raise input_error(f"{where}: {field}[{j}] has {len(row)} features; the model takes {d}")
+    return np.asarray(rows, dtype=np.float32).reshape(len(rows), d)
+
+
+def _document_rows(docs: Sequence[Document], d: int, where: str) -> npt.NDArray[np.float32]:
+    dense = [doc.features for doc in docs if isinstance(doc.features, list)]
+    if len(dense) == len(docs):
+        for j, doc in enumerate(docs):
+            if len(doc.features) != d:
+                raise input_error(f"{where}: documents[{j}].features has {len(doc.features)} values; "
+                                  f"the model takes {d} (or send sparse {{\"<feature id>\": value}})")
+        return np.asarray(dense, dtype=np.float32).reshape(len(docs), d)
+    out = np.zeros((len(docs), d), dtype=np.float32)
+    for j, doc in enumerate(docs):
+        feats = doc.features
+        if isinstance(feats, list):
+            if len(feats) != d:
+                raise input_error(f"{where}: documents[{j}].features has {len(feats)} values; the model takes {d}")
+            out[j] = feats
+            continue
+        for key, value in feats.items():
+            try:
+                fid = int(key)
+            except ValueError:
+                raise input_error(f"{where}: documents[{j}].features: sparse key {key!r} is not a feature id "
+                                  f"(1-based integer)") from None
+            if not 1 <= fid <= d:
+                raise input_error(f"{where}: documents[{j}].features: feature id {fid} is out of range "
+                                  f"1..{d} (ids are 1-based, as in LETOR files)")
+            out[j, fid - 1] = value
+    return out
+
+
+def query_rows(q: RankQuery, index: int, d: int) -> tuple[npt.NDArray[np.float32], list[Any]]:
+    """One /rank query's (features (m, d), ids) from ``documents`` or columnar ``ids`` + ``features``."""
+    return candidate_rows(q.documents, q.ids, q.features, d, query_label(index, q.qid))
+
+
+def candidate_rows(
+    documents: Sequence[Document] | None,
+    ids: Sequence[Any] | None,
+    features: Sequence[Sequence[float]] | None,
+    d: int,
+    where: str,
+    *,
+    ids_field: str = "ids",
+    ids_required: bool = True,
+) -> tuple[npt.NDArray[np.float32], list[Any]]:
+    """(features (m, d), ids) of one candidate list given as documents or as columns.
+
+    Without ``ids_required`` the columnar form may omit the ids (they become 0..m-1).
+    """
+    columnar = features is not None or (ids is not None and ids_required)
+    if documents is not None and columnar:
+        raise input_error(f"{where}: send either documents or {ids_field} + features, not both")
+    if documents is not None:
+        if not documents:
+            raise input_error(f"{where}: documents is empty; a query needs at least one candidate")
+        out_ids = [doc.id for doc in documents]
+        rows = _document_rows(documents, d, where)
+    elif features is not None:
+        if ids is None and ids_required:
+            raise input_error(f"{where}: the columnar form needs both {ids_field} and features")
+        if ids is not None and len(ids) != len(features):
+            raise input_error(f"{where}: {ids_field} has {len(ids)} entries but features has {len(features)} rows")
+        if not features:
+            raise input_error(f"{where}: features is empty; a query needs at least one candidate")
+        out_ids = list(ids) if ids is not None else list(range(len(features)))
+        rows = _dense_rows(features, d, where, "features")
+    elif ids is not None:
+        raise input_error(f"{where}: the columnar form needs both {ids_field} and features")
+    else:
+        raise input_error(f"{where}: no candidates; send documents, or {ids_field} + features")
+    check_unique(out_ids, where, "id")
+    bad = ~np.isfinite(rows)
+    if bad.any():
+        j, f = (int(v) for v in np.argwhere(bad)[0])
+        field = f"documents[{j}].features" if documents is not None else f"features[{j}]"
+        raise input_error(f"{where}: {field}: feature {f + 1} is not a finite float32 number "
+                          "(NaN, infinity or beyond ±3.4e38)")
+    return rows, out_ids
+
+
+def check_unique(ids: Sequence[Any], where: str, what: str) -> None:
+    seen: set[str] = set()
+    for j, i in enumerate(ids):
+        key = str(i)
+        if key in seen:
+            raise input_error(f"{where}: duplicate {what} {i!r} (entry {j}); ids must be unique within a query")
+        seen.add(key)
+
+
+def rank_lists(queries: Sequence[RankQuery], d: int, *, max_queries: int, max_documents: int) -> CandidateLists:
+    """All queries of a /rank body as one feature matrix (see ``CandidateLists``)."""
+    sizes = [len(q.documents) if q.documents is not None else len(q.ids or ()) for q in queries]
+    check_limits(len(queries), sum(sizes), max_queries=max_queries, max_documents=max_documents)
+    blocks, ids = [], []
+    qids = []
+    for i, q in enumerate(queries):
+        rows, q_ids = query_rows(q, i, d)
+        blocks.append(rows)
+        ids.extend(q_ids)
+        qids.append(q.qid)
+    offsets = np.zeros(len(blocks) + 1, dtype=np.int64)
+    np.cumsum([b.shape[0] for b in blocks], out=offsets[1:])
+    features = blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=0)
+    return CandidateLists(features=np.ascontiguousarray(features), offsets=offsets, qids=qids, ids=ids)
+
+
+def letor_lists(body: bytes, d: int, *, max_queries: int, max_documents: int) -> CandidateLists:
+    """A LETOR/SVMlight text body (``label qid:Q id:value ... # docid = X``) as candidate lists."""
+    if not body.strip():
+        raise input_error("the request body is empty; send LETOR lines 'label qid:Q 1:v 2:v ...'")
+    try:
+        data = parse_svmlight(body, source="body", n_features=d)
+    except DataFormatError as exc:
+        msg = str(exc)
+        if "beyond" in msg or "n_features" in msg:
+            msg += f" (the model takes {d} features)"
+        raise input_error(msg) from None
+    check_limits(data.n_queries, data.n_docs, max_queries=max_queries, max_documents=max_documents)
+    bad = ~np.isfinite(data.features)
+    if bad.any():
+        row, f = (int(v) for v in np.argwhere(bad)[0])
+        raise input_error(f"body:{row + 1}: feature {f + 1} is not a finite float32 number")
+    off = data.query_offsets
+    if data.docids is not None:
+        ids: list[Any] = [str(x) for x in data.docids]
+        for q in range(data.n_queries):
+            check_unique(ids[off[q]:off[q + 1]], f"query {str(data.qids[q])!r}", "docid")
+    else:
+        ids = [int(x) for x in (np.arange(data.n_docs) - np.repeat(off[:-1], np.diff(off)))]
+    return CandidateLists(features=data.features, offsets=off, qids=[str(q) for q in data.qids], ids=ids,
+                          labels=data.labels)
+
+
+def ranked(scores: npt.NDArray[np.float64], lists: CandidateLists, top_k: int | None) -> list[dict[str, Any]]:
+    """Per query ``{"qid", "n_documents", "ranking": [{"id", "score", "rank"}]}``, best first
+    (ties keep the posted order)."""
+    out = []
+    off = lists.offsets
+    ids = lists.ids
+    for q, qid in enumerate(lists.qids):
+        lo, hi = int(off[q]), int(off[q + 1])
+        s = scores[lo:hi]
+        order = np.argsort(-s, kind="stable")
+        if top_k is not None:
+            order = order[:top_k]
+        vals = s[order].tolist()
+        out.append({
+            "qid": qid,
+            "n_documents": hi - lo,
+            "ranking": [{"id": ids[lo + j], "score": v, "rank": r}
+                        for r, (j, v) in enumerate(zip(order.tolist(), vals, strict=True), start=1)],
+        })
+    return out
+
+
+__all__ = ["CandidateLists", "ServiceError", "candidate_rows", "check_limits", "letor_lists", "parse_json",
+           "query_rows", "rank_lists", "ranked"]

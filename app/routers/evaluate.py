@@ -1,0 +1,216 @@
+"""``POST /evaluate``: NDCG, ERR, P@k, MAP under one or all six tools' conventions.
+
+Each query brings its labels and either scores, a ranking of its docids (best first), or its
+documents' features, which ``model`` scores first. A LETOR text body (labels from the file) is
+scored by ``model`` (query parameter). Values come from ``training.evaluation.evaluate``: the
+tool's mean, per-query values on request (``null`` where the tool has none), ``derived`` flags
+for measures the tool itself lacks, and its warnings.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import numpy as np
+import numpy.typing as npt
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import Response
+
+from app.deps import RegistryDep, SettingsDep, in_thread, is_text, read_body, resolve_model, scoring
+from app.errors import input_error, query_label
+from app.openapi import body_spec
+from app.parsing import candidate_rows, check_limits, check_unique, letor_lists, parse_json
+from app.registry import ModelRegistry, ServedModel
+from app.routers.rank import ERRORS
+from app.schemas import EvalQuery, EvaluateRequest, EvaluateResponse
+from app.settings import Settings
+from training.evaluation import CONVENTION_NAMES, EvaluationInputError, Measure, evaluate
+
+router = APIRouter(tags=["evaluation"])
+
+
+@dataclass
+class _Batch:
+    labels: npt.NDArray[np.int64]
+    offsets: npt.NDArray[np.int64]
+    qids: list[str]
+    docids: list[str] | None
+    scores: npt.NDArray[np.float64] | None = None
+    features: npt.NDArray[np.float32] | None = None
+
+
+def _measures(metrics: list[str]) -> list[str]:
+    out = []
+    for i, text in enumerate(metrics):
+        try:
+            out.append(str(Measure.parse(text)))
+        except ValueError as exc:
+            raise input_error(f"metrics[{i}]: {exc}") from None
+    return list(dict.fromkeys(out))
+
+
+def _query_scores(q: EvalQuery, where: str, n: int) -> npt.NDArray[np.float64]:
+    if q.scores is not None:
+        if len(q.scores) != n:
+            raise input_error(f"{where}: scores has {len(q.scores)} entries but labels has {n}")
+        s = np.asarray(q.scores, dtype=np.float64)
+        if not np.all(np.isfinite(s)):
+            raise input_error(f"{where}: scores[{int(np.argmax(~np.isfinite(s)))}] is not a finite number")
+        return s
+    if q.docids is None:
+        raise input_error(f"{where}: a ranking needs docids (the labels' documents, in label order)")
+    if len(q.docids) != n:
+        raise input_error(f"{where}: docids has {len(q.docids)} entries but labels has {n}")
+    assert q.ranking is not None
+    position = {str(d): i for i, d in enumerate(q.ranking)}
+    if len(position) != len(q.ranking):
+        check_unique(q.ranking, where, "ranking entry")
+    missing = [d for d in q.docids if str(d) not in position]
+    if missing or len(q.ranking) != n:
+        extra = sorted(set(position) - {str(d) for d in q.docids})
+        raise input_error(f"{where}: ranking must list every docid exactly once (missing {missing[:3]}, "
+                          f"unknown {extra[:3]})")
+    return np.asarray([n - position[str(d)] for d in q.docids], dtype=np.float64)
+
+
+def _json_batch(req: EvaluateRequest, served: ServedModel | None, settings: Settings) -> _Batch:
+    check_limits(len(req.queries), sum(len(q.labels) for q in req.queries),
+                 max_queries=settings.max_queries, max_documents=settings.max_documents)
+    labels: list[int] = []
+    sizes, qids = [], []
+    docids: list[str] = []
+    any_docids = False
+    scores: list[npt.NDArray[np.float64]] = []
+    rows: list[npt.NDArray[np.float32]] = []
+    for i, q in enumerate(req.queries):
+        where = query_label(i, q.qid)
+        n = len(q.labels)
+        if n == 0:
+            raise input_error(f"{where}: labels is empty; a query needs at least one judged document")
+        has_features = q.documents is not None or q.features is not None
+        has_scores = q.scores is not None or q.ranking is not None
+        if has_features and has_scores:
+            raise input_error(f"{where}: send scores (or a ranking) or features, not both")
+        if has_features:
+            if served is None:
+                raise input_error(f"{where}: features need a model to score them; set \"model\"")
+            r, ids = candidate_rows(q.documents, q.docids, q.features, served.n_features, where,
+                                    ids_field="docids", ids_required=False)
+            if r.shape[0] != n:
+                raise input_error(f"{where}: {r.shape[0]} documents but {n} labels")
+            rows.append(r)
+            if q.documents is not None or q.docids is not None:
+                any_docids = True
+            docids.extend(str(x) for x in ids)
+        elif has_scores:
+            if rows:
+                raise input_error(f"{where}: every query must be scored the same way (features or scores)")
+            scores.append(_query_scores(q, where, n))
+            if q.docids is not None:
+                check_unique(q.docids, where, "docid")
+                any_docids = True
+                docids.extend(str(x) for x in q.docids)
+            else:
+                docids.extend(str(j) for j in range(n))
+        else:
+            raise input_error(f"{where}: no scores; send scores, docids + ranking, or documents with a model")
+        if rows and scores:
+            raise input_error(f"{where}: every query must be scored the same way (features or scores)")
+        labels.extend(q.labels)
+        sizes.append(n)
+        qids.append(str(q.qid))
+    check_unique(qids, "queries", "qid")
+    offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    batch = _Batch(labels=np.asarray(labels, dtype=np.int64), offsets=offsets, qids=qids,
+                   docids=docids if any_docids else None)
+    if rows:
+        batch.features = np.ascontiguousarray(np.concatenate(rows, axis=0))
+    else:
+        batch.scores = np.concatenate(scores)
+    return batch
+
+
+def _results(batch: _Batch, measures: list[str], convention: str, per_query: bool) -> list[dict[str, Any]]:
+    names = list(CONVENTION_NAMES) if convention == "all" else [convention]
+    if batch.scores is None:
+        raise input_error("nothing to evaluate: the queries carry neither scores nor a model to score them")
+    out = []
+    for name in names:
+        try:
+            res = evaluate(batch.labels, batch.scores, batch.offsets, measures, name,
+                           docids=None if batch.docids is None else np.asarray(batch.docids),
+                           qids=np.asarray(batch.qids))
+        except EvaluationInputError as exc:
+            if convention != "all":
+                raise input_error(f"convention {name}: {exc}") from None
+            out.append({"convention": name, "error": str(exc), "mean": {}, "derived": {}, "warnings": []})
+            continue
+        d = res.to_dict()
+        if not per_query:
+            d.pop("per_query")
+        out.append(d)
+    return out
+
+
+@router.post(
+    "/evaluate",
+    summary="Evaluate rankings under one or all six tools' conventions",
+    response_model=EvaluateResponse,
+    responses=ERRORS,  # type: ignore[arg-type]
+    openapi_extra=body_spec(EvaluateRequest, text="LETOR lines with labels, scored by `model` (query parameters: "
+                                                  "model, version, metrics, convention, per_query)"),
+)
+async def evaluate_endpoint(
+    request: Request,
+    registry: RegistryDep,
+    settings: SettingsDep,
+    model: Annotated[str | None, Query(description="text bodies: the model that scores them")] = None,
+    version: Annotated[str | None, Query()] = None,
+    metrics: Annotated[str, Query(description="text bodies: comma-separated measures")] = "ndcg@10",
+    convention: Annotated[str, Query(description="text bodies: one of the six, or all")] = "yahoo",
+    per_query: Annotated[bool, Query()] = False,
+) -> Response:
+    start = time.perf_counter()
+    body = await read_body(request, settings.max_body_bytes)
+    text = is_text(request)
+
+    def parse() -> tuple[_Batch, list[str], str, bool, ServedModel | None]:
+        if text:
+            if convention not in (*CONVENTION_NAMES, "all"):
+                raise input_error(f"convention: {convention!r} is not one of {', '.join(CONVENTION_NAMES)}, all")
+            if model is None:
+                raise input_error("model: a LETOR body is scored by a model; pass ?model=<name>")
+            served = _get(registry, model, version)
+            lists = letor_lists(body, served.n_features, max_queries=settings.max_queries,
+                                max_documents=settings.max_documents)
+            assert lists.labels is not None
+            ids = [str(x) for x in lists.ids]
+            b = _Batch(labels=lists.labels.astype(np.int64), offsets=lists.offsets,
+                       qids=[str(q) for q in lists.qids], docids=ids, features=lists.features)
+            check_unique(b.qids, "body", "qid")
+            return b, _measures(metrics.split(",")), convention, per_query, served
+        req = parse_json(EvaluateRequest, body)
+        name = req.model or model
+        chosen = _get(registry, name, req.version or version) if name else None
+        return _json_batch(req, chosen, settings), _measures(req.metrics), req.convention, req.per_query, chosen
+
+    batch, measures, conv, want_per_query, served = await in_thread(parse)
+    if batch.features is not None and served is not None:
+        batch.scores = await scoring(served.model.score, batch.features, batch.offsets)
+    results = await in_thread(_results, batch, measures, conv, want_per_query)
+    payload = {
+        "results": results,
+        "n_queries": len(batch.qids),
+        "model": served.name if served else None,
+        "version": served.version if served else None,
+        "server_time_ms": round((time.perf_counter() - start) * 1e3, 3),
+    }
+    return Response(content=json.dumps(payload, separators=(",", ":")), media_type="application/json")
+
+
+def _get(registry: ModelRegistry, name: str | None, version: str | None) -> ServedModel:
+    return resolve_model(registry, name, version)

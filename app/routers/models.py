@@ -1,0 +1,78 @@
+"""``GET /models``, ``GET /models/{name}``, ``POST /models/reload`` (bearer token)."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Request
+
+from app.deps import MetricsDep, RegistryDep, SettingsDep, in_thread, read_body
+from app.errors import ServiceError
+from app.openapi import body_spec
+from app.parsing import parse_json
+from app.schemas import ErrorResponse, ModelsResponse, ReloadRequest, ReloadResponse
+from training.artifact.store import list_versions
+
+router = APIRouter(prefix="/models", tags=["models"])
+
+
+def _on_disk(models_dir: Any) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    try:
+        children = sorted(p for p in models_dir.iterdir() if p.is_dir())
+    except OSError:
+        return out
+    for child in children:
+        try:
+            versions = list_versions(models_dir, child.name)
+        except ValueError:
+            continue
+        if versions:
+            out[child.name] = versions
+    return out
+
+
+@router.get("", summary="Served models and the versions on disk", response_model=ModelsResponse)
+async def list_models(registry: RegistryDep) -> dict[str, Any]:
+    served = [registry.current(n) for n in registry.names()]
+    return {
+        "default": registry.default_model,
+        "models": [s.summary() for s in served if s is not None],
+        "on_disk": await in_thread(_on_disk, registry.models_dir),
+    }
+
+
+@router.get("/{name}", summary="One model's manifest summary (features, members, mixer, training metrics)",
+            responses={404: {"model": ErrorResponse}, 422: {"model": ErrorResponse}})
+async def get_model(name: str, registry: RegistryDep) -> dict[str, Any]:
+    served = await in_thread(registry.get, name, None)
+    return served.summary(detail=True)
+
+
+@router.post(
+    "/reload",
+    summary="Load a new version and swap it in atomically (the old one keeps serving on any error)",
+    response_model=ReloadResponse,
+    openapi_extra=body_spec(ReloadRequest, required=False),
+    responses={401: {"model": ErrorResponse}, 403: {"model": ErrorResponse}, 404: {"model": ErrorResponse},
+               409: {"model": ErrorResponse}, 422: {"model": ErrorResponse}},
+)
+async def reload_model(
+    request: Request,
+    registry: RegistryDep,
+    settings: SettingsDep,
+    metrics: MetricsDep,
+    authorization: Annotated[str | None, Header(description="Bearer <TUNEMIX_RELOAD_TOKEN>")] = None,
+) -> dict[str, Any]:
+    if not settings.reload_token:
+        raise ServiceError(403, "reloading is disabled: set TUNEMIX_RELOAD_TOKEN to enable it", kind="forbidden")
+    scheme, _, token = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), settings.reload_token.encode()):
+        raise ServiceError(401, "missing or wrong bearer token (Authorization: Bearer <TUNEMIX_RELOAD_TOKEN>)",
+                           kind="unauthorized")
+    body = await read_body(request, 64 * 1024)
+    req = parse_json(ReloadRequest, body) if body.strip() else ReloadRequest()
+    new, old = await in_thread(registry.reload, req.model, req.version)
+    metrics.set_model(new.name, new.version, old.version if old else None)
+    return {"model": new.name, "version": new.version, "previous_version": old.version if old else None}

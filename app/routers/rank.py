@@ -1,0 +1,69 @@
+"""``POST /rank``: score posted candidate lists (JSON or a LETOR text body) and rank them.
+
+Query-wise feature views (``raw+std``, ``raw+white``) standardise each feature over the posted
+list, so a document's score depends on the other documents posted with it: post the whole
+candidate list of a query, not pages of it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import Response
+
+from app.deps import MetricsDep, RegistryDep, SettingsDep, in_thread, is_text, read_body, resolve_model, scoring
+from app.openapi import body_spec
+from app.parsing import CandidateLists, letor_lists, parse_json, rank_lists, ranked
+from app.registry import ServedModel
+from app.schemas import ErrorResponse, RankRequest, RankResponse
+
+router = APIRouter(tags=["ranking"])
+
+ERRORS = {413: {"model": ErrorResponse, "description": "too many documents, queries or bytes"},
+          422: {"model": ErrorResponse, "description": "the message names the query and the field"},
+          503: {"model": ErrorResponse, "description": "no model loaded yet"}}
+
+
+@router.post(
+    "/rank",
+    summary="Rank the candidate documents of one or many queries",
+    response_model=RankResponse,
+    responses=ERRORS,  # type: ignore[arg-type]
+    openapi_extra=body_spec(RankRequest, text="LETOR/SVMlight lines `label qid:Q 1:v 2:v ... # docid = X` "
+                                              "(labels ignored); model, version and top_k as query parameters"),
+)
+async def rank(
+    request: Request,
+    registry: RegistryDep,
+    settings: SettingsDep,
+    metrics: MetricsDep,
+    model: Annotated[str | None, Query(description="model name (text bodies; JSON bodies say it in the body)")] = None,
+    version: Annotated[str | None, Query(description="model version (text bodies)")] = None,
+    top_k: Annotated[int | None, Query(ge=1, description="best top_k per query (text bodies)")] = None,
+) -> Response:
+    start = time.perf_counter()
+    body = await read_body(request, settings.max_body_bytes)
+    text = is_text(request)
+
+    def parse() -> tuple[ServedModel, CandidateLists, int | None]:
+        limits = {"max_queries": settings.max_queries, "max_documents": settings.max_documents}
+        if text:
+            served = resolve_model(registry, model, version)
+            return served, letor_lists(body, served.n_features, **limits), top_k
+        req = parse_json(RankRequest, body)
+        served = resolve_model(registry, req.model or model, req.version or version)
+        return served, rank_lists(req.queries, served.n_features, **limits), req.top_k or top_k
+
+    served, lists, k = await in_thread(parse)
+    scores = await scoring(served.model.score, lists.features, lists.offsets)
+    metrics.count_documents(served.name, lists.n_documents)
+    payload = {
+        "model": served.name,
+        "version": served.version,
+        "results": ranked(scores, lists, k),
+        "server_time_ms": round((time.perf_counter() - start) * 1e3, 3),
+    }
+    return Response(content=json.dumps(payload, separators=(",", ":")), media_type="application/json")

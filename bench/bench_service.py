@@ -1,0 +1,602 @@
+"""The scoring service as users meet it: latency over HTTP under constant-rate load, next to a
+plain FastAPI + LightGBM peer, plus where the time goes inside one request.
+
+    python -m bench.bench_service              # full run (~8 min after the model exists)
+    python -m bench.bench_service --quick      # smoke test (~1 min)
+    python -m bench.bench_service --duration 20 --rate 100 --rate-1000 10
+
+Writes ``bench/results/service.json``.
+
+1. **Servers.** Ours is the real service, ``python -m app`` (uvicorn, one worker, 127.0.0.1,
+   its default log level), serving the latest ``models/mq2008-fold1/vN`` (trained with
+   ``tunemix train --config configs/mq2008.toml --models-dir models`` first when absent, about
+   5 min). The peer (``bench/peer_lightgbm_service.py``) is a plain FastAPI app under the same
+   uvicorn, ranking with a LightGBM lambdarank ``Booster`` trained here on MQ2008 Fold1 train
+   with as many trees as our forest has bases, 8 leaves, ``num_threads`` = our scoring threads.
+   Both take the same body and answer with the same shape. Each runs in its own process; the
+   benchmark waits (bounded) for ``GET /ready`` == 200.
+2. **Requests.** Real MQ2008 Fold1 test rows, resampled (without replacement, from the whole
+   fold) into candidate lists of 100 and 1,000 documents, one query per request, dense
+   ``documents`` form, features as printed in the data file (6 decimals).
+3. **Load.** ``bench/loadgen.py`` in its own process (no GIL shared with a server): open loop,
+   request i issued at t0 + i/rate whatever the state of earlier ones, at most 256 in flight, a
+   request more than 1 s behind the clock is an error (``overrun``). Latency is measured by the
+   client from issue to the end of the response body; a response counts only with status 200
+   and a ranking of as many entries as posted. Scenarios: 100 documents at 200/s for 60 s and
+   1,000 documents at 20/s for 30 s, for ours and the peer (order ours, peer for the first and
+   peer, ours for the second, so neither always runs first). Before each measured run: 20
+   unmeasured warm-up requests, then a one-at-a-time baseline (the latency with no queueing).
+   The machine has 2 cores, shared by the generator, the measured server and anything else
+   running: the CPU seconds of generator and server and the load average around every run are
+   recorded with the figures.
+4. **Where the time goes**, in this process, no HTTP: for 100 and 1,000 documents, the median
+   time of each step our /rank handler takes (body validation, conversion to arrays, the
+   model's stages: views, forest pass, member differences, calibrators, mixer; ranking and
+   response serialisation), and the same for the peer's handler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.common import ROOT, SHARED_DATA, write_result
+
+MODEL_NAME = "mq2008-fold1"
+CONFIG = ROOT / "configs" / "mq2008.toml"
+MODELS_DIR = ROOT / "models"
+TARGETS = {
+    "docs_100": {"p50_ms": 5.0, "p99_ms": 20.0, "errors": 0},
+    "docs_1000": {"p50_ms": 20.0},
+}
+READY_TIMEOUT_S = 240.0
+# The 1,000-document rate by default: what keeps our server busy RATE_UTILISATION of one core
+# one-at-a-time (so queueing stays moderate on 2 shared cores), at most the issue's 20/s.
+RATE_UTILISATION = 0.5
+RATE_1000_MIN, RATE_1000_MAX = 2.0, 20.0
+
+
+def auto_rate(server_ms: float | None) -> float:
+    if not server_ms or server_ms <= 0:
+        return RATE_1000_MIN
+    return float(min(RATE_1000_MAX, max(RATE_1000_MIN, np.floor(RATE_UTILISATION * 1000.0 / server_ms))))
+
+
+def log(msg: str) -> None:
+    print(f"[bench_service {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pct(values: Sequence[float], q: float) -> float | None:
+    a = np.asarray([v for v in values if v == v], dtype=np.float64)
+    return float(np.percentile(a, q)) if a.size else None
+
+
+def rounded(x: float | None, nd: int = 3) -> float | None:
+    return None if x is None else round(x, nd)
+
+
+# ---------------------------------------------------------------------------- model and data
+def ensure_model() -> Path:
+    """The latest version of models/mq2008-fold1; trains it (about 5 min) when there is none."""
+    from training.artifact.store import latest_version
+
+    path = latest_version(MODELS_DIR, MODEL_NAME)
+    if path is not None:
+        return path
+    tunemix = Path(sys.executable).parent / "tunemix"
+    cmd = ([str(tunemix)] if tunemix.exists() else [sys.executable, "-m", "training.cli"]) + [
+        "train", "--config", str(CONFIG), "--models-dir", str(MODELS_DIR)]
+    log(f"no trained {MODEL_NAME} under {MODELS_DIR}: training it now, about 4-6 min: {' '.join(cmd)}")
+    subprocess.run(cmd, cwd=ROOT, check=True, timeout=3600)
+    path = latest_version(MODELS_DIR, MODEL_NAME)
+    if path is None:
+        raise SystemExit(f"training finished but {MODELS_DIR / MODEL_NAME} holds no version")
+    return path
+
+
+def service_threads() -> int:
+    """Numba threads per worker of our service with TUNEMIX_WORKERS=1 (its settings' rule)."""
+    env = os.environ.get("TUNEMIX_SCORING_THREADS")
+    if env:
+        return int(env)
+    try:
+        from app.settings import Settings
+
+        s = Settings(workers=1)
+        if s.scoring_threads:
+            return int(s.scoring_threads)
+    except Exception:  # the settings module may change; fall back to its documented rule
+        pass
+    return max(1, (os.cpu_count() or 1) // 1)
+
+
+def make_bodies(test: Any, n_docs: int, n_bodies: int, seed: int) -> list[bytes]:
+    """``n_bodies`` request bodies of one query with ``n_docs`` real test rows each."""
+    rng = np.random.default_rng(seed)
+    n = test.features.shape[0]
+    ids = test.docids if test.docids is not None else np.array([f"r{i}" for i in range(n)])
+    bodies = []
+    for b in range(n_bodies):
+        rows = rng.choice(n, size=n_docs, replace=n_docs > n)
+        docs = [{"id": f"{ids[r]}#{j}", "features": [round(float(v), 6) for v in test.features[r]]}
+                for j, r in enumerate(rows.tolist())]
+        bodies.append(json.dumps({"queries": [{"qid": f"q{b}", "documents": docs}]},
+                                 separators=(",", ":")).encode())
+    return bodies
+
+
+def columnar(body: bytes) -> bytes:
+    doc = json.loads(body)
+    q = doc["queries"][0]
+    return json.dumps({"queries": [{"qid": q["qid"], "ids": [d["id"] for d in q["documents"]],
+                                    "features": [d["features"] for d in q["documents"]]}]},
+                      separators=(",", ":")).encode()
+
+
+def train_peer_model(train: Any, n_trees: int, threads: int, path: Path) -> dict[str, Any]:
+    import lightgbm as lgb
+
+    t0 = time.perf_counter()
+    ds = lgb.Dataset(train.features, train.labels, group=np.diff(train.query_offsets))
+    params = {"objective": "lambdarank", "num_leaves": 8, "learning_rate": 0.05, "num_threads": threads,
+              "verbose": -1, "seed": 0}
+    bst = lgb.train(params, ds, num_boost_round=n_trees)
+    bst.save_model(str(path))
+    leaves = [t["num_leaves"] for t in bst.dump_model()["tree_info"]]
+    return {"objective": "lambdarank", "num_leaves": 8, "learning_rate": 0.05, "num_threads": threads,
+            "n_trees": bst.num_trees(), "n_trees_requested": n_trees, "leaves_total": int(sum(leaves)),
+            "trees_with_8_leaves": int(sum(1 for v in leaves if v == 8)), "lightgbm": lgb.__version__,
+            "train_s": round(time.perf_counter() - t0, 2)}
+
+
+# ---------------------------------------------------------------------------- servers
+class Server:
+    """A uvicorn process (its own process group) on 127.0.0.1:port, stopped on exit."""
+
+    def __init__(self, name: str, cmd: list[str], env: dict[str, str], port: int, log_path: Path) -> None:
+        self.name, self.port, self.log_path = name, port, log_path
+        self.base = f"http://127.0.0.1:{port}"
+        self._log = open(log_path, "wb")  # closed in stop()
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+
+    def wait_ready(self, timeout: float) -> float:
+        import httpx
+
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < timeout:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"{self.name} exited with {self.proc.returncode}; log:\n{self.tail()}")
+            try:
+                if httpx.get(self.base + "/ready", timeout=2.0).status_code == 200:
+                    return time.perf_counter() - t0
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+        raise SystemExit(f"{self.name} not ready after {timeout:.0f} s; log:\n{self.tail()}")
+
+    def tail(self, n: int = 30) -> str:
+        self._log.flush()
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+
+    def cpu_seconds(self) -> float | None:
+        """user + system CPU of the server process and its children (psutil, when installed)."""
+        try:
+            import psutil
+        except ImportError:
+            return None
+        try:
+            p = psutil.Process(self.proc.pid)
+            total = sum(p.cpu_times()[:2])
+            for c in p.children(recursive=True):
+                try:
+                    total += sum(c.cpu_times()[:2])
+                except psutil.Error:
+                    pass
+            return float(total)
+        except psutil.Error:
+            return None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGINT)
+                self.proc.wait(timeout=15)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.proc.wait(timeout=5)
+        self._log.close()
+
+
+def sequential(base: str, bodies: list[bytes], n: int, expected: int) -> dict[str, Any]:
+    """``n`` requests one at a time (no queueing): the floor under the loaded latencies."""
+    import httpx
+
+    lat, st = [], []
+    with httpx.Client(timeout=30.0) as c:
+        for i in range(n):
+            t0 = time.perf_counter()
+            r = c.post(base + "/rank", content=bodies[i % len(bodies)],
+                       headers={"content-type": "application/json"})
+            dt = time.perf_counter() - t0
+            if r.status_code != 200:
+                raise SystemExit(f"{base}/rank answered {r.status_code}: {r.text[:500]}")
+            doc = r.json()
+            got = len(doc["results"][0]["ranking"])
+            if got != expected:
+                raise SystemExit(f"{base}/rank returned {got} ranked documents for {expected} posted")
+            lat.append(dt * 1e3)
+            st.append(float(doc.get("server_time_ms", float("nan"))))
+    return {"n": n, "p50_ms": rounded(pct(lat, 50)), "p90_ms": rounded(pct(lat, 90)),
+            "min_ms": rounded(min(lat)), "server_time_p50_ms": rounded(pct(st, 50))}
+
+
+def run_load(server: Server, bodies_file: Path, rate: float, duration: float, workdir: Path,
+             tag: str) -> dict[str, Any]:
+    out = workdir / f"load-{tag}.json"
+    cmd = [sys.executable, "-m", "bench.loadgen", "--url", server.base + "/rank", "--bodies", str(bodies_file),
+           "--rate", str(rate), "--duration", str(duration), "--concurrency", "256", "--timeout", "10",
+           "--max-lag", "1.0", "--out", str(out)]
+    la0, cpu0 = loadavg(), server.cpu_seconds()
+    t0 = time.perf_counter()
+    subprocess.run(cmd, cwd=ROOT, check=True, timeout=duration + 120)
+    wall = time.perf_counter() - t0
+    cpu1, la1 = server.cpu_seconds(), loadavg()
+    raw = json.loads(out.read_text())
+    res = summarise(raw)
+    res["server_cpu_s"] = rounded(cpu1 - cpu0, 2) if cpu0 is not None and cpu1 is not None else None
+    res["server_cpu_utilisation"] = (rounded((cpu1 - cpu0) / raw["wall_s"], 3)
+                                     if cpu0 is not None and cpu1 is not None else None)
+    res["loadavg_before"], res["loadavg_after"] = la0, la1
+    res["generator_process_wall_s"] = round(wall, 2)
+    return res
+
+
+def summarise(raw: dict[str, Any]) -> dict[str, Any]:
+    err = raw["error"]
+    ok = [e is None for e in err]
+    lat = [x * 1e3 for x, g in zip(raw["latency_s"], ok, strict=True) if g]
+    lat_sched = [x * 1e3 for x, g in zip(raw["latency_from_schedule_s"], ok, strict=True) if g]
+    st = [x for x, g in zip(raw["server_time_ms"], ok, strict=True) if g]
+    lag = [x * 1e3 for x in raw["issue_lag_s"] if x == x]
+    kinds: dict[str, int] = {}
+    for e in err:
+        if e is not None:
+            kinds[e] = kinds.get(e, 0) + 1
+    n_sent = sum(1 for x in raw["issue_lag_s"] if x == x and x <= raw["max_lag_s"])
+    n_ok = sum(ok)
+    windows = []
+    w = 10.0
+    offs = raw["issue_offset_s"]
+    for k in range(int(np.ceil(raw["duration_s"] / w))):
+        sel = [x * 1e3 for x, o, g in zip(raw["latency_s"], offs, ok, strict=True) if g and k * w <= o < (k + 1) * w]
+        if sel:
+            windows.append({"from_s": k * w, "n_ok": len(sel), "p50_ms": rounded(pct(sel, 50)),
+                            "p99_ms": rounded(pct(sel, 99))})
+    return {
+        "rate_target": raw["rate"], "duration_s": raw["duration_s"], "requests_scheduled": raw["n_requests"],
+        "requests_sent": n_sent, "responses_ok": n_ok,
+        "achieved_send_rate": rounded(n_sent / raw["schedule_span_s"], 2) if raw["schedule_span_s"] > 0 else None,
+        "achieved_ok_rate": rounded(n_ok / raw["wall_s"], 2),
+        "p50_ms": rounded(pct(lat, 50)), "p90_ms": rounded(pct(lat, 90)), "p99_ms": rounded(pct(lat, 99)),
+        "max_ms": rounded(max(lat)) if lat else None,
+        "mean_ms": rounded(float(np.mean(lat))) if lat else None,
+        "errors": len(err) - n_ok, "errors_by_kind": kinds,
+        "server_time_p50_ms": rounded(pct(st, 50)), "server_time_p99_ms": rounded(pct(st, 99)),
+        "p99_from_schedule_ms": rounded(pct(lat_sched, 99)),
+        "issue_lag_p50_ms": rounded(pct(lag, 50)), "issue_lag_p99_ms": rounded(pct(lag, 99)),
+        "issue_lag_max_ms": rounded(max(lag)) if lag else None,
+        "generator_cpu_s": round(raw["generator_cpu_s"], 2),
+        "generator_cpu_utilisation": rounded(raw["generator_cpu_s"] / raw["wall_s"], 3),
+        "by_10s_window": windows,
+    }
+
+
+def judge(res: dict[str, Any], targets: dict[str, Any]) -> dict[str, Any]:
+    checks = {}
+    if "p50_ms" in targets:
+        checks["p50"] = res["p50_ms"] is not None and res["p50_ms"] < targets["p50_ms"]
+    if "p99_ms" in targets:
+        checks["p99"] = res["p99_ms"] is not None and res["p99_ms"] < targets["p99_ms"]
+    if "errors" in targets:
+        checks["errors"] = res["errors"] <= targets["errors"]
+    return {"targets": targets, "checks": checks, "pass": all(checks.values())}
+
+
+# ---------------------------------------------------------------------------- in-process breakdown
+def median_ms(fn: Callable[[], Any], repeat: int, warm: int = 3) -> float:
+    for _ in range(warm):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return round(statistics.median(times) * 1e3, 4)
+
+
+def breakdown(model_path: Path, bodies: dict[int, list[bytes]], quick: bool) -> dict[str, Any]:
+    """Our /rank handler's steps in this process (median ms), the way ``app.routers.rank`` runs them.
+
+    ``steps``: body validation (``parse_json``), arrays (``rank_lists``), ``model.score``,
+    ranking (``ranked``) and serialisation (``json.dumps``); ``whole_handler_ms`` runs them in a
+    row. ``model_stages`` splits ``model.score``: input check, views (``wide_features``), the
+    forest pass (``score_forest`` at the members' checkpoints), member differences,
+    calibrators, mixer. ``model_cumulative`` times the public methods, each including the
+    previous (wide_features < raw_scores < member_scores < score), a cross-check that does not
+    depend on the model's internals. Also the columnar body form's validation and arrays.
+    """
+    import numba
+
+    from training.scoring.ensemble_model import load_model
+
+    model, _ = load_model(model_path)
+    out: dict[str, Any] = {"numba_threads": numba.get_num_threads(), "n_members": model.n_members,
+                           "n_bases": model.forest.n_base}
+    for n_docs, bl in bodies.items():
+        rep = 20 if quick else (200 if n_docs <= 100 else 50)
+        entry = breakdown_one(model, bl[0], rep)
+        out[f"docs_{n_docs}"] = entry
+        log(f"breakdown {n_docs} docs: {entry['steps']}, whole {entry['whole_handler_ms']} ms, "
+            f"stages {entry['model_stages']}")
+    return out
+
+
+def breakdown_one(model: Any, body: bytes, rep: int) -> dict[str, Any]:
+    from app.parsing import parse_json, rank_lists, ranked
+    from app.schemas import RankRequest
+    from training.scoring.forest import score_forest
+
+    d = model.n_features
+    limits = {"max_queries": 10_000, "max_documents": 100_000}
+    req = parse_json(RankRequest, body)
+    lists = rank_lists(req.queries, d, **limits)
+    x, off = lists.features, lists.offsets
+    scores = model.score(x, off)
+    payload = {"model": "m", "version": "v1", "results": ranked(scores, lists, None), "server_time_ms": 1.0}
+
+    def whole() -> bytes:
+        r = parse_json(RankRequest, body)
+        cl = rank_lists(r.queries, d, **limits)
+        sc = model.score(cl.features, cl.offsets)
+        p = {"model": "m", "version": "v1", "results": ranked(sc, cl, r.top_k), "server_time_ms": 1.0}
+        return json.dumps(p, separators=(",", ":")).encode()
+
+    steps = {
+        "validate_json_ms": median_ms(lambda: parse_json(RankRequest, body), rep),
+        "to_arrays_ms": median_ms(lambda: rank_lists(req.queries, d, **limits), rep),
+        "model_score_ms": median_ms(lambda: model.score(x, off), rep),
+        "rank_ms": median_ms(lambda: ranked(scores, lists, None), rep),
+        "serialise_ms": median_ms(lambda: json.dumps(payload, separators=(",", ":")), rep),
+    }
+    entry: dict[str, Any] = {"steps": steps, "sum_of_steps_ms": round(sum(steps.values()), 4),
+                             "whole_handler_ms": median_ms(whole, rep), "response_bytes": len(whole())}
+    stages: dict[str, Any] = {}
+    try:
+        stages["check_input_ms"] = median_ms(lambda: model._check(x, off), rep)
+        wide = model.wide_features(x, off)
+        stages["views_ms"] = median_ms(lambda: model.wide_features(x, off), rep)
+        ck = model._checkpoints
+        stages["forest_ms"] = median_ms(lambda: score_forest(model.forest, wide, ck), rep)
+        sums = score_forest(model.forest, wide, ck)
+
+        def diffs() -> list[np.ndarray]:
+            return [sums[:, hi, : model.runs[m.run].n_classes] - sums[:, lo, : model.runs[m.run].n_classes]
+                    for m, lo, hi in zip(model.members, model._lo, model._hi, strict=True)]
+
+        stages["member_differences_ms"] = median_ms(diffs, rep)
+        raws = diffs()
+
+        def calibrate() -> np.ndarray:
+            ms = np.empty((x.shape[0], model.n_members))
+            for j, (m, raw) in enumerate(zip(model.members, raws, strict=True)):
+                ms[:, j] = m.calibrator.transform(raw)
+            return ms
+
+        stages["calibrators_ms"] = median_ms(calibrate, rep)
+        member = calibrate()
+        stages["mixer_ms"] = median_ms(lambda: model.mixer.transform(member, off), rep)
+        stages["sum_ms"] = round(sum(v for v in stages.values()), 4)
+        stages["forest_checkpoints"] = len(ck)
+    except (AttributeError, TypeError, ValueError) as exc:  # the model's internals changed
+        stages["unavailable"] = f"{type(exc).__name__}: {exc}"
+    entry["model_stages"] = stages
+    entry["model_cumulative"] = {
+        "wide_features_ms": median_ms(lambda: model.wide_features(x, off), rep),
+        "raw_scores_ms": median_ms(lambda: model.raw_scores(x, off), rep),
+        "member_scores_ms": median_ms(lambda: model.member_scores(x, off), rep),
+        "score_ms": median_ms(lambda: model.score(x, off), rep),
+    }
+    cbody = columnar(body)
+    creq = parse_json(RankRequest, cbody)
+    entry["columnar_form"] = {
+        "body_bytes": len(cbody),
+        "validate_json_ms": median_ms(lambda: parse_json(RankRequest, cbody), rep),
+        "to_arrays_ms": median_ms(lambda: rank_lists(creq.queries, d, **limits), rep),
+    }
+    return entry
+
+
+def peer_breakdown(model_file: Path, threads: int, bodies: dict[int, list[bytes]], quick: bool) -> dict[str, Any]:
+    """The peer's handler in-process: validation, arrays, predict, response (median ms)."""
+    os.environ["PEER_LGB_MODEL"] = str(model_file)
+    os.environ["PEER_LGB_THREADS"] = str(threads)
+    from bench import peer_lightgbm_service as peer
+
+    bst = peer.booster()
+    out: dict[str, Any] = {}
+    for n_docs, bl in bodies.items():
+        body = bl[0]
+        rep = 20 if quick else (100 if n_docs <= 100 else 40)
+        req = peer.RankRequest.model_validate_json(body)
+        docs = req.queries[0].documents or []
+        x = np.array([d.features for d in docs], dtype=np.float64)
+        out[f"docs_{n_docs}"] = {
+            "validate_ms": median_ms(lambda b=body: peer.RankRequest.model_validate_json(b), rep),
+            "to_array_ms": median_ms(lambda d=docs: np.array([x.features for x in d], dtype=np.float64), rep),
+            "predict_ms": median_ms(lambda x=x: bst.predict(x, num_threads=threads), rep),
+            "whole_handler_ms": median_ms(lambda b=body: peer.rank_body(b), rep),
+        }
+    return out
+
+
+# ---------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--quick", action="store_true", help="smoke test: 10 s at 100/s and 10 s at 10/s")
+    ap.add_argument("--duration", type=float, help="seconds of the 100-document scenario (default 60, quick 10)")
+    ap.add_argument("--rate", type=float, help="requests/s of the 100-document scenario (default 200, quick 100)")
+    ap.add_argument("--duration-1000", type=float, help="seconds of the 1,000-document scenario (default 30)")
+    ap.add_argument("--rate-1000", type=float,
+                    help="requests/s of the 1,000-document scenario (default: auto, see RATE_1000_MAX)")
+    ap.add_argument("--skip-breakdown", action="store_true", help="HTTP scenarios only")
+    args = ap.parse_args(argv)
+    q = args.quick
+    scenarios = [
+        ("docs_100", 100, args.rate or (100.0 if q else 200.0), args.duration or (10.0 if q else 60.0)),
+        ("docs_1000", 1000, args.rate_1000,  # None: chosen from our one-at-a-time time (auto_rate)
+         args.duration_1000 or (args.duration if args.duration and args.duration < 30 else (10.0 if q else 30.0))),
+    ]
+    fold = SHARED_DATA / "MQ2008" / "Fold1"
+    if not (fold / "train.txt").exists():
+        raise SystemExit(f"{fold} not found: this benchmark needs MQ2008 Fold1 (set TUNEMIX_SHARED_DATA)")
+    result: dict[str, Any] = {
+        "machine_extra": {"nproc": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)),
+                          "loadavg_start": loadavg(),
+                          "note": "2 cores shared by the load generator (own process), the measured server "
+                                  "(own process) and whatever else runs on the machine"},
+    }
+    model_path = ensure_model()
+    from training.data.svmlight import read_svmlight
+    from training.scoring.ensemble_model import load_model
+
+    model, manifest = load_model(model_path)
+    threads = service_threads()
+    n_trees = model.forest.n_base
+    result["model"] = {"path": str(model_path.relative_to(ROOT)), "n_bases": n_trees, "n_members": model.n_members,
+                       "n_outputs": model.forest.n_outputs, "views": ["raw", *model.extra_views],
+                       "base_kinds": {"trees": int(np.sum(model.forest.base_kind == 0)),
+                                      "products": int(np.sum(model.forest.base_kind != 0))},
+                       "created": manifest.get("created"), "scoring_threads": threads}
+    train = read_svmlight(fold / "train.txt")
+    test = read_svmlight(fold / "test.txt", n_features=train.n_features)
+    n_bodies = {100: 16 if q else 64, 1000: 8 if q else 16}
+    bodies = {nd: make_bodies(test, nd, n_bodies[nd], seed=nd) for nd in (100, 1000)}
+    result["requests"] = {"source": "MQ2008 Fold1 test rows, drawn without replacement per list",
+                          "form": "documents (row form), one query per request",
+                          "body_bytes": {f"docs_{nd}": int(np.mean([len(b) for b in bl])) for nd, bl in bodies.items()},
+                          "distinct_bodies": {f"docs_{nd}": len(bl) for nd, bl in bodies.items()}}
+
+    with ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-service-")))
+        log(f"training the LightGBM peer: lambdarank, {n_trees} trees, 8 leaves, {threads} thread(s)")
+        peer_file = tmp / "lightgbm-peer.txt"
+        result["peer_model"] = train_peer_model(train, n_trees, threads, peer_file)
+        for nd, bl in bodies.items():
+            (tmp / f"bodies-{nd}.jsonl").write_bytes(b"\n".join(bl) + b"\n")
+
+        env = dict(os.environ)
+        env.setdefault("NUMBA_CACHE_DIR", str(ROOT / ".venv" / "numba-cache"))  # as `make serve`
+        port_ours, port_peer = free_port(), free_port()
+        ours_env = {**env, "TUNEMIX_MODELS_DIR": str(MODELS_DIR), "TUNEMIX_DEFAULT_MODEL": MODEL_NAME,
+                    "TUNEMIX_PORT": str(port_ours), "TUNEMIX_WORKERS": "1", "TUNEMIX_HOST": "127.0.0.1"}
+        peer_env = {**env, "PEER_LGB_MODEL": str(peer_file), "PEER_LGB_THREADS": str(threads)}
+        servers = {
+            "ours": Server("ours (python -m app)", [sys.executable, "-m", "app"], ours_env, port_ours,
+                           tmp / "ours.log"),
+            "peer": Server("peer (uvicorn bench.peer_lightgbm_service:app)",
+                           [sys.executable, "-m", "uvicorn", "bench.peer_lightgbm_service:app", "--host",
+                            "127.0.0.1", "--port", str(port_peer), "--workers", "1"], peer_env, port_peer,
+                           tmp / "peer.log"),
+        }
+        for s in servers.values():
+            stack.callback(s.stop)
+        result["servers"] = {}
+        for key, s in servers.items():
+            secs = s.wait_ready(READY_TIMEOUT_S)
+            log(f"{s.name} ready on port {s.port} after {secs:.1f} s")
+            result["servers"][key] = {"command": " ".join(Path(a).name if a == sys.executable else a
+                                                         for a in s.proc.args),  # type: ignore[union-attr]
+                                      "ready_after_s": round(secs, 1)}
+        result["servers"]["ours"]["env"] = {k: v for k, v in ours_env.items() if k.startswith("TUNEMIX_")}
+        result["servers"]["peer"]["env"] = {k: v for k, v in peer_env.items() if k.startswith("PEER_")}
+
+        result["scenarios"] = {}
+        for si, (tag, nd, rate_arg, duration) in enumerate(scenarios):
+            order = ["ours", "peer"] if si % 2 == 0 else ["peer", "ours"]
+            entry: dict[str, Any] = {"n_docs": nd, "duration_s": duration, "order": order}
+            if rate_arg is None:
+                sequential(servers["ours"].base, bodies[nd], 10, nd)  # warm-up
+                probe = sequential(servers["ours"].base, bodies[nd], 20, nd)
+                rate = auto_rate(probe["server_time_p50_ms"])
+                entry["rate_choice"] = {"how": f"auto: {RATE_UTILISATION:g} x 1000 / our one-at-a-time server_time "
+                                               f"p50, rounded down, within {RATE_1000_MIN:g}..{RATE_1000_MAX:g}/s",
+                                        "probe_server_time_p50_ms": probe["server_time_p50_ms"]}
+            else:
+                rate = float(rate_arg)
+                entry["rate_choice"] = {"how": "given on the command line"}
+            entry["rate"] = rate
+            bodies_file = tmp / f"bodies-{nd}.jsonl"
+            for key in order:
+                s = servers[key]
+                sequential(s.base, bodies[nd], 20, nd)  # warm-up, not recorded
+                base_line = sequential(s.base, bodies[nd], 40 if nd <= 100 else 20, nd)
+                time.sleep(1.0)
+                log(f"{tag}: {key} at {rate:g}/s for {duration:g} s (one at a time: p50 {base_line['p50_ms']} ms)")
+                res = run_load(s, bodies_file, rate, duration, tmp, f"{key}-{tag}")
+                res["one_at_a_time"] = base_line
+                if key == "ours" and tag in TARGETS:
+                    res["verdict"] = judge(res, TARGETS[tag])
+                entry[key] = res
+                log(f"{tag}: {key}: p50 {res['p50_ms']} p90 {res['p90_ms']} p99 {res['p99_ms']} "
+                    f"max {res['max_ms']} ms, "
+                    f"errors {res['errors']} {res['errors_by_kind'] or ''}, ok rate {res['achieved_ok_rate']}/s, "
+                    f"server p50 {res['server_time_p50_ms']} ms, server CPU {res['server_cpu_utilisation']}")
+                time.sleep(2.0)
+            if entry["ours"]["p50_ms"] and entry["peer"]["p50_ms"]:
+                entry["p50_ratio_ours_over_peer"] = round(entry["ours"]["p50_ms"] / entry["peer"]["p50_ms"], 3)
+                entry["p99_ratio_ours_over_peer"] = round(entry["ours"]["p99_ms"] / entry["peer"]["p99_ms"], 3)
+            result["scenarios"][tag] = entry
+
+        if not args.skip_breakdown:
+            log("in-process breakdown (no HTTP)")
+            result["breakdown_ours"] = breakdown(model_path, bodies, q)
+            result["breakdown_peer"] = peer_breakdown(peer_file, threads, bodies, q)
+    result["machine_extra"]["loadavg_end"] = loadavg()
+    result["targets"] = TARGETS
+    result["verdict"] = {tag: result["scenarios"][tag]["ours"].get("verdict", {}).get("pass")
+                         for tag in result["scenarios"]}
+    path = write_result("service", result)
+    log(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
