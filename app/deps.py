@@ -1,9 +1,11 @@
 """Dependencies shared by the routers (``Annotated`` aliases) and the two thread hops.
 
-Parsing and evaluation run in the default thread pool; scoring runs under a one-slot limiter
-(the forest kernel already uses ``TUNEMIX_SCORING_THREADS`` cores, and numba's workqueue
-threading layer must not be entered from two threads at once). The event loop itself only
-reads bodies and writes responses, so ``/health`` answers while a large list scores.
+Parsing and evaluation run in the default thread pool; scoring runs under the application's
+one-slot limiter (the forest kernel already uses ``TUNEMIX_SCORING_THREADS`` cores, and numba's
+workqueue threading layer must not be entered from two threads at once). The limiter belongs to
+the application (made in its lifespan, on its event loop), not to the module: an anyio limiter
+must not be shared by two event loops. The event loop itself only reads bodies and writes
+responses, so ``/health`` answers while a large list scores.
 """
 
 from __future__ import annotations
@@ -20,8 +22,6 @@ from app.registry import ModelRegistry, ServedModel
 from app.settings import Settings
 
 T = TypeVar("T")
-
-_scoring_slot: anyio.CapacityLimiter | None = None
 
 
 def get_settings_dep(request: Request) -> Settings:
@@ -78,9 +78,10 @@ async def in_thread(fn: Callable[..., T], *args: Any) -> T:
     return await anyio.to_thread.run_sync(fn, *args)
 
 
-async def scoring(fn: Callable[..., T], *args: Any) -> T:
-    """Run a model's scoring in the one scoring slot of this process."""
-    global _scoring_slot
-    if _scoring_slot is None:
-        _scoring_slot = anyio.CapacityLimiter(1)
-    return await anyio.to_thread.run_sync(fn, *args, limiter=_scoring_slot)
+async def scoring(request: Request, fn: Callable[..., T], *args: Any) -> T:
+    """Run a model's scoring in the application's one scoring slot."""
+    state = request.app.state
+    slot: anyio.CapacityLimiter | None = getattr(state, "scoring_slot", None)
+    if slot is None:  # first use (the lifespan normally makes it); made on the serving loop
+        slot = state.scoring_slot = anyio.CapacityLimiter(1)
+    return await anyio.to_thread.run_sync(fn, *args, limiter=slot)

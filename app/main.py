@@ -69,6 +69,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     registry = ModelRegistry(settings.models_dir, settings.default_model,
                              max_cached_versions=settings.max_cached_versions, state_dir=settings.state_dir)
     app.state.registry = registry
+    app.state.scoring_slot = anyio.CapacityLimiter(1)
     metrics: Metrics = app.state.metrics
 
     def start_up() -> None:

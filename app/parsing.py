@@ -131,7 +131,8 @@ def candidate_rows(
         if not documents:
             raise input_error(f"{where}: documents is empty; a query needs at least one candidate")
         out_ids = [doc.id for doc in documents]
-        rows = _document_rows(documents, d, where)
+        with np.errstate(over="ignore"):  # values beyond float32 become inf: rejected below
+            rows = _document_rows(documents, d, where)
     elif features is not None:
         if ids is None and ids_required:
             raise input_error(f"{where}: the columnar form needs both {ids_field} and features")
@@ -140,7 +141,8 @@ def candidate_rows(
         if not features:
             raise input_error(f"{where}: features is empty; a query needs at least one candidate")
         out_ids = list(ids) if ids is not None else list(range(len(features)))
-        rows = _dense_rows(features, d, where, "features")
+        with np.errstate(over="ignore"):
+            rows = _dense_rows(features, d, where, "features")
     elif ids is not None:
         raise input_error(f"{where}: the columnar form needs both {ids_field} and features")
     else:
@@ -155,12 +157,12 @@ def candidate_rows(
     return rows, out_ids
 
 
-def check_unique(ids: Sequence[Any], where: str, what: str) -> None:
+def check_unique(ids: Sequence[Any], where: str, what: str, *, scope: str = "within a query") -> None:
     seen: set[str] = set()
     for j, i in enumerate(ids):
         key = str(i)
         if key in seen:
-            raise input_error(f"{where}: duplicate {what} {i!r} (entry {j}); ids must be unique within a query")
+            raise input_error(f"{where}: duplicate {what} {i!r} (entry {j}); each {what} may appear only once {scope}")
         seen.add(key)
 
 
@@ -189,21 +191,25 @@ def letor_lists(body: bytes, d: int, *, max_queries: int, max_documents: int) ->
         data = parse_svmlight(body, source="body", n_features=d)
     except DataFormatError as exc:
         msg = str(exc)
-        if "beyond" in msg or "n_features" in msg:
+        if "larger than the declared" in msg or "n_features" in msg:
             msg += f" (the model takes {d} features)"
         raise input_error(msg) from None
+    except ValueError as exc:  # e.g. a value that overflows float32 (1e39), or undecodable bytes
+        raise input_error(f"body: {exc} (feature values must be finite float32 numbers, within ±3.4e38)") from None
     check_limits(data.n_queries, data.n_docs, max_queries=max_queries, max_documents=max_documents)
     bad = ~np.isfinite(data.features)
     if bad.any():
         row, f = (int(v) for v in np.argwhere(bad)[0])
         raise input_error(f"body:{row + 1}: feature {f + 1} is not a finite float32 number")
     off = data.query_offsets
+    position = [int(x) for x in (np.arange(data.n_docs) - np.repeat(off[:-1], np.diff(off)))]
     if data.docids is not None:
-        ids: list[Any] = [str(x) for x in data.docids]
+        # a line without a '# docid = X' comment keeps its 0-based position in its query as its id
+        ids: list[Any] = [str(x) if str(x) else position[j] for j, x in enumerate(data.docids)]
         for q in range(data.n_queries):
             check_unique(ids[off[q]:off[q + 1]], f"query {str(data.qids[q])!r}", "docid")
     else:
-        ids = [int(x) for x in (np.arange(data.n_docs) - np.repeat(off[:-1], np.diff(off)))]
+        ids = position
     return CandidateLists(features=data.features, offsets=off, qids=[str(q) for q in data.qids], ids=ids,
                           labels=data.labels)
 

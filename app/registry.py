@@ -32,6 +32,8 @@ from training.scoring.ensemble_model import EnsembleModel, load_model
 log = logging.getLogger(__name__)
 
 STATE_FILE = "served.json"
+#: what ``GET /models/{name}`` shows of the manifest's training record
+TRAINING_SUMMARY_KEYS = ("config", "data", "served", "mixer", "best_member", "evaluation", "timings", "versions")
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,7 +65,13 @@ class ServedModel:
         }
         if detail:
             out["members"] = [mem.name for mem in self.model.members]
-            out["training"] = {k: m[k] for k in ("metrics", "data", "config", "timings", "packages") if k in m}
+            # the trainer writes its record under "training_record" (training.pipeline.train)
+            record = m.get("training_record")
+            record = record if isinstance(record, dict) else {}
+            training = {k: record[k] for k in TRAINING_SUMMARY_KEYS if k in record}
+            training.update({k: m[k] for k in ("metrics", "data", "config", "timings", "packages")
+                             if k in m and k not in training})
+            out["training"] = training
         return out
 
 

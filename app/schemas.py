@@ -112,6 +112,8 @@ class EvaluateRequest(BaseModel):
 
 class ConventionResult(BaseModel):
     convention: str
+    error: str | None = Field(None, description="with convention 'all': why this convention could not "
+                                                "evaluate the input (its other fields are then empty)")
     mean: dict[str, float | None]
     derived: dict[str, bool]
     warnings: list[str]

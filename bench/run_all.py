@@ -18,6 +18,7 @@ BENCHMARKS = [
     ("bench.bench_data", ["--lines", "200000"]),
     ("bench.bench_evaluation", ["--queries", "20000"]),
     ("bench.bench_adaboost", ["--quick"]),
+    ("bench.bench_scoring", ["--quick"]),
 ]
 
 

@@ -19,7 +19,7 @@ import numpy.typing as npt
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from app.deps import RegistryDep, SettingsDep, in_thread, is_text, read_body, resolve_model, scoring
+from app.deps import MetricsDep, RegistryDep, SettingsDep, in_thread, is_text, read_body, resolve_model, scoring
 from app.errors import input_error, query_label
 from app.openapi import body_spec
 from app.parsing import candidate_rows, check_limits, check_unique, letor_lists, parse_json
@@ -28,8 +28,12 @@ from app.routers.rank import ERRORS
 from app.schemas import EvalQuery, EvaluateRequest, EvaluateResponse
 from app.settings import Settings
 from training.evaluation import CONVENTION_NAMES, EvaluationInputError, Measure, evaluate
+from training.evaluation.evaluate import MAX_LABEL
 
 router = APIRouter(tags=["evaluation"])
+
+#: the largest cutoff accepted (``ndcg@k``); the kernels count ranks in 64-bit integers
+MAX_CUTOFF = 2**31 - 1
 
 
 @dataclass
@@ -46,13 +50,26 @@ def _measures(metrics: list[str]) -> list[str]:
     out = []
     for i, text in enumerate(metrics):
         try:
-            out.append(str(Measure.parse(text)))
+            measure = Measure.parse(text)
         except ValueError as exc:
             raise input_error(f"metrics[{i}]: {exc}") from None
+        if measure.cutoff is not None and measure.cutoff > MAX_CUTOFF:
+            raise input_error(f"metrics[{i}]: cutoff {measure.cutoff} in {text!r} is too large (at most {MAX_CUTOFF})")
+        out.append(str(measure))
     return list(dict.fromkeys(out))
 
 
+def _check_labels(labels: list[int], where: str) -> None:
+    """Labels outside 0..MAX_LABEL (even beyond 64 bits) are named here, before any array is made."""
+    for j, label in enumerate(labels):
+        if not 0 <= label <= MAX_LABEL:
+            raise input_error(f"{where}: labels[{j}] = {label} is out of range; relevance labels are integers "
+                              f"0..{MAX_LABEL}")
+
+
 def _query_scores(q: EvalQuery, where: str, n: int) -> npt.NDArray[np.float64]:
+    if q.scores is not None and q.ranking is not None:
+        raise input_error(f"{where}: send scores or a ranking, not both")
     if q.scores is not None:
         if len(q.scores) != n:
             raise input_error(f"{where}: scores has {len(q.scores)} entries but labels has {n}")
@@ -90,6 +107,7 @@ def _json_batch(req: EvaluateRequest, served: ServedModel | None, settings: Sett
         n = len(q.labels)
         if n == 0:
             raise input_error(f"{where}: labels is empty; a query needs at least one judged document")
+        _check_labels(q.labels, where)
         has_features = q.documents is not None or q.features is not None
         has_scores = q.scores is not None or q.ranking is not None
         if has_features and has_scores:
@@ -122,7 +140,7 @@ def _json_batch(req: EvaluateRequest, served: ServedModel | None, settings: Sett
         labels.extend(q.labels)
         sizes.append(n)
         qids.append(str(q.qid))
-    check_unique(qids, "queries", "qid")
+    check_unique(qids, "queries", "qid", scope="in a request")
     offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
     np.cumsum(sizes, out=offsets[1:])
     batch = _Batch(labels=np.asarray(labels, dtype=np.int64), offsets=offsets, qids=qids,
@@ -168,6 +186,7 @@ async def evaluate_endpoint(
     request: Request,
     registry: RegistryDep,
     settings: SettingsDep,
+    metrics_: MetricsDep,
     model: Annotated[str | None, Query(description="text bodies: the model that scores them")] = None,
     version: Annotated[str | None, Query()] = None,
     metrics: Annotated[str, Query(description="text bodies: comma-separated measures")] = "ndcg@10",
@@ -191,7 +210,7 @@ async def evaluate_endpoint(
             ids = [str(x) for x in lists.ids]
             b = _Batch(labels=lists.labels.astype(np.int64), offsets=lists.offsets,
                        qids=[str(q) for q in lists.qids], docids=ids, features=lists.features)
-            check_unique(b.qids, "body", "qid")
+            check_unique(b.qids, "body", "qid", scope="in a request")
             return b, _measures(metrics.split(",")), convention, per_query, served
         req = parse_json(EvaluateRequest, body)
         name = req.model or model
@@ -200,7 +219,8 @@ async def evaluate_endpoint(
 
     batch, measures, conv, want_per_query, served = await in_thread(parse)
     if batch.features is not None and served is not None:
-        batch.scores = await scoring(served.model.score, batch.features, batch.offsets)
+        batch.scores = await scoring(request, served.model.score, batch.features, batch.offsets)
+        metrics_.count_documents(served.name, int(batch.features.shape[0]))
     results = await in_thread(_results, batch, measures, conv, want_per_query)
     payload = {
         "results": results,

@@ -59,6 +59,12 @@ def _matrix(req: FuseRequest, max_queries: int, max_documents: int) -> tuple[Can
                 if not np.all(np.isfinite(vals)):
                     j = int(np.argmax(~np.isfinite(vals)))
                     raise input_error(f"{where}: systems[{m}].scores[{j}] is not a finite number")
+                with np.errstate(over="ignore"):
+                    spread = np.ptp(vals)
+                if not np.isfinite(spread):
+                    # the spread overflows float64 (e.g. -1e308 and 1e308), and min-max normalisation
+                    # with it; every method is invariant to scaling a system's scores by a power of two
+                    vals = vals * 0.25
             else:
                 vals = np.arange(len(s.ids), 0, -1, dtype=np.float64)
             mat[[index[str(d)] for d in s.ids], m] = vals
@@ -85,8 +91,10 @@ async def fuse(request: Request, settings: SettingsDep) -> Response:
     def work() -> dict[str, Any]:
         req = parse_json(FuseRequest, body)
         lists, mat = _matrix(req, settings.max_queries, settings.max_documents)
-        fused = fuse_lists(mat, lists.offsets, req.method, k=req.k, top_k=req.top_k)
-        return {"method": req.method, "results": ranked(fused, lists, req.top_k)}
+        # a top_k beyond the longest list changes nothing (and may not fit the kernels' 64-bit ints)
+        top_k = None if req.top_k is None else min(req.top_k, max(lists.n_documents, 1))
+        fused = fuse_lists(mat, lists.offsets, req.method, k=req.k, top_k=top_k)
+        return {"method": req.method, "results": ranked(fused, lists, top_k)}
 
     payload = await in_thread(work)
     payload["server_time_ms"] = round((time.perf_counter() - start) * 1e3, 3)

@@ -58,7 +58,7 @@ async def rank(
         return served, rank_lists(req.queries, served.n_features, **limits), req.top_k or top_k
 
     served, lists, k = await in_thread(parse)
-    scores = await scoring(served.model.score, lists.features, lists.offsets)
+    scores = await scoring(request, served.model.score, lists.features, lists.offsets)
     metrics.count_documents(served.name, lists.n_documents)
     payload = {
         "model": served.name,

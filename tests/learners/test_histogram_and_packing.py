@@ -78,20 +78,47 @@ def test_class_lanes() -> None:
 
 
 def test_packed_stump_by_hand() -> None:
+    """The module docstring's stump: root, then its two leaves side by side."""
     p = FlatForest.from_arrays(stump_arrays()).packed
-    np.testing.assert_array_equal(p.node_int[:, [0, 2, 3]], [[2, -1, -2]])
-    assert p.node_thr[0, 1] == np.float32(0.5)
+    np.testing.assert_array_equal(p.vfeat, [2, 0, 0])
+    np.testing.assert_array_equal(p.vthr, [0.5, np.nan, np.nan])
+    np.testing.assert_array_equal(p.vleft, [1, 1, 2])
+    np.testing.assert_array_equal(p.vleaf, [-1, 0, 1])
+    np.testing.assert_array_equal(p.base_depth, [1])
 
 
-def test_packed_records_are_the_flat_arrays() -> None:
-    forest = random_forest(7, n_base=40)
+def flat_leaf(forest: FlatForest, b: int, x: np.ndarray) -> int:
+    """The absolute leaf row a document reaches in tree ``b``, walking the flat arrays."""
+    ns, ls = int(forest.base_node_start[b]), int(forest.base_leaf_start[b])
+    if forest.base_node_start[b + 1] == ns:
+        return ls
+    t = 0
+    while True:
+        g = ns + t
+        c = forest.node_right[g] if x[forest.node_feature[g]] >= forest.node_threshold[g] else forest.node_left[g]
+        if c < 0:
+            return ls - int(c) - 1
+        t = int(c)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_packed_walk_of_exactly_depth_steps_ends_on_the_flat_walks_leaf(seed: int) -> None:
+    """``r = vleft[r] + (x[vfeat[r]] >= vthr[r])`` repeated ``base_depth`` times from the root ends
+    on the leaf of the plain walk, for shallow, deep and lopsided trees (NaN included)."""
+    forest = concatenate([random_forest(7 + seed, n_base=20), deep_forest(seed, n_base=6, d=6, K=3, n_leaves=40)])
     p = PackedNodes.from_forest(forest)
     assert forest.packed is forest.packed  # built once
-    assert p.node_int.flags.c_contiguous and p.node_int.shape == (forest.node_feature.shape[0], 4)
-    np.testing.assert_array_equal(p.node_int[:, 0], forest.node_feature)
-    np.testing.assert_array_equal(p.node_thr[:, 1], forest.node_threshold)
-    np.testing.assert_array_equal(p.node_int[:, 2], forest.node_left)
-    np.testing.assert_array_equal(p.node_int[:, 3], forest.node_right)
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(60, 6)).astype(np.float32)
+    X[0, 2] = np.nan
+    for b in np.flatnonzero(forest.base_kind == 0):
+        for x in X:
+            r = int(p.base_vstart[b])
+            for _ in range(int(p.base_depth[b])):
+                r = int(p.vleft[r]) + int(x[p.vfeat[r]] >= p.vthr[r])
+            assert p.vleaf[r] == flat_leaf(forest, int(b), x)
+    assert p.chunk_start[0] == 0 and p.chunk_start[-1] == forest.n_base
+    assert np.all(np.diff(p.chunk_start) > 0)
 
 
 def deep_forest(seed: int, n_base: int, d: int, K: int, n_leaves: int) -> FlatForest:

@@ -1,10 +1,11 @@
-"""Every member's calibrator in one step: members grouped by calibrator family and shape, each
-group applied to all of its members at once as array operations.
+"""Every member's calibrator in one step: one numba kernel per calibrator family, each applied
+to all of its members at once.
 
 At scoring time member m's raw K-vectors (``training.scoring.ensemble_model``) become one score
 per document through its own calibrator (Tune and mix, Sect. 5). Calling 90 calibrators one by
-one costs milliseconds of Python overhead for a 100-document list; here a group of G members
-with the same family and shape is one set of numpy operations on a (n, G, K) block:
+one costs milliseconds of Python overhead for a 100-document list; here the members of a family
+are one kernel call reading the (n, M, K_max) raw block in place, with their parameters stacked
+(and zero-padded to the family's largest shape) once, when the model loads:
 
 - ``shift``:  p_l = max(0, 1 + f_l / R) / sum, uniform where the sum is 0; v = sum_l z_l p_l.
 - ``cpc``:    p_l = s(f_l) / sum_l' s(f_l'), s(f) = 1 / (1 + exp(-a (f - b))) (log-sum-exp); v = z . p.
@@ -14,17 +15,19 @@ with the same family and shape is one set of numpy operations on a (n, G, K) blo
 
 The formulas are the calibrators' own ``transform`` (``training.calibration``), which stays the
 reference: the tests compare the two to 1e-12. A calibrator of a kind not listed falls back to
-its own ``transform``. Parameters are stacked once, when the model loads.
+its own ``transform``. Zero padding changes nothing: a padded polynomial term or hidden unit
+has a zero weight.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from numba import njit
 
 from training.calibration.base import Calibrator
 from training.calibration.regression_calibration import _POLY_CLIP, RegressionCalibrator
@@ -35,84 +38,194 @@ from training.calibration.sigmoid_calibration import SigmoidCalibrator
 Float64Array = npt.NDArray[np.float64]
 
 
-@dataclass
-class _Group:
-    """Members sharing a family and shape; ``p`` holds their parameters stacked along axis 0."""
-
-    family: str
-    members: npt.NDArray[np.int64]
-    k: int
-    p: dict[str, Any] = field(default_factory=dict)
+FAMILIES = ("shift", "cpc", "linear", "logistic", "poly", "nn")
 
 
-def _key(cal: Calibrator, k: int) -> tuple[Any, ...] | None:
+def _family(cal: Calibrator) -> str | None:
     if isinstance(cal, ShiftCalibrator):
-        return ("shift", k)
+        return "shift"
     if isinstance(cal, SigmoidCalibrator):
-        return ("cpc", k)
-    if isinstance(cal, RegressionCalibrator):
-        if cal.model == "poly":
-            return ("poly", k, cal.exponents_.tobytes(), cal.exponents_.shape)
-        if cal.model == "nn":
-            return ("nn", k, int(cal.hidden))
-        return (cal.model, k)
+        return "cpc"
+    if isinstance(cal, RegressionCalibrator) and cal.model in FAMILIES:
+        return str(cal.model)
     return None
 
 
-def _stack(family: str, cals: Sequence[Any], k: int) -> dict[str, Any]:
+def _pad(rows: Sequence[npt.ArrayLike], shape: tuple[int, ...], dtype: Any = np.float64) -> np.ndarray:
+    """``rows`` stacked along a new first axis, each zero-padded to ``shape``."""
+    out = np.zeros((len(rows), *shape), dtype=dtype)
+    for i, r in enumerate(rows):
+        a = np.asarray(r, dtype=dtype)
+        index: tuple[int | slice, ...] = (i, *(slice(0, n) for n in a.shape))
+        out[index] = a
+    return out
+
+
+@dataclass
+class _Group:
+    """The members of one family with their parameters stacked along axis 0 (``p``, in the
+    order of the family's kernel arguments)."""
+
+    family: str
+    members: npt.NDArray[np.int64]
+    k: npt.NDArray[np.int64]
+    p: tuple[Any, ...]
+
+
+def _stack(family: str, cals: Sequence[Any], ks: Sequence[int]) -> tuple[Any, ...]:
+    kmax = max(ks)
     if family == "shift":
-        return {"scale": np.array([c.scale_ for c in cals]), "gains": np.stack([c.gains_ for c in cals])}
+        return (np.array([c.scale_ for c in cals], dtype=np.float64),
+                _pad([c.gains_ for c in cals], (kmax,)))
     if family == "cpc":
-        return {"a": np.array([c.a_ for c in cals]), "b": np.array([c.b_ for c in cals]),
-                "gains": np.stack([c.gains_ for c in cals])}
-    p: dict[str, Any] = {
-        "mean": np.stack([c.mean_ for c in cals]),
-        "scale": np.stack([c.scale_ for c in cals]),
-        "offset": np.array([c.output_offset_ for c in cals]),
-        "out_scale": np.array([c.output_scale_ for c in cals]),
-    }
+        return (np.array([c.a_ for c in cals], dtype=np.float64),
+                np.array([c.b_ for c in cals], dtype=np.float64),
+                _pad([c.gains_ for c in cals], (kmax,)))
+    head = (_pad([c.mean_ for c in cals], (kmax,)), _pad([c.scale_ for c in cals], (kmax,)))
+    tail = (np.array([c.output_offset_ for c in cals], dtype=np.float64),
+            np.array([c.output_scale_ for c in cals], dtype=np.float64))
     if family == "nn":
-        nets = [unpack_network(c.coef_, k, int(c.hidden)) for c in cals]
-        p.update(w1=np.stack([n[0] for n in nets]), b1=np.stack([n[1] for n in nets]),
-                 w2=np.stack([n[2] for n in nets]), b2=np.array([n[3] for n in nets]))
-    else:
-        p.update(coef=np.stack([c.coef_ for c in cals]), intercept=np.array([c.intercept_ for c in cals]))
-        if family == "poly":
-            p["exponents"] = np.asarray(cals[0].exponents_, dtype=np.int64)
-    return p
+        nets = [unpack_network(c.coef_, k, int(c.hidden)) for c, k in zip(cals, ks, strict=True)]
+        hmax = max(n[0].shape[0] for n in nets)
+        return (*head, _pad([n[0] for n in nets], (hmax, kmax)), _pad([n[1] for n in nets], (hmax,)),
+                _pad([n[2] for n in nets], (hmax,)), np.array([n[3] for n in nets], dtype=np.float64),
+                *tail)
+    coef = [np.asarray(c.coef_, dtype=np.float64) for c in cals]
+    intercept = np.array([c.intercept_ for c in cals], dtype=np.float64)
+    if family == "poly":
+        tmax = max(c.shape[0] for c in coef)
+        exps = _pad([c.exponents_ for c in cals], (tmax, kmax), dtype=np.int64)
+        return (*head, exps, _pad(coef, (tmax,)), intercept, *tail, np.float64(_POLY_CLIP))
+    return (*head, _pad(coef, (kmax,)), intercept, *tail, np.bool_(family == "logistic"))
 
 
-def _apply_group(g: _Group, raw: Float64Array) -> Float64Array:
-    """Scores (n, G) of group ``g`` from its members' raw vectors ``raw`` (n, G, K)."""
-    p = g.p
-    if g.family == "shift":
-        shifted = np.maximum(1.0 + raw / p["scale"][None, :, None], 0.0)
-        total = shifted.sum(axis=2, keepdims=True)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            prob = np.where(total > 0.0, shifted / total, 1.0 / g.k)
-        return np.einsum("ngk,gk->ng", prob, p["gains"])
-    if g.family == "cpc":
-        u = -np.logaddexp(0.0, -p["a"][None, :, None] * (raw - p["b"][None, :, None]))
-        u -= u.max(axis=2, keepdims=True)
-        e = np.exp(u)
-        prob = e / e.sum(axis=2, keepdims=True)
-        return np.einsum("ngk,gk->ng", prob, p["gains"])
-    x = (raw - p["mean"][None]) / p["scale"][None]
-    if g.family == "nn":
-        hidden = np.tanh(np.einsum("ngk,ghk->ngh", x, p["w1"]) + p["b1"][None])
-        out = np.einsum("ngh,gh->ng", hidden, p["w2"]) + p["b2"][None]
-    elif g.family == "poly":
-        xc = np.clip(x, -_POLY_CLIP, _POLY_CLIP)
-        exps = p["exponents"]
-        design = np.ones((*x.shape[:2], exps.shape[0]), dtype=np.float64)
-        for t, row in enumerate(exps):
-            for j in np.flatnonzero(row):
-                design[:, :, t] *= xc[:, :, j] ** int(row[j])
-        out = np.einsum("ngt,gt->ng", design, p["coef"]) + p["intercept"][None]
-    else:
-        eta = np.einsum("ngk,gk->ng", x, p["coef"]) + p["intercept"][None]
-        out = np.exp(-np.logaddexp(0.0, -eta)) if g.family == "logistic" else eta
-    return p["offset"][None] + p["out_scale"][None] * out
+@njit(cache=True)
+def _log1p_exp(y):  # pragma: no cover
+    """log(1 + exp(y)) without overflow (numpy's ``logaddexp(0, y)``)."""
+    return max(y, 0.0) + np.log1p(np.exp(-abs(y)))
+
+
+@njit(cache=True)
+def _shift(raw, members, ks, scale, gains, out):  # pragma: no cover
+    for i in range(raw.shape[0]):
+        for g in range(members.shape[0]):
+            m = members[g]
+            k = ks[g]
+            total = 0.0
+            for l in range(k):
+                total += max(1.0 + raw[i, m, l] / scale[g], 0.0)
+            v = 0.0
+            for l in range(k):
+                if total > 0.0:
+                    v += gains[g, l] * (max(1.0 + raw[i, m, l] / scale[g], 0.0) / total)
+                else:
+                    v += gains[g, l] * (1.0 / k)
+            out[i, m] = v
+
+
+@njit(cache=True)
+def _cpc(raw, members, ks, a, b, gains, out):  # pragma: no cover
+    """p_l = s_l / sum s: directly while the largest y_l = a (f_l - b) is above -700 (no s_l
+    underflows to zero unless it is negligible next to the largest), in the log domain below."""
+    y = np.empty(raw.shape[2])
+    for i in range(raw.shape[0]):
+        for g in range(members.shape[0]):
+            m = members[g]
+            k = ks[g]
+            top = -np.inf
+            for l in range(k):
+                y[l] = a[g] * (raw[i, m, l] - b[g])
+                top = max(top, y[l])
+            if top >= -700.0:
+                for l in range(k):
+                    y[l] = 1.0 / (1.0 + np.exp(-y[l]))
+            else:
+                top = -np.inf
+                for l in range(k):
+                    y[l] = -_log1p_exp(-y[l])
+                    top = max(top, y[l])
+                for l in range(k):
+                    y[l] = np.exp(y[l] - top)
+            total = 0.0
+            for l in range(k):
+                total += y[l]
+            v = 0.0
+            for l in range(k):
+                v += (y[l] / total) * gains[g, l]
+            out[i, m] = v
+
+
+@njit(cache=True)
+def _standardise(raw, i, m, k, mean, scale, g, x):  # pragma: no cover
+    for l in range(k):
+        x[l] = (raw[i, m, l] - mean[g, l]) / scale[g, l]
+
+
+@njit(cache=True)
+def _linear(raw, members, ks, mean, scale, coef, intercept, offset, out_scale, logistic,
+            out):  # pragma: no cover
+    x = np.empty(raw.shape[2])
+    for i in range(raw.shape[0]):
+        for g in range(members.shape[0]):
+            m = members[g]
+            k = ks[g]
+            _standardise(raw, i, m, k, mean, scale, g, x)
+            eta = 0.0
+            for l in range(k):
+                eta += x[l] * coef[g, l]
+            eta += intercept[g]
+            if logistic:
+                eta = np.exp(-_log1p_exp(-eta))
+            out[i, m] = offset[g] + out_scale[g] * eta
+
+
+@njit(cache=True)
+def _poly(raw, members, ks, mean, scale, exps, coef, intercept, offset, out_scale, clip,
+          out):  # pragma: no cover
+    """Each monomial is a product of powers read from a table (x_l^e for e up to the degree)."""
+    x = np.empty(raw.shape[2])
+    top = 1
+    for e in exps.ravel():
+        top = max(top, e)
+    pw = np.ones((raw.shape[2], top + 1))
+    for i in range(raw.shape[0]):
+        for g in range(members.shape[0]):
+            m = members[g]
+            k = ks[g]
+            _standardise(raw, i, m, k, mean, scale, g, x)
+            for l in range(k):
+                xl = min(max(x[l], -clip), clip)
+                for e in range(1, top + 1):
+                    pw[l, e] = xl ** e
+            s = 0.0
+            for t in range(exps.shape[1]):
+                term = 1.0
+                for l in range(k):
+                    term *= pw[l, exps[g, t, l]]
+                s += term * coef[g, t]
+            out[i, m] = offset[g] + out_scale[g] * (s + intercept[g])
+
+
+@njit(cache=True)
+def _nn(raw, members, ks, mean, scale, w1, b1, w2, b2, offset, out_scale, out):  # pragma: no cover
+    x = np.empty(raw.shape[2])
+    for i in range(raw.shape[0]):
+        for g in range(members.shape[0]):
+            m = members[g]
+            k = ks[g]
+            _standardise(raw, i, m, k, mean, scale, g, x)
+            s = 0.0
+            for h in range(w1.shape[1]):
+                z = 0.0
+                for l in range(k):
+                    z += x[l] * w1[g, h, l]
+                s += np.tanh(z + b1[g, h]) * w2[g, h]
+            out[i, m] = offset[g] + out_scale[g] * (s + b2[g])
+
+
+#: family -> kernel(raw, members, ks, *params, out) (typed Any: mypy cannot see through njit)
+_KERNELS: dict[str, Any] = {"shift": _shift, "cpc": _cpc, "linear": _linear, "logistic": _linear,
+                            "poly": _poly, "nn": _nn}
 
 
 class CalibrationStep:
@@ -125,18 +238,19 @@ class CalibrationStep:
         if len(calibrators) != len(n_classes):
             raise ValueError("one class count per calibrator is needed")
         self.n_members = len(calibrators)
-        by_key: dict[tuple[Any, ...], list[int]] = {}
+        by_family: dict[str, list[int]] = {}
         self.fallback: list[int] = []
-        for m, (cal, k) in enumerate(zip(calibrators, n_classes, strict=True)):
-            key = _key(cal, int(k))
-            if key is None:
+        for m, cal in enumerate(calibrators):
+            family = _family(cal)
+            if family is None:
                 self.fallback.append(m)
             else:
-                by_key.setdefault(key, []).append(m)
+                by_family.setdefault(family, []).append(m)
         self.groups = [
-            _Group(family=key[0], members=np.asarray(idx, dtype=np.int64), k=int(key[1]),
-                   p=_stack(key[0], [calibrators[i] for i in idx], int(key[1])))
-            for key, idx in by_key.items()
+            _Group(family=family, members=np.asarray(idx, dtype=np.int64),
+                   k=np.asarray([n_classes[i] for i in idx], dtype=np.int64),
+                   p=_stack(family, [calibrators[i] for i in idx], [int(n_classes[i]) for i in idx]))
+            for family, idx in by_family.items()
         ]
         self._calibrators = list(calibrators)
         self._n_classes = [int(k) for k in n_classes]
@@ -146,8 +260,9 @@ class CalibrationStep:
         out = np.empty((raw.shape[0], self.n_members), dtype=np.float64)
         if raw.shape[0] == 0:
             return out
+        raw = np.ascontiguousarray(raw, dtype=np.float64)
         for g in self.groups:
-            out[:, g.members] = _apply_group(g, raw[:, g.members, : g.k])
+            _KERNELS[g.family](raw, g.members, g.k, *g.p, out)
         for m in self.fallback:
             out[:, m] = self._calibrators[m].transform(np.ascontiguousarray(raw[:, m, : self._n_classes[m]]))
         return out

@@ -18,8 +18,9 @@ classifier b owns nodes ``base_node_start[b]:base_node_start[b+1]`` and leaves
 ``f(x) = sum_b h_b(x)`` (Schapire and Singer 1999) is the plain sum of the bases' outputs.
 ``score_forest(forest, X, checkpoints)`` returns, for each checkpoint c, the running sum after
 the first c bases: every snapshot of a boosting run is scored in the same single pass. The
-kernel reads the nodes through ``FlatForest.packed`` (``PackedNodes``: the four node arrays
-interleaved, built on first use); the flat arrays stay the stored format and the contract.
+kernel reads the trees through ``FlatForest.packed`` (``PackedNodes``: trees re-laid for a
+branch-free walk, built once per forest); the flat arrays stay the stored format and the
+contract.
 
 Example: one stump on feature 2 at 0.5 with alpha 0.3 and votes (+1, -1)::
 
@@ -30,14 +31,15 @@ Example: one stump on feature 2 at 0.5 with alpha 0.3 and votes (+1, -1)::
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
+import numba
 import numpy as np
 import numpy.typing as npt
-import numba
-from numba import njit
+from numba import njit, prange
 
 KIND_TREE = 0
 KIND_PRODUCT = 1
@@ -54,37 +56,118 @@ _ARRAY_SPEC: dict[str, tuple[type, int]] = {
     "n_features": (np.int64, 0),
 }
 
-#: Documents scored together: each tree is walked by the whole block at once (independent walks
-#: overlap in the CPU), and the block's running sums stay in cache while the forest streams.
+#: Documents scored together: each tree is walked by the whole block, and the block's running
+#: sums stay in cache while the forest streams through.
 DOC_BLOCK = 128
+
+#: The forest is cut once, at load time, into chunks of about this many nodes (a fixed cut, so
+#: that results do not depend on the thread count or the list length). A task is one document
+#: block times one chunk; the chunks' sums are then added in order.
+CHUNK_NODES = 2048
+
+#: Below this many document-base pairs one thread scores the list (a thread launch costs more).
+PARALLEL_MIN_WORK = 16_384
 
 
 @dataclass(frozen=True, eq=False)
 class PackedNodes:
     """Scoring layout derived from a ``FlatForest`` (never stored: the flat arrays are the truth).
 
-    One record of four 32-bit words per node, ``node_int[t] = (node_feature[t], threshold bits,
-    node_left[t], node_right[t])``, with ``node_thr = node_int.view(float32)`` (column 1 is
-    ``node_threshold[t]``): one node's test and both children share a cache line (an array of
-    structs instead of four arrays). Node indices, base offsets and the child encoding (c >= 0 a
-    node relative to the base's first node, c < 0 leaf -c - 1) are the flat forest's.
+    Trees are re-laid breadth first with the two children of a node side by side, and leaves are
+    nodes too, in four parallel arrays ``vfeat``, ``vthr``, ``vleft``, ``vleaf``. A step is
+    ``r = vleft[r] + (x[vfeat[r]] >= vthr[r])``, the same instructions for every document (no
+    branch to mispredict); a leaf has threshold NaN (the test is false for every x, NaN and
+    infinities included) and ``vleft`` pointing at itself, so a walk of exactly
+    ``base_depth[b]`` steps ends on the leaf for every document (Asadi, Lin and de Vries 2014,
+    "VPred"); ``vleaf[r]`` is then the leaf's row in ``leaf_values`` (-1 for a node). Indices
+    are absolute. Products keep the flat arrays (their terms are ``node_feature`` and
+    ``node_threshold`` of their node range).
 
-    Example: the module docstring's stump becomes ``node_int = [[2, bits(0.5), -1, -2]]``.
+    ``chunk_start`` cuts the bases into chunks of about ``CHUNK_NODES`` nodes (see
+    ``score_forest``).
+
+    Example: the module docstring's stump becomes ``vfeat = [2, 0, 0]``, ``vthr = [0.5, NaN,
+    NaN]``, ``vleft = [1, 1, 2]``, ``vleaf = [-1, 0, 1]``, with depth 1.
     """
 
-    node_int: npt.NDArray[np.int32]
-    node_thr: npt.NDArray[np.float32]
+    vfeat: npt.NDArray[np.int32]
+    vthr: npt.NDArray[np.float32]
+    vleft: npt.NDArray[np.int32]
+    vleaf: npt.NDArray[np.int32]
+    base_vstart: npt.NDArray[np.int64]
+    base_depth: npt.NDArray[np.int32]
+    chunk_start: npt.NDArray[np.int64]
 
     @classmethod
     def from_forest(cls, forest: FlatForest) -> PackedNodes:
-        """Interleave ``forest``'s node arrays."""
-        node_int = np.empty((forest.node_feature.shape[0], 4), dtype=np.int32)
-        node_thr = node_int.view(np.float32)
-        node_int[:, 0] = forest.node_feature
-        node_thr[:, 1] = forest.node_threshold
-        node_int[:, 2] = forest.node_left
-        node_int[:, 3] = forest.node_right
-        return cls(node_int=node_int, node_thr=node_thr)
+        """Re-lay ``forest``'s trees (a numba pass: fast enough to run on every load)."""
+        kind = forest.base_kind
+        n_nodes = np.diff(forest.base_node_start)
+        size = np.where(kind == KIND_TREE, 2 * n_nodes + 1, 0)
+        base_vstart = np.zeros(forest.n_base + 1, dtype=np.int64)
+        np.cumsum(size, out=base_vstart[1:])
+        total = int(base_vstart[-1])
+        if total >= 2**31:
+            raise ValueError(f"forest too large to score: {total} tree nodes and leaves")
+        vfeat = np.zeros(total, dtype=np.int32)
+        vthr = np.zeros(total, dtype=np.float32)
+        vleft = np.zeros(total, dtype=np.int32)
+        vleaf = np.zeros(total, dtype=np.int32)
+        base_depth = np.zeros(forest.n_base, dtype=np.int32)
+        _relayout(kind, forest.base_node_start, forest.base_leaf_start, forest.node_feature,
+                  forest.node_threshold, forest.node_left, forest.node_right, base_vstart, vfeat,
+                  vthr, vleft, vleaf, base_depth)
+        cost = np.maximum(n_nodes, 1)
+        cum = np.cumsum(cost)
+        cuts = np.searchsorted(cum, np.arange(CHUNK_NODES, int(cum[-1]) if cum.size else 0,
+                                              CHUNK_NODES), side="right")
+        chunk_start = np.unique(np.concatenate([[0], cuts, [forest.n_base]])).astype(np.int64)
+        return cls(vfeat=vfeat, vthr=vthr, vleft=vleft, vleaf=vleaf, base_vstart=base_vstart, base_depth=base_depth,
+                   chunk_start=chunk_start)
+
+
+@njit(cache=True)
+def _relayout(kind, node_start, leaf_start, feat, thr, left, right, base_vstart, vfeat, vthr,
+              vleft, vleaf, base_depth):  # pragma: no cover
+    """Fill ``PackedNodes``' arrays: each tree breadth first, children side by side."""
+    nan = np.float32(np.nan)
+    max_nodes = 1
+    for b in range(kind.shape[0]):
+        max_nodes = max(max_nodes, 2 * (node_start[b + 1] - node_start[b]) + 1)
+    item = np.empty(max_nodes, dtype=np.int64)  # position -> child code (>= 0 node, < 0 leaf)
+    level = np.empty(max_nodes, dtype=np.int32)
+    for b in range(kind.shape[0]):
+        if kind[b] != 0:
+            continue
+        ns = node_start[b]
+        ls = leaf_start[b]
+        vs = base_vstart[b]
+        total = base_vstart[b + 1] - vs
+        item[0] = 0 if node_start[b + 1] > ns else -1
+        level[0] = 0
+        free = 1
+        depth = 0
+        for p in range(total):
+            c = item[p]
+            r = vs + p
+            if c >= 0:
+                t = ns + c
+                vfeat[r] = feat[t]
+                vthr[r] = thr[t]
+                vleft[r] = vs + free
+                vleaf[r] = -1
+                item[free] = left[t]
+                item[free + 1] = right[t]
+                level[free] = level[p] + 1
+                level[free + 1] = level[p] + 1
+                free += 2
+            else:
+                vfeat[r] = 0
+                vthr[r] = nan
+                vleft[r] = r
+                vleaf[r] = ls - c - 1
+                depth = max(depth, level[p])
+        base_depth[b] = depth
 
 
 @dataclass(frozen=True, eq=False)
@@ -301,86 +384,134 @@ def concatenate(forests: Sequence[FlatForest]) -> FlatForest:
     )
 
 
-@njit(cache=True)
-def _score_kernel(X, base_kind, base_node_start, base_leaf_start, node_int, node_thr,
-                  leaf_values, checkpoints, out, k_lanes):  # pragma: no cover
-    """``out[i, c, :] = sum_{b < checkpoints[c]} h_b(x_i)`` over the ``PackedNodes`` records.
+@njit(cache=True, inline="always")
+def _score_task(X, i0, nb, b0, b1, base_kind, base_node_start, base_leaf_start, node_feature,
+                node_threshold, vfeat, vthr, vleft, vleaf, base_vstart, base_depth, leaf_values,
+                checkpoints, ci0, out, total, k_lanes):  # pragma: no cover
+    """Documents ``i0:i0+nb`` through bases ``b0:b1``, summed from zero.
 
-    Documents go in blocks of ``DOC_BLOCK``. A tree is walked by the whole block at once, one
-    level per sweep over the documents not yet at a leaf (a compacted list): the walks are
-    independent, so the CPU overlaps their memory loads instead of waiting on one walk's chain
-    of dependent loads. Then each document adds its leaf row. ``k_lanes`` is a tuple of length
-    K (compile-time K: the per-output loops unroll).
+    The running sum before base ``c`` for each checkpoint ``c`` in ``[b0, b1)`` (from index
+    ``ci0`` of ``checkpoints``) goes to ``out[i, ci, :]``; the chunk's sum to ``total[i, :]``.
+    ``X`` is the flat (row-major) feature matrix. Indices are cast to unsigned before use: numba
+    then drops its negative-index wraparound, which halves the cost of a step.
     """
-    n = X.shape[0]
     K = len(k_lanes)
-    n_base = base_kind.shape[0]
+    d_feat = X.shape[0] // out.shape[0]
     n_ck = checkpoints.shape[0]
-    acc = np.zeros((DOC_BLOCK, K))
-    at = np.zeros(DOC_BLOCK, dtype=np.int64)  # where each document is: node c >= 0, leaf -c-1
-    act_doc = np.zeros(DOC_BLOCK, dtype=np.int64)  # the documents still walking ...
-    act_at = np.zeros(DOC_BLOCK, dtype=np.int64)  # ... and their nodes
-    for i0 in range(0, n, DOC_BLOCK):
-        nb = min(DOC_BLOCK, n - i0)
-        acc[:, :] = 0.0
-        ci = 0
-        for b in range(n_base + 1):
-            while ci < n_ck and checkpoints[ci] == b:
+    acc = np.zeros((nb, K))
+    pos = np.empty(nb, dtype=np.int32)
+    row = np.empty(nb, dtype=np.int64)
+    for j in range(nb):
+        row[j] = (i0 + j) * d_feat
+    ci = ci0
+    for b in range(b0, b1):
+        while ci < n_ck and checkpoints[ci] == b:
+            for j in range(nb):
+                for l in range(K):
+                    out[i0 + j, ci, l] = acc[j, l]
+            ci += 1
+        if base_kind[b] == 0:
+            r0 = base_vstart[b]
+            d = base_depth[b]
+            if d == 0:
+                leaf = vleaf[r0]
                 for j in range(nb):
                     for l in range(K):
-                        out[i0 + j, ci, l] = acc[j, l]
-                ci += 1
-            if b == n_base:
-                break
+                        acc[j, l] += leaf_values[leaf, l]
+                continue
+            # the root: one test for the whole block, then one step per level for every document
+            f0 = vfeat[r0]
+            t0 = vthr[r0]
+            c0 = vleft[r0]
+            for j in range(nb):
+                pos[j] = c0 + (X[np.uint64(row[j] + f0)] >= t0)
+            for _ in range(d - 1):
+                for j in range(nb):
+                    r = np.uint32(pos[j])
+                    pos[j] = vleft[r] + (X[np.uint64(row[j] + vfeat[r])] >= vthr[r])
+            for j in range(nb):
+                leaf = vleaf[np.uint32(pos[j])]
+                for l in range(K):
+                    acc[j, l] += leaf_values[leaf, l]
+        else:
             ns = base_node_start[b]
             ne = base_node_start[b + 1]
             ls = base_leaf_start[b]
-            if base_kind[b] == 0:
-                if ne == ns:
-                    for j in range(nb):
-                        for l in range(K):
-                            acc[j, l] += leaf_values[ls, l]
-                    continue
-                # level 1: every document tests the root
-                f0 = node_int[ns, 0]
-                t0 = node_thr[ns, 1]
-                go_left = node_int[ns, 2]
-                go_right = node_int[ns, 3]
-                w = 0
-                for j in range(nb):
-                    c = go_right if X[i0 + j, f0] >= t0 else go_left
-                    at[j] = c
-                    act_doc[w] = j
-                    act_at[w] = c
-                    w += c >= 0
-                n_active = w
-                # deeper levels: one sweep per level over the documents not yet at a leaf
-                while n_active > 0:
-                    w = 0
-                    for a in range(n_active):
-                        j = act_doc[a]
-                        g = ns + act_at[a]
-                        if X[i0 + j, node_int[g, 0]] >= node_thr[g, 1]:
-                            c = node_int[g, 3]
-                        else:
-                            c = node_int[g, 2]
-                        at[j] = c
-                        act_doc[w] = j
-                        act_at[w] = c
-                        w += c >= 0
-                    n_active = w
-                for j in range(nb):
-                    leaf = ls - at[j] - 1
-                    for l in range(K):
-                        acc[j, l] += leaf_values[leaf, l]
+            for j in range(nb):
+                odd = 0
+                for g in range(ns, ne):
+                    odd ^= 1 - (X[np.uint64(row[j] + node_feature[g])] >= node_threshold[g])
+                sg = 1.0 - 2.0 * odd
+                for l in range(K):
+                    acc[j, l] += sg * leaf_values[ls, l]
+    for j in range(nb):
+        for l in range(K):
+            total[i0 + j, l] = acc[j, l]
+
+
+@njit(cache=True, inline="always")
+def _combine(i, chunk_start, checkpoints, ck_chunk, out, totals, k_lanes):  # pragma: no cover
+    """Document ``i``: add the chunks' sums in chunk order to the in-chunk running sums."""
+    K = len(k_lanes)
+    n_chunks = chunk_start.shape[0] - 1
+    run = np.zeros(K)
+    ci = 0
+    n_ck = checkpoints.shape[0]
+    for ch in range(n_chunks + 1):
+        while ci < n_ck and ck_chunk[ci] == ch:
+            if ch == n_chunks:
+                for l in range(K):
+                    out[i, ci, l] = run[l]
             else:
-                for j in range(nb):
-                    sg = 1.0
-                    for g in range(ns, ne):
-                        if not X[i0 + j, node_int[g, 0]] >= node_thr[g, 1]:
-                            sg = -sg
-                    for l in range(K):
-                        acc[j, l] += sg * leaf_values[ls, l]
+                for l in range(K):
+                    out[i, ci, l] += run[l]
+            ci += 1
+        if ch < n_chunks:
+            for l in range(K):
+                run[l] += totals[ch, i, l]
+
+
+@njit(cache=True)
+def _score_serial(X, base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
+                  vfeat, vthr, vleft, vleaf, base_vstart, base_depth, chunk_start, leaf_values,
+                  checkpoints, ck_chunk, ck_first, out, totals, k_lanes):  # pragma: no cover
+    """Every (document block, chunk) task in turn, then the ordered combine."""
+    n = out.shape[0]
+    n_chunks = chunk_start.shape[0] - 1
+    n_blocks = (n + DOC_BLOCK - 1) // DOC_BLOCK
+    for t in range(n_blocks * n_chunks):
+        blk = t // n_chunks
+        ch = t - blk * n_chunks
+        i0 = blk * DOC_BLOCK
+        _score_task(X, i0, min(DOC_BLOCK, n - i0), chunk_start[ch], chunk_start[ch + 1],
+                    base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
+                    vfeat, vthr, vleft, vleaf, base_vstart, base_depth, leaf_values, checkpoints,
+                    ck_first[ch],
+                    out, totals[ch], k_lanes)
+    for i in range(n):
+        _combine(i, chunk_start, checkpoints, ck_chunk, out, totals, k_lanes)
+
+
+@njit(cache=True, parallel=True)
+def _score_parallel(X, base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
+                    vfeat, vthr, vleft, vleaf, base_vstart, base_depth, chunk_start, leaf_values,
+                    checkpoints, ck_chunk, ck_first, out, totals, k_lanes):  # pragma: no cover
+    """``_score_serial`` with the tasks and the combine spread over numba's threads (the same
+    tasks and the same order of additions: the same result to the last bit)."""
+    n = out.shape[0]
+    n_chunks = chunk_start.shape[0] - 1
+    n_blocks = (n + DOC_BLOCK - 1) // DOC_BLOCK
+    for t in prange(n_blocks * n_chunks):
+        blk = t // n_chunks
+        ch = t - blk * n_chunks
+        i0 = blk * DOC_BLOCK
+        _score_task(X, i0, min(DOC_BLOCK, n - i0), chunk_start[ch], chunk_start[ch + 1],
+                    base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
+                    vfeat, vthr, vleft, vleaf, base_vstart, base_depth, leaf_values, checkpoints,
+                    ck_first[ch],
+                    out, totals[ch], k_lanes)
+    for i in prange(n):
+        _combine(i, chunk_start, checkpoints, ck_chunk, out, totals, k_lanes)
 
 
 def score_forest(
@@ -392,8 +523,13 @@ def score_forest(
 
     ``X`` is (n, n_features) float32 (converted if needed); ``checkpoints`` are base counts in
     0..n_base, non-decreasing (default: ``[n_base]``). Returns float64 (n, len(checkpoints), K).
-    Single-threaded; documents are scored in blocks of ``DOC_BLOCK`` while the forest streams
-    through the cache once per block, through the derived layout ``forest.packed``.
+
+    The forest's fixed chunks (``PackedNodes.chunk_start``) times blocks of ``DOC_BLOCK``
+    documents are independent tasks, spread over ``get_scoring_threads()`` numba threads when the
+    list is big enough (``PARALLEL_MIN_WORK``); each chunk is summed from zero and the chunks are
+    added in order, so the result is the same for any thread count and any list length. A
+    parallel launch already in progress in another Python thread makes this call score on its own
+    thread instead of waiting (and keeps numba's threading layers safe).
     """
     Xa = np.ascontiguousarray(X, dtype=np.float32)
     if Xa.ndim != 2 or Xa.shape[1] != forest.n_features:
@@ -407,15 +543,34 @@ def score_forest(
                              f"classifiers), got {ck.min()}..{ck.max()}")
         if np.any(np.diff(ck) < 0):
             raise ValueError("checkpoints must be non-decreasing")
-    out = np.zeros((Xa.shape[0], ck.shape[0], forest.n_outputs), dtype=np.float64)
-    if Xa.shape[0] == 0 or ck.shape[0] == 0:
+    n = Xa.shape[0]
+    out = np.zeros((n, ck.shape[0], forest.n_outputs), dtype=np.float64)
+    if n == 0 or ck.shape[0] == 0:
         return out
-    packed = forest.packed
-    _score_kernel(Xa, forest.base_kind, forest.base_node_start, forest.base_leaf_start,
-                  packed.node_int, packed.node_thr, forest.leaf_values, ck, out, (0,) * forest.n_outputs)
+    p = forest.packed
+    n_chunks = p.chunk_start.shape[0] - 1
+    # the chunk a checkpoint falls in (n_chunks: after the last base), and each chunk's first one
+    ck_chunk = np.searchsorted(p.chunk_start[1:], ck, side="right").astype(np.int64)
+    ck_first = np.searchsorted(ck_chunk, np.arange(n_chunks), side="left").astype(np.int64)
+    totals = np.empty((n_chunks, n, forest.n_outputs), dtype=np.float64)
+    args = (Xa.reshape(-1), forest.base_kind, forest.base_node_start, forest.base_leaf_start,
+            forest.node_feature, forest.node_threshold, p.vfeat, p.vthr, p.vleft, p.vleaf,
+            p.base_vstart,
+            p.base_depth, p.chunk_start, forest.leaf_values, ck, ck_chunk, ck_first, out, totals,
+            (0,) * forest.n_outputs)
+    threads = get_scoring_threads()
+    if threads > 1 and n * forest.n_base >= PARALLEL_MIN_WORK and _PARALLEL.acquire(blocking=False):
+        try:
+            numba.set_num_threads(threads)
+            _score_parallel(*args)
+        finally:
+            _PARALLEL.release()
+    else:
+        _score_serial(*args)
     return out
 
 
+_PARALLEL = threading.Lock()
 _scoring_threads = 0  # 0: every numba thread (NUMBA_NUM_THREADS); set by the service per worker
 
 

@@ -1,0 +1,168 @@
+"""/health, /ready (503 while the model loads or when it cannot), /metrics, /models; the
+service's imports."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+import app.registry as registry_module
+from app.main import create_app
+from app.settings import Settings
+from tests.app.conftest import N_FEATURES, WIDE_FEATURES, rank_body, wait_ready
+
+
+def test_health(client: TestClient) -> None:
+    r = client.get("/health")
+    assert r.status_code == 200 and r.json() == {"status": "ok"}
+
+
+def test_ready_names_the_served_version(client: TestClient) -> None:
+    r = client.get("/ready")
+    assert r.status_code == 200
+    assert r.json() == {"status": "ready", "model": "default", "version": "v2"}
+
+
+def test_ready_is_503_until_the_model_is_loaded(served_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The start-up loader is held on an event: until it is released, /ready and the scoring
+    endpoints answer 503 while /health answers 200."""
+    release = threading.Event()
+    entered = threading.Event()
+    real = registry_module.load_served
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        assert release.wait(60), "the test never released the loader"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(registry_module, "load_served", held)
+    app = create_app(Settings(models_dir=served_dir, default_model="default"))
+    body = rank_body(np.ones((2, N_FEATURES), dtype=np.float32), [2])
+    with TestClient(app) as c:
+        try:
+            assert entered.wait(30)
+            r = c.get("/ready")
+            assert r.status_code == 503 and r.json()["status"] == "loading"
+            assert c.get("/health").status_code == 200
+            rank = c.post("/rank", json=body)
+            assert rank.status_code == 503 and "not loaded" in rank.json()["detail"]
+        finally:
+            release.set()
+        assert wait_ready(c)["version"] == "v2"
+        assert c.post("/rank", json=body).status_code == 200
+
+
+def test_ready_reports_a_model_that_cannot_load(tmp_path: Path) -> None:
+    (tmp_path / "models").mkdir()
+    app = create_app(Settings(models_dir=tmp_path / "models", default_model="missing"))
+    with TestClient(app) as c:
+        for _ in range(600):  # the loader fails quickly; wait for it to have tried
+            body = c.get("/ready").json()
+            if body["status"] != "loading":
+                break
+            threading.Event().wait(0.05)
+        r = c.get("/ready")
+        assert r.status_code == 503
+        assert r.json()["status"] == "failed" and "missing" in r.json()["detail"]
+        rank = c.post("/rank", json=rank_body(np.ones((1, N_FEATURES), dtype=np.float32), [1]))
+        assert rank.status_code == 503 and "missing" in rank.json()["detail"]
+        assert c.get("/health").status_code == 200
+
+
+def samples(client: TestClient) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    r = client.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    out = {}
+    for family in text_string_to_metric_families(r.text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def requests_total(m: dict[Any, float], endpoint: str, method: str, status: str) -> float:
+    key = ("tunemix_http_requests_total", (("endpoint", endpoint), ("method", method), ("status", status)))
+    return m.get(key, 0.0)
+
+
+def test_metrics_count_requests_documents_and_errors(client: TestClient) -> None:
+    before = samples(client)
+    x = np.random.default_rng(0).normal(size=(7, N_FEATURES)).astype(np.float32)
+    assert client.post("/rank", json=rank_body(x, [3, 4])).status_code == 200
+    assert client.post("/rank", json=rank_body(x[:, :3], [7])).status_code == 422
+    assert client.get("/health").status_code == 200
+    after = samples(client)
+
+    assert requests_total(after, "/rank", "POST", "200") == requests_total(before, "/rank", "POST", "200") + 1
+    assert requests_total(after, "/rank", "POST", "422") == requests_total(before, "/rank", "POST", "422") + 1
+    assert requests_total(after, "/health", "GET", "200") == requests_total(before, "/health", "GET", "200") + 1
+    docs = ("tunemix_documents_scored_total", (("model", "default"),))
+    assert after[docs] == before.get(docs, 0.0) + 7  # the rejected request scored nothing
+    errors = ("tunemix_errors_total", (("kind", "invalid_input"),))
+    assert after[errors] == before.get(errors, 0.0) + 1
+    latency = ("tunemix_http_request_duration_seconds_count", (("endpoint", "/rank"),))
+    assert after[latency] == before.get(latency, 0.0) + 2
+    assert after[("tunemix_model_info", (("name", "default"), ("version", "v2")))] == 1.0
+
+
+def test_models_lists_served_and_on_disk(client: TestClient) -> None:
+    r = client.get("/models")
+    assert r.status_code == 200
+    body = r.json()
+    assert body["default"] == "default"
+    assert body["on_disk"] == {"default": ["v1", "v2"], "wide": ["v1"]}
+    served = {m["name"]: m for m in body["models"]}
+    assert served["default"]["version"] == "v2"
+    assert served["default"]["n_features"] == N_FEATURES
+    assert served["default"]["views"] == ["raw", "raw+std"]
+    assert served["default"]["n_members"] >= 1 and served["default"]["n_bases"] >= 1
+
+
+def test_one_model_summary(client: TestClient) -> None:
+    r = client.get("/models/default")
+    assert r.status_code == 200
+    body = r.json()
+    assert (body["name"], body["version"], body["n_features"]) == ("default", "v2", N_FEATURES)
+    assert len(body["members"]) == body["n_members"] >= 1
+    training = body["training"]
+    assert training["config"]["name"] == "default"
+    assert training["served"]["members"] == body["n_members"]
+    assert set(training["evaluation"]["test"]["ensemble"]) >= {"yahoo", "trec"}
+    wide = client.get("/models/wide").json()
+    assert (wide["version"], wide["n_features"]) == ("v1", WIDE_FEATURES)
+    missing = client.get("/models/nope")
+    assert missing.status_code == 404 and "nope" in missing.json()["detail"]
+    bad = client.get("/models/-bad")
+    assert bad.status_code == 422 and "-bad" in bad.json()["detail"]
+
+
+def test_openapi_documents_every_endpoint(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    paths = spec["paths"]
+    for path in ("/rank", "/evaluate", "/fuse", "/health", "/ready", "/metrics", "/models", "/models/{name}",
+                 "/models/reload"):
+        assert path in paths, path
+    body = paths["/rank"]["post"]["requestBody"]["content"]
+    assert set(body) == {"application/json", "text/plain"}
+    assert "RankRequest" in spec["components"]["schemas"]
+    assert spec["components"]["schemas"]["RankRequest"]["examples"]
+
+
+def test_the_service_imports_no_training_only_code() -> None:
+    code = (
+        "import sys, numpy, numba\n"
+        "before = set(sys.modules)\n"
+        "import app.main\n"
+        "bad = ['scipy', 'tqdm', 'matplotlib', 'dask', 'lightgbm', 'training.learners', 'training.pipeline']\n"
+        "print(sorted(m for m in set(sys.modules) - before if any(m == b or m.startswith(b + '.') for b in bad)))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

@@ -1,0 +1,202 @@
+"""POST /rank: the three JSON forms and the LETOR text body give the scores of
+``EnsembleModel.score`` on the same features, ranked best first."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.app.conftest import N_FEATURES, WIDE_FEATURES, Store, offsets_of, rank_body
+from training.data.svmlight import format_float32
+
+SIZES = [6, 1, 9]
+
+
+def features(n: int, d: int = N_FEATURES, seed: int = 0) -> np.ndarray:
+    """float32 features (exactly representable in JSON as float64)."""
+    return np.random.default_rng(seed).normal(size=(n, d)).astype(np.float32)
+
+
+def scores_by_id(result: dict[str, Any]) -> dict[Any, float]:
+    return {doc["id"]: doc["score"] for doc in result["ranking"]}
+
+
+def check_ranking(result: dict[str, Any], n: int) -> None:
+    """Ranks are 1..len, scores never increase down the list, ids unique."""
+    ranking = result["ranking"]
+    assert [d["rank"] for d in ranking] == list(range(1, len(ranking) + 1))
+    s = [d["score"] for d in ranking]
+    assert all(a >= b for a, b in itertools.pairwise(s)), s
+    assert len({str(d["id"]) for d in ranking}) == len(ranking)
+    assert result["n_documents"] == n
+
+
+def expected_scores(store: Store, x: np.ndarray, sizes: list[int], version: str = "v2") -> list[dict[str, float]]:
+    """Per query {id: score} computed directly by the model."""
+    path = store.default_v2 if version == "v2" else store.default_v1
+    direct = store.model(path).score(x, offsets_of(sizes))
+    off = offsets_of(sizes)
+    return [{f"d{j}": float(direct[off[q] + j]) for j in range(n)} for q, n in enumerate(sizes)]
+
+
+def test_columnar_several_queries_equal_model_scores(client: TestClient, store: Store) -> None:
+    x = features(sum(SIZES))
+    r = client.post("/rank", json=rank_body(x, SIZES))
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["model"] == "default" and body["version"] == "v2"
+    assert isinstance(body["server_time_ms"], float) and body["server_time_ms"] >= 0
+    assert [q["qid"] for q in body["results"]] == ["q0", "q1", "q2"]
+    for res, want, n in zip(body["results"], expected_scores(store, x, SIZES), SIZES, strict=True):
+        check_ranking(res, n)
+        got = scores_by_id(res)
+        assert got.keys() == want.keys()
+        np.testing.assert_allclose([got[k] for k in want], list(want.values()), rtol=1e-12, atol=0)
+        # the order is the order of the scores (ties keep the posted order)
+        assert [d["id"] for d in res["ranking"]] == sorted(want, key=lambda k: (-want[k], int(k[1:])))
+
+
+def test_each_query_is_scored_on_its_own_list(client: TestClient, store: Store) -> None:
+    """The model has a query-wise view (raw+std): one query posted alone scores as in the batch,
+    so the service passes per-query offsets, not one list."""
+    x = features(sum(SIZES), seed=1)
+    model = store.model(store.default_v2)
+    one_list = model.score(x, np.array([0, sum(SIZES)]))
+    per_query = model.score(x, offsets_of(SIZES))
+    assert not np.allclose(one_list, per_query), "the fixture model should depend on the list"
+    batch = client.post("/rank", json=rank_body(x, SIZES)).json()["results"]
+    off = offsets_of(SIZES)
+    for q, n in enumerate(SIZES):
+        alone = client.post("/rank", json=rank_body(x[off[q]:off[q + 1]], [n])).json()["results"][0]
+        assert scores_by_id(alone) == pytest.approx(scores_by_id(batch[q]), rel=1e-12)
+        got = scores_by_id(batch[q])
+        np.testing.assert_allclose([got[f"d{j}"] for j in range(n)], per_query[off[q]:off[q + 1]], rtol=1e-12)
+
+
+def test_dense_documents_equal_columnar(client: TestClient) -> None:
+    x = features(7, seed=2)
+    docs = [{"id": f"d{j}", "features": x[j].tolist()} for j in range(7)]
+    a = client.post("/rank", json={"queries": [{"qid": "q0", "documents": docs}]}).json()
+    b = client.post("/rank", json=rank_body(x, [7])).json()
+    assert a["results"] == b["results"]
+
+
+def test_sparse_ids_are_one_based(client: TestClient, store: Store) -> None:
+    x = np.zeros((4, N_FEATURES), dtype=np.float32)
+    x[0, 0] = 1.5      # "1"
+    x[1, 4] = -2.0     # "5": the last column
+    x[2, [1, 2]] = [0.25, 3.0]
+    x[3] = features(1, seed=3)[0]  # a dense document in the same query
+    docs: list[dict[str, Any]] = [
+        {"id": "d0", "features": {"1": 1.5}},
+        {"id": "d1", "features": {"5": -2.0}},
+        {"id": "d2", "features": {"3": 3.0, "2": 0.25}},
+        {"id": "d3", "features": x[3].tolist()},
+    ]
+    r = client.post("/rank", json={"queries": [{"qid": "s", "documents": docs}]})
+    assert r.status_code == 200, r.text
+    want = expected_scores(store, x, [4])[0]
+    got = scores_by_id(r.json()["results"][0])
+    np.testing.assert_allclose([got[k] for k in want], list(want.values()), rtol=1e-12)
+    # shifting every id by one (a 0-based reading) scores differently
+    shifted = np.roll(x[:3], -1, axis=1)
+    assert not np.allclose(list(expected_scores(store, np.vstack([shifted, x[3:]]), [4])[0].values()),
+                           list(want.values()))
+
+
+def test_top_k_returns_the_best_prefix(client: TestClient) -> None:
+    x = features(sum(SIZES), seed=4)
+    full = client.post("/rank", json=rank_body(x, SIZES)).json()["results"]
+    top = client.post("/rank", json=rank_body(x, SIZES, top_k=2)).json()["results"]
+    for f, t, n in zip(full, top, SIZES, strict=True):
+        assert len(t["ranking"]) == min(2, n)
+        assert t["ranking"] == f["ranking"][:2]
+        assert t["n_documents"] == n
+
+
+def test_equal_scores_keep_the_posted_order(client: TestClient) -> None:
+    row = features(1, seed=5)[0].tolist()
+    body = {"queries": [{"qid": "t", "ids": ["z", "a", "m"], "features": [row, row, row]}]}
+    ranking = client.post("/rank", json=body).json()["results"][0]["ranking"]
+    assert [d["id"] for d in ranking] == ["z", "a", "m"]
+    assert ranking[0]["score"] == ranking[1]["score"] == ranking[2]["score"]
+
+
+def test_ids_and_qids_are_echoed_with_their_type(client: TestClient) -> None:
+    x = features(2, seed=6)
+    body = {"queries": [{"qid": 17, "ids": [3, "3b"], "features": x.tolist()}]}
+    res = client.post("/rank", json=body).json()["results"][0]
+    assert res["qid"] == 17
+    assert sorted(d["id"] for d in res["ranking"] if isinstance(d["id"], int)) == [3]
+    assert {type(d["id"]) for d in res["ranking"]} == {int, str}
+
+
+def test_version_and_model_selection(client: TestClient, store: Store) -> None:
+    x = features(sum(SIZES), seed=7)
+    r1 = client.post("/rank", json=rank_body(x, SIZES, version="v1")).json()
+    assert (r1["model"], r1["version"]) == ("default", "v1")
+    want1 = expected_scores(store, x, SIZES, "v1")
+    want2 = expected_scores(store, x, SIZES, "v2")
+    for res, w1 in zip(r1["results"], want1, strict=True):
+        got = scores_by_id(res)
+        np.testing.assert_allclose([got[k] for k in w1], list(w1.values()), rtol=1e-12)
+    assert not np.allclose([v for w in want1 for v in w.values()], [v for w in want2 for v in w.values()])
+    r2 = client.post("/rank", json=rank_body(x, SIZES, model="default", version="v2")).json()
+    assert r2["version"] == "v2"
+    # another model with another feature count
+    xw = features(3, d=WIDE_FEATURES, seed=8)
+    rw = client.post("/rank", json=rank_body(xw, [3], model="wide"))
+    assert rw.status_code == 200, rw.text
+    assert (rw.json()["model"], rw.json()["version"]) == ("wide", "v1")
+    direct = store.model(store.wide_v1).score(xw, offsets_of([3]))
+    got = scores_by_id(rw.json()["results"][0])
+    np.testing.assert_allclose([got[f"d{j}"] for j in range(3)], direct, rtol=1e-12)
+
+
+def letor_text(x: np.ndarray, sizes: list[int], labels: np.ndarray, *, docids: bool = True) -> bytes:
+    lines, lo = [], 0
+    for q, n in enumerate(sizes):
+        for j in range(n):
+            vals = format_float32(x[lo + j])
+            feats = " ".join(f"{f + 1}:{v}" for f, v in enumerate(vals))
+            tail = f" # docid = d{j}" if docids else ""
+            lines.append(f"{int(labels[lo + j])} qid:q{q} {feats}{tail}")
+        lo += n
+    return ("\n".join(lines) + "\n").encode()
+
+
+def test_letor_text_body_ranks_like_json_and_ignores_labels(client: TestClient, store: Store) -> None:
+    x = features(sum(SIZES), seed=9)
+    json_res = client.post("/rank", json=rank_body(x, SIZES)).json()["results"]
+    rng = np.random.default_rng(0)
+    for labels in (np.zeros(sum(SIZES)), rng.integers(0, 3, sum(SIZES))):
+        r = client.post("/rank", content=letor_text(x, SIZES, labels), headers={"Content-Type": "text/plain"})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["version"] == "v2"
+        assert [q["qid"] for q in body["results"]] == ["q0", "q1", "q2"]
+        for t, j in zip(body["results"], json_res, strict=True):
+            assert t["ranking"] == j["ranking"]
+    # query parameters: version and top_k; without docid comments the ids are positions
+    r = client.post("/rank?version=v1&top_k=3", content=letor_text(x, SIZES, np.zeros(sum(SIZES)), docids=False),
+                    headers={"Content-Type": "text/plain; charset=utf-8"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["version"] == "v1"
+    want = expected_scores(store, x, SIZES, "v1")
+    for res, w, n in zip(body["results"], want, SIZES, strict=True):
+        assert len(res["ranking"]) == min(3, n)
+        for doc in res["ranking"]:
+            assert isinstance(doc["id"], int)
+            assert doc["score"] == pytest.approx(w[f"d{doc['id']}"], rel=1e-12)
+
+
+def test_letor_lines_without_docid_among_lines_with_one(client: TestClient) -> None:
+    text = b"0 qid:7 1:1 2:0.5 # docid = first\n1 qid:7 1:0.2\n2 qid:7 3:1\n"
+    r = client.post("/rank", content=text, headers={"Content-Type": "text/plain"})
+    assert r.status_code == 200, r.text
+    assert sorted(str(d["id"]) for d in r.json()["results"][0]["ranking"]) == ["1", "2", "first"]
