@@ -58,12 +58,19 @@ _ARRAY_SPEC: dict[str, tuple[type, int]] = {
 
 #: Documents scored together: each tree is walked by the whole block, and the block's running
 #: sums stay in cache while the forest streams through.
-DOC_BLOCK = 128
+DOC_BLOCK = 64
 
 #: The forest is cut once, at load time, into chunks of about this many nodes (a fixed cut, so
 #: that results do not depend on the thread count or the list length). A task is one document
 #: block times one chunk; the chunks' sums are then added in order.
 CHUNK_NODES = 2048
+
+#: Trees deeper than ``COMPACT_MIN_DEPTH`` (lopsided 64-leaf trees reach depth 20) are walked
+#: ``COMPACT_AT`` levels by the whole block; then the documents not yet on a leaf are gathered
+#: into a list and only they take the remaining steps. On the MQ2008 ensemble's 64-leaf trees
+#: (mean depth 11.7) this cuts the steps taken by about a fifth (measured on its test queries).
+COMPACT_AT = 7
+COMPACT_MIN_DEPTH = 9
 
 #: Below this many document-base pairs one thread scores the list (a thread launch costs more).
 PARALLEL_MIN_WORK = 16_384
@@ -83,6 +90,10 @@ class PackedNodes:
     are absolute. Products keep the flat arrays (their terms are ``node_feature`` and
     ``node_threshold`` of their node range).
 
+    The kernel reads ``vfeat`` and ``vleft`` through one word per entry, ``vnode[r] =
+    (vfeat[r] * DOC_BLOCK) << 32 | vleft[r]``: the offset of the feature's row in a feature-major
+    document block (``block_features``) and the left child, one load instead of two.
+
     ``chunk_start`` cuts the bases into chunks of about ``CHUNK_NODES`` nodes (see
     ``score_forest``).
 
@@ -94,8 +105,10 @@ class PackedNodes:
     vthr: npt.NDArray[np.float32]
     vleft: npt.NDArray[np.int32]
     vleaf: npt.NDArray[np.int32]
+    vnode: npt.NDArray[np.int64]
     base_vstart: npt.NDArray[np.int64]
     base_depth: npt.NDArray[np.int32]
+    base_compact_at: npt.NDArray[np.int32]
     chunk_start: npt.NDArray[np.int64]
 
     @classmethod
@@ -122,8 +135,11 @@ class PackedNodes:
         cuts = np.searchsorted(cum, np.arange(CHUNK_NODES, int(cum[-1]) if cum.size else 0,
                                               CHUNK_NODES), side="right")
         chunk_start = np.unique(np.concatenate([[0], cuts, [forest.n_base]])).astype(np.int64)
-        return cls(vfeat=vfeat, vthr=vthr, vleft=vleft, vleaf=vleaf, base_vstart=base_vstart, base_depth=base_depth,
-                   chunk_start=chunk_start)
+        vnode = (vfeat.astype(np.int64) * DOC_BLOCK << 32) | vleft.astype(np.int64)
+        # levels walked by the whole block before the unfinished documents are compacted
+        compact_at = np.where(base_depth > COMPACT_MIN_DEPTH, COMPACT_AT, base_depth).astype(np.int32)
+        return cls(vfeat=vfeat, vthr=vthr, vleft=vleft, vleaf=vleaf, vnode=vnode, base_vstart=base_vstart,
+                   base_depth=base_depth, base_compact_at=compact_at, chunk_start=chunk_start)
 
 
 @njit(cache=True)
@@ -384,25 +400,41 @@ def concatenate(forests: Sequence[FlatForest]) -> FlatForest:
     )
 
 
+def block_features(X: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """``X`` (n, d) re-laid feature-major per block of ``DOC_BLOCK`` documents, flat:
+    ``out[(blk * d + f) * DOC_BLOCK + j] = X[blk * DOC_BLOCK + j, f]`` (the last block zero-padded).
+
+    A tree step of document j then reads ``out[blk * d * DOC_BLOCK + f * DOC_BLOCK + j]``: a
+    block's values of one feature are contiguous, and a block (``d * DOC_BLOCK`` floats) stays in
+    the first-level cache while the trees stream through.
+    """
+    n, d = X.shape
+    n_blocks = (n + DOC_BLOCK - 1) // DOC_BLOCK
+    padded = np.zeros((n_blocks * DOC_BLOCK, d), dtype=np.float32)
+    padded[:n] = X
+    return np.ascontiguousarray(padded.reshape(n_blocks, DOC_BLOCK, d).transpose(0, 2, 1)).reshape(-1)
+
+
 @njit(cache=True, inline="always")
-def _score_task(X, i0, nb, b0, b1, base_kind, base_node_start, base_leaf_start, node_feature,
-                node_threshold, vfeat, vthr, vleft, vleaf, base_vstart, base_depth, leaf_values,
+def _score_task(Xb, d_feat, i0, nb, b0, b1, base_kind, base_node_start, base_leaf_start, node_feature,
+                node_threshold, vnode, vthr, vleaf, base_vstart, base_depth, compact_at, leaf_values,
                 checkpoints, ci0, out, total, k_lanes):  # pragma: no cover
-    """Documents ``i0:i0+nb`` through bases ``b0:b1``, summed from zero.
+    """Documents ``i0:i0+nb`` (``i0`` a multiple of ``DOC_BLOCK``) through bases ``b0:b1``,
+    summed from zero.
 
     The running sum before base ``c`` for each checkpoint ``c`` in ``[b0, b1)`` (from index
     ``ci0`` of ``checkpoints``) goes to ``out[i, ci, :]``; the chunk's sum to ``total[i, :]``.
-    ``X`` is the flat (row-major) feature matrix. Indices are cast to unsigned before use: numba
-    then drops its negative-index wraparound, which halves the cost of a step.
+    ``Xb`` is the feature-major block layout of ``block_features``. A tree step is
+    ``r = low32(vnode[r]) + (Xb[base + high32(vnode[r]) + j] >= vthr[r])``: four loads, no
+    branch. Indices are cast to unsigned before use: numba then drops its negative-index
+    wraparound, which halves the cost of a step.
     """
     K = len(k_lanes)
-    d_feat = X.shape[0] // out.shape[0]
     n_ck = checkpoints.shape[0]
+    xbase = np.int64(i0) * d_feat
     acc = np.zeros((nb, K))
-    pos = np.empty(nb, dtype=np.int32)
-    row = np.empty(nb, dtype=np.int64)
-    for j in range(nb):
-        row[j] = (i0 + j) * d_feat
+    pos = np.empty(nb, dtype=np.int64)
+    late = np.empty(nb, dtype=np.int64)
     ci = ci0
     for b in range(b0, b1):
         while ci < n_ck and checkpoints[ci] == b:
@@ -412,36 +444,57 @@ def _score_task(X, i0, nb, b0, b1, base_kind, base_node_start, base_leaf_start, 
             ci += 1
         if base_kind[b] == 0:
             r0 = base_vstart[b]
-            d = base_depth[b]
-            if d == 0:
+            depth = base_depth[b]
+            if depth == 0:
                 leaf = vleaf[r0]
                 for j in range(nb):
                     for l in range(K):
                         acc[j, l] += leaf_values[leaf, l]
                 continue
-            # the root: one test for the whole block, then one step per level for every document
-            f0 = vfeat[r0]
+            # the root: one node for the whole block (a contiguous row of the block), then one
+            # step per level for every document
+            w0 = vnode[r0]
+            x0 = xbase + (w0 >> 32)
+            c0 = w0 & 0xFFFFFFFF
             t0 = vthr[r0]
-            c0 = vleft[r0]
             for j in range(nb):
-                pos[j] = c0 + (X[np.uint64(row[j] + f0)] >= t0)
-            for _ in range(d - 1):
+                pos[j] = c0 + (Xb[np.uint64(x0 + j)] >= t0)
+            for _ in range(compact_at[b] - 1):
                 for j in range(nb):
-                    r = np.uint32(pos[j])
-                    pos[j] = vleft[r] + (X[np.uint64(row[j] + vfeat[r])] >= vthr[r])
+                    r = np.uint64(pos[j])
+                    w = vnode[r]
+                    pos[j] = (w & 0xFFFFFFFF) + (Xb[np.uint64(xbase + (w >> 32) + j)] >= vthr[r])
+            if depth > compact_at[b]:
+                # the documents still on a node, listed without a branch; only they walk on
+                n_late = 0
+                for j in range(nb):
+                    late[n_late] = j
+                    n_late += vleaf[np.uint64(pos[j])] < 0
+                for _ in range(depth - compact_at[b]):
+                    for q in range(n_late):
+                        j = late[q]
+                        r = np.uint64(pos[j])
+                        w = vnode[r]
+                        pos[j] = (w & 0xFFFFFFFF) + (Xb[np.uint64(xbase + (w >> 32) + j)] >= vthr[r])
             for j in range(nb):
-                leaf = vleaf[np.uint32(pos[j])]
+                leaf = vleaf[np.uint64(pos[j])]
                 for l in range(K):
                     acc[j, l] += leaf_values[leaf, l]
         else:
             ns = base_node_start[b]
             ne = base_node_start[b + 1]
             ls = base_leaf_start[b]
+            # term by term over the block (each term reads one contiguous row of the block);
+            # pos[j] holds the parity of the terms that said -1
             for j in range(nb):
-                odd = 0
-                for g in range(ns, ne):
-                    odd ^= 1 - (X[np.uint64(row[j] + node_feature[g])] >= node_threshold[g])
-                sg = 1.0 - 2.0 * odd
+                pos[j] = 0
+            for g in range(ns, ne):
+                xg = xbase + np.int64(node_feature[g]) * DOC_BLOCK
+                tg = node_threshold[g]
+                for j in range(nb):
+                    pos[j] ^= 1 - (Xb[np.uint64(xg + j)] >= tg)
+            for j in range(nb):
+                sg = 1.0 - 2.0 * pos[j]
                 for l in range(K):
                     acc[j, l] += sg * leaf_values[ls, l]
     for j in range(nb):
@@ -472,8 +525,8 @@ def _combine(i, chunk_start, checkpoints, ck_chunk, out, totals, k_lanes):  # pr
 
 
 @njit(cache=True)
-def _score_serial(X, base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
-                  vfeat, vthr, vleft, vleaf, base_vstart, base_depth, chunk_start, leaf_values,
+def _score_serial(Xb, d_feat, base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
+                  vnode, vthr, vleaf, base_vstart, base_depth, compact_at, chunk_start, leaf_values,
                   checkpoints, ck_chunk, ck_first, out, totals, k_lanes):  # pragma: no cover
     """Every (document block, chunk) task in turn, then the ordered combine."""
     n = out.shape[0]
@@ -483,18 +536,17 @@ def _score_serial(X, base_kind, base_node_start, base_leaf_start, node_feature, 
         blk = t // n_chunks
         ch = t - blk * n_chunks
         i0 = blk * DOC_BLOCK
-        _score_task(X, i0, min(DOC_BLOCK, n - i0), chunk_start[ch], chunk_start[ch + 1],
+        _score_task(Xb, d_feat, i0, min(DOC_BLOCK, n - i0), chunk_start[ch], chunk_start[ch + 1],
                     base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
-                    vfeat, vthr, vleft, vleaf, base_vstart, base_depth, leaf_values, checkpoints,
-                    ck_first[ch],
-                    out, totals[ch], k_lanes)
+                    vnode, vthr, vleaf, base_vstart, base_depth, compact_at, leaf_values, checkpoints,
+                    ck_first[ch], out, totals[ch], k_lanes)
     for i in range(n):
         _combine(i, chunk_start, checkpoints, ck_chunk, out, totals, k_lanes)
 
 
 @njit(cache=True, parallel=True)
-def _score_parallel(X, base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
-                    vfeat, vthr, vleft, vleaf, base_vstart, base_depth, chunk_start, leaf_values,
+def _score_parallel(Xb, d_feat, base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
+                    vnode, vthr, vleaf, base_vstart, base_depth, compact_at, chunk_start, leaf_values,
                     checkpoints, ck_chunk, ck_first, out, totals, k_lanes):  # pragma: no cover
     """``_score_serial`` with the tasks and the combine spread over numba's threads (the same
     tasks and the same order of additions: the same result to the last bit)."""
@@ -505,11 +557,10 @@ def _score_parallel(X, base_kind, base_node_start, base_leaf_start, node_feature
         blk = t // n_chunks
         ch = t - blk * n_chunks
         i0 = blk * DOC_BLOCK
-        _score_task(X, i0, min(DOC_BLOCK, n - i0), chunk_start[ch], chunk_start[ch + 1],
+        _score_task(Xb, d_feat, i0, min(DOC_BLOCK, n - i0), chunk_start[ch], chunk_start[ch + 1],
                     base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
-                    vfeat, vthr, vleft, vleaf, base_vstart, base_depth, leaf_values, checkpoints,
-                    ck_first[ch],
-                    out, totals[ch], k_lanes)
+                    vnode, vthr, vleaf, base_vstart, base_depth, compact_at, leaf_values, checkpoints,
+                    ck_first[ch], out, totals[ch], k_lanes)
     for i in prange(n):
         _combine(i, chunk_start, checkpoints, ck_chunk, out, totals, k_lanes)
 
@@ -553,11 +604,10 @@ def score_forest(
     ck_chunk = np.searchsorted(p.chunk_start[1:], ck, side="right").astype(np.int64)
     ck_first = np.searchsorted(ck_chunk, np.arange(n_chunks), side="left").astype(np.int64)
     totals = np.empty((n_chunks, n, forest.n_outputs), dtype=np.float64)
-    args = (Xa.reshape(-1), forest.base_kind, forest.base_node_start, forest.base_leaf_start,
-            forest.node_feature, forest.node_threshold, p.vfeat, p.vthr, p.vleft, p.vleaf,
-            p.base_vstart,
-            p.base_depth, p.chunk_start, forest.leaf_values, ck, ck_chunk, ck_first, out, totals,
-            (0,) * forest.n_outputs)
+    args = (block_features(Xa), np.int64(Xa.shape[1]), forest.base_kind, forest.base_node_start,
+            forest.base_leaf_start, forest.node_feature, forest.node_threshold, p.vnode, p.vthr, p.vleaf,
+            p.base_vstart, p.base_depth, p.base_compact_at, p.chunk_start, forest.leaf_values, ck, ck_chunk,
+            ck_first, out, totals, (0,) * forest.n_outputs)
     threads = get_scoring_threads()
     if threads > 1 and n * forest.n_base >= PARALLEL_MIN_WORK and _PARALLEL.acquire(blocking=False):
         try:
