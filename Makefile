@@ -30,12 +30,7 @@ train-default: $(VENV)/.stamp-train
 	$(VENV)/bin/tunemix demo --models-dir models --name $(MODEL)
 
 serve: train-default
-	@if $(PY) -c "import app.main" 2>/dev/null; then \
-		$(VENV)/bin/uvicorn app.main:app --host 0.0.0.0 --port $(PORT); \
-	else \
-		echo "The scoring service (app/) is not built yet: the model above was trained and evaluated;"; \
-		echo "see models/$(MODEL)/ for the artifact and report.md."; \
-	fi
+	TUNEMIX_MODELS_DIR=models TUNEMIX_DEFAULT_MODEL=$(MODEL) TUNEMIX_PORT=$(PORT) $(PY) -m app
 
 lint: $(VENV)/.stamp-dev
 	$(VENV)/bin/ruff check app training tests bench
