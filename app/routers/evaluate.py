@@ -9,7 +9,6 @@ for measures the tool itself lacks, and its warnings.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -19,7 +18,17 @@ import numpy.typing as npt
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from app.deps import MetricsDep, RegistryDep, SettingsDep, in_thread, is_text, read_body, resolve_model, scoring
+from app.deps import (
+    MetricsDep,
+    RegistryDep,
+    SettingsDep,
+    in_thread,
+    is_text,
+    json_response,
+    read_body,
+    resolve_model,
+    scoring,
+)
 from app.errors import input_error, query_label
 from app.openapi import body_spec
 from app.parsing import candidate_rows, check_limits, check_unique, letor_lists, parse_json
@@ -229,7 +238,7 @@ async def evaluate_endpoint(
         "version": served.version if served else None,
         "server_time_ms": round((time.perf_counter() - start) * 1e3, 3),
     }
-    return Response(content=json.dumps(payload, separators=(",", ":")), media_type="application/json")
+    return json_response(payload)
 
 
 def _get(registry: ModelRegistry, name: str | None, version: str | None) -> ServedModel:

@@ -7,7 +7,6 @@ not be the same across systems. A system with ``scores`` is scored; one without 
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -16,7 +15,7 @@ import numpy.typing as npt
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from app.deps import SettingsDep, in_thread, read_body
+from app.deps import SettingsDep, in_thread, json_response, read_body
 from app.errors import input_error, query_label
 from app.openapi import body_spec
 from app.parsing import CandidateLists, check_limits, check_unique, parse_json, ranked
@@ -98,4 +97,4 @@ async def fuse(request: Request, settings: SettingsDep) -> Response:
 
     payload = await in_thread(work)
     payload["server_time_ms"] = round((time.perf_counter() - start) * 1e3, 3)
-    return Response(content=json.dumps(payload, separators=(",", ":")), media_type="application/json")
+    return json_response(payload)

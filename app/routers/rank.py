@@ -7,14 +7,23 @@ candidate list of a query, not pages of it.
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from app.deps import MetricsDep, RegistryDep, SettingsDep, in_thread, is_text, read_body, resolve_model, scoring
+from app.deps import (
+    MetricsDep,
+    RegistryDep,
+    SettingsDep,
+    in_thread,
+    is_text,
+    json_response,
+    read_body,
+    resolve_model,
+    scoring,
+)
 from app.openapi import body_spec
 from app.parsing import CandidateLists, letor_lists, parse_json, rank_lists, ranked
 from app.registry import ServedModel
@@ -66,4 +75,4 @@ async def rank(
         "results": ranked(scores, lists, k),
         "server_time_ms": round((time.perf_counter() - start) * 1e3, 3),
     }
-    return Response(content=json.dumps(payload, separators=(",", ":")), media_type="application/json")
+    return json_response(payload)

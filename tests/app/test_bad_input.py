@@ -74,7 +74,7 @@ CASES: list[tuple[str, Any, list[str]]] = [
     ("/evaluate", eval_q({"metrics": ["ndcg@10", "bleu"]}, **GOOD_EVAL), ["metrics[1]", "bleu"]),
     ("/evaluate", eval_q({"metrics": ["p"]}, **GOOD_EVAL), ["metrics[0]", "cutoff"]),
     ("/evaluate", eval_q({"metrics": [f"ndcg@{HUGE}"]}, **GOOD_EVAL), ["metrics[0]", "too large"]),
-    ("/evaluate", eval_q({"convention": "sklearn"}, **GOOD_EVAL), ["convention", "yahoo"]),
+    ("/evaluate", eval_q({"convention": "trec_eval8"}, **GOOD_EVAL), ["convention", "yahoo"]),
     ("/evaluate", eval_q({"metrics": ["err"], "convention": "yahoo"}, labels=[5, 0, 1], scores=[1, 2, 3]),
      ["query 'e1'", "label 5", "yahoo"]),
     ("/evaluate", eval_q({"metrics": ["err"], "convention": "ranklib"}, labels=[0, 9, 1], scores=[1, 2, 3]),
