@@ -74,7 +74,8 @@ class RankResponse(BaseModel):
 
 
 # ---------------------------------------------------------------------------- evaluate
-Convention = Literal["letor3", "letor4", "mslr", "yahoo", "ranklib", "trec", "all"]
+Convention = Literal["letor3", "letor4", "mslr", "yahoo", "ranklib", "trec", "lightgbm", "xgboost", "sklearn", "ranx",
+                     "all"]
 
 
 class EvalQuery(BaseModel):

@@ -18,7 +18,8 @@ SERVING_MODULES = [
     "training.ensemble",
     "training.artifact",
 ]
-FORBIDDEN = ["scipy", "tqdm", "matplotlib", "dask", "distributed", "ray", "lightgbm", "ranx", "training.learners"]
+FORBIDDEN = ["scipy", "tqdm", "matplotlib", "dask", "distributed", "ray", "lightgbm", "ranx", "xgboost",
+             "sklearn", "training.learners"]
 
 
 @pytest.mark.parametrize("module", SERVING_MODULES)

@@ -105,7 +105,18 @@ def test_all_conventions_equal_the_library(client: TestClient, seed: int) -> Non
         assert r["warnings"] == want.warnings
     # ERR is native to yahoo and ranklib only
     derived = {r["convention"]: r["derived"]["err"] for r in results}
-    assert derived == {"letor3": True, "letor4": True, "mslr": True, "yahoo": False, "ranklib": False, "trec": True}
+    assert derived == {"letor3": True, "letor4": True, "mslr": True, "yahoo": False, "ranklib": False, "trec": True,
+                       "lightgbm": True, "xgboost": True, "sklearn": True, "ranx": True}
+
+
+@pytest.mark.parametrize("convention", ["lightgbm", "xgboost", "sklearn", "ranx"])
+def test_learner_and_library_conventions(client: TestClient, convention: str) -> None:
+    metrics = ["ndcg@2", "ndcg@2:empty=0", "ndcg_burges@2"]
+    res = one(client, convention, metrics)
+    want = evaluate(np.array(LABELS), np.array(SCORES, dtype=np.float64), np.array([0, len(LABELS)]), metrics,
+                    convention)
+    for m in want.mean:
+        assert same(res["mean"][m], want.mean[m]), m
 
 
 def test_metric_names_are_canonical_and_deduplicated(client: TestClient) -> None:

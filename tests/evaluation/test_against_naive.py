@@ -14,7 +14,8 @@ from training.evaluation import CONVENTION_NAMES, Measure, evaluate, mean_metric
 
 MEASURES = ["ndcg@1", "ndcg@3", "ndcg@10", "ndcg@16", "ndcg@40", "ndcg", "dcg@5", "dcg",
             "err", "err@5", "err@40", "err@3:top=2", "err:top=4", "p@1", "p@5", "p@10", "map",
-            "meanndcg"]
+            "meanndcg", "ndcg@5:gain=exp", "dcg@3:gain=linear", "ndcg@10:empty=0", "ndcg:empty=1",
+            "meanndcg:gain=exp:empty=1"]
 
 
 def _supported(conv: str, m: str) -> bool:
@@ -59,7 +60,7 @@ def test_kernels_match_naive_random(conv: str) -> None:
             off = np.concatenate([[0], np.cumsum(sizes)])
             res = evaluate(labels, scores, off, m, conv, docids=docids)
             vals, mean = evaluate_naive(meas.name, meas.cutoff, meas.top, labels.tolist(),
-                                        scores.tolist(), sizes, conv, docids)
+                                        scores.tolist(), sizes, conv, docids, meas.gain, meas.empty)
             got = res.per_query[m]
             np.testing.assert_array_equal(np.isnan(got), np.isnan(vals), err_msg=f"{conv} {m}")
             np.testing.assert_allclose(got, vals, rtol=0, atol=1e-12, err_msg=f"{conv} {m}")
@@ -78,13 +79,14 @@ def test_fixed_case_all_conventions() -> None:
             meas = Measure.parse(m)
             res = evaluate(np.array(labels), np.array(scores), off, m, conv)
             vals, mean = evaluate_naive(meas.name, meas.cutoff, meas.top, labels, scores,
-                                        sizes, conv)
+                                        sizes, conv, None, meas.gain, meas.empty)
             np.testing.assert_allclose(res.per_query[m], vals, atol=1e-12)
             assert res.mean[m] == pytest.approx(mean, abs=1e-12)
 
 
 # ----------------------------------------------------------------------------- properties
-MEANINGFUL = {"letor3": 2, "letor4": 2, "mslr": 4, "yahoo": 4, "ranklib": 4, "trec": 4}
+MEANINGFUL = {"letor3": 2, "letor4": 2, "mslr": 4, "yahoo": 4, "ranklib": 4, "trec": 4,
+              "lightgbm": 4, "xgboost": 4, "sklearn": 4, "ranx": 4}
 
 
 @st.composite
@@ -126,7 +128,7 @@ def test_ideal_order_scores_one(data, conv, k) -> None:
             assert v == pytest.approx(1.0, abs=1e-12)
             assert res.per_query["meanndcg"][q] == pytest.approx(1.0, abs=1e-12)
         else:
-            assert v == (1.0 if conv == "yahoo" else 0.0)
+            assert v == (1.0 if conv in ("yahoo", "lightgbm", "xgboost") else 0.0)
 
 
 def _dense_rank(x: np.ndarray) -> np.ndarray:

@@ -46,10 +46,30 @@ def test_table_all_conventions(files, capsys) -> None:
                  "--convention", "all", "--metrics", "ndcg@12,err"])
     assert code == 0
     out = capsys.readouterr().out
-    for name in ("letor3", "letor4", "mslr", "yahoo", "ranklib", "trec"):
+    for name in ("letor3", "letor4", "mslr", "yahoo", "ranklib", "trec", "lightgbm", "xgboost",
+                 "sklearn", "ranx"):
         assert name in out
     assert "n/a" in out  # ndcg@12 is beyond letor4/mslr cutoffs
     assert "*" in out  # derived ERR under letor
+
+
+def test_all_conventions_one_tool_refuses(tmp_path, capsys) -> None:
+    """LightGBM stops on a label above 30: its column is n/a with the reason; the rest report."""
+    data = tmp_path / "big.txt"
+    data.write_text("31 qid:1 1:0.5\n0 qid:1 1:0.1\n")
+    scores = tmp_path / "big.scores"
+    scores.write_text("0.2\n0.1\n")
+    assert main(["evaluate", "--data", str(data), "--scores", str(scores), "--convention", "all",
+                 "--metrics", "ndcg@1"]) == 0
+    out = capsys.readouterr().out
+    assert "n/a under lightgbm:" in out and "above 30" in out
+    assert main(["evaluate", "--data", str(data), "--scores", str(scores), "--convention", "all",
+                 "--metrics", "ndcg@1", "--json"]) == 0
+    conv = json.loads(capsys.readouterr().out)["conventions"]
+    assert conv["lightgbm"]["mean"]["ndcg@1"] is None and "above 30" in conv["lightgbm"]["error"]
+    assert conv["xgboost"]["mean"]["ndcg@1"] == 1.0  # XGBoost takes labels up to 31
+    assert main(["evaluate", "--data", str(data), "--scores", str(scores), "--convention",
+                 "lightgbm", "--metrics", "ndcg@1"]) == 2
 
 
 def test_json_all_has_null_for_unsupported(files, capsys) -> None:
@@ -165,7 +185,8 @@ def test_entry_point_table_and_plot(files, tmp_path, capsys) -> None:
     assert _tunemix(["evaluate", "--data", str(data), "--scores", str(scores), "--convention", "all",
                      "--plot", str(png)]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0].split() == ["measure", "letor3", "letor4", "mslr", "yahoo", "ranklib", "trec"]
+    assert out.splitlines()[0].split() == ["measure", "letor3", "letor4", "mslr", "yahoo", "ranklib", "trec",
+                                           "lightgbm", "xgboost", "sklearn", "ranx"]
     assert "(2 queries)" in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 1000
 

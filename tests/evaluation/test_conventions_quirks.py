@@ -11,7 +11,9 @@ from training.evaluation import CONVENTIONS, EvaluationInputError, evaluate, mea
 from training.evaluation.measures import Measure
 
 L3 = 1.0 / math.log2(3.0)  # 1/log2(3): weight of rank 2 (log2(r+1)) / rank 3 (LETOR)
-ALL = ["letor3", "letor4", "mslr", "yahoo", "ranklib", "trec"]
+CLASSIC = ["letor3", "letor4", "mslr", "yahoo", "ranklib", "trec"]
+LEARNERS = ["lightgbm", "xgboost", "sklearn", "ranx"]
+ALL = CLASSIC + LEARNERS
 
 
 def ev(labels, scores, measure, conv, sizes=None, docids=None):
@@ -19,7 +21,8 @@ def ev(labels, scores, measure, conv, sizes=None, docids=None):
     off = np.concatenate([[0], np.cumsum(sizes)])
     res = evaluate(np.array(labels), np.array(scores, dtype=np.float64), off, [measure], conv,
                    docids=docids)
-    return res.per_query[measure].tolist(), res.mean[measure], res
+    key = str(Measure.parse(measure))  # canonical: ndcg_burges@3 -> ndcg@3:gain=exp
+    return res.per_query[key].tolist(), res.mean[key], res
 
 
 # ------------------------------------------------------------------- gains and discounts
@@ -98,15 +101,16 @@ def test_yahoo_accepts_high_labels_for_ndcg() -> None:
 
 # ------------------------------------------------------------------ no relevant document
 def test_no_relevant_document() -> None:
+    one = ("yahoo", "lightgbm", "xgboost")
     for conv in ALL:
         pq, _, _ = ev([0, 0, 0], [1.0, 2.0, 3.0], "ndcg@2", conv)
-        assert pq == [1.0 if conv == "yahoo" else 0.0], conv
+        assert pq == [1.0 if conv in one else 0.0], conv
         pq, _, _ = ev([0, 0, 0], [1.0, 2.0, 3.0], "err", conv)
         assert pq == [0.0], conv
         pq, _, _ = ev([0, 0, 0], [1.0, 2.0, 3.0], "map", conv)
         assert pq == [0.0], conv
         pq, _, _ = ev([0, 0, 0], [1.0, 2.0, 3.0], "meanndcg", conv)
-        assert pq == [1.0 if conv == "yahoo" else 0.0], conv
+        assert pq == [1.0 if conv in one else 0.0], conv
 
 
 # ------------------------------------------------------------------------------ n < k
@@ -443,3 +447,125 @@ def test_letor_warns_on_repeated_docids(conv: str) -> None:
     for c, ids in ((conv, ["a", "b", "a", "b"]), ("mslr", ["a", "a", "c", "c"])):
         res = evaluate(np.array([1, 0, 1, 0]), np.arange(4.0), np.array([0, 2, 4]), "ndcg@1", c, docids=ids)
         assert res.warnings == [], c
+
+
+# ------------------------------------------- the learners' and Python libraries' conventions
+def test_sklearn_averages_the_gains_of_tied_documents() -> None:
+    # labels 2, 0, 1 with scores 1, 1, 0: ranks 1-2 are a tie group of mean gain (2 + 0)/2 = 1.
+    pq, _, res = ev([2, 0, 1], [1.0, 1.0, 0.0], "dcg@1", "sklearn")
+    assert pq == [1.0] and res.derived["dcg@1"] is False
+    pq, _, _ = ev([2, 0, 1], [1.0, 1.0, 0.0], "ndcg@1", "sklearn")
+    assert pq == [0.5]  # ideal DCG@1 = 2 (linear gain)
+    # the input order of the tie does not matter
+    assert ev([0, 2, 1], [1.0, 1.0, 0.0], "ndcg@1", "sklearn")[0] == [0.5]
+    # the cutoff falls inside a group of three (gains 2, 0, 0): ranks 1 and 2 take its mean 2/3
+    pq, _, _ = ev([2, 0, 0, 1], [1.0, 1.0, 1.0, 0.0], "ndcg@2", "sklearn")
+    assert pq[0] == pytest.approx((2 / 3) * (1 + L3) / (2 + L3), abs=1e-15)
+    # -0.0 and 0.0 are one group (np.unique merges them)
+    assert ev([2, 0], [-0.0, 0.0], "ndcg@1", "sklearn")[0] == [0.5]
+    # derived P@k takes the mean relevance of the group: the expected precision
+    pq, _, res = ev([2, 0, 1], [1.0, 1.0, 0.0], "p@1", "sklearn")
+    assert pq == [0.5] and res.derived["p@1"] is True
+
+
+def test_sklearn_empty_short_and_single_document() -> None:
+    assert ev([0, 0, 0], [3.0, 2.0, 1.0], "ndcg@2", "sklearn")[0] == [0.0]
+    pq, _, _ = ev([0, 1], [2.0, 1.0], "ndcg@10", "sklearn")  # k > n: sums stop at n
+    assert pq[0] == pytest.approx(L3, abs=1e-15)
+    # ndcg_score refuses one document; its per-sample formula gives 1 (label > 0) or 0
+    pq, _, res = ev([2, 0], [1.0, 1.0], "ndcg@3", "sklearn", sizes=[1, 1])
+    assert pq == [1.0, 0.0]
+    assert any("2 single-document queries" in w for w in res.warnings)
+    assert ev([3], [0.5], "dcg@5", "sklearn")[0] == [3.0]
+    assert ev([0, 1], [1.0, 1.0], "ndcg@1", "sklearn")[2].warnings == []
+
+
+def test_lightgbm_exponential_gain_empty_one_stable_ties() -> None:
+    # ranked labels 0, 1, 2 (negative scores): DCG = 1/log2(3) + 3/2, ideal 3 + 1/log2(3).
+    pq, _, res = ev([0, 1, 2], [-1.0, -2.0, -3.0], "ndcg@3", "lightgbm")
+    assert pq[0] == pytest.approx((L3 + 1.5) / (3 + L3), abs=1e-12) and not res.derived["ndcg@3"]
+    assert ev([0, 0], [1.0, 2.0], "ndcg@1", "lightgbm")[0] == [1.0]  # no relevant document: 1
+    assert ev([0, 2], [1.0, 1.0], "ndcg@1", "lightgbm")[0] == [0.0]  # tie: input order
+    assert ev([2, 0], [1.0, 1.0], "ndcg@1", "lightgbm")[0] == [1.0]
+    # double scores: a gap float32 would erase still separates
+    assert ev([0, 2], [1.0, 1.0 + 1e-12], "ndcg@1", "lightgbm")[0] == [1.0]
+    pq, _, _ = ev([0, 1], [2.0, 1.0], "ndcg@10", "lightgbm")  # k > n: by definition
+    assert pq[0] == pytest.approx(L3, abs=1e-15)
+    assert ev([0], [1.0], "ndcg@5", "lightgbm")[0] == [1.0]
+    with pytest.raises(EvaluationInputError, match=r"query 1 .*label 31.*above 30"):
+        ev([1, 0, 31, 0], [1.0, 0.0, 1.0, 0.0], "ndcg@1", "lightgbm", sizes=[2, 2])
+    ev([30, 0], [1.0, 0.0], "ndcg@1", "lightgbm")
+
+
+def test_xgboost_float32_ties_and_minus_variant() -> None:
+    # 1 + 1e-9 and 1 are one float32: a tie, kept in input order (label 0 first)
+    assert ev([0, 2], [1.0 + 1e-9, 1.0], "ndcg@1", "xgboost")[0] == [0.0]
+    assert ev([0, 2], [1.0, 1.0 + 1e-9], "ndcg@1", "xgboost")[0] == [0.0]
+    assert ev([0, 2], [1.0, 1.0 + 1e-6], "ndcg@1", "xgboost")[0] == [1.0]
+    # no relevant document: 1 for ndcg@k, 0 for ndcg@k- (ndcg@k:empty=0); both native
+    pq, _, res = ev([0, 0], [1.0, 2.0], "ndcg@1", "xgboost")
+    assert pq == [1.0] and not res.derived["ndcg@1"]
+    pq, _, res = ev([0, 0], [1.0, 2.0], "ndcg@1-", "xgboost")
+    assert pq == [0.0] and not res.derived["ndcg@1:empty=0"]
+    # ndcg_exp_gain=false: linear gain, native; ranked 1, 0, 2 -> DCG@2 = 1, ideal 2 + 1/log2(3)
+    pq, _, res = ev([2, 1, 0], [0.1, 0.3, 0.2], "ndcg@2:gain=linear", "xgboost")
+    assert pq[0] == pytest.approx(1 / (2 + L3), abs=1e-15) and not res.derived["ndcg@2:gain=linear"]
+    pq, _, _ = ev([2, 1, 0], [0.1, 0.3, 0.2], "ndcg@2", "xgboost")
+    assert pq[0] == pytest.approx(1 / (3 + L3), abs=1e-15)
+    assert ev([0, 1], [2.0, 1.0], "ndcg@10", "xgboost")[0][0] == pytest.approx(L3, abs=1e-15)
+    with pytest.raises(EvaluationInputError, match="above 31"):
+        ev([32, 0], [1.0, 0.0], "ndcg@1", "xgboost")
+    assert ev([32, 0], [1.0, 0.0], "ndcg@1:gain=linear", "xgboost")[0] == [1.0]
+
+
+def test_ranx_gains_precision_map_and_empty() -> None:
+    # ndcg: linear gain; ndcg_burges: 2^l - 1. Ranked 0, 1, 2.
+    pq, _, res = ev([0, 1, 2], [-1.0, -2.0, -3.0], "ndcg@3", "ranx")
+    assert pq[0] == pytest.approx((L3 + 1.0) / (2 + L3), abs=1e-12) and not res.derived["ndcg@3"]
+    pq, _, res = ev([0, 1, 2], [-1.0, -2.0, -3.0], "ndcg_burges@3", "ranx")
+    assert pq[0] == pytest.approx((L3 + 1.5) / (3 + L3), abs=1e-12) and not res.derived["ndcg@3:gain=exp"]
+    # P@k divides by k even when k > n; AP by the number of relevant documents
+    assert ev([1, 0, 1], [3.0, 2.0, 1.0], "p@5", "ranx")[0] == [pytest.approx(2 / 5)]
+    assert ev([0, 1, 0, 2], [4.0, 3.0, 2.0, 1.0], "map", "ranx")[0] == [pytest.approx(0.5)]
+    for m in ("ndcg@3", "ndcg_burges@3", "map", "p@3"):
+        assert ev([0, 0, 0], [1.0, 2.0, 3.0], m, "ranx")[0] == [0.0], m
+    assert ev([1, 0], [2.0, 1.0], "ndcg@10", "ranx")[0] == [1.0]
+
+
+def test_ranx_ties_follow_numba_quicksort() -> None:
+    # up to 15 documents numba's quicksort is an insertion sort: ties keep input order
+    assert ev([0, 2, 0], [1.0, 1.0, 1.0], "ndcg@1", "ranx")[0] == [0.0]
+    # 40 tied documents: the one at input position 20 comes 9th (ranks 21..29, 20, 30..)
+    labels = [0] * 40
+    labels[20] = 1
+    pq, _, _ = ev(labels, [0.0] * 40, "ndcg@10", "ranx")
+    assert pq[0] == pytest.approx(1 / math.log2(10), abs=1e-15)
+    assert ev(labels, [0.0] * 40, "ndcg@10", "lightgbm")[0] == [0.0]  # stable: 21st
+
+
+def test_derived_flags_new_conventions() -> None:
+    table = {
+        "lightgbm": {"ndcg@5": False, "ndcg": False, "dcg@5": True, "err": True, "p@5": True, "map": True,
+                     "ndcg@5:empty=0": True, "ndcg@5:gain=linear": True, "ndcg@5:gain=exp": False},
+        "xgboost": {"ndcg@5": False, "ndcg@5:empty=0": False, "ndcg@5:gain=linear:empty=0": False,
+                    "dcg@5": True, "map": True, "meanndcg": True},
+        "sklearn": {"ndcg@5": False, "dcg@5": False, "dcg": False, "ndcg@5:gain=exp": True, "err": True,
+                    "ndcg@5:empty=1": True, "ndcg@5:empty=0": False},
+        "ranx": {"ndcg@5": False, "ndcg@5:gain=exp": False, "dcg@3:gain=exp": False, "p@5": False,
+                 "map": False, "err": True, "ndcg@5:empty=1": True, "meanndcg": True},
+        "yahoo": {"ndcg@5:gain=exp": False, "ndcg@5:gain=linear": True, "ndcg@5:empty=1": False,
+                  "ndcg@5:empty=0": True},
+    }
+    for conv, expect in table.items():
+        res = evaluate(np.array([2, 1, 0, 0, 1, 0]), np.arange(6.0), np.array([0, 6]), list(expect), conv)
+        assert res.derived == expect, conv
+
+
+def test_measure_variants_change_the_value_everywhere() -> None:
+    # gain and empty-query overrides apply under any convention (derived where the tool lacks them)
+    assert ev([0, 0], [1.0, 2.0], "ndcg@1:empty=1", "trec")[0] == [1.0]
+    assert ev([0, 0], [1.0, 2.0], "meanndcg:empty=0", "yahoo")[0] == [0.0]
+    pq, _, _ = ev([1, 2], [2.0, 1.0], "ndcg@2:gain=exp", "letor4")  # LETOR discount, gain 2^l - 1
+    assert pq[0] == pytest.approx((1 + 3) / (3 + 1), abs=1e-15)
+    pq, _, _ = ev([1, 2], [2.0, 1.0], "ndcg@1:gain=linear", "yahoo")
+    assert pq[0] == pytest.approx(0.5, abs=1e-15)

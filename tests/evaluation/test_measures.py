@@ -7,7 +7,8 @@ import pytest
 from training.evaluation import Measure, parse_measures
 
 CANONICAL = ["ndcg@10", "dcg@5", "ndcg", "dcg", "err", "err@20", "err@10:top=2", "err:top=3",
-             "p@5", "map", "meanndcg"]
+             "p@5", "map", "meanndcg", "ndcg@10:gain=exp", "dcg:gain=linear", "ndcg@5:empty=0",
+             "ndcg@5:gain=linear:empty=1", "meanndcg:gain=exp:empty=0"]
 
 
 @pytest.mark.parametrize("text", CANONICAL)
@@ -31,6 +32,24 @@ def test_fields_and_loose_spelling() -> None:
      "ndcg@10:top=2", "err:top=0", "err@10:top=", "ndcg10", "err@10:top=2:top=3"],
 )
 def test_bad_strings_raise_value_error(bad: str) -> None:
+    with pytest.raises(ValueError):
+        Measure.parse(bad)
+
+
+def test_tool_spellings_of_the_variants() -> None:
+    assert Measure.parse("ndcg_burges@10") == Measure("ndcg", 10, gain="exp")
+    assert Measure.parse("dcg_burges") == Measure("dcg", gain="exp")
+    assert Measure.parse("ndcg@10-") == Measure("ndcg", 10, empty=0)
+    assert Measure.parse("NDCG-") == Measure("ndcg", empty=0)
+    assert str(Measure.parse("ndcg_burges@3")) == "ndcg@3:gain=exp"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["p@5:gain=exp", "err:empty=0", "map-", "ndcg:gain=cubic", "ndcg:empty=2", "dcg@3:empty=0",
+     "ndcg@5-:empty=1", "ndcg_burges@5:gain=linear", "ndcg@5:empty=0:gain=exp", "burges@5"],
+)
+def test_bad_variants_raise_value_error(bad: str) -> None:
     with pytest.raises(ValueError):
         Measure.parse(bad)
 

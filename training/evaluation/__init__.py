@@ -1,4 +1,4 @@
-"""Ranking evaluation under the six public tools' conventions (docs/conventions.md).
+"""Ranking evaluation under the ten public tools' conventions (docs/conventions.md, README).
 
 Public API::
 

@@ -8,6 +8,8 @@ Usage::
 
 ``--scores`` holds one float per line, aligned with the data file's documents. The table marks
 derived values (the tool has no such metric) with ``*`` and unsupported cutoffs with ``n/a``.
+With ``--convention all`` a convention whose tool refuses the input (LightGBM: a label above 30)
+shows ``n/a`` and the reason below the table; the other conventions are still reported.
 ``--json`` prints ``mean`` and ``per_query`` (keyed by qid) per measure, null for no value.
 Errors go to stderr with exit code 2, naming file and line where possible.
 
@@ -108,10 +110,17 @@ def _fmt(v: float | None) -> str:
 
 
 def _evaluate_all(
-    data: Any, scores: npt.NDArray[np.float64], conventions: list[str], measures: list[Measure]
+    data: Any, scores: npt.NDArray[np.float64], conventions: list[str], measures: list[Measure],
+    errors: dict[str, str] | None = None,
 ) -> dict[str, tuple[EvaluationResult, list[str]]]:
-    """Per convention: its result over the supported measures and the unsupported ones."""
+    """Per convention: its result over the supported measures and the unsupported ones.
+
+    With several conventions, one whose tool refuses the input gets no values (all measures
+    unsupported) and its reason in ``errors``; when every convention refuses, the first error
+    is raised.
+    """
     out: dict[str, tuple[EvaluationResult, list[str]]] = {}
+    first_error: EvaluationInputError | None = None
     for name in conventions:
         conv = get_convention(name)
         ok = [m for m in measures if conv.unsupported_reason(m) is None]
@@ -120,22 +129,35 @@ def _evaluate_all(
             reason = conv.unsupported_reason(Measure.parse(bad[0]))
             raise EvaluationInputError(str(reason))
         if ok:
-            res = evaluate(
-                data.labels, scores, data.query_offsets, ok, name,
-                docids=data.docids, qids=data.qids,
-            )
+            try:
+                res = evaluate(
+                    data.labels, scores, data.query_offsets, ok, name,
+                    docids=data.docids, qids=data.qids,
+                )
+            except EvaluationInputError as exc:
+                if len(conventions) == 1 or errors is None:
+                    raise
+                first_error = first_error or exc
+                errors[name] = str(exc)
+                res = EvaluationResult(name, np.asarray(data.qids).astype(np.str_), {}, {}, {}, [])
+                bad = [str(m) for m in measures]
         else:
             res = EvaluationResult(name, np.asarray(data.qids).astype(np.str_), {}, {}, {}, [])
         out[name] = (res, bad)
+    if first_error is not None and errors is not None and len(errors) == len(conventions):
+        raise first_error
     return out
 
 
 def _json_payload(
-    results: dict[str, tuple[EvaluationResult, list[str]]], measures: list[Measure]
+    results: dict[str, tuple[EvaluationResult, list[str]]], measures: list[Measure],
+    errors: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     payloads: dict[str, Any] = {}
     for name, (res, bad) in results.items():
         d = res.to_dict()
+        if errors and name in errors:
+            d["error"] = errors[name]
         for m in bad:
             d["mean"][m] = None
             d["per_query"][m] = None
@@ -152,7 +174,8 @@ def _json_payload(
 
 
 def _table(
-    results: dict[str, tuple[EvaluationResult, list[str]]], measures: list[Measure]
+    results: dict[str, tuple[EvaluationResult, list[str]]], measures: list[Measure],
+    errors: dict[str, str] | None = None,
 ) -> str:
     names = list(results)
     keys = [str(m) for m in measures]
@@ -180,6 +203,7 @@ def _table(
     for n in names:
         res, _ = results[n]
         rows.extend(f"warning: {w}" for w in res.warnings)
+    rows.extend(f"n/a under {n}: {msg}" for n, msg in (errors or {}).items())
     return "\n".join(rows) + "\n"
 
 
@@ -192,19 +216,22 @@ def plot_ndcg_curves(data: Any, scores: npt.NDArray[np.float64], path: str | Pat
 
     ks = list(range(1, 11))
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    styles = ["-", "--", ":", "-", "--", ":"]
-    markers = ["o", "s", "^", "D", "v", "x"]
+    styles = ["-", "--", ":", "-."]
+    markers = ["o", "s", "^", "D", "v", "x", "P", "*", "<", ">"]
     for i, name in enumerate(CONVENTION_NAMES):
-        res = evaluate(
-            data.labels, scores, data.query_offsets, [Measure("ndcg", k) for k in ks], name,
-            docids=data.docids, qids=data.qids,
-        )
-        ax.plot(ks, [res.mean[f"ndcg@{k}"] for k in ks], linestyle=styles[i % 6],
-                marker=markers[i % 6], label=name)
+        try:
+            res = evaluate(
+                data.labels, scores, data.query_offsets, [Measure("ndcg", k) for k in ks], name,
+                docids=data.docids, qids=data.qids,
+            )
+        except EvaluationInputError:  # this tool refuses the input (reported with the table)
+            continue
+        ax.plot(ks, [res.mean[f"ndcg@{k}"] for k in ks], linestyle=styles[i % len(styles)],
+                marker=markers[i % len(markers)], label=name)
     ax.set_xlabel("cutoff k")
     ax.set_ylabel("mean NDCG@k")
     ax.set_xticks(ks)
-    ax.set_title("NDCG@k under the six tool conventions (overlapping lines agree)")
+    ax.set_title(f"NDCG@k under the {len(CONVENTION_NAMES)} tool conventions (overlapping lines agree)")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -246,14 +273,15 @@ def _run(args: argparse.Namespace) -> int:
             f"documents; line {min(scores.shape[0], data.n_docs) + 1} has no partner"
         )
     conventions = list(CONVENTION_NAMES) if args.convention == "all" else [args.convention]
+    errors: dict[str, str] = {}
     try:
-        results = _evaluate_all(data, scores, conventions, measures)
+        results = _evaluate_all(data, scores, conventions, measures, errors)
     except EvaluationInputError as exc:
         raise _CliError(f"{args.data}: {exc}") from None
     if args.json:
-        sys.stdout.write(json.dumps(_json_payload(results, measures), indent=2) + "\n")
+        sys.stdout.write(json.dumps(_json_payload(results, measures, errors), indent=2) + "\n")
     else:
-        sys.stdout.write(_table(results, measures))
+        sys.stdout.write(_table(results, measures, errors))
     if args.plot:
         try:
             plot_ndcg_curves(data, scores, args.plot)

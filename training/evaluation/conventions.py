@@ -1,4 +1,4 @@
-"""The six evaluation conventions: each reproduces one public tool, as flags of one kernel.
+"""The ten evaluation conventions: each reproduces one public tool, as flags of one kernel.
 
 Specification: ``docs/conventions.md`` (written from the tools' source code). Names:
 
@@ -9,6 +9,11 @@ mslr      the MSLR-WEB10K/30K script (LETOR 4.0 script with a five-level gain ta
 yahoo     the Yahoo! Learning to Rank Challenge ``evaluate.py`` (Chapelle and Chang 2011)
 ranklib   RankLib's ``NDCGScorer``, ``DCGScorer``, ``ERRScorer``, ``PrecisionScorer``, ``APScorer``
 trec      trec_eval 9.x (``ndcg_cut``, ``P``, ``map``)
+lightgbm  LightGBM's ``ndcg@k`` eval metric with the default ``label_gain`` (2^l - 1)
+xgboost   XGBoost's ``ndcg@k`` and ``ndcg@k-`` eval metrics (``ndcg_exp_gain`` true or false)
+sklearn   scikit-learn's ``ndcg_score`` and ``dcg_score`` (``ignore_ties=False``: ties averaged)
+ranx      ranx's ``ndcg@k``, ``ndcg_burges@k``, ``dcg@k``, ``dcg_burges@k``, ``map``,
+          ``precision@k``
 ========  =========================================================================
 
 A :class:`Convention` is an ir_measures-style *provider*: it says which measures the tool
@@ -17,17 +22,23 @@ flagged in the result), which cutoffs it supports, and it turns itself into the 
 tables and integer flags that :mod:`training.evaluation.kernels` consumes:
 
 - gain g(l): a table (LETOR: 0->0, 1->1, 2->3, other labels 0; MSLR: up to 4->15, >= 5 -> 0),
-  exponential 2^l - 1 (yahoo, ranklib) or linear l (trec);
+  exponential 2^l - 1 (yahoo, ranklib, lightgbm, xgboost) or linear l (trec, sklearn, ranx); a
+  measure may ask for the other one (``ndcg@10:gain=exp``: native where the tool offers it);
 - weight of rank r: LETOR 1 for r = 1, 2 then 1/log2(r); the others 1/log2(r + 1);
 - ideal DCG: the gains of all n labels sorted descending, top k (the LETOR scripts sort by gain,
   so a label their table maps to 0 never counts in the ideal);
-- value of NDCG when idealDCG@k = 0: 1.0 under yahoo, 0 elsewhere;
+- value of NDCG when idealDCG@k = 0: 1.0 under yahoo, lightgbm and xgboost (``ndcg@k``), 0
+  elsewhere (and XGBoost's ``ndcg@k-``, spelt ``ndcg@k:empty=0``);
 - short-list rule for DCG/NDCG@k when n < k: letor3 no value (NaN; the mean adds 0 and divides
   by all queries), letor4/mslr 0, the others sum to n "by definition";
 - P@k: relevance threshold (LETOR labels 1..2, MSLR 2..4, others >= 1), divisor k or min(k, n)
   (ranklib), letor3 no value when n < k;
-- ties: stable input order, or trec (float32-rounded scores, docid descending strcmp order);
-- ERR: R = (2^l - 1)/16 (yahoo, ranklib); derived R = g(l)/g(top) elsewhere; an explicit top
+- scores: float64, or rounded to float32 first (trec, xgboost: the tools store C floats);
+- ties: stable input order (letor*, mslr, yahoo, ranklib, lightgbm, xgboost, sklearn), trec
+  (docid descending strcmp order), ranx (numba's unstable quicksort of the negated scores, in
+  input order), and sklearn averages every rank's gain over its tie group;
+- ERR: R = (2^l - 1)/16 (yahoo, ranklib; derived the same under lightgbm and xgboost); derived
+  R = g(l)/g(top) elsewhere; an explicit top
   label t gives R = g_exp(l)/2^t (the Tune-and-mix ERR, Busa-Fekete et al. 2013).
 
 Notes checked against the tools' source (tests/evaluation/test_conventions_quirks.py,
@@ -44,6 +55,23 @@ tests/evaluation/test_against_trec_eval.py):
 - trec follows trec_eval 9.x (to 9.0.8, and the copy bundled with pytrec-eval-terrier), whose
   run scores are C floats: ``atof`` rounds them to float32 before ranking. trec_eval 10.0
   (release candidates) stores them as doubles (usnistgov/trec_eval PR #38) and would not round.
+
+The four learner/library conventions, checked by running them
+(tests/evaluation/test_against_python_tools.py):
+
+- lightgbm (4.x): ``DCGCalculator`` sorts a query by score with ``std::stable_sort`` (ties in
+  input order) over double scores; k > n sums to n; a query whose max DCG is 0 scores 1; labels
+  must be below ``len(label_gain)`` = 31, otherwise training stops ("Label 31 is not less than
+  the number of label mappings"): we refuse such labels under lightgbm NDCG/DCG.
+- xgboost (2.x, 3.x): predictions are float32 (``base_margin`` is stored as float), so scores
+  that are equal as float32 tie; ties in input order; k > n sums to n; an empty query scores 1
+  (``ndcg@k``) or 0 (``ndcg@k-``); with the exponential gain labels above 31 are refused.
+- sklearn: gain is the label itself; ``ndcg_score`` refuses a single-document query (and
+  ``dcg_score`` one of 1 column): we give the value of sklearn's own per-sample formula
+  (``_ndcg_sample_scores``: NDCG 1 if the label is positive, else 0; DCG the label) and warn.
+- ranx (0.3): gains l (``ndcg``) or 2^l - 1 (``ndcg_burges``); the ideal DCG is over the judged
+  relevant documents (label >= 1), top min(k, #relevant); P@k divides by k; AP by the number of
+  relevant documents; an empty query scores 0 everywhere.
 """
 
 from __future__ import annotations
@@ -67,7 +95,7 @@ P_NAN: Final = 2  # P@k has no value when n < k (letor3)
 
 GainKind = Literal["table", "exponential", "linear"]
 DiscountKind = Literal["letor", "log2"]
-TieRule = Literal["stable", "trec"]
+TieRule = Literal["stable", "trec", "quicksort"]
 ShortRule = Literal["truncate", "nan", "zero"]
 PRule = Literal["k", "min", "nan"]
 
@@ -98,6 +126,16 @@ class Convention:
     err_native: Literal["none", "whole", "cutoff"]
     native: frozenset[str]
     nan_counts_zero: bool = True
+    #: scores are rounded to float32 before ranking (trec_eval and XGBoost store C floats)
+    float32_scores: bool = False
+    #: every rank takes the mean gain (relevance, ERR probability) of its tie group (sklearn)
+    average_ties: bool = False
+    #: gains other than the convention's own that the tool offers natively ("exp", "linear")
+    native_gains: frozenset[str] = frozenset()
+    #: values of NDCG on a query without relevant documents the tool offers besides empty_ndcg
+    native_empty: frozenset[int] = frozenset()
+    #: labels above this make the tool refuse NDCG/DCG with the exponential gain (None: no limit)
+    exp_label_limit: int | None = None
 
     # ----------------------------------------------------------------- tables
     def gain_values(self, max_label: int) -> npt.NDArray[np.float64]:
@@ -112,6 +150,30 @@ class Convention:
         if self.gain_kind == "exponential":
             return np.exp2(labels) - 1.0
         return labels
+
+    def measure_gain_kind(self, measure: Measure) -> GainKind:
+        """The gain a measure uses here: its own ``gain`` variant, else the convention's."""
+        if measure.gain == "exp":
+            return "exponential"
+        if measure.gain == "linear":
+            return "linear"
+        return self.gain_kind
+
+    def measure_gain_values(self, max_label: int, measure: Measure) -> npt.NDArray[np.float64]:
+        """g(l) for l = 0..max_label under the measure's gain variant (see measure_gain_kind)."""
+        kind = self.measure_gain_kind(measure)
+        if kind == self.gain_kind:
+            return self.gain_values(max_label)
+        labels = np.arange(max_label + 1, dtype=np.float64)
+        return np.exp2(labels) - 1.0 if kind == "exponential" else labels
+
+    def measure_empty_value(self, measure: Measure) -> float:
+        """NDCG of a query whose ideal DCG is 0: the measure's ``empty`` variant, else the rule."""
+        return float(measure.empty) if measure.empty is not None else self.empty_ndcg
+
+    def tie_code(self) -> int:
+        """The kernels' ``tie_mode`` (kernels.TIE_STABLE / TIE_DOCID / TIE_QUICKSORT)."""
+        return {"stable": 0, "trec": 1, "quicksort": 2}[self.tie_rule]
 
     def discount_values(self, n: int) -> npt.NDArray[np.float64]:
         """Weight of rank r = 1..n at index r - 1."""
@@ -162,6 +224,14 @@ class Convention:
             if self.err_native == "whole":
                 return measure.cutoff is None
             return self.err_native == "cutoff"
+        if measure.gain is not None:
+            own = {"exponential": "exp", "linear": "linear"}.get(self.gain_kind)
+            if measure.gain != own and measure.gain not in self.native_gains:
+                return False
+        if measure.empty is not None and not (
+            float(measure.empty) == self.empty_ndcg or measure.empty in self.native_empty
+        ):
+            return False
         if name == "ndcg" and measure.cutoff is None:
             return self.max_cutoff is None and name in self.native
         return name in self.native
@@ -319,6 +389,94 @@ CONVENTIONS: Final[dict[str, Convention]] = {
         err_yahoo_rule=False,
         err_native="none",
         native=frozenset({"ndcg", "p", "map"}),
+        float32_scores=True,
+    ),
+    "lightgbm": Convention(
+        name="lightgbm",
+        tool="LightGBM ndcg@k eval metric",
+        gain_kind="exponential",
+        gain_table=None,
+        discount="log2",
+        ideal_rule="all n labels, top min(k, n)",
+        empty_ndcg=1.0,
+        short_list="truncate",
+        p_rule="k",
+        max_cutoff=None,
+        tie_rule="stable",
+        relevant_min=1,
+        relevant_max=None,
+        meaningful_max_label=None,
+        err_top=4,
+        err_yahoo_rule=True,
+        err_native="none",
+        native=frozenset({"ndcg"}),
+        exp_label_limit=30,
+    ),
+    "xgboost": Convention(
+        name="xgboost",
+        tool="XGBoost ndcg@k eval metric",
+        gain_kind="exponential",
+        gain_table=None,
+        discount="log2",
+        ideal_rule="all n labels, top min(k, n)",
+        empty_ndcg=1.0,
+        short_list="truncate",
+        p_rule="k",
+        max_cutoff=None,
+        tie_rule="stable",
+        relevant_min=1,
+        relevant_max=None,
+        meaningful_max_label=None,
+        err_top=4,
+        err_yahoo_rule=True,
+        err_native="none",
+        native=frozenset({"ndcg"}),
+        float32_scores=True,
+        native_gains=frozenset({"linear"}),
+        native_empty=frozenset({0}),
+        exp_label_limit=31,
+    ),
+    "sklearn": Convention(
+        name="sklearn",
+        tool="scikit-learn ndcg_score / dcg_score",
+        gain_kind="linear",
+        gain_table=None,
+        discount="log2",
+        ideal_rule="all n labels, top min(k, n)",
+        empty_ndcg=0.0,
+        short_list="truncate",
+        p_rule="k",
+        max_cutoff=None,
+        tie_rule="stable",
+        relevant_min=1,
+        relevant_max=None,
+        meaningful_max_label=None,
+        err_top=4,
+        err_yahoo_rule=False,
+        err_native="none",
+        native=frozenset({"ndcg", "dcg"}),
+        average_ties=True,
+    ),
+    "ranx": Convention(
+        name="ranx",
+        tool="ranx",
+        gain_kind="linear",
+        gain_table=None,
+        discount="log2",
+        ideal_rule="relevant labels (>= 1), top min(k, #relevant)",
+        empty_ndcg=0.0,
+        short_list="truncate",
+        p_rule="k",
+        max_cutoff=None,
+        tie_rule="quicksort",
+        relevant_min=1,
+        relevant_max=None,
+        meaningful_max_label=None,
+        err_top=4,
+        err_yahoo_rule=False,
+        err_native="none",
+        native=frozenset({"ndcg", "dcg", "p", "map"}),
+        native_gains=frozenset({"exp"}),
     ),
 }
 

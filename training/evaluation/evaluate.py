@@ -1,4 +1,4 @@
-"""Evaluate ranked lists under one of the six tool conventions.
+"""Evaluate ranked lists under one of the ten tool conventions.
 
 >>> import numpy as np
 >>> labels = np.array([2, 0, 1, 0, 0, 1])          # three queries of 2, 3 and 1 documents
@@ -82,7 +82,6 @@ class _Prepared:
     labels: npt.NDArray[np.int32]
     scores: npt.NDArray[np.float64]
     tiebreak: npt.NDArray[np.int64]
-    use_tiebreak: bool
     offsets: npt.NDArray[np.int64]
     qids: npt.NDArray[np.str_] | None
     max_label: int
@@ -244,15 +243,15 @@ def _prepare(
             )
 
     tiebreak = np.zeros(0, dtype=np.int64)
-    use_tiebreak = False
-    if conv.tie_rule == "trec":
-        # trec_eval reads scores into a C float, sorts by score descending, then by docno
-        # descending (strcmp). UTF-8 byte order equals code point order, which numpy uses.
-        # Beyond float32's range a score becomes +-inf there too (C's double -> float rounds
-        # to nearest, overflow to infinity), so huge scores tie exactly as in trec_eval.
+    if conv.float32_scores:
+        # trec_eval reads scores into a C float, XGBoost stores predictions (base_margin) as
+        # float: round to nearest, beyond float32's range +-inf (C's double -> float and numpy
+        # agree), so scores equal as float32 tie exactly as in those tools.
         with np.errstate(over="ignore"):
             sc = sc.astype(np.float32).astype(np.float64)
-        use_tiebreak = True
+    if conv.tie_rule == "trec":
+        # trec_eval sorts by score descending, then by docno descending (strcmp). UTF-8 byte
+        # order equals code point order, which numpy uses.
         if doc_arr is None:
             tiebreak = _decimal_string_rank(off)
             warnings.append(
@@ -268,7 +267,6 @@ def _prepare(
         labels=lab,
         scores=sc,
         tiebreak=tiebreak,
-        use_tiebreak=use_tiebreak,
         offsets=off,
         qids=qid_arr,
         max_label=max_label,
@@ -341,25 +339,61 @@ def _check_err_labels(prep: _Prepared, conv: Convention, measure: Measure, table
     )
 
 
+def _check_gain_labels(prep: _Prepared, conv: Convention, measure: Measure) -> None:
+    """LightGBM (label_gain has 31 entries) and XGBoost (exponential gain) refuse high labels."""
+    limit = conv.exp_label_limit
+    if (
+        limit is None
+        or measure.name not in ("ndcg", "dcg", "meanndcg")
+        or conv.measure_gain_kind(measure) != "exponential"
+        or prep.max_label <= limit
+    ):
+        return
+    row = int(np.argmax(prep.labels > limit))
+    q = _query_of_row(prep.offsets, row)
+    raise EvaluationInputError(
+        f"{_query_name(q, prep.qids)}: label {int(prep.labels[row])} at row {row} is above {limit}, "
+        f"the largest label {conv.tool} accepts for {measure.name} with the gain 2^l - 1"
+    )
+
+
+def _single_document_warning(conv: Convention, prep: _Prepared, measures: list[Measure]) -> str | None:
+    """sklearn's ndcg_score/dcg_score refuse a list of one document; we give its formula's value."""
+    if not conv.average_ties or not any(m.name in ("ndcg", "dcg") for m in measures):
+        return None
+    sizes = np.diff(prep.offsets)
+    n_single = int(np.count_nonzero(sizes == 1))
+    if n_single == 0:
+        return None
+    q = int(np.argmax(sizes == 1))
+    return (
+        f"{conv.name}: {n_single} single-document queries (first: {_query_name(q, prep.qids)}); "
+        f"{conv.tool} refuses such a list, their values follow its per-query formula "
+        "(NDCG 1 if the label is positive, else 0; DCG the label)"
+    )
+
+
 def _values(prep: _Prepared, conv: Convention, measure: Measure) -> npt.NDArray[np.float64]:
     max_label = prep.max_label
-    gain = conv.gain_values(max_label)
+    gain = conv.measure_gain_values(max_label, measure)
     disc = conv.discount_values(max(prep.max_n, 1))
     rel = conv.relevant_values(max_label)
     err_r = conv.err_values(max_label, measure.top)
     if measure.name == "err":
         _check_err_labels(prep, conv, measure, err_r)
+    _check_gain_labels(prep, conv, measure)
     out: npt.NDArray[np.float64] = kernels.query_values(
         prep.labels,
         prep.scores,
         prep.tiebreak,
-        prep.use_tiebreak,
+        conv.tie_code(),
+        conv.average_ties,
         prep.offsets,
         METRIC_CODES[measure.name],
         measure.cutoff or 0,
         conv.short_code(),
         conv.p_code(),
-        conv.empty_ndcg,
+        conv.measure_empty_value(measure),
         gain,
         disc,
         rel,
@@ -385,17 +419,20 @@ def evaluate(
     docids: npt.ArrayLike | None = None,
     qids: npt.ArrayLike | None = None,
 ) -> EvaluationResult:
-    """Evaluate every query under ``convention`` (letor3|letor4|mslr|yahoo|ranklib|trec).
+    """Evaluate every query under ``convention`` (letor3|letor4|mslr|yahoo|ranklib|trec|
+    lightgbm|xgboost|sklearn|ranx).
 
     ``measures``: ``"ndcg@10,err"``, a :class:`Measure`, or a list of either. Returns per-query
     values (NaN where the tool has no value: letor3 NDCG@k/P@k with n < k), the tool's mean
     (letor3 adds 0 for such queries and divides by all queries), ``derived`` flags for metrics
-    the tool lacks, and warnings (labels the convention ignores, trec without docids).
+    the tool lacks, and warnings (labels the convention ignores, trec without docids, sklearn
+    single-document queries).
 
     Raises :class:`EvaluationInputError` (a ValueError) naming the query (``qids`` when given,
     else the 0-based index) for negative or non-integer labels, NaN/inf scores, empty queries,
-    length mismatches, duplicate docids under trec, ERR labels above the top grade, and
-    cutoffs the tool does not support (letor3 1..16, letor4/mslr 1..10 for NDCG and P).
+    length mismatches, duplicate docids under trec, ERR labels above the top grade, labels
+    LightGBM (> 30) or XGBoost (> 31) refuse for NDCG with the gain 2^l - 1, and cutoffs the
+    tool does not support (letor3 1..16, letor4/mslr 1..10 for NDCG and P).
     """
     conv = get_convention(convention)
     ms = list(dict.fromkeys(parse_measures(measures)))
@@ -410,6 +447,9 @@ def evaluate(
         msg = conv.label_warning(prep.max_label, n_above)
         if msg is not None:
             warnings.append(msg)
+    single = _single_document_warning(conv, prep, ms)
+    if single is not None:
+        warnings.append(single)
     per_query: dict[str, npt.NDArray[np.float64]] = {}
     mean: dict[str, float] = {}
     derived: dict[str, bool] = {}

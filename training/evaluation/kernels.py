@@ -11,8 +11,19 @@ Example: three queries with 2, 3 and 1 documents have ``query_offsets = [0, 2, 5
 
 Everything convention-specific arrives as lookup tables indexed by label (``gain``, ``rel``,
 ``err_r``) or by 0-based rank (``disc``) plus a few integer codes (see conventions.py), so the
-loop below exists once. Ranking order: score descending; ties go to the document with the
-larger ``tiebreak`` when ``use_tiebreak`` else to the earlier row (a stable sort).
+loop below exists once. Ranking order: score descending; ``tie_mode`` decides equal scores:
+
+- ``TIE_STABLE`` (0): the earlier row first (a stable sort);
+- ``TIE_DOCID`` (1): the document with the larger ``tiebreak`` first (trec: docid strcmp);
+- ``TIE_QUICKSORT`` (2): the order of numba's ``np.argsort`` (an unstable quicksort) of the
+  negated scores of the query's rows, which is how ranx sorts a run (``sort_dict_by_value``).
+
+With ``average_ties`` every per-document quantity of a rank (gain, relevance, ERR stopping
+probability) is replaced by its mean over all documents of the query with the same score,
+wherever they fall (McSherry and Najork, ECIR 2008; scikit-learn's ``ndcg_score``): for the
+measures linear in it (DCG, NDCG, P@k, MeanNDCG) this is the exact expectation over all orders
+of the tied documents, and a cutoff inside a tie group takes that group's mean gain for the
+ranks before the cutoff only.
 
 Formulas (r is the 1-based rank, m = min(k, n)):
 
@@ -22,6 +33,8 @@ Formulas (r is the 1-based rank, m = min(k, n)):
 - ERR@k = sum_{r<=m} err_r[l_r] / r * prod_{s<r} (1 - err_r[l_s]) (Chapelle et al. 2009).
 - P@k = #{r <= m : rel[l_r]} / (k or m); AP = sum over relevant ranks r of P@r / #relevant.
 - MeanNDCG = (1/n) sum_{j=1..n} NDCG@j (LETOR 4.0).
+
+``empty_value`` is per call (the measure may override the convention's), as are the tables.
 """
 
 from __future__ import annotations
@@ -36,29 +49,42 @@ PREC = 3
 AP = 4
 MEANNDCG = 5
 
+TIE_STABLE = 0
+TIE_DOCID = 1
+TIE_QUICKSORT = 2
+
 # Up to this many ranks, the top of a list is found by insertion into a small buffer
 # (O(n) for random scores); longer prefixes use a full merge sort.
 SELECT_MAX = 32
 
 
 @njit(cache=True, inline="always")
-def _before(scores, tiebreak, use_tiebreak, i, j):
-    """True when row i ranks strictly before row j."""
+def _before(scores, tiebreak, tie_mode, i, j):
+    """True when row i ranks strictly before row j (TIE_STABLE or TIE_DOCID)."""
     si = scores[i]
     sj = scores[j]
     if si > sj:
         return True
     if si < sj:
         return False
-    if use_tiebreak:
+    if tie_mode == TIE_DOCID:
         return tiebreak[i] > tiebreak[j]
     return i < j
 
 
 @njit(cache=True)
-def _rank_prefix(scores, tiebreak, use_tiebreak, start, end, m, order, tmp):
+def _rank_prefix(scores, tiebreak, tie_mode, start, end, m, order, tmp):
     """Fill order[0:m] with the rows of the first m ranks of rows start:end."""
     n = end - start
+    if tie_mode == TIE_QUICKSORT:
+        # ranx: np.argsort([-v for v in values]) inside numba (kind "quicksort", not stable).
+        neg = np.empty(n, dtype=np.float64)
+        for i in range(n):
+            neg[i] = -scores[start + i]
+        idx = np.argsort(neg)
+        for r in range(m):
+            order[r] = start + idx[r]
+        return
     if m <= SELECT_MAX and m < n:
         # Insertion into a sorted buffer of m rows; ``thr`` is the score of the last one, so
         # most rows are rejected by one comparison (ties still go to the full comparator).
@@ -71,11 +97,11 @@ def _rank_prefix(scores, tiebreak, use_tiebreak, start, end, m, order, tmp):
                 cnt += 1
             elif si < thr:
                 continue
-            elif _before(scores, tiebreak, use_tiebreak, i, order[m - 1]):
+            elif _before(scores, tiebreak, tie_mode, i, order[m - 1]):
                 pos = m - 1
             else:
                 continue
-            while pos > 0 and _before(scores, tiebreak, use_tiebreak, i, order[pos - 1]):
+            while pos > 0 and _before(scores, tiebreak, tie_mode, i, order[pos - 1]):
                 order[pos] = order[pos - 1]
                 pos -= 1
             order[pos] = i
@@ -98,7 +124,7 @@ def _rank_prefix(scores, tiebreak, use_tiebreak, start, end, m, order, tmp):
             b = mid
             o = lo
             while a < mid and b < hi:
-                if _before(scores, tiebreak, use_tiebreak, src[b], src[a]):
+                if _before(scores, tiebreak, tie_mode, src[b], src[a]):
                     dst[o] = src[b]
                     b += 1
                 else:
@@ -151,9 +177,41 @@ def _ideal_gains(labels, gain, start, end, m, out):
 
 
 @njit(cache=True)
+def _rank_values(labels, scores, table, average_ties, start, end, m, order, out):
+    """out[r] = table[label at rank r] for r < m (order[0:m] holds the ranked rows); with
+    ``average_ties`` the mean of table[label] over the rank's whole tie group in the query."""
+    for r in range(m):
+        out[r] = table[labels[order[r]]]
+    if not average_ties:
+        return
+    r = 0
+    while r < m:
+        s = scores[order[r]]
+        e = r + 1
+        while e < m and scores[order[e]] == s:
+            e += 1
+        total = 0.0
+        cnt = 0
+        if e == m and m < end - start:
+            # the last group of the prefix may go on past rank m: take all its rows
+            for i in range(start, end):
+                if scores[i] == s:
+                    total += table[labels[i]]
+                    cnt += 1
+        else:
+            for j in range(r, e):
+                total += out[j]
+            cnt = e - r
+        mean = total / cnt
+        for j in range(r, e):
+            out[j] = mean
+        r = e
+
+
+@njit(cache=True)
 def _query_value(
-    labels, scores, tiebreak, use_tiebreak, start, end, metric, cutoff, short_rule, p_rule,
-    empty_value, gain, disc, rel, err_r, order, tmp, ideal,
+    labels, scores, tiebreak, tie_mode, average_ties, start, end, metric, cutoff, short_rule,
+    p_rule, empty_value, gain, disc, rel, err_r, order, tmp, ideal, vals,
 ):
     """The value of one measure on the query owning rows start:end (see module docstring)."""
     n = end - start
@@ -165,10 +223,11 @@ def _query_value(
                 return np.nan
             if short_rule == 2:
                 return 0.0
-        _rank_prefix(scores, tiebreak, use_tiebreak, start, end, m, order, tmp)
+        _rank_prefix(scores, tiebreak, tie_mode, start, end, m, order, tmp)
+        _rank_values(labels, scores, gain, average_ties, start, end, m, order, vals)
         dcg = 0.0
         for r in range(m):
-            dcg += gain[labels[order[r]]] * disc[r]
+            dcg += vals[r] * disc[r]
         if metric == DCG:
             return dcg
         _ideal_gains(labels, gain, start, end, m, ideal)
@@ -179,43 +238,50 @@ def _query_value(
             return empty_value
         return dcg / best
     if metric == ERR:
-        _rank_prefix(scores, tiebreak, use_tiebreak, start, end, m, order, tmp)
+        _rank_prefix(scores, tiebreak, tie_mode, start, end, m, order, tmp)
+        _rank_values(labels, scores, err_r, average_ties, start, end, m, order, vals)
         p = 1.0
         s = 0.0
         for r in range(m):
-            big_r = err_r[labels[order[r]]]
+            big_r = vals[r]
             s += p * big_r / (r + 1)
             p *= 1.0 - big_r
         return s
     if metric == PREC:
         if n < k and p_rule == 2:
             return np.nan
-        _rank_prefix(scores, tiebreak, use_tiebreak, start, end, m, order, tmp)
-        hits = 0
+        _rank_prefix(scores, tiebreak, tie_mode, start, end, m, order, tmp)
+        _rank_values(labels, scores, rel, average_ties, start, end, m, order, vals)
+        hits = 0.0
         for r in range(m):
-            hits += rel[labels[order[r]]]
+            hits += vals[r]
         if p_rule == 1:
             return hits / m
         return hits / k
     if metric == AP:
-        _rank_prefix(scores, tiebreak, use_tiebreak, start, end, n, order, tmp)
-        hits = 0
+        _rank_prefix(scores, tiebreak, tie_mode, start, end, n, order, tmp)
+        _rank_values(labels, scores, rel, average_ties, start, end, n, order, vals)
+        n_rel = 0
+        for i in range(start, end):
+            n_rel += rel[labels[i]]
+        if n_rel == 0:
+            return 0.0
+        hits = 0.0
         total = 0.0
         for r in range(n):
-            if rel[labels[order[r]]] != 0:
-                hits += 1
-                total += hits / (r + 1)
-        if hits == 0:
-            return 0.0
-        return total / hits
+            if vals[r] != 0.0:
+                hits += vals[r]
+                total += vals[r] * hits / (r + 1)
+        return total / n_rel
     # MEANNDCG
-    _rank_prefix(scores, tiebreak, use_tiebreak, start, end, n, order, tmp)
+    _rank_prefix(scores, tiebreak, tie_mode, start, end, n, order, tmp)
+    _rank_values(labels, scores, gain, average_ties, start, end, n, order, vals)
     _ideal_gains(labels, gain, start, end, n, ideal)
     dcg = 0.0
     best = 0.0
     acc = 0.0
     for r in range(n):
-        dcg += gain[labels[order[r]]] * disc[r]
+        dcg += vals[r] * disc[r]
         best += ideal[r] * disc[r]
         if best <= 0.0:
             acc += empty_value
@@ -226,8 +292,8 @@ def _query_value(
 
 @njit(cache=True)
 def query_values(
-    labels, scores, tiebreak, use_tiebreak, query_offsets, metric, cutoff, short_rule, p_rule,
-    empty_value, gain, disc, rel, err_r,
+    labels, scores, tiebreak, tie_mode, average_ties, query_offsets, metric, cutoff, short_rule,
+    p_rule, empty_value, gain, disc, rel, err_r,
 ):
     """Per-query values of one measure (float64, NaN = the tool has no value)."""
     nq = query_offsets.shape[0] - 1
@@ -240,11 +306,12 @@ def query_values(
     order = np.empty(max_n, dtype=np.int64)
     tmp = np.empty(max_n, dtype=np.int64)
     ideal = np.empty(max_n, dtype=np.float64)
+    vals = np.empty(max_n, dtype=np.float64)
     for q in range(nq):
         out[q] = _query_value(
-            labels, scores, tiebreak, use_tiebreak, query_offsets[q], query_offsets[q + 1],
-            metric, cutoff, short_rule, p_rule, empty_value, gain, disc, rel, err_r,
-            order, tmp, ideal,
+            labels, scores, tiebreak, tie_mode, average_ties, query_offsets[q],
+            query_offsets[q + 1], metric, cutoff, short_rule, p_rule, empty_value, gain, disc,
+            rel, err_r, order, tmp, ideal, vals,
         )
     return out
 

@@ -70,7 +70,7 @@ def render_markdown(record: dict[str, Any]) -> str:
             lines.append(f"| {row['rescale']} | {_fmt(row.get(f'val_{m}'))} | {_fmt(row.get(f'test_{m}'))} |")
         lines.append("")
     for split, by_model in record["evaluation"].items():
-        lines.append(f"## {split.capitalize()} metrics under the six conventions")
+        lines.append(f"## {split.capitalize()} metrics under the {len(next(iter(by_model.values())))} conventions")
         for who, table in by_model.items():
             # NDCG@1..10 are all in report.json and the plot; the table shows a readable subset
             measures = [m for m in next(iter(table.values())) if m in TABLE_MEASURES or not m.startswith("ndcg@")]

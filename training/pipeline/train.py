@@ -207,7 +207,7 @@ def _progress_bar(total: int, desc: str, progress: bool, unit: str = "job") -> A
 # ---------------------------------------------------------------------------------- metrics
 def metrics_all_conventions(labels: np.ndarray, scores: np.ndarray, offsets: np.ndarray,
                             docids: np.ndarray | None = None, top_label: int = 4) -> dict[str, dict[str, float | None]]:
-    """Mean of RECORD_MEASURES under each of the six conventions (None where the tool refuses).
+    """Mean of RECORD_MEASURES under each of the ten conventions (None where the tool refuses).
 
     With fewer than five levels, ERR with the data's own top label (``err:top=K-1``, the papers'
     ERR: R = (2^l - 1) / 2^top) is recorded too.
