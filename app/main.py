@@ -33,7 +33,8 @@ from training.scoring import forest
 log = logging.getLogger("app")
 
 DESCRIPTION = """Calibrated-ensemble learning to rank (tunemix): rank candidate lists with a trained
-ensemble, evaluate rankings under six tools' conventions, fuse several systems' result lists.
+ensemble, evaluate rankings under ten tools' conventions (letor3, letor4, mslr, yahoo, ranklib, trec,
+lightgbm, xgboost, sklearn, ranx), fuse several systems' result lists.
 Every 4xx body is `{"detail": "<what is wrong, naming the query and field>"}`."""
 
 

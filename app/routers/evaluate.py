@@ -1,4 +1,4 @@
-"""``POST /evaluate``: NDCG, ERR, P@k, MAP under one or all six tools' conventions.
+"""``POST /evaluate``: NDCG, ERR, P@k, MAP under one or all ten tools' conventions.
 
 Each query brings its labels and either scores, a ranking of its docids (best first), or its
 documents' features, which ``model`` scores first. A LETOR text body (labels from the file) is
@@ -185,7 +185,7 @@ def _results(batch: _Batch, measures: list[str], convention: str, per_query: boo
 
 @router.post(
     "/evaluate",
-    summary="Evaluate rankings under one or all six tools' conventions",
+    summary="Evaluate rankings under one or all ten tools' conventions",
     response_model=EvaluateResponse,
     responses=ERRORS,  # type: ignore[arg-type]
     openapi_extra=body_spec(EvaluateRequest, text="LETOR lines with labels, scored by `model` (query parameters: "
@@ -199,7 +199,7 @@ async def evaluate_endpoint(
     model: Annotated[str | None, Query(description="text bodies: the model that scores them")] = None,
     version: Annotated[str | None, Query()] = None,
     metrics: Annotated[str, Query(description="text bodies: comma-separated measures")] = "ndcg@10",
-    convention: Annotated[str, Query(description="text bodies: one of the six, or all")] = "yahoo",
+    convention: Annotated[str, Query(description="text bodies: one of the ten, or all")] = "yahoo",
     per_query: Annotated[bool, Query()] = False,
 ) -> Response:
     start = time.perf_counter()
