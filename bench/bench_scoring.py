@@ -20,10 +20,10 @@ targets with pass/fail). Every peer is measured in the same run, interleaved, on
    dtype, so that it does not copy). Each setting: one untimed call per peer, then rounds
    A B C A B C ...; a sample is the mean of enough back-to-back calls to last a few ms; the
    figure is the median sample, in ns per document per tree.
-2. ``EnsembleModel.score`` of ``models/mq2008-fold1/v1`` for one query of 1, 10, 100, 1,000
-   and 10,000 documents (rows drawn without repetition from all 15,211 MQ2008 documents), on 1
-   and 2 threads interleaved, with the medians of the ``timings`` breakdown (views, forest,
-   calibrators, mixer) and of the wall time of the whole call.
+2. ``EnsembleModel.score`` of the latest ``models/mq2008-fold1/vN`` (trained first when absent)
+   for one query of 1, 10, 100, 1,000 and 10,000 documents (rows drawn without repetition from
+   all 15,211 MQ2008 documents), on 1 and 2 threads interleaved, with the medians of the
+   ``timings`` breakdown (views, forest, calibrators, mixer) and of the wall time of the call.
 3. The targets of issue 8 with booleans.
 
 lleaves 1.3 still calls llvmlite's legacy pass manager, removed in llvmlite 0.45 (numba 0.68
@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import ROOT, SHARED_DATA, write_result
+from bench.common import ROOT, SHARED_DATA, ensure_model, write_result
 from training.scoring import forest as forest_module
 from training.scoring.forest import FlatForest, score_forest
 
@@ -64,8 +64,6 @@ LEAVES = (8, 64)
 BATCHES = (100, 1_000, 10_000)
 THREADS = (1, 2)
 ENSEMBLE_SIZES = (1, 10, 100, 1_000, 10_000)
-MODEL_DIR = ROOT / "models" / "mq2008-fold1" / "v1"
-TRAIN_CMD = ".venv/bin/tunemix train --config configs/mq2008.toml --models-dir models --no-progress"
 SCORE_TOL = 1e-5  # relative to max(1, max |score|)
 DEFAULT_LLEAVES_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tunemix" / "bench-lleaves"
 
@@ -425,18 +423,16 @@ def kernels_on(name: str, data: dict[str, Any], tmp: Path, quick: bool, cache_di
 
 # ----------------------------------------------------------------------------- part 2
 def ensemble(mq: dict[str, Any] | None, quick: bool) -> dict[str, Any]:
-    if not (MODEL_DIR / "manifest.json").exists():
-        msg = f"skipped: {MODEL_DIR.relative_to(ROOT)} not found; train it with `{TRAIN_CMD}`"
-        print(msg)
-        return {"skipped": msg}
     if mq is None:
         return {"skipped": "MQ2008 data absent (../shared/data/MQ2008)"}
     from training.scoring.ensemble_model import load_model
 
-    model, _ = load_model(MODEL_DIR)
+    model_dir = ensure_model()  # the latest models/mq2008-fold1/vN, trained first when absent
+
+    model, _ = load_model(model_dir)
     f = model.forest
     out: dict[str, Any] = {
-        "model": str(MODEL_DIR.relative_to(ROOT)), "members": model.n_members, "runs": len(model.runs),
+        "model": str(model_dir.relative_to(ROOT)), "members": model.n_members, "runs": len(model.runs),
         "bases": f.n_base, "extra_views": list(model.extra_views), "forest_features": f.n_features,
         "checkpoints": int(model._checkpoints.shape[0]),
         "node_count": int(f.node_feature.shape[0]), "sizes": [],

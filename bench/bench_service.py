@@ -54,11 +54,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import ROOT, SHARED_DATA, write_result
+from bench.common import MODEL_NAME, MODELS_DIR, ROOT, SHARED_DATA, ensure_model, write_result
 
-MODEL_NAME = "mq2008-fold1"
-CONFIG = ROOT / "configs" / "mq2008.toml"
-MODELS_DIR = ROOT / "models"
 TARGETS = {
     "docs_100": {"p50_ms": 5.0, "p99_ms": 20.0, "errors": 0},
     "docs_1000": {"p50_ms": 20.0},
@@ -100,24 +97,6 @@ def rounded(x: float | None, nd: int = 3) -> float | None:
 
 
 # ---------------------------------------------------------------------------- model and data
-def ensure_model() -> Path:
-    """The latest version of models/mq2008-fold1; trains it (about 5 min) when there is none."""
-    from training.artifact.store import latest_version
-
-    path = latest_version(MODELS_DIR, MODEL_NAME)
-    if path is not None:
-        return path
-    tunemix = Path(sys.executable).parent / "tunemix"
-    cmd = ([str(tunemix)] if tunemix.exists() else [sys.executable, "-m", "training.cli"]) + [
-        "train", "--config", str(CONFIG), "--models-dir", str(MODELS_DIR)]
-    log(f"no trained {MODEL_NAME} under {MODELS_DIR}: training it now, about 4-6 min: {' '.join(cmd)}")
-    subprocess.run(cmd, cwd=ROOT, check=True, timeout=3600)
-    path = latest_version(MODELS_DIR, MODEL_NAME)
-    if path is None:
-        raise SystemExit(f"training finished but {MODELS_DIR / MODEL_NAME} holds no version")
-    return path
-
-
 def service_threads() -> int:
     """Numba threads per worker of our service with TUNEMIX_WORKERS=1 (its settings' rule)."""
     env = os.environ.get("TUNEMIX_SCORING_THREADS")
