@@ -46,6 +46,10 @@ COPY pyproject.toml README.md /tmp/build/src/
 COPY training /tmp/build/src/training
 RUN pip install "/tmp/build/src[train]" && rm -rf /tmp/build/src
 COPY configs ./configs
+# The default model's configuration (also packaged in the wheel) at a fixed path, for the compose
+# `trainer`, which runs `tunemix train --config /opt/tunemix/default.toml` (./configs is mounted
+# over /srv/tunemix/configs there).
+COPY training/pipeline/default.toml /opt/tunemix/default.toml
 # The default model, on data the project generates itself. Versions are written 0700 by the
 # trainer (mkdtemp): open them up for the unprivileged service user.
 RUN tunemix demo --models-dir /opt/tunemix/models --data-dir /tmp/synthetic --no-progress \

@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
 # scripts/docker_test.sh (`make docker-test`): build the image and test it for real.
 #
-#   1. build the final image (Dockerfile target `runtime`)
+#   1. build the final image (Dockerfile target `runtime`) and the trainer image (target `builder`)
+#      from ONE snapshot of the working tree (git's tracked and untracked, not ignored files, taken
+#      at the start: the tree may be edited while the build runs), so that every stage sees the
+#      same code and compose never runs a stale image nor builds one itself
 #   2. check it: non-root user, serving extras only (no scipy/matplotlib/dask/tqdm in `pip list`)
 #   3. run it: wait for /health then /ready, rank one request (n_features from GET /models),
 #      run the image's HEALTHCHECK
-#   4. bring the compose stack up on an EMPTY models directory (as in a clean clone): the
-#      models-init service seeds it, the service ranks; then the `trainer` profile writes v2 and
-#      POST /models/reload serves it; bring the stack down
+#   4. bring the compose stack up (TUNEMIX_WORKERS workers) on an EMPTY models directory (as in a
+#      clean clone): the models-init service seeds it, the service ranks, its healthcheck passes;
+#      then the `trainer` profile runs twice (v2, then v3: safe to run again) and after each run
+#      POST /models/reload serves the new version (in every worker); bring the stack down
 # Everything listens on 127.0.0.1 only; every wait is bounded; containers are removed on exit.
 #
 # Engine: docker if a docker engine answers, else podman (+ podman-compose). Environment:
 #   DOCKER_TEST_PORT (18080), DOCKER_TEST_COMPOSE_PORT (18081), DOCKER_TEST_READY_TIMEOUT (180 s),
-#   DOCKER_TEST_SKIP_TRAINER=1 (skip the trainer run, about a minute), IMAGE (localhost/tunemix:latest),
-#   PODMAN_COMPOSE (path of podman-compose if not on PATH)
+#   DOCKER_TEST_BUILD_TIMEOUT (2400 s per image), DOCKER_TEST_TRAIN_TIMEOUT (900 s per trainer run),
+#   DOCKER_TEST_WORKERS (2: uvicorn workers of the compose service),
+#   DOCKER_TEST_SKIP_TRAINER=1 (skip the trainer image and runs), IMAGE (localhost/tunemix:latest),
+#   TRAINER_IMAGE (localhost/tunemix-trainer:latest), PODMAN_COMPOSE (path of podman-compose if not on PATH)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,6 +28,9 @@ TRAINER_IMAGE=${TRAINER_IMAGE:-localhost/tunemix-trainer:latest}
 PORT=${DOCKER_TEST_PORT:-18080}
 COMPOSE_PORT=${DOCKER_TEST_COMPOSE_PORT:-18081}
 READY_TIMEOUT=${DOCKER_TEST_READY_TIMEOUT:-180}
+BUILD_TIMEOUT=${DOCKER_TEST_BUILD_TIMEOUT:-2400}
+TRAIN_TIMEOUT=${DOCKER_TEST_TRAIN_TIMEOUT:-900}
+WORKERS=${DOCKER_TEST_WORKERS:-2}
 PROJECT=tunemix-dockertest
 TOKEN=docker-test-token
 NAME=tunemix-dockertest-$$
@@ -64,6 +73,7 @@ quiet_err() { grep -v 'systemd connection' "$ERR" >&2 || true; : > "$ERR"; }
 # ------------------------------------------------------------------ cleanup
 CID=""
 MODELS_TMP=""
+CTX=""
 COMPOSE_UP=0
 cleanup() {
   rc=$?
@@ -77,24 +87,37 @@ cleanup() {
       echo "--- compose logs (last 40 lines)"
       compose logs 2>&1 | tail -40
     fi
-    compose --profile train down >/dev/null 2>&1 || compose down >/dev/null 2>&1
+    timeout -k 10 120 "${COMPOSE[@]}" -p "$PROJECT" --profile train down >/dev/null 2>&1 \
+      || timeout -k 10 120 "${COMPOSE[@]}" -p "$PROJECT" down >/dev/null 2>&1
+    # e.g. a `compose run` container of a timed-out trainer: remove what is left of the project
+    for c in $($ENGINE ps -aq --filter "label=com.docker.compose.project=$PROJECT" 2>/dev/null); do
+      $ENGINE rm -f "$c" >/dev/null 2>&1
+    done
   fi
   [ -n "$MODELS_TMP" ] && rm -rf "$MODELS_TMP"
+  [ -n "$CTX" ] && rm -rf "$CTX"
   rm -f "$ERR"
   exit "$rc"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-compose() { "${COMPOSE[@]}" -p "$PROJECT" "$@"; }
+# every compose call is bounded (COMPOSE_TIMEOUT, default 300 s; the trainer runs get TRAIN_TIMEOUT)
+compose() { timeout -k 10 "${COMPOSE_TIMEOUT:-300}" "${COMPOSE[@]}" -p "$PROJECT" "$@"; }
 
 # ------------------------------------------------------------------ HTTP helpers (curl + python3)
-# wait_http URL STATUS TIMEOUT: poll until URL answers STATUS
+# wait_http URL STATUS TIMEOUT [STREAK]: poll until URL answers STATUS STREAK times in a row (default
+# 1; more with several workers, each of which turns ready on its own)
 wait_http() {
-  local url=$1 want=$2 limit=$3 start=$SECONDS code=""
+  local url=$1 want=$2 limit=$3 need=${4:-1} start=$SECONDS code="" streak=0
   while [ $((SECONDS - start)) -lt "$limit" ]; do
     code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$url" || true)
-    [ "$code" = "$want" ] && { ok "$url -> $code after $((SECONDS - start)) s"; return 0; }
+    if [ "$code" = "$want" ]; then
+      streak=$((streak + 1))
+      [ "$streak" -ge "$need" ] && { ok "$url -> $code after $((SECONDS - start)) s"; return 0; }
+      continue
+    fi
+    streak=0
     sleep 1
   done
   fail "$url did not answer $want within $limit s (last: ${code:-none})"
@@ -128,21 +151,93 @@ print("   ok: POST /rank (%s features) -> model %s %s, ranking %s" % (sys.argv[2
 ' "$out" "$nf" || fail "unexpected /rank response: $out"
 }
 
+# check_health CID: run the container's HEALTHCHECK (podman: now; docker: wait for its verdict)
+check_health() {
+  local cid=$1 status=""
+  if [ "$ENGINE" = podman ]; then
+    timeout -k 5 60 podman healthcheck run "$cid" 2>"$ERR" || { quiet_err; fail "podman healthcheck run $cid"; }
+    quiet_err
+    status=$(podman inspect --format '{{.State.Health.Status}}' "$cid" 2>/dev/null \
+             || podman inspect --format '{{.State.Healthcheck.Status}}' "$cid")
+  else
+    # docker runs the HEALTHCHECK on its own schedule (interval 30 s): wait for its verdict
+    for _ in $(seq 1 60); do
+      status=$(docker inspect --format '{{.State.Health.Status}}' "$cid")
+      [ "$status" = healthy ] && break
+      sleep 2
+    done
+  fi
+  [ "$status" = healthy ] || fail "HEALTHCHECK of $cid: status '$status'"
+}
+
 served_version() {
   curl -fsS --max-time 10 "$1/models" | python3 -c 'import json, sys; d = json.load(sys.stdin); print([m for m in d["models"] if m["name"] == d["default"]][0]["version"])'
 }
 
+# wait_version BASE VERSION TIMEOUT: until 10 requests in a row see VERSION. With several workers the
+# reload reaches one of them; the others adopt it by polling the shared state (about a second).
+wait_version() {
+  local base=$1 want=$2 limit=$3 start=$SECONDS streak=0 v=""
+  while [ $((SECONDS - start)) -lt "$limit" ]; do
+    v=$(served_version "$base" 2>/dev/null || true)
+    if [ "$v" = "$want" ]; then
+      streak=$((streak + 1))
+      [ "$streak" -ge 10 ] && { ok "$want served by every worker after $((SECONDS - start)) s"; return 0; }
+    else
+      streak=0; sleep 0.5
+    fi
+  done
+  fail "$base does not serve $want consistently within $limit s (last: ${v:-none})"
+}
+
+# train_and_reload BASE VERSION: run the trainer once, expect VERSION on disk, reload, serve it
+train_and_reload() {
+  local base=$1 want=$2 reload
+  log "compose --profile train run --rm trainer (expect $want of default in the models dir)"
+  COMPOSE_TIMEOUT=$TRAIN_TIMEOUT compose --profile train run --rm trainer >"$ERR" 2>&1 \
+    || { cat "$ERR"; fail "trainer"; }
+  grep -E 'model written to|ensemble|report' "$ERR" | sed 's/^/   /' || true
+  : > "$ERR"
+  [ -f "$MODELS_TMP/default/$want/manifest.json" ] || fail "the trainer did not write default/$want"
+  ok "versions on disk: $(ls "$MODELS_TMP/default" | tr '\n' ' ')"
+  [ "$(served_version "$base")" != "$want" ] || fail "$want served before the reload"
+  reload=$(curl -fsS --max-time 120 -X POST -H "Authorization: Bearer $TOKEN" \
+           -H 'Content-Type: application/json' -d '{"model": "default"}' "$base/models/reload") \
+    || fail "POST /models/reload"
+  ok "POST /models/reload -> $reload"
+  wait_version "$base" "$want" 30
+  rank_once "$base"
+}
+
 # ------------------------------------------------------------------ 1. build
+# The build context: a snapshot of the working tree (without git: the tree itself).
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  CTX=$(mktemp -d)
+  git ls-files -z --cached --others --exclude-standard \
+    | tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C "$CTX"
+  BUILD_CTX=$CTX
+  echo "build context: snapshot of the working tree in $CTX ($(du -sh "$CTX" | cut -f1))"
+else
+  BUILD_CTX=.
+fi
+build() {  # build TARGET TAG
+  if [ "$ENGINE" = docker ]; then
+    DOCKER_BUILDKIT=1 timeout -k 30 "$BUILD_TIMEOUT" docker build --target "$1" -t "$2" "$BUILD_CTX"
+  else
+    timeout -k 30 "$BUILD_TIMEOUT" podman build --pull=never --format docker --target "$1" -t "$2" "$BUILD_CTX"
+  fi || fail "build of target $1 failed (or took more than $BUILD_TIMEOUT s)"
+}
 log "build $IMAGE (target runtime)"
 b0=$SECONDS
-if [ "$ENGINE" = docker ]; then
-  DOCKER_BUILDKIT=1 docker build --target runtime -t "$IMAGE" .
-else
-  podman build --format docker --target runtime -t "$IMAGE" .
-fi
+build runtime "$IMAGE"
 BUILD_S=$((SECONDS - b0))
 SIZE=$($ENGINE image inspect --format '{{.Size}}' "$IMAGE")
 ok "built in ${BUILD_S} s; image size $((SIZE / 1000000)) MB"
+if [ "${DOCKER_TEST_SKIP_TRAINER:-0}" != 1 ]; then
+  log "build $TRAINER_IMAGE (target builder: cached stages of the build above)"
+  build builder "$TRAINER_IMAGE"
+  ok "trainer image $((SECONDS - b0 - BUILD_S)) s"
+fi
 
 # ------------------------------------------------------------------ 2. image contents
 log "image contents: user, installed packages"
@@ -167,56 +262,43 @@ ok "ready $((SECONDS - r0)) s after docker run"
 rank_once "http://127.0.0.1:$PORT"
 $ENGINE exec "$CID" sh -c 'test "$(id -u)" != 0' || fail "the service runs as root"
 ok "service process runs as uid $($ENGINE exec "$CID" id -u)"
-if [ "$ENGINE" = podman ]; then
-  podman healthcheck run "$CID" 2>"$ERR" || { quiet_err; fail "podman healthcheck run"; }
-  quiet_err
-  status=$(podman inspect --format '{{.State.Health.Status}}' "$CID" 2>/dev/null \
-           || podman inspect --format '{{.State.Healthcheck.Status}}' "$CID")
-else
-  # docker runs the HEALTHCHECK on its own schedule (interval 30 s): wait for its verdict
-  status=""
-  for _ in $(seq 1 60); do
-    status=$(docker inspect --format '{{.State.Health.Status}}' "$CID")
-    [ "$status" = healthy ] && break
-    sleep 2
-  done
-fi
-[ "$status" = healthy ] || fail "image HEALTHCHECK: status '$status'"
-ok "image HEALTHCHECK: $status"
+check_health "$CID"
+ok "image HEALTHCHECK: healthy"
 $ENGINE rm -f "$CID" >/dev/null 2>"$ERR"; quiet_err; CID=""
 
 # ------------------------------------------------------------------ 4. compose
 BASE="http://127.0.0.1:$COMPOSE_PORT"
 MODELS_TMP=$(mktemp -d)
 chmod 755 "$MODELS_TMP"   # like ./models in a clean clone: empty, world-readable
-export TUNEMIX_MODELS_HOST_DIR=$MODELS_TMP TUNEMIX_HOST_PORT=$COMPOSE_PORT TUNEMIX_RELOAD_TOKEN=$TOKEN
-log "compose up (project $PROJECT, empty models dir $MODELS_TMP, 127.0.0.1:$COMPOSE_PORT)"
+export TUNEMIX_MODELS_HOST_DIR=$MODELS_TMP TUNEMIX_HOST_PORT=$COMPOSE_PORT TUNEMIX_RELOAD_TOKEN=$TOKEN \
+       TUNEMIX_WORKERS=$WORKERS
+log "compose up (project $PROJECT, empty models dir $MODELS_TMP, 127.0.0.1:$COMPOSE_PORT, $WORKERS workers)"
 COMPOSE_UP=1
 compose up -d >"$ERR" 2>&1 || { cat "$ERR"; fail "compose up"; }
 : > "$ERR"
 wait_http "$BASE/health" 200 60
-wait_http "$BASE/ready" 200 "$READY_TIMEOUT"
+wait_http "$BASE/ready" 200 "$READY_TIMEOUT" 10
 [ -f "$MODELS_TMP/default/v1/manifest.json" ] || fail "models-init did not seed default/v1"
 ok "models-init seeded $(ls "$MODELS_TMP/default" | tr '\n' ' ')"
 rank_once "$BASE"
+SVC=$($ENGINE ps -q --filter "label=com.docker.compose.project=$PROJECT" \
+      --filter "label=com.docker.compose.service=tunemix" | head -1)
+[ -n "$SVC" ] || fail "no running container of the compose service tunemix"
+check_health "$SVC"
+started=$($ENGINE logs "$SVC" 2>&1 | grep -c 'Started server process' || true)
+[ "$started" = "$WORKERS" ] || fail "the compose service started $started uvicorn workers, not $WORKERS"
+ok "compose service healthcheck: healthy; $started uvicorn workers"
 code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -X POST -H 'Content-Type: application/json' \
        -d '{"model": "default"}' "$BASE/models/reload")
 [ "$code" = 401 ] || fail "POST /models/reload without a token: $code (expected 401)"
 ok "POST /models/reload without the token -> 401"
 
 if [ "${DOCKER_TEST_SKIP_TRAINER:-0}" != 1 ]; then
-  log "compose --profile train run --rm trainer (a new version of default into the models dir)"
-  compose --profile train run --rm trainer >"$ERR" 2>&1 || { cat "$ERR"; fail "trainer"; }
-  grep -E 'model written to|ensemble|report' "$ERR" | sed 's/^/   /' || true
-  : > "$ERR"
-  [ -f "$MODELS_TMP/default/v2/manifest.json" ] || fail "the trainer did not write default/v2"
-  ok "versions on disk: $(ls "$MODELS_TMP/default" | tr '\n' ' ')"
-  reload=$(curl -fsS --max-time 120 -X POST -H "Authorization: Bearer $TOKEN" \
-           -H 'Content-Type: application/json' -d '{"model": "default"}' "$BASE/models/reload") \
-    || fail "POST /models/reload"
-  ok "POST /models/reload -> $reload"
-  [ "$(served_version "$BASE")" = v2 ] || fail "the service does not serve v2 after the reload"
-  rank_once "$BASE"
+  train_and_reload "$BASE" v2
+  before=$(cd "$MODELS_TMP/default" && sha256sum v1/* v2/*)
+  train_and_reload "$BASE" v3   # running the trainer again is safe: a new version, v1/v2 untouched
+  [ "$(cd "$MODELS_TMP/default" && sha256sum v1/* v2/*)" = "$before" ] || fail "the second trainer run changed v1 or v2"
+  [ "$(ls -A "$MODELS_TMP/default")" = "$(printf 'v1\nv2\nv3')" ] || fail "unexpected entries: $(ls -A "$MODELS_TMP/default")"
 fi
 
 log "compose down"
