@@ -37,6 +37,11 @@ def test_round_trip_and_versions(tmp_path: Path) -> None:
     assert arrays["idx"].dtype == np.int32
 
 
+def test_a_saved_version_is_readable_by_other_users(tmp_path: Path) -> None:
+    v1 = _save(tmp_path)
+    assert v1.stat().st_mode & 0o777 == 0o755
+
+
 def test_no_leftovers_after_failed_save(tmp_path: Path) -> None:
     with pytest.raises(TypeError):
         save_artifact(tmp_path, "demo", {"n_features": 1}, {"bad": np.array([object()], dtype=object)})

@@ -176,6 +176,9 @@ def save_artifact(
             target = tmp / fname
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(content)
+        # mkdtemp makes the directory owner-only (0700): a version is data for others to read (a
+        # service running as another user must read it the moment it appears), so 0755
+        os.chmod(tmp, 0o755)
         while True:
             final = root / f"v{number}"
             try:
