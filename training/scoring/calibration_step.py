@@ -1,44 +1,83 @@
-"""Every member's calibrator in one step: one numba kernel per calibrator family, each applied
-to all of its members at once.
+"""Every member's calibrator in one step: one numba call for all members and documents.
 
-At scoring time member m's raw K-vectors (``training.scoring.ensemble_model``) become one score
+At scoring time member m's raw K-vector (``training.scoring.ensemble_model``) becomes one score
 per document through its own calibrator (Tune and mix, Sect. 5). Calling 90 calibrators one by
-one costs milliseconds of Python overhead for a 100-document list; here the members of a family
-are one kernel call reading the (n, M, K_max) raw block in place, with their parameters stacked
-(and zero-padded to the family's largest shape) once, when the model loads:
+one costs milliseconds of Python overhead for a 100-document list; here every calibrator's
+parameters are packed once, when the model loads, into one flat float and one flat integer
+array with a header row per member, and one kernel walks blocks of documents: for each member it
+gathers the block's raw K-vectors (``raw[i, m, :K]``, or ``sums[i, hi_m, :K] - sums[i, lo_m, :K]``
+straight from the forest's running sums) into a small class-major buffer and applies the
+member's formula with the documents in the innermost loop (parameters stay in registers, the
+arithmetic vectorises):
 
-- ``shift``:  p_l = max(0, 1 + f_l / R) / sum, uniform where the sum is 0; v = sum_l z_l p_l.
-- ``cpc``:    p_l = s(f_l) / sum_l' s(f_l'), s(f) = 1 / (1 + exp(-a (f - b))) (log-sum-exp); v = z . p.
-- ``rbc``:    x = (f - mean) / scale; linear g = x . w + c; logistic g = sigmoid(x . w + c);
-              poly g = phi(clip(x)) . w + c (monomials of total degree 1..D); nn
-              g = tanh(x W1^T + b1) . w2 + b2; v = offset + out_scale * g.
+- ``shift``:  f'_l = max(0, 1 + f_l / R), p_l = f'_l / sum_l' f'_l', uniform where the sum is 0;
+              v = z . p, computed as (sum_l z_l f'_l) / (sum_l f'_l), the mean gain where it is 0.
+- ``cpc``:    p_l = s(y_l) / sum_l' s(y_l'), y_l = a (f_l - b), s(y) = 1 / (1 + exp(-y)); v = z . p,
+              computed as (sum_l z_l w_l) / (sum_l w_l) with w_l = s(y_l) exp(-m) =
+              e_l / (1 + exp(m) e_l), e_l = exp(y_l - m), m = min(max_l y_l, 0): no exponential
+              overflows, the largest weight is >= 1/2, and only weights negligible next to it
+              underflow (the reference works in the log domain, log s = -log(1 + exp(-y))).
+- ``rbc``:    x = (f - mean) / scale; linear g = x . w + c; logistic g = sigmoid(eta), eta = x . w + c,
+              = 1 / (1 + e) for eta >= 0 and e / (1 + e) below, e = exp(-|eta|); poly
+              g = phi(clip(x)) . w + c, each monomial of total degree 1..D the product of a
+              monomial of degree one less (its parent, computed before it) and one clipped input;
+              nn g = tanh(x W1^T + b1) . w2 + b2; v = offset + out_scale * g.
+- ``exp(x)``: x = k ln 2 + r, |r| <= ln(2) / 2; exp(r) - 1 by its Taylor polynomial of degree 13;
+              2^k from its exponent bits; x clamped to [-708, 709]. Within 1 ulp of ``np.exp``,
+              branch-free and call-free, so the document loops vectorise (numba calls libm's
+              ``exp`` and ``tanh`` one value at a time, with data-dependent slow paths).
+- ``tanh(z)``: sign(z) (-u) / (2 + u), u = expm1(-2 |z|) = 2^k (exp(r) - 1) + (2^k - 1); within
+              2 ulp of ``np.tanh``.
 
 The formulas are the calibrators' own ``transform`` (``training.calibration``), which stays the
-reference: the tests compare the two to 1e-12. A calibrator of a kind not listed falls back to
-its own ``transform``. Zero padding changes nothing: a padded polynomial term or hidden unit
-has a zero weight.
+reference: the tests compare the two to 1e-12 (the forms above differ from it by a few units in
+the last place; sums over classes, hidden units and monomials run in their index order). A
+calibrator of a kind not listed falls back to its own ``transform``.
+
+Threads: documents are split into one contiguous range per thread (``get_scoring_threads()``,
+numba's ``prange``) when the list is big enough (``PARALLEL_MIN_WORK``). Every document's score
+is computed by the same operations whatever its range (no sum runs across documents, no
+fast-math), so the result is the same to the last bit for any thread count.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+import numba
 import numpy as np
 import numpy.typing as npt
-from numba import njit
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic
 
 from training.calibration.base import Calibrator
 from training.calibration.regression_calibration import _POLY_CLIP, RegressionCalibrator
 from training.calibration.regression_models import unpack_network
 from training.calibration.shift import ShiftCalibrator
 from training.calibration.sigmoid_calibration import SigmoidCalibrator
+from training.scoring.forest import _PARALLEL, get_scoring_threads
 
 Float64Array = npt.NDArray[np.float64]
-
+Int64Array = npt.NDArray[np.int64]
 
 FAMILIES = ("shift", "cpc", "linear", "logistic", "poly", "nn")
+SHIFT, CPC, LINEAR, LOGISTIC, POLY, NN = range(len(FAMILIES))
+
+#: Documents per block: the block's class-major raw buffer and the polynomials' monomials stay
+#: in the L1/L2 cache while the members stream through.
+DOC_BLOCK = 64
+
+#: Values of a block's ``src`` rows up to which they are transposed first (32 KiB: the L1 cache).
+TRANSPOSE_MAX = 4096
+
+#: Below this many member-document pairs one thread calibrates the list (a launch costs more).
+PARALLEL_MIN_WORK = 4_000
+
+#: Header columns of a member's row in the packed program.
+_H_FAMILY, _H_COLUMN, _H_K, _H_FLOAT, _H_INT, _H_SIZE = range(6)
 
 
 def _family(cal: Calibrator) -> str | None:
@@ -51,185 +90,359 @@ def _family(cal: Calibrator) -> str | None:
     return None
 
 
-def _pad(rows: Sequence[npt.ArrayLike], shape: tuple[int, ...], dtype: Any = np.float64) -> np.ndarray:
-    """``rows`` stacked along a new first axis, each zero-padded to ``shape``."""
-    out = np.zeros((len(rows), *shape), dtype=dtype)
-    for i, r in enumerate(rows):
-        a = np.asarray(r, dtype=dtype)
-        index: tuple[int | slice, ...] = (i, *(slice(0, n) for n in a.shape))
-        out[index] = a
-    return out
+def _poly_plan(exponents: Int64Array) -> tuple[list[int], list[int], list[int]] | None:
+    """Evaluation order of the monomials (rows of ``exponents``): (term, parent, input) triples,
+    each parent (a row, or -1 for the constant 1) before its children; None when a monomial's
+    parent is missing from the table (the step then falls back to the calibrator's transform)."""
+    rows = [tuple(int(e) for e in r) for r in exponents]
+    index = {r: t for t, r in enumerate(rows)}
+    if len(index) != len(rows) or any(min(r, default=0) < 0 or sum(r) == 0 for r in rows):
+        return None
+    terms, parents, inputs = [], [], []
+    for t in sorted(range(len(rows)), key=lambda t: sum(rows[t])):
+        r = rows[t]
+        var = max(l for l, e in enumerate(r) if e > 0)
+        parent_row = tuple(e - (l == var) for l, e in enumerate(r))
+        if sum(parent_row) == 0:
+            parent = -1
+        elif parent_row in index:
+            parent = index[parent_row]
+        else:
+            return None
+        terms.append(t)
+        parents.append(parent)
+        inputs.append(var)
+    return terms, parents, inputs
 
 
-@dataclass
-class _Group:
-    """The members of one family with their parameters stacked along axis 0 (``p``, in the
-    order of the family's kernel arguments)."""
-
-    family: str
-    members: npt.NDArray[np.int64]
-    k: npt.NDArray[np.int64]
-    p: tuple[Any, ...]
-
-
-def _stack(family: str, cals: Sequence[Any], ks: Sequence[int]) -> tuple[Any, ...]:
-    kmax = max(ks)
+def _pack(family: str, cal: Any, k: int) -> tuple[list[float], list[int], int] | None:
+    """(float params, int params, size) of one calibrator in its kernel's layout (``size``: the
+    hidden units of an nn, the monomials of a polynomial); None: use its transform."""
     if family == "shift":
-        return (np.array([c.scale_ for c in cals], dtype=np.float64),
-                _pad([c.gains_ for c in cals], (kmax,)))
+        gains = [float(z) for z in cal.gains_]
+        mean_gain = 0.0
+        for z in gains:
+            mean_gain += z * (1.0 / k)
+        return [float(cal.scale_), mean_gain, *gains], [], 0
     if family == "cpc":
-        return (np.array([c.a_ for c in cals], dtype=np.float64),
-                np.array([c.b_ for c in cals], dtype=np.float64),
-                _pad([c.gains_ for c in cals], (kmax,)))
-    head = (_pad([c.mean_ for c in cals], (kmax,)), _pad([c.scale_ for c in cals], (kmax,)))
-    tail = (np.array([c.output_offset_ for c in cals], dtype=np.float64),
-            np.array([c.output_scale_ for c in cals], dtype=np.float64))
-    if family == "nn":
-        nets = [unpack_network(c.coef_, k, int(c.hidden)) for c, k in zip(cals, ks, strict=True)]
-        hmax = max(n[0].shape[0] for n in nets)
-        return (*head, _pad([n[0] for n in nets], (hmax, kmax)), _pad([n[1] for n in nets], (hmax,)),
-                _pad([n[2] for n in nets], (hmax,)), np.array([n[3] for n in nets], dtype=np.float64),
-                *tail)
-    coef = [np.asarray(c.coef_, dtype=np.float64) for c in cals]
-    intercept = np.array([c.intercept_ for c in cals], dtype=np.float64)
+        return [float(cal.a_), float(cal.b_), *(float(z) for z in cal.gains_)], [], 0
+    head = [*(float(v) for v in cal.mean_), *(float(v) for v in cal.scale_)]
+    tail = [float(cal.intercept_), float(cal.output_offset_), float(cal.output_scale_)]
+    coef = [float(v) for v in np.asarray(cal.coef_, dtype=np.float64)]
+    if family in ("linear", "logistic"):
+        return [*head, *coef, *tail], [], 0
     if family == "poly":
-        tmax = max(c.shape[0] for c in coef)
-        exps = _pad([c.exponents_ for c in cals], (tmax, kmax), dtype=np.int64)
-        return (*head, exps, _pad(coef, (tmax,)), intercept, *tail, np.float64(_POLY_CLIP))
-    return (*head, _pad(coef, (kmax,)), intercept, *tail, np.bool_(family == "logistic"))
+        plan = _poly_plan(np.asarray(cal.exponents_, dtype=np.int64))
+        if plan is None:
+            return None
+        terms, parents, inputs = plan
+        return [*head, *tail, float(_POLY_CLIP), *coef], [*terms, *parents, *inputs], len(terms)
+    w1, b1, w2, b2 = unpack_network(np.asarray(cal.coef_, dtype=np.float64), k, int(cal.hidden))
+    return ([*head, *(float(v) for v in w1.ravel()), *(float(v) for v in b1), *(float(v) for v in w2),
+             float(b2), float(cal.output_offset_), float(cal.output_scale_)], [], int(w1.shape[0]))
 
 
-@njit(cache=True)
-def _log1p_exp(y):  # pragma: no cover
-    """log(1 + exp(y)) without overflow (numpy's ``logaddexp(0, y)``)."""
-    return max(y, 0.0) + np.log1p(np.exp(-abs(y)))
+# ----------------------------------------------------------------------------- kernels
+# The block functions read the block's raw scores from ``x[l, j]`` (class l of the block's
+# document j, ``j < nb``) and write the member's scores to ``res[j]``; ``fp[p:]`` are the member's
+# float parameters in ``_pack``'s order; ``t0`` .. ``t3`` are scratch rows of the block's
+# length. Every loop over j reads and writes contiguous rows only, so that it vectorises;
+# ``error_model="numpy"``: a division is IEEE's (no zero check, which would stop that).
+
+def _float_bits_typing(typingctx, x):  # pragma: no cover
+    """The bits of a float64 as an int64 (an LLVM bitcast)."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(64))
+
+    return types.int64(types.float64), codegen
 
 
-@njit(cache=True)
-def _shift(raw, members, ks, scale, gains, out):  # pragma: no cover
-    for i in range(raw.shape[0]):
-        for g in range(members.shape[0]):
-            m = members[g]
-            k = ks[g]
-            total = 0.0
-            for l in range(k):
-                total += max(1.0 + raw[i, m, l] / scale[g], 0.0)
-            v = 0.0
-            for l in range(k):
-                if total > 0.0:
-                    v += gains[g, l] * (max(1.0 + raw[i, m, l] / scale[g], 0.0) / total)
-                else:
-                    v += gains[g, l] * (1.0 / k)
-            out[i, m] = v
+def _bits_float_typing(typingctx, x):  # pragma: no cover
+    """The float64 with the bits of an int64 (an LLVM bitcast)."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return types.float64(types.int64), codegen
 
 
-@njit(cache=True)
-def _cpc(raw, members, ks, a, b, gains, out):  # pragma: no cover
-    """p_l = s_l / sum s: directly while the largest y_l = a (f_l - b) is above -700 (no s_l
-    underflows to zero unless it is negligible next to the largest), in the log domain below."""
-    y = np.empty(raw.shape[2])
-    for i in range(raw.shape[0]):
-        for g in range(members.shape[0]):
-            m = members[g]
-            k = ks[g]
-            top = -np.inf
-            for l in range(k):
-                y[l] = a[g] * (raw[i, m, l] - b[g])
-                top = max(top, y[l])
-            if top >= -700.0:
-                for l in range(k):
-                    y[l] = 1.0 / (1.0 + np.exp(-y[l]))
-            else:
-                top = -np.inf
-                for l in range(k):
-                    y[l] = -_log1p_exp(-y[l])
-                    top = max(top, y[l])
-                for l in range(k):
-                    y[l] = np.exp(y[l] - top)
-            total = 0.0
-            for l in range(k):
-                total += y[l]
-            v = 0.0
-            for l in range(k):
-                v += (y[l] / total) * gains[g, l]
-            out[i, m] = v
+# typed Any: mypy sees the typing functions' (typingctx, x), numba calls them with x
+_float_bits: Any = intrinsic(_float_bits_typing)
+_bits_float: Any = intrinsic(_bits_float_typing)
+
+_LOG2E = 1.4426950408889634
+_LN2_HI = 6.93145751953125e-1  # few mantissa bits: k * _LN2_HI is exact
+_LN2_LO = 1.42860682030941723212e-6
+_ROUND = 6755399441055744.0  # 1.5 * 2^52: x + _ROUND rounds x to an integer, kept in the low bits
+_INV_FACT = tuple(1.0 / math.factorial(i) for i in range(14))
+_F2, _F3, _F4, _F5, _F6, _F7, _F8, _F9, _F10, _F11, _F12, _F13 = _INV_FACT[2:]
 
 
-@njit(cache=True)
-def _standardise(raw, i, m, k, mean, scale, g, x):  # pragma: no cover
+@njit(cache=True, inline="always", error_model="numpy")
+def _exp_parts(x):  # pragma: no cover
+    """(2^k, exp(r) - 1) with exp(x) = 2^k exp(r) for x clamped to [-708, 709] (2^k normal):
+    x = k ln 2 + r (Cody-Waite, k rounded to nearest), |r| <= ln(2) / 2, and
+    exp(r) - 1 = r + r^2 d, d = sum_{i=2..13} r^(i-2) / i! (Taylor, remainder < 5e-18) by Estrin's
+    scheme (short dependency chains, so that the loops over documents overlap their iterations).
+    No branch and no call: the loops vectorise."""
+    x = min(max(x, -708.0), 709.0)
+    t = x * _LOG2E + _ROUND
+    k = t - _ROUND
+    r = (x - k * _LN2_HI) - k * _LN2_LO
+    r2 = r * r
+    r4 = r2 * r2
+    b1 = (_F2 + _F3 * r) + (_F4 + _F5 * r) * r2
+    b2 = (_F6 + _F7 * r) + (_F8 + _F9 * r) * r2
+    b3 = (_F10 + _F11 * r) + (_F12 + _F13 * r) * r2
+    d = (b1 + b2 * r4) + b3 * (r4 * r4)
+    # the low bits of t hold k (two's complement); shifted into the exponent field with its bias
+    return _bits_float((_float_bits(t) + 1023) << 52), r + r2 * d
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _exp(x):  # pragma: no cover
+    """exp(x) = 2^k (1 + (exp(r) - 1)) (``_exp_parts``), within 1 ulp of ``np.exp``."""
+    scale, q = _exp_parts(x)
+    return scale * (1.0 + q)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _tanh(z):  # pragma: no cover
+    """tanh(z) = sign(z) (-u) / (2 + u), u = expm1(-2|z|) = 2^k q + (2^k - 1) (``_exp_parts``; exact
+    cancellation-free for k = 0, and |u| > 0.29 otherwise), within 2 ulp of ``np.tanh``."""
+    scale, q = _exp_parts(-2.0 * abs(z))
+    u = scale * q + (scale - 1.0)
+    t = -u / (2.0 + u)
+    return t if z >= 0.0 else -t
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _shift_block(x, nb, k, fp, p, res, t0, t1):  # pragma: no cover
+    """f'_l = max(0, 1 + f_l / R); v = (sum_l z_l f'_l) / (sum_l f'_l), mean gain where the sum is 0."""
+    scale = fp[p]
+    mean_gain = fp[p + 1]
+    for j in range(nb):
+        t0[j] = 0.0
+        t1[j] = 0.0
     for l in range(k):
-        x[l] = (raw[i, m, l] - mean[g, l]) / scale[g, l]
+        z = fp[p + 2 + l]
+        for j in range(nb):
+            f = max(1.0 + x[l, j] / scale, 0.0)
+            t0[j] += f
+            t1[j] += z * f
+    for j in range(nb):
+        res[j] = t1[j] / t0[j] if t0[j] > 0.0 else mean_gain
 
 
-@njit(cache=True)
-def _linear(raw, members, ks, mean, scale, coef, intercept, offset, out_scale, logistic,
-            out):  # pragma: no cover
-    x = np.empty(raw.shape[2])
-    for i in range(raw.shape[0]):
-        for g in range(members.shape[0]):
-            m = members[g]
-            k = ks[g]
-            _standardise(raw, i, m, k, mean, scale, g, x)
-            eta = 0.0
+@njit(cache=True, inline="always", error_model="numpy")
+def _cpc_block(x, nb, k, fp, p, res, t0, t1, t2, t3):  # pragma: no cover
+    """y_l = a (f_l - b), m = min(max_l y_l, 0), c = exp(m); w_l = e_l / (1 + c e_l),
+    e_l = exp(y_l - m) (= s(y_l) exp(-m)); v = (sum_l z_l w_l) / (sum_l w_l)."""
+    a = fp[p]
+    b = fp[p + 1]
+    for j in range(nb):
+        t2[j] = a * (x[0, j] - b)
+    for l in range(1, k):
+        for j in range(nb):
+            t2[j] = max(t2[j], a * (x[l, j] - b))
+    for j in range(nb):
+        t0[j] = 0.0
+        t1[j] = 0.0
+        t2[j] = min(t2[j], 0.0)
+        t3[j] = _exp(t2[j])
+    for l in range(k):
+        z = fp[p + 2 + l]
+        for j in range(nb):
+            e = _exp(a * (x[l, j] - b) - t2[j])
+            w = e / (1.0 + t3[j] * e)
+            t0[j] += w
+            t1[j] += z * w
+    for j in range(nb):
+        res[j] = t1[j] / t0[j]
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _standardise(x, nb, k, fp, p):  # pragma: no cover
+    """x_l <- (x_l - mean_l) / scale_l in place (``fp[p:p+k]`` means, ``fp[p+k:p+2k]`` scales)."""
+    for l in range(k):
+        mean = fp[p + l]
+        scale = fp[p + k + l]
+        for j in range(nb):
+            x[l, j] = (x[l, j] - mean) / scale
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _linear_block(x, nb, k, fp, p, res, logistic, t0):  # pragma: no cover
+    """eta = x . w + c; g = eta, or sigmoid(eta) with one exp; v = offset + out_scale * g."""
+    _standardise(x, nb, k, fp, p)
+    q = p + 2 * k
+    for j in range(nb):
+        t0[j] = 0.0
+    for l in range(k):
+        w = fp[q + l]
+        for j in range(nb):
+            t0[j] += x[l, j] * w
+    intercept = fp[q + k]
+    offset = fp[q + k + 1]
+    out_scale = fp[q + k + 2]
+    if logistic:
+        for j in range(nb):
+            eta = t0[j] + intercept
+            e = _exp(-abs(eta))
+            res[j] = offset + out_scale * ((1.0 if eta >= 0.0 else e) / (1.0 + e))
+    else:
+        for j in range(nb):
+            res[j] = offset + out_scale * (t0[j] + intercept)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _poly_block(x, nb, k, fp, p, ip, q, n_terms, res, t0, mono):  # pragma: no cover
+    """Monomial t = its parent's monomial times one clipped input (``ip[q:]``: the terms in
+    evaluation order, then their parents, then their inputs); g = sum_t w_t phi_t + c."""
+    _standardise(x, nb, k, fp, p)
+    r = p + 2 * k
+    intercept = fp[r]
+    offset = fp[r + 1]
+    out_scale = fp[r + 2]
+    clip = fp[r + 3]
+    c = r + 4
+    for l in range(k):
+        for j in range(nb):
+            x[l, j] = min(max(x[l, j], -clip), clip)
+    for u in range(n_terms):
+        t = ip[q + u]
+        parent = ip[q + n_terms + u]
+        var = ip[q + 2 * n_terms + u]
+        if parent < 0:
+            for j in range(nb):
+                mono[t, j] = x[var, j]
+        else:
+            for j in range(nb):
+                mono[t, j] = mono[parent, j] * x[var, j]
+    for j in range(nb):
+        t0[j] = 0.0
+    for t in range(n_terms):
+        w = fp[c + t]
+        for j in range(nb):
+            t0[j] += mono[t, j] * w
+    for j in range(nb):
+        res[j] = offset + out_scale * (t0[j] + intercept)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _nn_block(x, nb, k, fp, p, hidden, res, t0, t1):  # pragma: no cover
+    """g = sum_h w2_h tanh(x . W1_h + b1_h) + b2; v = offset + out_scale * g."""
+    _standardise(x, nb, k, fp, p)
+    w1 = p + 2 * k
+    b1 = w1 + hidden * k
+    w2 = b1 + hidden
+    r = w2 + hidden
+    for j in range(nb):
+        t1[j] = 0.0
+    for h in range(hidden):
+        for j in range(nb):
+            t0[j] = 0.0
+        for l in range(k):
+            w = fp[w1 + h * k + l]
+            for j in range(nb):
+                t0[j] += x[l, j] * w
+        bias = fp[b1 + h]
+        w_out = fp[w2 + h]
+        for j in range(nb):
+            t1[j] += _tanh(t0[j] + bias) * w_out
+    b2 = fp[r]
+    offset = fp[r + 1]
+    out_scale = fp[r + 2]
+    for j in range(nb):
+        res[j] = offset + out_scale * (t1[j] + b2)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _calibrate_range(src, hi, lo, head, fp, ip, out, start, stop, k_max, t_max):  # pragma: no cover
+    """Documents ``start:stop``, block by block: every member of ``head`` in turn (member m's raw
+    scores are ``src[i, hi[m], :K] - src[i, lo[m], :K]``, or ``src[i, hi[m], :K]`` when
+    ``lo[m] < 0``), then the block's scores copied to ``out``. When the block's ``src`` rows fit
+    in the L1 cache (the forest's running sums at a few checkpoints) they are first transposed
+    to ``blk[c, l, j]``, so that a member's gather reads contiguous rows."""
+    n_rows = src.shape[1]
+    n_cols = src.shape[2]
+    n_members = head.shape[0]
+    transpose = n_rows * n_cols * DOC_BLOCK <= TRANSPOSE_MAX
+    blk = np.empty((n_rows if transpose else 0, n_cols, DOC_BLOCK))
+    res = np.empty((n_members, DOC_BLOCK))
+    x = np.empty((k_max, DOC_BLOCK))
+    t0 = np.empty(DOC_BLOCK)
+    t1 = np.empty(DOC_BLOCK)
+    t2 = np.empty(DOC_BLOCK)
+    t3 = np.empty(DOC_BLOCK)
+    mono = np.empty((t_max, DOC_BLOCK))
+    for i0 in range(start, stop, DOC_BLOCK):
+        nb = min(DOC_BLOCK, stop - i0)
+        if transpose:
+            for c in range(n_rows):
+                for l in range(n_cols):
+                    for j in range(nb):
+                        blk[c, l, j] = src[i0 + j, c, l]
+        for g in range(n_members):
+            family = head[g, _H_FAMILY]
+            col = head[g, _H_COLUMN]
+            k = head[g, _H_K]
+            p = head[g, _H_FLOAT]
+            h = hi[col]
+            o = lo[col]
             for l in range(k):
-                eta += x[l] * coef[g, l]
-            eta += intercept[g]
-            if logistic:
-                eta = np.exp(-_log1p_exp(-eta))
-            out[i, m] = offset[g] + out_scale[g] * eta
+                if transpose and o >= 0:
+                    for j in range(nb):
+                        x[l, j] = blk[h, l, j] - blk[o, l, j]
+                elif transpose:
+                    for j in range(nb):
+                        x[l, j] = blk[h, l, j]
+                elif o >= 0:
+                    for j in range(nb):
+                        x[l, j] = src[i0 + j, h, l] - src[i0 + j, o, l]
+                else:
+                    for j in range(nb):
+                        x[l, j] = src[i0 + j, h, l]
+            r = res[g]
+            if family == SHIFT:
+                _shift_block(x, nb, k, fp, p, r, t0, t1)
+            elif family == CPC:
+                _cpc_block(x, nb, k, fp, p, r, t0, t1, t2, t3)
+            elif family == LINEAR or family == LOGISTIC:
+                _linear_block(x, nb, k, fp, p, r, family == LOGISTIC, t0)
+            elif family == POLY:
+                _poly_block(x, nb, k, fp, p, ip, head[g, _H_INT], head[g, _H_SIZE], r, t0, mono)
+            else:
+                _nn_block(x, nb, k, fp, p, head[g, _H_SIZE], r, t0, t1)
+        for j in range(nb):
+            for g in range(n_members):
+                out[i0 + j, head[g, _H_COLUMN]] = res[g, j]
+
+
+@njit(cache=True, error_model="numpy")
+def _calibrate_serial(src, hi, lo, head, fp, ip, out, k_max, t_max):  # pragma: no cover
+    _calibrate_range(src, hi, lo, head, fp, ip, out, 0, src.shape[0], k_max, t_max)
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def _calibrate_parallel(src, hi, lo, head, fp, ip, out, k_max, t_max, n_tasks):  # pragma: no cover
+    """``_calibrate_serial`` on ``n_tasks`` contiguous document ranges, one per thread."""
+    n = src.shape[0]
+    for t in prange(n_tasks):
+        _calibrate_range(src, hi, lo, head, fp, ip, out, t * n // n_tasks, (t + 1) * n // n_tasks,
+                         k_max, t_max)
 
 
 @njit(cache=True)
-def _poly(raw, members, ks, mean, scale, exps, coef, intercept, offset, out_scale, clip,
-          out):  # pragma: no cover
-    """Each monomial is a product of powers read from a table (x_l^e for e up to the degree)."""
-    x = np.empty(raw.shape[2])
-    top = 1
-    for e in exps.ravel():
-        top = max(top, e)
-    pw = np.ones((raw.shape[2], top + 1))
-    for i in range(raw.shape[0]):
-        for g in range(members.shape[0]):
-            m = members[g]
-            k = ks[g]
-            _standardise(raw, i, m, k, mean, scale, g, x)
-            for l in range(k):
-                xl = min(max(x[l], -clip), clip)
-                for e in range(1, top + 1):
-                    pw[l, e] = xl ** e
-            s = 0.0
-            for t in range(exps.shape[1]):
-                term = 1.0
-                for l in range(k):
-                    term *= pw[l, exps[g, t, l]]
-                s += term * coef[g, t]
-            out[i, m] = offset[g] + out_scale[g] * (s + intercept[g])
-
-
-@njit(cache=True)
-def _nn(raw, members, ks, mean, scale, w1, b1, w2, b2, offset, out_scale, out):  # pragma: no cover
-    x = np.empty(raw.shape[2])
-    for i in range(raw.shape[0]):
-        for g in range(members.shape[0]):
-            m = members[g]
-            k = ks[g]
-            _standardise(raw, i, m, k, mean, scale, g, x)
-            s = 0.0
-            for h in range(w1.shape[1]):
-                z = 0.0
-                for l in range(k):
-                    z += x[l] * w1[g, h, l]
-                s += np.tanh(z + b1[g, h]) * w2[g, h]
-            out[i, m] = offset[g] + out_scale[g] * (s + b2[g])
-
-
-#: family -> kernel(raw, members, ks, *params, out) (typed Any: mypy cannot see through njit)
-_KERNELS: dict[str, Any] = {"shift": _shift, "cpc": _cpc, "linear": _linear, "logistic": _linear,
-                            "poly": _poly, "nn": _nn}
+def _in_range(lo, hi, n):  # pragma: no cover
+    """Whether every ``lo[m]`` and ``hi[m]`` lies in ``0..n-1`` (one pass, no numpy temporaries)."""
+    for m in range(lo.shape[0]):
+        if lo[m] < 0 or lo[m] >= n or hi[m] < 0 or hi[m] >= n:
+            return False
+    return True
 
 
 class CalibrationStep:
-    """All calibrators of an ensemble, grouped (see the module docstring).
+    """All calibrators of an ensemble, packed (see the module docstring).
 
     ``calibrators[m]`` turns member m's first ``n_classes[m]`` raw columns into its score.
     """
@@ -238,31 +451,79 @@ class CalibrationStep:
         if len(calibrators) != len(n_classes):
             raise ValueError("one class count per calibrator is needed")
         self.n_members = len(calibrators)
-        by_family: dict[str, list[int]] = {}
-        self.fallback: list[int] = []
-        for m, cal in enumerate(calibrators):
-            family = _family(cal)
-            if family is None:
-                self.fallback.append(m)
-            else:
-                by_family.setdefault(family, []).append(m)
-        self.groups = [
-            _Group(family=family, members=np.asarray(idx, dtype=np.int64),
-                   k=np.asarray([n_classes[i] for i in idx], dtype=np.int64),
-                   p=_stack(family, [calibrators[i] for i in idx], [int(n_classes[i]) for i in idx]))
-            for family, idx in by_family.items()
-        ]
         self._calibrators = list(calibrators)
         self._n_classes = [int(k) for k in n_classes]
+        self.fallback: list[int] = []
+        #: member m -> its family (None: its own transform)
+        self.families: list[str | None] = []
+        rows: list[list[int]] = []
+        fp: list[float] = []
+        ip: list[int] = []
+        for m, (cal, k) in enumerate(zip(self._calibrators, self._n_classes, strict=True)):
+            fitted_k = getattr(cal, "gains_", np.zeros(k)).shape[0]
+            if fitted_k != k:
+                raise ValueError(f"calibrator {m} ({cal.name}) was fitted on K={fitted_k} classes, "
+                                 f"its member has {k}")
+            family = _family(cal)
+            packed = None if family is None else _pack(family, cal, k)
+            if family is None or packed is None:
+                self.fallback.append(m)
+                self.families.append(None)
+                continue
+            floats, ints, size = packed
+            rows.append([FAMILIES.index(family), m, k, len(fp), len(ip), size])
+            fp += floats
+            ip += ints
+            self.families.append(family)
+        self._head = np.array(rows, dtype=np.int64).reshape(len(rows), 6)
+        self._fp = np.array(fp, dtype=np.float64)
+        self._ip = np.array(ip, dtype=np.int64)
+        self._k_max = max([r[_H_K] for r in rows], default=1)
+        self._t_max = max([r[_H_SIZE] for r in rows if r[_H_FAMILY] == POLY], default=1)
+        self._columns = np.arange(self.n_members, dtype=np.int64)
+        self._no_base = np.full(self.n_members, -1, dtype=np.int64)
 
     def apply(self, raw: Float64Array) -> Float64Array:
         """Member scores (n, M) from raw scores (n, M, K_max) (member m reads its first K_m columns)."""
-        out = np.empty((raw.shape[0], self.n_members), dtype=np.float64)
-        if raw.shape[0] == 0:
-            return out
         raw = np.ascontiguousarray(raw, dtype=np.float64)
-        for g in self.groups:
-            _KERNELS[g.family](raw, g.members, g.k, *g.p, out)
+        if raw.ndim != 3 or raw.shape[1] != self.n_members or raw.shape[2] < max(self._n_classes, default=0):
+            raise ValueError(f"raw must have shape (n, {self.n_members}, >= {max(self._n_classes, default=0)}), "
+                             f"got {raw.shape}")
+        return self._run(raw, self._columns, self._no_base)
+
+    def apply_sums(self, sums: Float64Array, lo: Int64Array, hi: Int64Array) -> Float64Array:
+        """Member scores (n, M) from the forest's running sums (n, C, K_max): member m's raw scores are
+        ``sums[:, hi[m], :K_m] - sums[:, lo[m], :K_m]`` (no (n, M, K_max) block is built)."""
+        sums = np.ascontiguousarray(sums, dtype=np.float64)
+        lo = np.ascontiguousarray(lo, dtype=np.int64)
+        hi = np.ascontiguousarray(hi, dtype=np.int64)
+        if lo.shape != (self.n_members,) or hi.shape != (self.n_members,):
+            raise ValueError(f"lo and hi need one checkpoint per member ({self.n_members})")
+        if sums.ndim != 3 or sums.shape[2] < max(self._n_classes, default=0):
+            raise ValueError(f"sums must have shape (n, C, >= {max(self._n_classes, default=0)}), got {sums.shape}")
+        if not _in_range(lo, hi, sums.shape[1]):
+            raise ValueError(f"checkpoint indices must lie in 0..{sums.shape[1] - 1}")
+        return self._run(sums, hi, lo)
+
+    def _run(self, src: Float64Array, hi: Int64Array, lo: Int64Array) -> Float64Array:
+        n = src.shape[0]
+        out = np.empty((n, self.n_members), dtype=np.float64)
+        if n == 0:
+            return out
+        if self._head.shape[0]:
+            args = (src, hi, lo, self._head, self._fp, self._ip, out, self._k_max, self._t_max)
+            threads = min(get_scoring_threads(), n)
+            if (threads > 1 and n * self._head.shape[0] >= PARALLEL_MIN_WORK
+                    and _PARALLEL.acquire(blocking=False)):
+                try:
+                    numba.set_num_threads(threads)
+                    _calibrate_parallel(*args, threads)
+                finally:
+                    _PARALLEL.release()
+            else:
+                _calibrate_serial(*args)
         for m in self.fallback:
-            out[:, m] = self._calibrators[m].transform(np.ascontiguousarray(raw[:, m, : self._n_classes[m]]))
+            k = self._n_classes[m]
+            block = src[:, hi[m], :k] - src[:, lo[m], :k] if lo[m] >= 0 else src[:, hi[m], :k]
+            out[:, m] = self._calibrators[m].transform(np.ascontiguousarray(block))
         return out

@@ -10,8 +10,8 @@ Imports numpy/numba code only (the service uses it). How a posted candidate list
    largest class count, then concatenated into one :class:`FlatForest`. One call of the scoring
    kernel returns the running sums at every checkpoint any member needs; member m (run r,
    snapshot after t iterations) has raw K-vector ``S[start_r + t] - S[start_r]``.
-3. **Calibration.** Each member's calibrator turns its K-vector into one score; members are
-   grouped by calibrator family and each group is applied at once
+3. **Calibration.** Each member's calibrator turns its K-vector into one score; all calibrators
+   are applied in one numba call that reads the running sums at the checkpoints in place
    (:class:`~training.scoring.calibration_step.CalibrationStep`).
 4. **Mixing.** The mixer (by default the exponentially weighted forecaster) combines the member
    scores per query.
@@ -171,10 +171,14 @@ class EnsembleModel:
         sums = score_forest(self.forest, wide, self._checkpoints)
         return sums[:, self._hi, :] - sums[:, self._lo, :]
 
+    def _calibrate(self, sums: np.ndarray) -> np.ndarray:
+        """Member scores (n, M) from the running sums at the checkpoints (no raw block is built)."""
+        return self._calibration.apply_sums(sums, self._lo, self._hi)
+
     def member_scores(self, features: npt.ArrayLike, query_offsets: npt.ArrayLike) -> np.ndarray:
         """Calibrated member scores, (n, n_members), every calibrator family applied at once."""
         x, off = self._check(features, query_offsets)
-        return self._calibration.apply(self._raw_block(self._wide(x, off)))
+        return self._calibrate(score_forest(self.forest, self._wide(x, off), self._checkpoints))
 
     def score(self, features: npt.ArrayLike, query_offsets: npt.ArrayLike,
               timings: dict[str, float] | None = None) -> np.ndarray:
@@ -189,9 +193,9 @@ class EnsembleModel:
         t0 = time.perf_counter()
         wide = self._wide(x, off)
         t1 = time.perf_counter()
-        raw = self._raw_block(wide)
+        sums = score_forest(self.forest, wide, self._checkpoints)
         t2 = time.perf_counter()
-        member = self._calibration.apply(raw)
+        member = self._calibrate(sums)
         t3 = time.perf_counter()
         out = np.asarray(self.mixer.transform(member, off), dtype=np.float64)
         if timings is not None:
