@@ -23,8 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from app.errors import ServiceError
 from training.artifact.store import ArtifactError, check_name, list_versions
 from training.scoring.ensemble_model import EnsembleModel, load_model
@@ -75,13 +73,6 @@ class ServedModel:
         return out
 
 
-def warm_up(model: EnsembleModel) -> None:
-    """Score a tiny list so every kernel on the scoring path is compiled (or loaded from cache)."""
-    x = np.zeros((4, model.n_features), dtype=np.float32)
-    x[1::2] = 1.0
-    model.score(x, np.array([0, 2, 4], dtype=np.int64))
-
-
 def load_served(models_dir: Path, name: str, version: str | None = None) -> ServedModel:
     """Load (latest or ``version``) and warm model ``name``; ServiceError 404/422 naming the problem."""
     try:
@@ -99,7 +90,7 @@ def load_served(models_dir: Path, name: str, version: str | None = None) -> Serv
     path = models_dir / name / version
     try:
         model, manifest = load_model(path)
-        warm_up(model)
+        model.warm_up()
     except ArtifactError as exc:
         raise ServiceError(422, f"model {name!r} {version} cannot be loaded: {exc}", kind="corrupt_model") from None
     except (OSError, ValueError) as exc:

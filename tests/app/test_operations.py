@@ -166,3 +166,26 @@ def test_the_service_imports_no_training_only_code() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_loading_a_model_compiles_the_parallel_paths_too(store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """/ready turns 200 only after warm-up: with two scoring threads the warm-up takes the
+    forest's and the calibration step's parallel kernels, so no request compiles them."""
+    import numba
+
+    from training.scoring import calibration_step, forest
+
+    if int(numba.config.NUMBA_NUM_THREADS) < 2:  # type: ignore[attr-defined]
+        pytest.skip("numba has one thread here: scoring never takes a parallel path")
+    calls: list[str] = []
+    for module, name in ((forest, "_score_parallel"), (calibration_step, "_calibrate_parallel")):
+        kernel = getattr(module, name)
+
+        def spy(*args: Any, _kernel: Any = kernel, _name: str = name) -> Any:
+            calls.append(_name)
+            return _kernel(*args)
+
+        monkeypatch.setattr(module, name, spy)
+    monkeypatch.setattr(forest, "_scoring_threads", 2)
+    registry_module.load_served(store.default_v1.parent.parent, "default", "v1")
+    assert set(calls) == {"_score_parallel", "_calibrate_parallel"}

@@ -38,6 +38,7 @@ from training.data.dataset import validate_offsets
 from training.data.normalization import VIEWS, standardise_by_query, whiten_by_query
 from training.ensemble.base import Mixer
 from training.ensemble.registry import mixer_from_params
+from training.scoring import calibration_step, forest
 from training.scoring.calibration_step import CalibrationStep
 from training.scoring.forest import FlatForest, score_forest
 
@@ -201,6 +202,20 @@ class EnsembleModel:
         if timings is not None:
             timings.update(views=t1 - t0, forest=t2 - t1, calibrators=t3 - t2, mixer=time.perf_counter() - t3)
         return out
+
+    def warm_up(self) -> None:
+        """Compile (or load from numba's cache) every kernel scoring can reach: the one-thread
+        paths with a short list, and, when scoring may use several threads, the parallel paths of
+        the forest and the calibration step with a list long enough to take them. A service calls
+        this before it says it is ready, so that no request pays for compilation."""
+        sizes = [4]
+        if forest.get_scoring_threads() > 1:
+            sizes.append(max(-(-forest.PARALLEL_MIN_WORK // max(self.forest.n_base, 1)),
+                             -(-calibration_step.PARALLEL_MIN_WORK // max(self.n_members, 1)), 8))
+        for n in sizes:
+            x = np.zeros((n, self.n_features), dtype=np.float32)
+            x[1::2] = 1.0
+            self.score(x, np.array([0, n // 2, n], dtype=np.int64))
 
     # ------------------------------------------------------------------ storage
     def to_artifact(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
