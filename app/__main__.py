@@ -34,7 +34,7 @@ def main() -> None:
             os.environ["TUNEMIX_SCORING_THREADS"] = str(max(1, cores // settings.workers))
     try:
         uvicorn.run("app.main:app", host=settings.host, port=settings.port, workers=settings.workers,
-                    log_level=settings.log_level, timeout_keep_alive=5)
+                    log_level=settings.log_level, access_log=settings.access_log, timeout_keep_alive=5)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -1,11 +1,17 @@
-"""Dependencies shared by the routers (``Annotated`` aliases) and the two thread hops.
+"""Dependencies shared by the routers (``Annotated`` aliases) and the thread hops.
 
-Parsing and evaluation run in the default thread pool; scoring runs under the application's
-one-slot limiter (the forest kernel already uses ``TUNEMIX_SCORING_THREADS`` cores, and numba's
-workqueue threading layer must not be entered from two threads at once). The limiter belongs to
-the application (made in its lifespan, on its event loop), not to the module: an anyio limiter
-must not be shared by two event loops. The event loop itself only reads bodies and writes
-responses, so ``/health`` answers while a large list scores.
+The event loop only reads bodies and writes responses, so ``/health`` answers while a large
+list scores. Work leaves it through two limiters of the application (made in its lifespan, on
+its event loop: an anyio limiter must not be shared by two event loops):
+
+- ``python_work``: parsing, validation, evaluation, fusion, ranking: Python that holds the GIL.
+  ``PYTHON_LANES`` threads at most: more would only queue for the GIL, and a thread returning
+  from a scoring kernel would wait behind all of them (measured: with anyio's default 40
+  threads, 200 requests/s of 100 documents saturated the service at 170/s with the CPU at 63%).
+- ``scoring``: the model's kernels, which release the GIL (``nogil``), in ``Settings.concurrency``
+  slots (default: cores / workers), so requests score side by side on the cores. Whether one
+  request also uses several threads is the forest's choice (``training.scoring.forest``: only
+  when no other parallel launch runs).
 """
 
 from __future__ import annotations
@@ -26,17 +32,19 @@ from app.settings import Settings
 T = TypeVar("T")
 
 
-def get_settings_dep(request: Request) -> Settings:
+# ``async def``: FastAPI runs a plain ``def`` dependency in its thread pool, a thread hop (and a
+# GIL hand-over) per dependency per request for a mere attribute read.
+async def get_settings_dep(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
 
-def get_registry(request: Request) -> ModelRegistry:
+async def get_registry(request: Request) -> ModelRegistry:
     registry: ModelRegistry = request.app.state.registry
     return registry
 
 
-def get_metrics(request: Request) -> Metrics:
+async def get_metrics(request: Request) -> Metrics:
     metrics: Metrics = request.app.state.metrics
     return metrics
 
@@ -76,17 +84,34 @@ def is_text(request: Request) -> bool:
     return request.headers.get("content-type", "").split(";")[0].strip().lower() == "text/plain"
 
 
+#: Threads for GIL-bound request work (see the module docstring): two, so that one large body
+#: being parsed does not hold up every other request.
+PYTHON_LANES = 2
+
+
 async def in_thread(fn: Callable[..., T], *args: Any) -> T:
+    """Blocking I/O (model loading, directory listings) in anyio's default thread pool."""
     return await anyio.to_thread.run_sync(fn, *args)
 
 
-async def scoring(request: Request, fn: Callable[..., T], *args: Any) -> T:
-    """Run a model's scoring in the application's one scoring slot."""
+def _limiter(request: Request, name: str, size: int) -> anyio.CapacityLimiter:
     state = request.app.state
-    slot: anyio.CapacityLimiter | None = getattr(state, "scoring_slot", None)
-    if slot is None:  # first use (the lifespan normally makes it); made on the serving loop
-        slot = state.scoring_slot = anyio.CapacityLimiter(1)
-    return await anyio.to_thread.run_sync(fn, *args, limiter=slot)
+    limiter: anyio.CapacityLimiter | None = getattr(state, name, None)
+    if limiter is None:  # first use (the lifespan normally makes it); made on the serving loop
+        limiter = anyio.CapacityLimiter(size)
+        setattr(state, name, limiter)
+    return limiter
+
+
+async def python_work(request: Request, fn: Callable[..., T], *args: Any) -> T:
+    """GIL-bound work (parsing, evaluation, fusion) in one of ``PYTHON_LANES`` threads."""
+    return await anyio.to_thread.run_sync(fn, *args, limiter=_limiter(request, "python_lanes", PYTHON_LANES))
+
+
+async def scoring(request: Request, fn: Callable[..., T], *args: Any) -> T:
+    """A model's scoring in one of the application's scoring slots."""
+    slots = _limiter(request, "scoring_slots", request.app.state.settings.scoring_concurrency())
+    return await anyio.to_thread.run_sync(fn, *args, limiter=slots)
 
 
 def json_response(payload: Any) -> Response:

@@ -22,6 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.deps import PYTHON_LANES
 from app.errors import ServiceError, plain_errors, validation_message
 from app.observability import Metrics, MetricsMiddleware
 from app.openapi import install_openapi
@@ -70,7 +71,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     registry = ModelRegistry(settings.models_dir, settings.default_model,
                              max_cached_versions=settings.max_cached_versions, state_dir=settings.state_dir)
     app.state.registry = registry
-    app.state.scoring_slot = anyio.CapacityLimiter(1)
+    app.state.python_lanes = anyio.CapacityLimiter(PYTHON_LANES)
+    app.state.scoring_slots = anyio.CapacityLimiter(settings.scoring_concurrency())
     metrics: Metrics = app.state.metrics
 
     def start_up() -> None:

@@ -22,9 +22,9 @@ from app.deps import (
     MetricsDep,
     RegistryDep,
     SettingsDep,
-    in_thread,
     is_text,
     json_response,
+    python_work,
     read_body,
     resolve_model,
     scoring,
@@ -226,11 +226,11 @@ async def evaluate_endpoint(
         chosen = _get(registry, name, req.version or version) if name else None
         return _json_batch(req, chosen, settings), _measures(req.metrics), req.convention, req.per_query, chosen
 
-    batch, measures, conv, want_per_query, served = await in_thread(parse)
+    batch, measures, conv, want_per_query, served = await python_work(request, parse)
     if batch.features is not None and served is not None:
         batch.scores = await scoring(request, served.model.score, batch.features, batch.offsets)
         metrics_.count_documents(served.name, int(batch.features.shape[0]))
-    results = await in_thread(_results, batch, measures, conv, want_per_query)
+    results = await python_work(request, _results, batch, measures, conv, want_per_query)
     payload = {
         "results": results,
         "n_queries": len(batch.qids),

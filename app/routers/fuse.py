@@ -15,7 +15,7 @@ import numpy.typing as npt
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from app.deps import SettingsDep, in_thread, json_response, read_body
+from app.deps import SettingsDep, json_response, python_work, read_body
 from app.errors import input_error, query_label
 from app.openapi import body_spec
 from app.parsing import CandidateLists, check_limits, check_unique, parse_json, ranked
@@ -95,6 +95,6 @@ async def fuse(request: Request, settings: SettingsDep) -> Response:
         fused = fuse_lists(mat, lists.offsets, req.method, k=req.k, top_k=top_k)
         return {"method": req.method, "results": ranked(fused, lists, top_k)}
 
-    payload = await in_thread(work)
+    payload = await python_work(request, work)
     payload["server_time_ms"] = round((time.perf_counter() - start) * 1e3, 3)
     return json_response(payload)

@@ -17,9 +17,9 @@ from app.deps import (
     MetricsDep,
     RegistryDep,
     SettingsDep,
-    in_thread,
     is_text,
     json_response,
+    python_work,
     read_body,
     resolve_model,
     scoring,
@@ -66,7 +66,7 @@ async def rank(
         served = resolve_model(registry, req.model or model, req.version or version)
         return served, rank_lists(req.queries, served.n_features, **limits), req.top_k or top_k
 
-    served, lists, k = await in_thread(parse)
+    served, lists, k = await python_work(request, parse)
     scores = await scoring(request, served.model.score, lists.features, lists.offsets)
     metrics.count_documents(served.name, lists.n_documents)
     payload = {

@@ -33,7 +33,7 @@ WHITEN_EPS = 1e-3
 ILL_CONDITIONED = 1e-6
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _standardise(x, offsets, out):
     d = x.shape[1]
     for q in range(offsets.shape[0] - 1):
@@ -60,7 +60,7 @@ def _standardise(x, offsets, out):
                     out[i, j] = (x[i, j] - mean) / std
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _whiten(x, offsets, out, eps, ill):
     d = x.shape[1]
     for q in range(offsets.shape[0] - 1):

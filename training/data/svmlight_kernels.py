@@ -55,7 +55,7 @@ def _is_qid_key(buf, tok, colon):
     return colon - tok == 3 and buf[tok] == 113 and buf[tok + 1] == 105 and buf[tok + 2] == 100
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _parse_number(buf, pos, end, pow10):
     """Parse a decimal float at buf[pos:end]. Returns (value, new_pos, ok, is_nonfinite).
 
@@ -131,14 +131,14 @@ def _parse_number(buf, pos, end, pow10):
     return value, i, True, False
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _line_end(buf, pos, n):
     while pos < n and buf[pos] != 10:
         pos += 1
     return pos
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def scan(buf):
     """First pass: (n_lines, max_feature_id, max_qid_len, max_docid_len, n_line_total).
 
@@ -194,7 +194,7 @@ def scan(buf):
     return n_data, max_fid, max_qid, max_doc
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _find_docid(buf, i, end):
     """Span of the value after 'docid' [spaces] '=' [spaces] in a comment, or (0, 0)."""
     while i + 5 <= end:
@@ -220,7 +220,7 @@ def _find_docid(buf, i, end):
     return 0, 0
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def parse(buf, n_lines, n_features, require_qid, qid_width, doc_width, features, labels, qid_bytes, doc_bytes, pow10):
     """Second pass: fill ``features`` (n_lines, n_features) float32, ``labels`` int32,
     ``qid_bytes`` (n_lines, qid_width) uint8 and ``doc_bytes`` (n_lines, doc_width) uint8.
@@ -313,7 +313,7 @@ def parse(buf, n_lines, n_features, require_qid, qid_width, doc_width, features,
     return OK, line_no, 0, row
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def line_numbers(buf, n_lines):
     """1-based file line number of each data row (blank and comment lines skipped)."""
     out = np.empty(n_lines, dtype=np.int64)
@@ -334,7 +334,7 @@ def line_numbers(buf, n_lines):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def qid_blocks(qid_bytes):
     """Start rows of each run of equal qids (consecutive identical rows of ``qid_bytes``)."""
     n = qid_bytes.shape[0]

@@ -31,7 +31,7 @@ from numba import njit
 # ----------------------------------------------------------------------------- ranks
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _tie_groups(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each document of one query: (# strictly higher scores, # equal scores incl. itself).
 
@@ -55,7 +55,7 @@ def _tie_groups(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return n_greater, n_equal
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def average_ranks(member_scores: np.ndarray, query_offsets: np.ndarray) -> np.ndarray:
     """Per query and member, the 1-based average rank of every document (ties share the mean).
 
@@ -80,7 +80,7 @@ def average_ranks(member_scores: np.ndarray, query_offsets: np.ndarray) -> np.nd
 # ------------------------------------------------------------------------ rescaling
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def rescale_per_query(
     member_scores: np.ndarray, query_offsets: np.ndarray, mode: int
 ) -> np.ndarray:
@@ -132,7 +132,7 @@ def rescale_per_query(
 # ---------------------------------------------------------------------- rank fusion
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def rrf_scores(member_scores: np.ndarray, query_offsets: np.ndarray, k: float) -> np.ndarray:
     """Reciprocal rank fusion: score(d) = sum_m 1 / (k + r_m(d)), r_m the average rank.
 
@@ -147,7 +147,7 @@ def rrf_scores(member_scores: np.ndarray, query_offsets: np.ndarray, k: float) -
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def comb_scores(
     member_scores: np.ndarray, query_offsets: np.ndarray, top_k: int, mnz: bool
 ) -> np.ndarray:
@@ -189,7 +189,7 @@ def comb_scores(
 # ------------------------------------------------------------------ Condorcet fusion
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _pairwise_wins(member_scores: np.ndarray, lo: int, hi: int) -> np.ndarray:
     """wins[i, j] = number of members scoring document lo+i strictly above lo+j."""
     size = hi - lo
@@ -204,7 +204,7 @@ def _pairwise_wins(member_scores: np.ndarray, lo: int, hi: int) -> np.ndarray:
     return wins
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _weak_majority_components(wins: np.ndarray) -> np.ndarray:
     """Strongly connected components of the "not beaten by majority" graph, ranked.
 
@@ -279,7 +279,7 @@ def _weak_majority_components(wins: np.ndarray) -> np.ndarray:
     return comp
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def condorcet_scores(member_scores: np.ndarray, query_offsets: np.ndarray) -> np.ndarray:
     """Condorcet fusion (Montague and Aslam 2002; IR book sec. 11.1.2), made deterministic.
 

@@ -72,7 +72,7 @@ def _before(scores, tiebreak, tie_mode, i, j):
     return i < j
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _rank_prefix(scores, tiebreak, tie_mode, start, end, m, order, tmp):
     """Fill order[0:m] with the rows of the first m ranks of rows start:end."""
     n = end - start
@@ -148,7 +148,7 @@ def _rank_prefix(scores, tiebreak, tie_mode, start, end, m, order, tmp):
             order[i] = tmp[i]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _ideal_gains(labels, gain, start, end, m, out):
     """Fill out[0:m] with the m largest gains of rows start:end, descending."""
     n = end - start
@@ -176,7 +176,7 @@ def _ideal_gains(labels, gain, start, end, m, out):
         out[r] = buf[n - 1 - r]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _rank_values(labels, scores, table, average_ties, start, end, m, order, out):
     """out[r] = table[label at rank r] for r < m (order[0:m] holds the ranked rows); with
     ``average_ties`` the mean of table[label] over the rank's whole tie group in the query."""
@@ -208,7 +208,7 @@ def _rank_values(labels, scores, table, average_ties, start, end, m, order, out)
         r = e
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _query_value(
     labels, scores, tiebreak, tie_mode, average_ties, start, end, metric, cutoff, short_rule,
     p_rule, empty_value, gain, disc, rel, err_r, order, tmp, ideal, vals,
@@ -290,7 +290,7 @@ def _query_value(
     return acc / n
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def query_values(
     labels, scores, tiebreak, tie_mode, average_ties, query_offsets, metric, cutoff, short_rule,
     p_rule, empty_value, gain, disc, rel, err_r,
@@ -316,7 +316,7 @@ def query_values(
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def mean_of_values(values):
     """Mean over all queries where a NaN (no value) counts 0 (the letor3 rule; others have none)."""
     s = 0.0
@@ -326,7 +326,7 @@ def mean_of_values(values):
     return s / values.shape[0]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def decimal_string_keys(n):
     """For rows 0..n-1, int64 keys ordered like the strings str(row) under strcmp.
 

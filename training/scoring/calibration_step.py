@@ -418,12 +418,12 @@ def _calibrate_range(src, hi, lo, head, fp, ip, out, start, stop, k_max, t_max):
                 out[i0 + j, head[g, _H_COLUMN]] = res[g, j]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _calibrate_serial(src, hi, lo, head, fp, ip, out, k_max, t_max):  # pragma: no cover
     _calibrate_range(src, hi, lo, head, fp, ip, out, 0, src.shape[0], k_max, t_max)
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
+@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
 def _calibrate_parallel(src, hi, lo, head, fp, ip, out, k_max, t_max, n_tasks):  # pragma: no cover
     """``_calibrate_serial`` on ``n_tasks`` contiguous document ranges, one per thread."""
     n = src.shape[0]
@@ -432,7 +432,7 @@ def _calibrate_parallel(src, hi, lo, head, fp, ip, out, k_max, t_max, n_tasks): 
                          k_max, t_max)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _in_range(lo, hi, n):  # pragma: no cover
     """Whether every ``lo[m]`` and ``hi[m]`` lies in ``0..n-1`` (one pass, no numpy temporaries)."""
     for m in range(lo.shape[0]):

@@ -151,7 +151,7 @@ class PackedNodes:
                    base_depth=base_depth, base_compact_at=compact_at, chunk_start=chunk_start)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _relayout(kind, node_start, leaf_start, feat, thr, left, right, base_vstart, vfeat, vthr,
               vleft, vleaf, base_depth):  # pragma: no cover
     """Fill ``PackedNodes``' arrays: each tree breadth first, children side by side."""
@@ -533,7 +533,7 @@ def _combine(i, chunk_start, checkpoints, ck_chunk, out, totals, k_lanes):  # pr
                 run[l] += totals[ch, i, l]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _score_serial(Xb, d_feat, base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
                   vnode, vthr, vleaf, base_vstart, base_depth, compact_at, chunk_start, leaf_values,
                   checkpoints, ck_chunk, ck_first, out, totals, k_lanes):  # pragma: no cover
@@ -553,7 +553,7 @@ def _score_serial(Xb, d_feat, base_kind, base_node_start, base_leaf_start, node_
         _combine(i, chunk_start, checkpoints, ck_chunk, out, totals, k_lanes)
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, nogil=True, parallel=True)
 def _score_parallel(Xb, d_feat, base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
                     vnode, vthr, vleaf, base_vstart, base_depth, compact_at, chunk_start, leaf_values,
                     checkpoints, ck_chunk, ck_first, out, totals, k_lanes):  # pragma: no cover
