@@ -175,3 +175,33 @@ def test_packed_layout_of_truncated_and_concatenated_forests() -> None:
     np.testing.assert_allclose(score_forest(ab, X, [5, 9, 13]), want, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(score_forest(ab.truncate(11), X)[:, 0],
                                naive.score_forest(ab.to_arrays(), X, [11])[:, 0], rtol=1e-12, atol=1e-12)
+
+
+def test_two_threads_give_the_same_bits_as_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parallel pass (chunks x document blocks over threads, a short last block) adds in the
+    same order as the serial one: equal to the last bit, and equal to the slow walk."""
+    import numba
+
+    from training.scoring import forest as forest_module
+
+    if int(numba.config.NUMBA_NUM_THREADS) < 2:  # type: ignore[attr-defined]
+        pytest.skip("numba has one thread here")
+    forest = concatenate([random_forest(5, n_base=30), deep_forest(9, n_base=40, d=6, K=3, n_leaves=64)])
+    X = np.random.default_rng(4).normal(scale=0.6, size=(3 * DOC_BLOCK + 17, 6)).astype(np.float32)
+    ck = [0, 7, 30, 31, 70]
+    calls: list[int] = []
+    kernel = forest_module._score_parallel
+
+    def spy(*args: object) -> None:
+        calls.append(1)
+        kernel(*args)
+
+    monkeypatch.setattr(forest_module, "PARALLEL_MIN_WORK", 1)
+    monkeypatch.setattr(forest_module, "_scoring_threads", 1)
+    one = score_forest(forest, X, ck)
+    monkeypatch.setattr(forest_module, "_score_parallel", spy)
+    monkeypatch.setattr(forest_module, "_scoring_threads", 2)
+    two = score_forest(forest, X, ck)
+    assert calls, "the parallel pass was not taken"
+    np.testing.assert_array_equal(one, two)
+    np.testing.assert_allclose(two, naive.score_forest(forest.to_arrays(), X, ck), rtol=1e-12, atol=1e-12)

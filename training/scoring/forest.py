@@ -537,13 +537,16 @@ def _combine(i, chunk_start, checkpoints, ck_chunk, out, totals, k_lanes):  # pr
 def _score_serial(Xb, d_feat, base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
                   vnode, vthr, vleaf, base_vstart, base_depth, compact_at, chunk_start, leaf_values,
                   checkpoints, ck_chunk, ck_first, out, totals, k_lanes):  # pragma: no cover
-    """Every (document block, chunk) task in turn, then the ordered combine."""
+    """Every (chunk, document block) task in turn, then the ordered combine. Tasks go chunk by
+    chunk, so that a chunk's trees stay in cache while every block of documents passes through
+    them, and so that an even split of the tasks between threads is an even split of the work
+    even when the last block is short (100 documents are blocks of 64 and 36)."""
     n = out.shape[0]
     n_chunks = chunk_start.shape[0] - 1
     n_blocks = (n + DOC_BLOCK - 1) // DOC_BLOCK
     for t in range(n_blocks * n_chunks):
-        blk = t // n_chunks
-        ch = t - blk * n_chunks
+        ch = t // n_blocks
+        blk = t - ch * n_blocks
         i0 = blk * DOC_BLOCK
         _score_task(Xb, d_feat, i0, min(DOC_BLOCK, n - i0), chunk_start[ch], chunk_start[ch + 1],
                     base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
@@ -563,8 +566,8 @@ def _score_parallel(Xb, d_feat, base_kind, base_node_start, base_leaf_start, nod
     n_chunks = chunk_start.shape[0] - 1
     n_blocks = (n + DOC_BLOCK - 1) // DOC_BLOCK
     for t in prange(n_blocks * n_chunks):
-        blk = t // n_chunks
-        ch = t - blk * n_chunks
+        ch = t // n_blocks
+        blk = t - ch * n_blocks
         i0 = blk * DOC_BLOCK
         _score_task(Xb, d_feat, i0, min(DOC_BLOCK, n - i0), chunk_start[ch], chunk_start[ch + 1],
                     base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
