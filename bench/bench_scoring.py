@@ -9,10 +9,11 @@ targets with pass/fail). Every peer is measured in the same run, interleaved, on
 1. Forest kernels. LightGBM trains forests of 300 trees with 8 and with 64 leaves (lambdarank,
    ``num_leaves`` equal) on MQ2008 Fold1 train (46 features) and on the synthetic MSLR-shaped
    set (``training.data.synthetic``, 136 features, 5 levels). Each LightGBM model is converted
-   into a ``FlatForest`` of exactly the same trees (LightGBM's ``x <= t`` goes left; ours goes
-   right when ``x >= t'`` with ``t'`` the smallest float32 above ``t``, exact for float32
-   inputs); our scores must equal LightGBM's raw predictions before anything is timed, and
-   lleaves' (LLVM-compiled from the same model file) are checked too. Timed on batches of 100,
+   into a ``FlatForest`` of exactly the same trees by ``training.learners.lightgbm_forest``
+   (LightGBM's ``x <= t`` goes left; ours goes right when ``x >= t'`` with ``t'`` the smallest
+   float32 above ``t``, exact for float32 inputs); our scores must equal LightGBM's raw
+   predictions before anything is timed, and lleaves' (LLVM-compiled from the same model file)
+   are checked too. Timed on batches of 100,
    1,000 and 10,000 documents, 1 and 2 threads: ours ``score_forest`` (threads through
    ``set_scoring_threads``), LightGBM ``Booster.predict(X, raw_score=True, num_threads=t)``
    and lleaves ``Model.predict(X, n_jobs=t)``. Inputs: float32 for ours and LightGBM (the
@@ -56,6 +57,7 @@ from typing import Any
 import numpy as np
 
 from bench.common import ROOT, SHARED_DATA, ensure_model, write_result
+from training.learners.lightgbm_forest import lightgbm_to_forest
 from training.scoring import forest as forest_module
 from training.scoring.forest import FlatForest, score_forest
 
@@ -165,64 +167,6 @@ def _patch_lleaves() -> str | None:
             "llvm.initialize() (raises since 0.45): patched in-process to the new pass manager "
             "(PipelineTuningOptions(speed_level=3), inlining_threshold=1, PassBuilder on lleaves' "
             "own target machine), as siboehm/lleaves#97")
-
-
-# ----------------------------------------------------------------------------- conversion
-def _float32_above(t: float) -> np.float32:
-    """The smallest float32 strictly above ``t``: for float32 x, ``x <= t`` iff not ``x >= it``."""
-    with np.errstate(over="ignore"):
-        f = np.float32(t)
-    if float(f) <= t:
-        f = np.nextafter(f, np.float32(np.inf))
-    return f
-
-
-def lightgbm_to_forest(booster: Any) -> FlatForest:
-    """The LightGBM model's trees as a one-output ``FlatForest`` (numerical splits only)."""
-    dump = booster.dump_model()
-    if dump.get("num_class", 1) != 1 or dump.get("num_tree_per_iteration", 1) != 1:
-        raise ValueError("only single-output LightGBM models are converted")
-    feat: list[int] = []
-    thr: list[np.float32] = []
-    left: list[int] = []
-    right: list[int] = []
-    leaves: list[float] = []
-    node_start, leaf_start = [0], [0]
-    for info in dump["tree_info"]:
-        n0, l0 = len(feat), len(leaves)
-
-        def visit(node: dict[str, Any], n0: int = n0, l0: int = l0) -> int:
-            if "leaf_value" in node:
-                leaves.append(float(node["leaf_value"]))
-                return -(len(leaves) - l0)  # leaf r (relative) is coded -r - 1
-            if node["decision_type"] != "<=":
-                raise ValueError(f"unsupported split {node['decision_type']!r}")
-            if node.get("missing_type") == "Zero":
-                raise ValueError("zero-as-missing splits are not converted")
-            me = len(feat) - n0
-            feat.append(int(node["split_feature"]))
-            thr.append(_float32_above(float(node["threshold"])))
-            left.append(0)
-            right.append(0)
-            left[n0 + me] = visit(node["left_child"])
-            right[n0 + me] = visit(node["right_child"])
-            return me
-
-        visit(info["tree_structure"])
-        node_start.append(len(feat))
-        leaf_start.append(len(leaves))
-    nb = len(dump["tree_info"])
-    return FlatForest.from_arrays({
-        "base_kind": np.zeros(nb, np.int8),
-        "base_node_start": np.array(node_start, np.int64),
-        "base_leaf_start": np.array(leaf_start, np.int64),
-        "node_feature": np.array(feat, np.int32),
-        "node_threshold": np.array(thr, np.float32),
-        "node_left": np.array(left, np.int32),
-        "node_right": np.array(right, np.int32),
-        "leaf_values": np.array(leaves, np.float64).reshape(-1, 1),
-        "n_features": np.array(booster.num_feature()),
-    })
 
 
 # ----------------------------------------------------------------------------- timing

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from training.artifact.store import (
+    SCHEMA_VERSION,
     ArtifactError,
     join_arrays,
     latest_version,
@@ -32,7 +33,7 @@ def test_round_trip_and_versions(tmp_path: Path) -> None:
     assert latest_version(tmp_path, "demo") == v2
     assert resolve_artifact(tmp_path, "demo") == v2
     manifest, arrays = load_artifact(v1)
-    assert manifest["schema_version"] == 1 and manifest["version"] == "v1"
+    assert manifest["schema_version"] == SCHEMA_VERSION and manifest["version"] == "v1"
     np.testing.assert_array_equal(arrays["w"], np.arange(6.0).reshape(2, 3))
     assert arrays["idx"].dtype == np.int32
 

@@ -28,7 +28,11 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+#: Version 2 (issue 9): runs have a ``kind`` ("forest" or "linear"; linear runs store
+#: ``linear/<run>/{weights,intercept,mean,scale}``) and calibrators may be of the kinds ``er``,
+#: ``ordinal`` and ``identity``. Version 1 artifacts (forest runs only) still load.
+SCHEMA_VERSION = 2
+READABLE_SCHEMA_VERSIONS = (1, 2)
 MANIFEST = "manifest.json"
 ARRAYS = "arrays.npz"
 _VERSION_RE = re.compile(r"^v(\d+)$")
@@ -225,10 +229,10 @@ def load_artifact(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[st
     missing = [k for k in REQUIRED_KEYS if k not in manifest]
     if missing:
         raise ArtifactError(f"{mpath}: missing field(s) {', '.join(missing)}")
-    if manifest["schema_version"] != SCHEMA_VERSION:
+    if manifest["schema_version"] not in READABLE_SCHEMA_VERSIONS:
         raise ArtifactError(
             f"{mpath}: schema version {manifest['schema_version']!r} is not supported "
-            f"(this tunemix reads version {SCHEMA_VERSION})"
+            f"(this tunemix reads versions {', '.join(map(str, READABLE_SCHEMA_VERSIONS))})"
         )
     info = manifest["arrays"]
     apath = d / ARRAYS

@@ -8,6 +8,11 @@ Grammar of a spec (case-sensitive, no spaces)::
     rbc:<model>[(<key>=<value>,...)]:<target>  model in linear, logistic, poly2..poly5, nn;
                                               keys ridge, hidden, seed, max_iter, max_samples;
                                               target in gain, ndcg
+    er:<link>:<T>                              McRank's expected relevance; link in softmax,
+                                              ordinal; T in linear (k), gain (2^k - 1)
+    ordinal+<spec>                             <spec> on the class probabilities of a
+                                              cumulative (ordinal) member
+    identity                                   a one-score member as it is
 
 Examples: ``shift``, ``cpc:ls``, ``cpc:ewls(C=2)``, ``cpc:sndcg(sigma=0.1)``,
 ``rbc:linear:gain``, ``rbc:logistic:ndcg``, ``rbc:poly3:gain``, ``rbc:nn(hidden=16):gain``.
@@ -21,6 +26,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from training.calibration.base import Calibrator, param_str
+from training.calibration.expected_relevance import (
+    ExpectedRelevanceCalibrator,
+    IdentityCalibrator,
+    OrdinalCalibrator,
+)
 from training.calibration.regression_calibration import RegressionCalibrator
 from training.calibration.shift import ShiftCalibrator
 from training.calibration.sigmoid_calibration import CPC_TARGETS, SigmoidCalibrator
@@ -48,6 +58,9 @@ _KINDS: dict[str, type[Calibrator]] = {
     "shift": ShiftCalibrator,
     "cpc": SigmoidCalibrator,
     "rbc": RegressionCalibrator,
+    "er": ExpectedRelevanceCalibrator,
+    "ordinal": OrdinalCalibrator,
+    "identity": IdentityCalibrator,
 }
 
 _HEAD = re.compile(r"^(?P<name>[a-z]+[0-9]*)(?:\((?P<opts>[^()]*)\))?$")
@@ -92,8 +105,17 @@ def make_calibrator(spec: str, *, shift_scale: float | None = None) -> Calibrato
     """
     if not isinstance(spec, str):
         raise TypeError(f"calibrator spec must be a string, got {type(spec).__name__}")
-    parts = spec.strip().split(":")
+    spec = spec.strip()
+    if spec.startswith("ordinal+"):
+        return OrdinalCalibrator(inner=make_calibrator(spec[len("ordinal+"):], shift_scale=shift_scale))
+    if spec == "identity":
+        return IdentityCalibrator()
+    parts = spec.split(":")
     family = parts[0].split("(")[0]
+    if family == "er" and len(parts) == 3:
+        er = ExpectedRelevanceCalibrator(link=parts[1], relevance=parts[2])
+        er._check_params()
+        return er
     if family == "shift" and len(parts) == 1:
         _, opts = _parse_head(parts[0], spec, "shift")
         scale = opts.get("R", shift_scale)
@@ -117,8 +139,8 @@ def make_calibrator(spec: str, *, shift_scale: float | None = None) -> Calibrato
         rbc._check_params()
         return rbc
     raise ValueError(
-        f"calibrator spec {spec!r} is not one of shift, cpc:<tcf>, rbc:<model>:<target> "
-        "(e.g. 'cpc:ls', 'rbc:poly3:gain')"
+        f"calibrator spec {spec!r} is not one of shift, cpc:<tcf>, rbc:<model>:<target>, "
+        "er:<link>:<T>, ordinal+<spec>, identity (e.g. 'cpc:ls', 'rbc:poly3:gain', 'er:softmax:linear')"
     )
 
 

@@ -72,6 +72,16 @@ def _summary(outcome: Any) -> str:
         lines.append(f"  {split}: ensemble {m['measure']} = {ens:.4f}, best single member = {best:.4f}")
     for row in rec["mixer_comparison"]:
         lines.append(f"    {row['mixer']:>15}: test {m['measure']} = {row.get('test_' + m['measure']):.4f}")
+    types = rec.get("member_types", [])
+    if len(types) > 1:
+        subsets = {r["members"]: r for r in rec.get("mix_by_member_type", [])}
+        for row in types:
+            share = row.get("weight_share")
+            alone = subsets.get(row["type"], {}).get("test_" + m["measure"])
+            best = "-" if row["best_omega"] is None else f"{row['best_omega']:.4f}"
+            lines.append(f"  {row['type']:>12}: {row['members']} members, best validation {m['measure']} = "
+                         f"{best}, {'-' if share is None else f'{100 * share:.1f}%'} of the weight"
+                         + ("" if alone is None else f", mixed alone: test {alone:.4f}"))
     lines.append(f"  report: {outcome.path / 'report.md'}")
     return "\n".join(lines) + "\n"
 

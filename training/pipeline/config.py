@@ -23,6 +23,19 @@ was made. Example (see ``configs/`` for complete files)::
     n_iterations = 1000
     checkpoints = [10, 30, 100, 300, 1000]
 
+    # further member types (training.pipeline.member_types; none by default)
+    [[members.mcrank]]             # LightGBM; variant multiclass or ordinal
+    variant = ["multiclass", "ordinal"]
+    n_leaves = [8, 32]
+    n_iterations = 300
+    checkpoints = [30, 100, 300]
+    [[members.lambdamart]]         # LightGBM lambdarank, one score
+    n_leaves = 16
+    n_iterations = 300
+    [[members.svm]]                # Crammer-Singer; the paper's C, liblinear gets C / n
+    C = [1e-3, 1e-1, 10.0]
+    # and, under [members]: best_feature = true
+
     [mixer]
     name = "exp_forecaster"
     measure = "ndcg@10"
@@ -35,7 +48,6 @@ was made. Example (see ``configs/`` for complete files)::
 
 from __future__ import annotations
 
-import itertools
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -45,10 +57,6 @@ from training.calibration.registry import DEFAULT_CALIBRATORS
 from training.data.normalization import VIEWS
 
 BACKENDS = ("loky", "dask", "ray", "sequential")
-ADABOOST_KEYS = {
-    "base", "n_leaves", "n_terms", "n_iterations", "checkpoints", "search", "n_arms", "n_bins",
-    "initial_weights", "seed",
-}
 DEFAULT_CHECKPOINTS = [10, 30, 100, 300, 1000]
 DEFAULT_COMPARE = ["one_best", "uniform", "rrf", "combsum", "combmnz", "condorcet"]
 
@@ -98,6 +106,11 @@ class MembersConfig:
         default_factory=lambda: [{"base": "tree", "n_leaves": [8], "n_iterations": 300,
                                   "checkpoints": [10, 30, 100, 300]}]
     )
+    # further member types (training.pipeline.member_types): none by default
+    mcrank: list[dict[str, Any]] = field(default_factory=list)
+    lambdamart: list[dict[str, Any]] = field(default_factory=list)
+    svm: list[dict[str, Any]] = field(default_factory=list)
+    best_feature: bool = False
 
 
 @dataclass
@@ -136,16 +149,9 @@ class TrainConfig:
     def adaboost_grid(self) -> list[dict[str, Any]]:
         """Every AdaBoost.MH parameter set: list values in a [[members.adaboost]] block expand
         into their Cartesian product (``checkpoints`` is a list by nature and never expands)."""
-        out: list[dict[str, Any]] = []
-        for block in self.members.adaboost:
-            keys = sorted(block)
-            axes = [
-                block[k] if isinstance(block[k], list) and k != "checkpoints" else [block[k]]
-                for k in keys
-            ]
-            for combo in itertools.product(*axes):
-                out.append(dict(zip(keys, combo, strict=True)))
-        return out
+        from training.pipeline.member_types import get_member_type
+
+        return get_member_type("adaboost").grid(self)
 
 
 def _build(cls: type, raw: Any, where: str) -> Any:
@@ -193,10 +199,17 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         _require(v in VIEWS, f"[members] views: unknown view {v!r}; expected one of {', '.join(VIEWS)}")
     _require(bool(m.views), "[members] views must not be empty")
     _require(bool(m.calibrators), "[members] calibrators must not be empty")
-    _require(bool(m.adaboost), "[members] needs at least one [[members.adaboost]] block")
-    for i, block in enumerate(m.adaboost):
-        unknown = sorted(set(block) - ADABOOST_KEYS)
-        _require(not unknown, f"[[members.adaboost]] #{i + 1}: unknown key(s) {', '.join(unknown)}")
+    from training.pipeline.member_types import member_types
+
+    types = member_types()
+    _require(any(mt.blocks(cfg) for mt in types.values()),
+             "[members] needs at least one member block ([[members.adaboost]], [[members.mcrank]], ...)")
+    for name, mt in types.items():
+        for i, block in enumerate(mt.blocks(cfg)):
+            _require(isinstance(block, dict), f"[[members.{name}]] #{i + 1} must be a table")
+            unknown = sorted(set(block) - mt.keys)
+            _require(not unknown, f"[[members.{name}]] #{i + 1}: unknown key(s) {', '.join(unknown)}; "
+                                  f"known: {', '.join(sorted(mt.keys))}")
     _require(cfg.mixer.convention in CONVENTIONS,
              f"[mixer] convention {cfg.mixer.convention!r} is not one of {', '.join(CONVENTIONS)}")
     try:

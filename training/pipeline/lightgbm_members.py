@@ -1,0 +1,134 @@
+"""McRank (multi-class and ordinal) and LambdaMART as member types, trained with LightGBM
+(``training.learners.mcrank``, ``training.learners.lambdamart``) and served from their converted
+trees in the one wide :class:`~training.scoring.forest.FlatForest`.
+
+- ``[[members.mcrank]]``: keys ``variant`` (``multiclass``, ``ordinal``), ``n_leaves``,
+  ``learning_rate``, ``n_iterations``, ``checkpoints``, ``min_data_in_leaf``, ``n_bins``,
+  ``seed``; list values expand into a grid. Snapshots after t iterations are members (the forest
+  holds n_outputs trees per iteration, so snapshot t is ``t * n_outputs`` bases). Calibrators:
+  McRank's expected relevance (``er:<link>:linear`` and ``er:<link>:gain``, T(k) = k and
+  2^k - 1) and the configured pool; an ordinal member's pool calibrators see its class
+  probabilities (``ordinal+<spec>``). ``shift`` uses R = max |f| on the calibration part.
+- ``[[members.lambdamart]]``: the same keys without ``variant``; one real score (K = 1) used as
+  it is (``identity``; the forecaster's member rescaling puts it on the others' scale). It is
+  trained on the original labels, so it runs once per view (label groupings do not apply).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, ClassVar
+
+import numpy as np
+
+from training.pipeline.member_types import MemberType, RunResult, RunSpec, register
+from training.pipeline.parallel import IterationReporter
+
+BOOSTING_KEYS = frozenset({"n_leaves", "learning_rate", "n_iterations", "checkpoints", "min_data_in_leaf",
+                           "n_bins", "seed"})
+
+
+def _reporter(progress_queue: Any) -> tuple[IterationReporter | None, Any]:
+    if progress_queue is None:
+        return None, None
+    reporter = IterationReporter(progress_queue)
+
+    class _Progress:
+        iteration = 0
+
+    state = _Progress()
+
+    def on_iteration(i: int) -> None:
+        state.iteration = i
+        reporter(state)
+
+    return reporter, on_iteration
+
+
+def _params(spec: RunSpec, seed: int) -> dict[str, Any]:
+    params = dict(spec.params)
+    params.setdefault("seed", seed + spec.index)
+    return params
+
+
+@register
+class McRankMember(MemberType):
+    """``[[members.mcrank]]`` (module docstring)."""
+
+    name: ClassVar[str] = "mcrank"
+    keys: ClassVar[frozenset[str]] = BOOSTING_KEYS | {"variant"}
+
+    def learner_tag(self, params: dict[str, Any]) -> str:
+        variant = "ord" if params.get("variant", "multiclass") == "ordinal" else "mc"
+        return f"mcrank-{variant}{params.get('n_leaves', 16)}-lr{params.get('learning_rate', 0.1):g}"
+
+    def iterations(self, params: dict[str, Any]) -> int:
+        return int(params.get("n_iterations", 100))
+
+    def fit(self, spec: RunSpec, features: np.ndarray, labels: np.ndarray, query_offsets: np.ndarray,
+            n_labels: int, seed: int, time_budget_s: float | None, progress_queue: Any = None) -> RunResult:
+        from training.learners.label_groups import get_grouping
+        from training.learners.mcrank import McRank
+
+        reporter, on_iteration = _reporter(progress_queue)
+        t0 = time.perf_counter()
+        model = McRank(**_params(spec, seed), time_budget_s=time_budget_s)
+        model.fit(features, labels, label_grouping=get_grouping(spec.grouping, n_labels), on_iteration=on_iteration)
+        if reporter is not None:
+            reporter.flush(int(spec.params.get("n_iterations", model.n_iterations_)))
+        forest = model.to_forest()
+        per = model.n_outputs_
+        return RunResult(
+            spec=spec, n_outputs=per, n_classes=int(model.n_classes_),
+            class_gains=np.asarray(model.class_gains_, dtype=np.float64),
+            checkpoints=[t * per for t in model.checkpoints_], snapshot_iterations=list(model.checkpoints_),
+            shift_scales=[None] * len(model.checkpoints_), n_iterations=int(model.n_iterations_),
+            n_bases=forest.n_base, stop_reason=model.stop_reason_, fit_seconds=time.perf_counter() - t0,
+            train_error=float("nan"), forest=forest.to_arrays(),
+        )
+
+    def calibrators(self, configured: list[str], result: RunResult) -> list[str]:
+        ordinal = result.spec.params.get("variant", "multiclass") == "ordinal"
+        link = "ordinal" if ordinal else "softmax"
+        own = [f"er:{link}:linear", f"er:{link}:gain"]
+        return own + [f"ordinal+{c}" if ordinal else c for c in configured]
+
+
+@register
+class LambdaMARTMember(MemberType):
+    """``[[members.lambdamart]]`` (module docstring)."""
+
+    name: ClassVar[str] = "lambdamart"
+    keys: ClassVar[frozenset[str]] = BOOSTING_KEYS
+
+    def groupings(self, cfg: Any) -> list[str]:
+        return ["original"]
+
+    def learner_tag(self, params: dict[str, Any]) -> str:
+        return f"lambdamart{params.get('n_leaves', 16)}-lr{params.get('learning_rate', 0.1):g}"
+
+    def iterations(self, params: dict[str, Any]) -> int:
+        return int(params.get("n_iterations", 100))
+
+    def fit(self, spec: RunSpec, features: np.ndarray, labels: np.ndarray, query_offsets: np.ndarray,
+            n_labels: int, seed: int, time_budget_s: float | None, progress_queue: Any = None) -> RunResult:
+        from training.learners.lambdamart import LambdaMART
+
+        reporter, on_iteration = _reporter(progress_queue)
+        t0 = time.perf_counter()
+        model = LambdaMART(**_params(spec, seed), time_budget_s=time_budget_s)
+        model.fit(features, labels, query_offsets, on_iteration=on_iteration)
+        if reporter is not None:
+            reporter.flush(int(spec.params.get("n_iterations", model.n_iterations_)))
+        forest = model.to_forest()
+        return RunResult(
+            spec=spec, n_outputs=1, n_classes=n_labels,
+            class_gains=2.0 ** np.arange(n_labels, dtype=np.float64) - 1.0,
+            checkpoints=list(model.checkpoints_), snapshot_iterations=list(model.checkpoints_),
+            shift_scales=[None] * len(model.checkpoints_), n_iterations=int(model.n_iterations_),
+            n_bases=forest.n_base, stop_reason=model.stop_reason_, fit_seconds=time.perf_counter() - t0,
+            train_error=float("nan"), forest=forest.to_arrays(),
+        )
+
+    def calibrators(self, configured: list[str], result: RunResult) -> list[str]:
+        return ["identity"]
