@@ -208,3 +208,37 @@ def test_best_single_feature_finds_the_planted_feature_and_sign() -> None:
 def test_record_json_is_strict(trained: dict[str, Any]) -> None:
     manifest = json.loads((trained["path"] / "manifest.json").read_text())
     assert {r["kind"] for r in manifest["model"]["runs"]} <= {"forest", "linear"}
+
+
+def test_ordinal_step_scores_like_the_calibrators_own_transform() -> None:
+    """McRank ordinal members in an EnsembleModel: ``ordinal+<spec>`` members read their class
+    probabilities from the ordinal step's slabs (their inner calibrators packed into the kernels),
+    and score exactly as the wrapper's own transform; raw scores stay the K-1 cumulative logits."""
+    from training.calibration.registry import make_calibrator
+    from training.ensemble.registry import make_mixer
+    from training.learners.mcrank import McRank
+    from training.scoring.ensemble_model import EnsembleModel, Member, RunInfo
+    from training.scoring.forest import score_forest
+
+    X, y = _three_classes(6, 400)
+    m = McRank(variant="ordinal", n_leaves=4, n_iterations=6, checkpoints=[2, 6], min_data_in_leaf=5).fit(X, y)
+    forest = m.to_forest()
+    offsets = np.arange(0, 401, 20)
+    specs = ["ordinal+cpc:ls", "ordinal+rbc:linear:gain", "ordinal+shift", "er:ordinal:gain", "er:ordinal:linear"]
+    members = []
+    for t in m.checkpoints_:
+        raw = score_forest(forest, X, [2 * t])[:, 0, :]
+        for spec in specs:
+            cal = make_calibrator(spec).fit(raw, y, offsets, np.array([0.0, 1.0, 3.0]))
+            members.append(Member(f"t{t}|{spec}", 0, 2 * t, cal))
+    model = EnsembleModel(n_features=5, extra_views=[], forest=forest,
+                          runs=[RunInfo("raw", "original", 2, 0, forest.n_base, {"type": "mcrank"})],
+                          members=members, mixer=make_mixer("uniform"))
+    assert model._calibration.fallback == [i for i, s in enumerate(specs * 2) if s.startswith("er:")]
+    Xt, _ = _three_classes(7, 60)
+    off = np.array([0, 25, 60])
+    scores = model.member_scores(Xt, off)
+    raws = model.raw_scores(Xt, off)
+    for j, member in enumerate(members):
+        assert raws[j].shape == (60, 2)
+        np.testing.assert_allclose(scores[:, j], member.calibrator.transform(raws[j]), rtol=1e-12, atol=1e-12)

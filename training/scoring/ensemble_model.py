@@ -16,6 +16,11 @@ Imports numpy/numba code only (the service uses it). How a posted candidate list
    standardisation folded into one (wide columns x outputs) matrix; the products are appended
    to the running sums as further slabs after a zero slab, so a linear member is again
    ``S[hi] - S[lo]`` to the calibration step.
+   **The ordinal step.** A member calibrated ``ordinal+<spec>`` (McRank's ordinal variant: K-1
+   cumulative models) needs its class probabilities first; each such snapshot's K-vector of
+   probabilities (``training.calibration.expected_relevance.ordinal_probabilities``: differences
+   of the cumulative sigmoids, clipped and renormalised) is one more slab, and the member's inner
+   calibrator reads it there, in the calibration step's kernels.
 3. **Calibration.** Each member's calibrator turns its K-vector into one score; all calibrators
    are applied in one numba call that reads the running sums at the checkpoints in place
    (:class:`~training.scoring.calibration_step.CalibrationStep`).
@@ -41,6 +46,7 @@ import numpy.typing as npt
 
 from training.artifact.store import ArtifactError, join_arrays, load_artifact, resolve_artifact, split_arrays
 from training.calibration.base import Calibrator
+from training.calibration.expected_relevance import OrdinalCalibrator, ordinal_probabilities
 from training.calibration.registry import calibrator_from_params
 from training.data.dataset import validate_offsets
 from training.data.normalization import VIEWS, standardise_by_query, whiten_by_query
@@ -193,10 +199,29 @@ class EnsembleModel:
         self._hi = np.array([index[runs[m.run].base_start + m.iterations] if runs[m.run].kind == "forest"
                              else slab[m.run] for m in members], dtype=np.int64)
         self._linear_runs = linear_runs
-        self._k_max = max([forest.n_outputs] + [runs[r].n_classes for r in linear_runs])
+        # the ordinal step: each (snapshot, K-1) an ``ordinal+<spec>`` member reads gets a slab of
+        # class probabilities after the linear slabs; the member's inner calibrator reads that
+        # K-vector, so it is packed into the calibration kernels like any other
+        self._ordinal: list[tuple[int, int, int]] = []
+        self._cal_lo, self._cal_hi = self._lo.copy(), self._hi.copy()
+        calibrators, n_classes = [], []
+        for i, m in enumerate(members):
+            k = runs[m.run].n_classes
+            if isinstance(m.calibrator, OrdinalCalibrator):
+                key = (int(self._lo[i]), int(self._hi[i]), k)
+                if key not in self._ordinal:
+                    self._ordinal.append(key)
+                self._cal_lo[i] = zero_slab
+                self._cal_hi[i] = zero_slab + 1 + len(linear_runs) + self._ordinal.index(key)
+                calibrators.append(m.calibrator.inner)
+                n_classes.append(k + 1)
+            else:
+                calibrators.append(m.calibrator)
+                n_classes.append(k)
+        self._k_max = max([forest.n_outputs] + [runs[r].n_classes for r in linear_runs]
+                          + [k + 1 for _, _, k in self._ordinal])
         self._fold_linear()
-        self._calibration = CalibrationStep([m.calibrator for m in members],
-                                            [runs[m.run].n_classes for m in members])
+        self._calibration = CalibrationStep(calibrators, n_classes)
 
     def _fold_linear(self) -> None:
         """One (wide columns, sum of K_r) matrix and intercept for every linear run a member reads:
@@ -221,18 +246,22 @@ class EnsembleModel:
         self._linear_b = b
 
     def _sums(self, wide: np.ndarray) -> np.ndarray:
-        """The forest's running sums at the checkpoints, then (with linear members) a zero slab and
-        one slab per linear run: (n, C [+ 1 + R], K_max)."""
+        """The forest's running sums at the checkpoints, then (with linear or ordinal members) a zero
+        slab, one slab per linear run and one slab of class probabilities per ordinal snapshot:
+        (n, C [+ 1 + R + O], K_max)."""
         sums = score_forest(self.forest, wide, self._checkpoints)
-        if not self._linear_runs:
+        if not self._linear_runs and not self._ordinal:
             return sums
-        n, c = wide.shape[0], self._checkpoints.shape[0]
-        out = np.zeros((n, c + 1 + len(self._linear_runs), self._k_max), dtype=np.float64)
+        n, c, r = wide.shape[0], self._checkpoints.shape[0], len(self._linear_runs)
+        out = np.zeros((n, c + 1 + r + len(self._ordinal), self._k_max), dtype=np.float64)
         out[:, :c, : sums.shape[2]] = sums
-        lin = wide.astype(np.float64) @ self._linear_w + self._linear_b
-        for j in range(len(self._linear_runs)):
-            c0, c1 = int(self._linear_cols[j]), int(self._linear_cols[j + 1])
-            out[:, c + 1 + j, : c1 - c0] = lin[:, c0:c1]
+        if r:
+            lin = wide.astype(np.float64) @ self._linear_w + self._linear_b
+            for j in range(r):
+                c0, c1 = int(self._linear_cols[j]), int(self._linear_cols[j + 1])
+                out[:, c + 1 + j, : c1 - c0] = lin[:, c0:c1]
+        for j, (lo, hi, k) in enumerate(self._ordinal):
+            out[:, c + 1 + r + j, : k + 1] = ordinal_probabilities(out[:, hi, :k] - out[:, lo, :k])
         return out
 
     @property
@@ -276,7 +305,7 @@ class EnsembleModel:
 
     def _calibrate(self, sums: np.ndarray) -> np.ndarray:
         """Member scores (n, M) from the running sums at the checkpoints (no raw block is built)."""
-        return self._calibration.apply_sums(sums, self._lo, self._hi)
+        return self._calibration.apply_sums(sums, self._cal_lo, self._cal_hi)
 
     def member_scores(self, features: npt.ArrayLike, query_offsets: npt.ArrayLike) -> np.ndarray:
         """Calibrated member scores, (n, n_members), every calibrator family applied at once."""
