@@ -28,6 +28,7 @@ from app.errors import ServiceError, too_large
 from app.observability import Metrics
 from app.registry import ModelRegistry, ServedModel
 from app.settings import Settings
+from training.scoring.forest import single_threaded
 
 T = TypeVar("T")
 
@@ -109,9 +110,24 @@ async def python_work(request: Request, fn: Callable[..., T], *args: Any) -> T:
 
 
 async def scoring(request: Request, fn: Callable[..., T], *args: Any) -> T:
-    """A model's scoring in one of the application's scoring slots."""
-    slots = _limiter(request, "scoring_slots", request.app.state.settings.scoring_concurrency())
-    return await anyio.to_thread.run_sync(fn, *args, limiter=slots)
+    """A model's scoring in one of the application's scoring slots. A request scores on several
+    threads only when no other request of this worker is scoring or waiting to: under load the
+    requests score side by side, one thread each (no cycles lost to splitting and joining)."""
+    state = request.app.state
+    slots = _limiter(request, "scoring_slots", state.settings.scoring_concurrency())
+    state.scoring_requests = getattr(state, "scoring_requests", 0) + 1  # on the event loop: no race
+    try:
+        alone = state.scoring_requests == 1
+        return await anyio.to_thread.run_sync(_score, fn, args, alone, limiter=slots)
+    finally:
+        state.scoring_requests -= 1
+
+
+def _score(fn: Callable[..., T], args: tuple[Any, ...], alone: bool) -> T:
+    if alone:
+        return fn(*args)
+    with single_threaded():
+        return fn(*args)
 
 
 def json_response(payload: Any) -> Response:

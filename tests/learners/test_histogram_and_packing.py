@@ -205,3 +205,32 @@ def test_two_threads_give_the_same_bits_as_one(monkeypatch: pytest.MonkeyPatch) 
     assert calls, "the parallel pass was not taken"
     np.testing.assert_array_equal(one, two)
     np.testing.assert_allclose(two, naive.score_forest(forest.to_arrays(), X, ck), rtol=1e-12, atol=1e-12)
+
+
+def test_single_threaded_caps_only_the_calling_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    import numba
+
+    from training.scoring import forest as forest_module
+
+    if int(numba.config.NUMBA_NUM_THREADS) < 2:  # type: ignore[attr-defined]
+        pytest.skip("numba has one thread here")
+    monkeypatch.setattr(forest_module, "_scoring_threads", 2)
+    monkeypatch.setattr(forest_module, "PARALLEL_MIN_WORK", 1)
+    calls: list[int] = []
+    kernel = forest_module._score_parallel
+    monkeypatch.setattr(forest_module, "_score_parallel", lambda *a: (calls.append(1), kernel(*a)))
+    forest = random_forest(3, n_base=40)
+    X = np.random.default_rng(1).normal(size=(150, 6)).astype(np.float32)
+    seen: list[int] = []
+    with forest_module.single_threaded():
+        assert forest_module.get_scoring_threads() == 1
+        inside = score_forest(forest, X)
+        other = threading.Thread(target=lambda: seen.append(forest_module.get_scoring_threads()))
+        other.start()
+        other.join()
+    assert not calls and seen == [2]
+    assert forest_module.get_scoring_threads() == 2
+    np.testing.assert_array_equal(inside, score_forest(forest, X))
+    assert calls

@@ -31,9 +31,10 @@ Example: one stump on feature 2 at 0.5 with alpha 0.3 and votes (+1, -1)::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -648,7 +649,26 @@ def set_scoring_threads(n: int) -> None:
     _scoring_threads = n
 
 
+_local = threading.local()  # this Python thread's cap (``single_threaded``)
+
+
+@contextlib.contextmanager
+def single_threaded() -> Iterator[None]:
+    """Score on this thread alone inside the block (a service does so when other requests are
+    scoring or waiting: side by side, one thread each spends the cores better than one request
+    on all of them). Results do not depend on it."""
+    before = getattr(_local, "cap", None)
+    _local.cap = 1
+    try:
+        yield
+    finally:
+        _local.cap = before
+
+
 def get_scoring_threads() -> int:
-    """The threads ``score_forest`` uses: the setting, capped by numba's thread pool."""
+    """The threads scoring uses: the setting, capped by numba's thread pool and by
+    ``single_threaded`` on the calling thread."""
+    if getattr(_local, "cap", None) == 1:
+        return 1
     pool = int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
     return pool if _scoring_threads == 0 else min(_scoring_threads, pool)
