@@ -119,7 +119,9 @@ class SVMMember(MemberType):
                                          seed=int(params.get("seed", seed + spec.index)))
         xs = (np.asarray(features, dtype=np.float64) - linear["mean"]) / linear["scale"]
         error = float(np.mean(svc.predict(xs) != classes))
-        return _linear_result(spec, linear, grouping.n_classes, grouping.class_gains(labels), t0, error)
+        result = _linear_result(spec, linear, grouping.n_classes, grouping.class_gains(labels), t0, error)
+        result.stop_reason = "max_iter" if int(np.max(svc.n_iter_)) >= svc.max_iter else "converged"
+        return result
 
 
 @register

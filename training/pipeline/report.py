@@ -42,7 +42,7 @@ def render_markdown(record: dict[str, Any]) -> str:
     lines += [f"- fit / calibration split of train by query: {sp['fit_queries']} / {sp['calibration_queries']}"
               f" queries (seed {sp['seed']})", ""]
     lines.append("## Members")
-    lines.append(f"{len(record['runs'])} boosting runs, {len(record['members'])} calibrated members, "
+    lines.append(f"{len(record['runs'])} runs, {len(record['members'])} calibrated members, "
                  f"{len(record['calibration_failures'])} calibrators dropped.")
     lines += ["", "| run | iterations | stop | train error | seconds |", "|---|---|---|---|---|"]
     for r in record["runs"]:
