@@ -101,7 +101,11 @@ def test_every_type_is_in_the_record_and_the_report(trained: dict[str, Any]) -> 
     assert [r["members"] for r in by_type] == ["all", *TYPES]
     assert by_type[0]["n_members"] == len(rec["members"])
     assert by_type[0]["val_ndcg@10"] == pytest.approx(rec["mixer"]["validation_quality"], abs=1e-12)
+    bf = rec["best_feature"]
+    assert 1 <= bf["feature"] <= 6 and bf["sign"] in "+-" and 0.0 <= bf["test"] <= 1.0
+    assert bf["vali"] == pytest.approx(rows["best_feature"]["best_omega"], abs=1e-12)  # the same feature
     report = (trained["path"] / "report.md").read_text()
+    assert "Best single feature (the paper's baseline" in report
     assert "### Member types" in report and "### The mixer on each member type alone" in report
     for t in TYPES:
         assert f"| {t} |" in report

@@ -72,6 +72,9 @@ def _summary(outcome: Any) -> str:
         lines.append(f"  {split}: ensemble {m['measure']} = {ens:.4f}, best single member = {best:.4f}")
     for row in rec["mixer_comparison"]:
         lines.append(f"    {row['mixer']:>15}: test {m['measure']} = {row.get('test_' + m['measure']):.4f}")
+    bf = rec.get("best_feature")
+    if bf and "test" in bf:
+        lines.append(f"  best single feature: {bf['feature']} ({bf['sign']}), test {m['measure']} = {bf['test']:.4f}")
     types = rec.get("member_types", [])
     if len(types) > 1:
         subsets = {r["members"]: r for r in rec.get("mix_by_member_type", [])}

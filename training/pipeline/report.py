@@ -60,6 +60,11 @@ def render_markdown(record: dict[str, Any]) -> str:
         for row in record["member_types"]:
             if row.get("detail"):
                 lines.append(f"\n{row['type']}: {row['detail']}.")
+    if record.get("best_feature"):
+        bf = record["best_feature"]
+        lines += ["", f"Best single feature (the paper's baseline, chosen on the fit part): feature {bf['feature']} "
+                      f"({bf['sign']}), {bf['measure']} {bf['convention']}: fit {_fmt(bf['fit'])}, validation "
+                      f"{_fmt(bf.get('vali'))}, test {_fmt(bf.get('test'))}."]
     best = record["best_member"]
     lines += ["", f"Best single member on validation: `{best['name']}` "
               f"({mixer['measure']} {mixer['convention']} = {best['omega']:.4f}).", ""]

@@ -331,6 +331,23 @@ def compare_type_subsets(cfg: TrainConfig, prep: Prepared, runs: list[RunResult]
     return rows
 
 
+def best_feature_baseline(cfg: TrainConfig, prep: Prepared) -> dict[str, Any]:
+    """The paper's baseline, in every report: the raw feature (either sign) with the best mean of
+    the mixer's measure on the fit part's queries, and its quality on validation and test."""
+    from training.pipeline.linear_members import best_single_feature
+
+    measure, convention = cfg.mixer.measure, cfg.mixer.convention
+    fit = prep.fit_part
+    j, sign, quality = best_single_feature(fit.features, fit.labels, fit.query_offsets, measure, convention)
+    out: dict[str, Any] = {"feature": j + 1, "sign": "+" if sign > 0 else "-", "measure": measure,
+                           "convention": convention, "fit": quality}
+    for split, data in (("vali", prep.vali), ("test", prep.test)):
+        if data is not None:
+            out[split] = mean_metric(data.labels, sign * data.features[:, j].astype(np.float64),
+                                     data.query_offsets, measure, convention)
+    return out
+
+
 def evaluate_model(prep: Prepared, model: EnsembleModel, mixing: Mixing) -> dict[str, Any]:
     """The served model (through the serving path) and the best single member under every convention."""
     top = prep.n_labels - 1
@@ -374,9 +391,11 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> TrainOutcome:
         model = prune(model)
     with clock("evaluation_s"):
         evaluation = evaluate_model(prep, model, mixing)
+        baseline = best_feature_baseline(cfg, prep)
     clock.timings["total_s"] = time.perf_counter() - clock.start
     record = build_record(cfg, prep, runs, members, failures, model, full_size, mixing, evaluation, clock.timings)
     record["mix_by_member_type"] = by_type
+    record["best_feature"] = baseline
     path = _save(cfg, model, record)
     return TrainOutcome(path=path, record=record, model=model)
 
