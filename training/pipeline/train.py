@@ -1,8 +1,9 @@
 """``tunemix train``: read -> views -> fit runs -> snapshots -> calibrate -> mix -> artifact + report.
 
-:func:`train` is a short sequence of stages; each stage is a function of its own below. Member
-types (AdaBoost.MH, ...) plug in through ``training.pipeline.member_types``; the joblib backend
-and the progress bars live in ``training.pipeline.parallel``.
+:func:`train` is a short sequence of stages; each stage is a function of its own (below, and the
+mixing stages in ``training.pipeline.mixing``). Member types (AdaBoost.MH, McRank, ...) plug in
+through ``training.pipeline.member_types``; the joblib backend and the progress bars live in
+``training.pipeline.parallel``.
 Time budget: when ``[run] time_budget_s`` is set, 60% of it is shared among the runs (each run
 gets ``0.6 * budget / ceil(n_runs / n_jobs)`` seconds and stops after the iteration that exceeds
 it); calibration and mixing use the rest.
@@ -31,9 +32,7 @@ from training.data.dataset import RankingData
 from training.data.normalization import apply_view
 from training.data.splits import split_by_query
 from training.data.svmlight import read_svmlight
-from training.ensemble.base import member_qualities
-from training.ensemble.member_rescaling import RESCALE_MODES
-from training.ensemble.registry import compare_mixers, make_mixer
+from training.ensemble.registry import make_mixer
 from training.evaluation import CONVENTION_NAMES, evaluate, mean_metric
 from training.learners.label_groups import LabelGrouping, get_grouping
 from training.pipeline.config import TrainConfig
@@ -45,6 +44,15 @@ from training.pipeline.member_types import (
     fit_run,
     get_member_type,
     run_specs,
+)
+from training.pipeline.mixing import (
+    Mixing,
+    compare,
+    compare_type_subsets,
+    fit_mixer,
+    mixer_params,
+    mixer_summary,
+    score_members,
 )
 from training.pipeline.parallel import iteration_bar, parallel_backend, run_parallel
 from training.scoring.ensemble_model import EXTRA_VIEWS, EnsembleModel, Member, RunInfo, prune, remap_forest
@@ -220,115 +228,10 @@ def assemble(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], cals: list
         failures.extend({"run": tag, "iterations": cr.iterations, **f} for f in cr.failed)
     if not members:
         raise RuntimeError("every calibrator failed on every snapshot; nothing to mix (see the warnings above)")
-    mixer = make_mixer(cfg.mixer.name, **_mixer_params(cfg))
+    mixer = make_mixer(cfg.mixer.name, **mixer_params(cfg))
     model = EnsembleModel(n_features=n_features, extra_views=prep.extra_views, forest=forest,
                           runs=infos, members=members, mixer=mixer, linear=linear)
     return model, failures
-
-
-@dataclass
-class Mixing:
-    """The fitted mixer and what was measured on the way."""
-
-    vali_members: np.ndarray
-    test_members: np.ndarray | None
-    chosen_rescale: str | None = None
-    rescaling: list[dict[str, Any]] = field(default_factory=list)
-    comparison: list[dict[str, Any]] = field(default_factory=list)
-    omega: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    mixer: Any = None  # the fitted mixer over every member (before pruning)
-
-
-def score_members(prep: Prepared, model: EnsembleModel) -> Mixing:
-    """Every member's calibrated scores on the validation (and test) queries."""
-    vali, test = prep.vali, prep.test
-    return Mixing(vali_members=model.member_scores(vali.features, vali.query_offsets),
-                  test_members=model.member_scores(test.features, test.query_offsets) if test is not None else None)
-
-
-def fit_mixer(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, out: Mixing) -> None:
-    """Fit the mixer on the validation members' scores (for the forecaster: under every member
-    rescaling mode unless one is configured; method section 5) and set it on the model."""
-    vali, test = prep.vali, prep.test
-    vali_members, test_members = out.vali_members, out.test_members
-    measure, convention = cfg.mixer.measure, cfg.mixer.convention
-    mixer = model.mixer
-    if cfg.mixer.name == "exp_forecaster":
-        # Member rescaling (method section 5): with rescale "auto" (the default) the forecaster is
-        # fitted under every mode and the best on the validation queries is kept; the record shows
-        # all of them, on test too, so the choice can be checked.
-        modes = list(RESCALE_MODES) if cfg.mixer.rescale in (None, "auto") else [str(cfg.mixer.rescale)]
-        fitted = []
-        for mode in modes:
-            fc = make_mixer("exp_forecaster", measure=measure, convention=convention, rescale=mode)
-            fc.fit(vali_members, vali.labels, vali.query_offsets)
-            row: dict[str, Any] = {"rescale": mode, f"val_{measure}": float(fc.validation_quality_)}  # type: ignore[attr-defined]
-            if test is not None and test_members is not None:
-                row[f"test_{measure}"] = mean_metric(test.labels, fc.transform(test_members, test.query_offsets),
-                                                     test.query_offsets, measure, convention)
-            out.rescaling.append(row)
-            fitted.append(fc)
-        pick = int(np.argmax([r[f"val_{measure}"] for r in out.rescaling]))  # ties: the first mode listed
-        mixer, out.chosen_rescale = fitted[pick], modes[pick]
-        log.info("exp_forecaster: rescale=%s (best on validation of %s), c=%g, omega_min=%g, %d of %d members kept",
-                 out.chosen_rescale, "/".join(modes), mixer.c_, mixer.omega_min_,  # type: ignore[attr-defined]
-                 int(np.sum(mixer.kept_)), model.n_members)  # type: ignore[attr-defined]
-    else:
-        mixer.fit(vali_members, vali.labels, vali.query_offsets)
-    model.mixer = mixer
-    out.mixer = mixer
-    out.omega = member_qualities(vali_members, vali.labels, vali.query_offsets, measure, convention, mean_metric)
-
-
-def compare(cfg: TrainConfig, prep: Prepared, mixing: Mixing) -> None:
-    """The other mixers on the same members, validation and test (``mixing.comparison``)."""
-    vali, test = prep.vali, prep.test
-    if test is None or mixing.test_members is None or not cfg.mixer.compare:
-        return
-    measure, convention = cfg.mixer.measure, cfg.mixer.convention
-    names = list(dict.fromkeys([cfg.mixer.name, *cfg.mixer.compare]))
-    mixer_specs: list[Any] = []
-    for name in names:
-        if name == "exp_forecaster" and mixing.chosen_rescale is not None:
-            mixer_specs.append(make_mixer(name, measure=measure, convention=convention, rescale=mixing.chosen_rescale))
-        elif name == "uniform" and mixing.chosen_rescale is not None:
-            mixer_specs.append(make_mixer(name, rescale=mixing.chosen_rescale))  # c = 0 of the same forecaster
-        else:
-            mixer_specs.append(name)
-    mixing.comparison = compare_mixers(mixing.vali_members, vali.labels, vali.query_offsets, mixing.test_members,
-                                       test.labels, test.query_offsets, mixers=mixer_specs, measures=[measure],
-                                       convention=convention)
-
-
-def compare_type_subsets(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], members: list[Member],
-                         mixing: Mixing) -> list[dict[str, Any]]:
-    """The configured mixer refitted on each member type's members alone (and on all of them), on
-    the same validation queries, reported on validation and test: what each type brings to the mix
-    (e.g. the full mix against the AdaBoost.MH-only mix). Only with more than one type."""
-    test = prep.test
-    types = np.array([runs[m.run].spec.type for m in members])
-    names = list(dict.fromkeys(types.tolist()))
-    if len(names) < 2 or test is None or mixing.test_members is None:
-        return []
-    measure, convention = cfg.mixer.measure, cfg.mixer.convention
-    rows = []
-    for name in ["all", *names]:
-        cols = np.arange(len(members)) if name == "all" else np.flatnonzero(types == name)
-        if cfg.mixer.name == "exp_forecaster":
-            mixer = make_mixer("exp_forecaster", measure=measure, convention=convention,
-                               rescale=mixing.chosen_rescale or "none")
-        else:
-            mixer = make_mixer(cfg.mixer.name, **_mixer_params(cfg))
-        vali_scores = np.ascontiguousarray(mixing.vali_members[:, cols])
-        mixer.fit(vali_scores, prep.vali.labels, prep.vali.query_offsets)
-        test_scores = mixer.transform(np.ascontiguousarray(mixing.test_members[:, cols]), test.query_offsets)
-        rows.append({
-            "members": name, "n_members": int(cols.size),
-            f"val_{measure}": mean_metric(prep.vali.labels, mixer.transform(vali_scores, prep.vali.query_offsets),
-                                          prep.vali.query_offsets, measure, convention),
-            f"test_{measure}": mean_metric(test.labels, test_scores, test.query_offsets, measure, convention),
-        })
-    return rows
 
 
 def best_feature_baseline(cfg: TrainConfig, prep: Prepared) -> dict[str, Any]:
@@ -407,7 +310,7 @@ def build_record(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], member
     omega = mixing.omega
     best = int(np.argmax(omega))
     measure, convention = cfg.mixer.measure, cfg.mixer.convention
-    summary = _mixer_summary(mixing.mixer)
+    summary = mixer_summary(mixing.mixer)
     return {
         "config": cfg.to_dict(),
         "data": prep.records,
@@ -487,28 +390,6 @@ def metrics_all_conventions(labels: np.ndarray, scores: np.ndarray, offsets: np.
             value = means.get(measure)
             row[measure] = None if value is None or np.isnan(value) else float(value)
         out[conv] = row
-    return out
-
-
-def _mixer_params(cfg: TrainConfig) -> dict[str, Any]:
-    if cfg.mixer.name in ("exp_forecaster", "one_best"):
-        return {"measure": cfg.mixer.measure, "convention": cfg.mixer.convention}
-    return {}
-
-
-def _mixer_summary(mixer: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for attr in ("c_", "omega_min_", "validation_quality_"):
-        if hasattr(mixer, attr):
-            out[attr.rstrip("_")] = float(getattr(mixer, attr))
-    if hasattr(mixer, "kept_"):
-        out["members_kept"] = int(np.sum(mixer.kept_))
-    if hasattr(mixer, "grid_quality_"):
-        out["grid"] = {"c": [float(c) for c in mixer.c_grid_],
-                       "omega_min": [float(v) for v in mixer.omega_min_grid_],
-                       "quality": np.asarray(mixer.grid_quality_).tolist()}
-    if hasattr(mixer, "weights_"):
-        out["weights"] = [float(w) for w in mixer.weights_]
     return out
 
 
