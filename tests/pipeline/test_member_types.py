@@ -246,3 +246,46 @@ def test_ordinal_step_scores_like_the_calibrators_own_transform() -> None:
     for j, member in enumerate(members):
         assert raws[j].shape == (60, 2)
         np.testing.assert_allclose(scores[:, j], member.calibrator.transform(raws[j]), rtol=1e-12, atol=1e-12)
+
+
+def test_linear_runs_on_every_view_score_and_prune_like_their_maps() -> None:
+    """Linear runs on raw, raw+std and raw+white (the normalised views' weights go to the right
+    block of wide columns), beside a forest run; pruning to the raw+white run keeps the scores and
+    drops the unused view."""
+    from training.calibration.registry import make_calibrator
+    from training.data.normalization import apply_view
+    from training.ensemble.registry import mixer_from_params
+    from training.scoring.ensemble_model import EnsembleModel, Member, RunInfo, prune
+    from training.scoring.forest import FlatForest
+
+    rng = np.random.default_rng(9)
+    d, views = 4, ["raw", "raw+std", "raw+white"]
+    x = rng.normal(size=(60, d)).astype(np.float32)
+    off = np.array([0, 20, 45, 60])
+    linear, runs, members = {}, [], []
+    for i, view in enumerate(views):
+        width = d if view == "raw" else 2 * d
+        linear[i] = {"weights": rng.normal(size=(width, 3)), "intercept": rng.normal(size=3),
+                     "mean": rng.normal(size=width), "scale": rng.uniform(0.5, 2.0, size=width)}
+        runs.append(RunInfo(view, "original", 3, 0, 0, {"type": "svm"}, kind="linear"))
+        raw = linear_scores(linear[i], apply_view(x, off, view))
+        cal = make_calibrator("cpc:ls").fit(raw, rng.integers(0, 3, 60), off, np.array([0.0, 1.0, 3.0]))
+        members.append(Member(view, i, 0, cal))
+    weights = np.array([0.0, 0.0, 1.0])
+    mixer = mixer_from_params({"mixer": "exp_forecaster", "n_members": 3, "measure": "ndcg@10",
+                               "convention": "yahoo", "c_grid": [1.0], "omega_min_grid": None,
+                               "omega_min_quantiles": [0.5], "rescale": "none",
+                               "omega": np.array([0.1, 0.2, 0.9]), "c": 1.0, "omega_min": 0.5,
+                               "weights": weights, "c_grid_searched": np.array([1.0]),
+                               "omega_min_grid_searched": np.array([0.5]), "grid_quality": np.zeros((1, 1)),
+                               "validation_quality": 0.9, "rescale_scale": np.zeros(0)})
+    model = EnsembleModel(n_features=d, extra_views=views[1:], forest=FlatForest.empty(3 * d, 1), runs=runs,
+                          members=members, mixer=mixer, linear=linear)
+    for i, (view, raw) in enumerate(zip(views, model.raw_scores(x, off), strict=True)):
+        np.testing.assert_allclose(raw, linear_scores(linear[i], apply_view(x, off, view)), rtol=1e-12, atol=1e-12)
+    small = prune(model)
+    assert [m.name for m in small.members] == ["raw+white"] and small.extra_views == ("raw+white",)
+    np.testing.assert_allclose(small.score(x, off), model.score(x, off), rtol=1e-12, atol=1e-12)
+    doc, arrays = small.to_artifact()
+    again = EnsembleModel.from_artifact(doc, arrays)
+    np.testing.assert_array_equal(again.score(x, off), small.score(x, off))
