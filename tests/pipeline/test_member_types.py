@@ -214,10 +214,12 @@ def test_record_json_is_strict(trained: dict[str, Any]) -> None:
     assert {r["kind"] for r in manifest["model"]["runs"]} <= {"forest", "linear"}
 
 
-def test_ordinal_step_scores_like_the_calibrators_own_transform() -> None:
-    """McRank ordinal members in an EnsembleModel: ``ordinal+<spec>`` members read their class
+@pytest.mark.parametrize("variant", ["ordinal", "multiclass"])
+def test_ordinal_and_expected_relevance_steps_score_like_the_calibrators_own_transform(variant: str) -> None:
+    """McRank members in an EnsembleModel: ``ordinal+<spec>`` members read their class
     probabilities from the ordinal step's slabs (their inner calibrators packed into the kernels),
-    and score exactly as the wrapper's own transform; raw scores stay the K-1 cumulative logits."""
+    ``er:<link>:<T>`` members are computed by the expected-relevance step; every member scores
+    exactly as its calibrator's own transform, and raw scores stay the member's raw vector."""
     from training.calibration.registry import make_calibrator
     from training.ensemble.registry import make_mixer
     from training.learners.mcrank import McRank
@@ -225,26 +227,31 @@ def test_ordinal_step_scores_like_the_calibrators_own_transform() -> None:
     from training.scoring.forest import score_forest
 
     X, y = _three_classes(6, 400)
-    m = McRank(variant="ordinal", n_leaves=4, n_iterations=6, checkpoints=[2, 6], min_data_in_leaf=5).fit(X, y)
+    m = McRank(variant=variant, n_leaves=4, n_iterations=6, checkpoints=[2, 6], min_data_in_leaf=5).fit(X, y)
     forest = m.to_forest()
+    per = m.n_outputs_
     offsets = np.arange(0, 401, 20)
-    specs = ["ordinal+cpc:ls", "ordinal+rbc:linear:gain", "ordinal+shift", "er:ordinal:gain", "er:ordinal:linear"]
+    if variant == "ordinal":
+        specs = ["ordinal+cpc:ls", "ordinal+rbc:linear:gain", "ordinal+shift", "er:ordinal:gain", "er:ordinal:linear"]
+    else:
+        specs = ["cpc:ls", "er:softmax:gain", "rbc:linear:gain", "er:softmax:linear"]
     members = []
     for t in m.checkpoints_:
-        raw = score_forest(forest, X, [2 * t])[:, 0, :]
+        raw = score_forest(forest, X, [per * t])[:, 0, :]
         for spec in specs:
             cal = make_calibrator(spec).fit(raw, y, offsets, np.array([0.0, 1.0, 3.0]))
-            members.append(Member(f"t{t}|{spec}", 0, 2 * t, cal))
+            members.append(Member(f"t{t}|{spec}", 0, per * t, cal))
     model = EnsembleModel(n_features=5, extra_views=[], forest=forest,
-                          runs=[RunInfo("raw", "original", 2, 0, forest.n_base, {"type": "mcrank"})],
+                          runs=[RunInfo("raw", "original", per, 0, forest.n_base, {"type": "mcrank"})],
                           members=members, mixer=make_mixer("uniform"))
-    assert model._calibration.fallback == [i for i, s in enumerate(specs * 2) if s.startswith("er:")]
+    assert model._calibration.fallback == []  # nothing left to the calibrators' Python transforms
+    assert sum(idx.size for _, _, idx, _ in model._er_groups) == sum(s.startswith("er:") for s in specs * 2)
     Xt, _ = _three_classes(7, 60)
     off = np.array([0, 25, 60])
     scores = model.member_scores(Xt, off)
     raws = model.raw_scores(Xt, off)
     for j, member in enumerate(members):
-        assert raws[j].shape == (60, 2)
+        assert raws[j].shape == (60, per)
         np.testing.assert_allclose(scores[:, j], member.calibrator.transform(raws[j]), rtol=1e-12, atol=1e-12)
 
 
