@@ -87,9 +87,11 @@ def test_params_round_trip_and_scoring_step(spec: str) -> None:
     np.testing.assert_array_equal(step.apply(raw[:, None, :])[:, 0], cal.transform(raw))
 
 
-def test_identity_takes_one_column() -> None:
-    with pytest.raises(ValueError, match="one raw column"):
-        IdentityCalibrator().fit(np.zeros((3, 2)), [0, 1, 0], [0, 3], [0.0, 1.0])
+def test_identity_takes_one_score() -> None:
+    with pytest.raises(ValueError, match="one-score member"):
+        IdentityCalibrator().fit(np.ones((3, 2)), [0, 1, 0], [0, 3], [0.0, 1.0])
     np.testing.assert_array_equal(IdentityCalibrator().fit([[1.5], [2.0]], [0, 1], [0, 2], [0.0, 1.0])
                                   .transform([[3.0]]), [3.0])
+    padded = IdentityCalibrator().fit([[1.5, 0.0, 0.0], [2.0, 0.0, 0.0]], [0, 2], [0, 2], [0.0, 1.0, 3.0])
+    np.testing.assert_array_equal(padded.transform([[3.0, 0.0, 0.0]]), [3.0])
     assert isinstance(make_calibrator("er:ordinal:linear"), ExpectedRelevanceCalibrator)

@@ -97,6 +97,8 @@ def test_every_type_is_in_the_record_and_the_report(trained: dict[str, Any]) -> 
     names = [m["name"] for m in rec["members"] if m["type"] == "mcrank"]
     assert any("er:softmax:linear" in n for n in names) and any("er:ordinal:gain" in n for n in names)
     assert any("ordinal+cpc:ls" in n for n in names)
+    lm = [m["name"] for m in rec["members"] if m["type"] == "lambdamart"]
+    assert {n.rsplit("|", 1)[1] for n in lm} == {"identity", "rbc:linear:gain"}  # regression calibrators too
     by_type = rec["mix_by_member_type"]
     assert [r["members"] for r in by_type] == ["all", *TYPES]
     assert by_type[0]["n_members"] == len(rec["members"])

@@ -181,8 +181,10 @@ class OrdinalCalibrator(Calibrator):
 
 
 class IdentityCalibrator(Calibrator):
-    """A one-score member used as it is: v(x) = f(x) (K = 1 raw column; LambdaMART, the best
-    single feature). The forecaster's member rescaling puts it on the others' scale."""
+    """A one-score member used as it is: v(x) = f_0(x), its first raw column (the best single
+    feature has one column; LambdaMART's raw vector is (f, 0, ..., 0), padded with zero columns
+    so that regression calibrators take it too). The forecaster's member rescaling puts it on the
+    others' scale."""
 
     kind = "identity"
 
@@ -197,22 +199,24 @@ class IdentityCalibrator(Calibrator):
     def fit(self, raw: npt.ArrayLike, labels: npt.ArrayLike, query_offsets: npt.ArrayLike,
             gains: npt.ArrayLike) -> Self:
         arr = validate_raw(raw)
-        if arr.shape[1] != 1:
-            raise ValueError(f"identity takes a member with one raw column, got {arr.shape[1]}")
+        if arr.shape[1] > 1 and np.any(arr[:, 1:] != 0.0):
+            raise ValueError("identity takes a one-score member: raw columns after the first must be 0")
+        self.n_columns_ = arr.shape[1]
         self.fitted_ = True
         return self
 
     def transform(self, raw: npt.ArrayLike) -> Float64Array:
         self._check_fitted()
-        return np.ascontiguousarray(validate_raw(raw, n_classes=1)[:, 0])
+        return np.ascontiguousarray(validate_raw(raw, n_classes=self.n_columns_)[:, 0])
 
     def to_params(self) -> CalibratorParams:
         self._check_fitted()
-        return {"kind": self.kind}
+        return {"kind": self.kind, "n_columns_": self.n_columns_}
 
     @classmethod
     def from_params(cls, d: Mapping[str, Any]) -> Self:
         check_kind(d, cls.kind)
         obj = cls()
+        obj.n_columns_ = param_int(d, "n_columns_") if "n_columns_" in d else 1
         obj.fitted_ = True
         return obj

@@ -9,9 +9,12 @@ trees in the one wide :class:`~training.scoring.forest.FlatForest`.
   McRank's expected relevance (``er:<link>:linear`` and ``er:<link>:gain``, T(k) = k and
   2^k - 1) and the configured pool; an ordinal member's pool calibrators see its class
   probabilities (``ordinal+<spec>``). ``shift`` uses R = max |f| on the calibration part.
-- ``[[members.lambdamart]]``: the same keys without ``variant``; one real score (K = 1) used as
-  it is (``identity``; the forecaster's member rescaling puts it on the others' scale). It is
-  trained on the original labels, so it runs once per view (label groupings do not apply).
+- ``[[members.lambdamart]]``: the same keys without ``variant``; one real score f. Its raw vector
+  is (f, 0, ..., 0), padded with zero columns to the number of labels, so that it goes through
+  the regression calibrators of the pool (``rbc:*``: gains regressed on f; the zero columns are
+  constant and drop out) as well as used as it is (``identity``, column 0; the forecaster's
+  member rescaling puts it on the others' scale). It is trained on the original labels, so it
+  runs once per view (label groupings do not apply).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import numpy as np
 
 from training.pipeline.member_types import MemberType, RunResult, RunSpec, register
 from training.pipeline.parallel import IterationReporter
+from training.scoring.forest import FlatForest
 
 BOOSTING_KEYS = frozenset({"n_leaves", "learning_rate", "n_iterations", "checkpoints", "min_data_in_leaf",
                            "n_bins", "seed"})
@@ -120,9 +124,12 @@ class LambdaMARTMember(MemberType):
         model.fit(features, labels, query_offsets, on_iteration=on_iteration)
         if reporter is not None:
             reporter.flush(int(spec.params.get("n_iterations", model.n_iterations_)))
-        forest = model.to_forest()
+        arrays = model.to_forest().to_arrays()
+        leaves = arrays["leaf_values"]
+        arrays["leaf_values"] = np.hstack([leaves, np.zeros((leaves.shape[0], n_labels - 1))])  # (f, 0, ..., 0)
+        forest = FlatForest.from_arrays(arrays)
         return RunResult(
-            spec=spec, n_outputs=1, n_classes=n_labels,
+            spec=spec, n_outputs=n_labels, n_classes=n_labels,
             class_gains=2.0 ** np.arange(n_labels, dtype=np.float64) - 1.0,
             checkpoints=list(model.checkpoints_), snapshot_iterations=list(model.checkpoints_),
             shift_scales=[None] * len(model.checkpoints_), n_iterations=int(model.n_iterations_),
@@ -131,4 +138,4 @@ class LambdaMARTMember(MemberType):
         )
 
     def calibrators(self, configured: list[str], result: RunResult) -> list[str]:
-        return ["identity"]
+        return ["identity", *(c for c in configured if c.startswith("rbc:"))]

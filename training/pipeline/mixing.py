@@ -104,28 +104,39 @@ def compare_type_subsets(cfg: TrainConfig, prep: Prepared, runs: list[RunResult]
                          mixing: Mixing) -> list[dict[str, Any]]:
     """The configured mixer refitted on each member type's members alone (and on all of them), on
     the same validation queries, reported on validation and test: what each type brings to the mix
-    (e.g. the full mix against the AdaBoost.MH-only mix). Only with more than one type."""
+    (e.g. the full mix against the AdaBoost.MH-only mix). Each subset is mixed as the full set is:
+    the forecaster with ``rescale = "auto"`` picks its own rescaling mode on validation. Only with
+    more than one type."""
     test = prep.test
     types = np.array([runs[m.run].spec.type for m in members])
     names = list(dict.fromkeys(types.tolist()))
     if len(names) < 2 or test is None or mixing.test_members is None:
         return []
     measure, convention = cfg.mixer.measure, cfg.mixer.convention
+    vali = prep.vali
     rows = []
     for name in ["all", *names]:
         cols = np.arange(len(members)) if name == "all" else np.flatnonzero(types == name)
-        if cfg.mixer.name == "exp_forecaster":
-            mixer = make_mixer("exp_forecaster", measure=measure, convention=convention,
-                               rescale=mixing.chosen_rescale or "none")
-        else:
-            mixer = make_mixer(cfg.mixer.name, **mixer_params(cfg))
         vali_scores = np.ascontiguousarray(mixing.vali_members[:, cols])
-        mixer.fit(vali_scores, prep.vali.labels, prep.vali.query_offsets)
-        test_scores = mixer.transform(np.ascontiguousarray(mixing.test_members[:, cols]), test.query_offsets)
+        if cfg.mixer.name == "exp_forecaster":
+            modes = list(RESCALE_MODES) if cfg.mixer.rescale in (None, "auto") else [str(cfg.mixer.rescale)]
+            candidates = [make_mixer("exp_forecaster", measure=measure, convention=convention, rescale=mode)
+                          for mode in modes]
+        else:
+            modes = [""]
+            candidates = [make_mixer(cfg.mixer.name, **mixer_params(cfg))]
+        best: tuple[float, int, Any] | None = None
+        for i, mixer in enumerate(candidates):
+            mixer.fit(vali_scores, vali.labels, vali.query_offsets)
+            quality = mean_metric(vali.labels, mixer.transform(vali_scores, vali.query_offsets), vali.query_offsets,
+                                  measure, convention)
+            if best is None or quality > best[0]:  # ties: the first mode listed, as the full mix
+                best = (quality, i, mixer)
+        assert best is not None
+        test_scores = best[2].transform(np.ascontiguousarray(mixing.test_members[:, cols]), test.query_offsets)
         rows.append({
-            "members": name, "n_members": int(cols.size),
-            f"val_{measure}": mean_metric(prep.vali.labels, mixer.transform(vali_scores, prep.vali.query_offsets),
-                                          prep.vali.query_offsets, measure, convention),
+            "members": name, "n_members": int(cols.size), "rescale": modes[best[1]] or None,
+            f"val_{measure}": best[0],
             f"test_{measure}": mean_metric(test.labels, test_scores, test.query_offsets, measure, convention),
         })
     return rows

@@ -82,10 +82,10 @@ def render_markdown(record: dict[str, Any]) -> str:
     if record.get("mix_by_member_type"):
         m = mixer["measure"]
         lines += ["### The mixer on each member type alone", "",
-                  f"| members | count | validation {m} | test {m} |", "|---|---|---|---|"]
+                  f"| members | count | rescale | validation {m} | test {m} |", "|---|---|---|---|---|"]
         for row in record["mix_by_member_type"]:
-            lines.append(f"| {row['members']} | {row['n_members']} | {_fmt(row.get(f'val_{m}'))} | "
-                         f"{_fmt(row.get(f'test_{m}'))} |")
+            lines.append(f"| {row['members']} | {row['n_members']} | {_fmt(row.get('rescale'))} | "
+                         f"{_fmt(row.get(f'val_{m}'))} | {_fmt(row.get(f'test_{m}'))} |")
         lines.append("")
     if record.get("rescaling_comparison"):
         m = mixer["measure"]
