@@ -333,12 +333,12 @@ def breakdown(model_path: Path, bodies: dict[int, list[bytes]], quick: bool) -> 
     """Our /rank handler's steps in this process (median ms), the way ``app.routers.rank`` runs them.
 
     ``steps``: body validation (``parse_json``), arrays (``rank_lists``), ``model.score``,
-    ranking (``ranked``) and serialisation (``json.dumps``); ``whole_handler_ms`` runs them in a
-    row. ``model_stages`` splits ``model.score``: input check, views (``wide_features``), the
-    forest pass (``score_forest`` at the members' checkpoints), member differences,
-    calibrators, mixer. ``model_cumulative`` times the public methods, each including the
-    previous (wide_features < raw_scores < member_scores < score), a cross-check that does not
-    depend on the model's internals. Also the columnar body form's validation and arrays.
+    ranking (``ranked``) and serialisation (``pydantic_core.to_json``, as ``json_response``);
+    ``whole_handler_ms`` runs them in a row. ``model_stages`` splits ``model.score`` by its own
+    ``timings`` (views, forest pass, calibration step, mixer). ``model_cumulative`` times the
+    public methods, each including the previous (wide_features < raw_scores < member_scores <
+    score), a cross-check that does not depend on the model's internals. Also the columnar body
+    form's validation and arrays.
     """
     import numba
 
@@ -357,9 +357,10 @@ def breakdown(model_path: Path, bodies: dict[int, list[bytes]], quick: bool) -> 
 
 
 def breakdown_one(model: Any, body: bytes, rep: int) -> dict[str, Any]:
+    import pydantic_core
+
     from app.parsing import parse_json, rank_lists, ranked
     from app.schemas import RankRequest
-    from training.scoring.forest import score_forest
 
     d = model.n_features
     limits = {"max_queries": 10_000, "max_documents": 100_000}
@@ -374,46 +375,27 @@ def breakdown_one(model: Any, body: bytes, rep: int) -> dict[str, Any]:
         cl = rank_lists(r.queries, d, **limits)
         sc = model.score(cl.features, cl.offsets)
         p = {"model": "m", "version": "v1", "results": ranked(sc, cl, r.top_k), "server_time_ms": 1.0}
-        return json.dumps(p, separators=(",", ":")).encode()
+        return pydantic_core.to_json(p)
 
     steps = {
         "validate_json_ms": median_ms(lambda: parse_json(RankRequest, body), rep),
         "to_arrays_ms": median_ms(lambda: rank_lists(req.queries, d, **limits), rep),
         "model_score_ms": median_ms(lambda: model.score(x, off), rep),
         "rank_ms": median_ms(lambda: ranked(scores, lists, None), rep),
-        "serialise_ms": median_ms(lambda: json.dumps(payload, separators=(",", ":")), rep),
+        "serialise_ms": median_ms(lambda: pydantic_core.to_json(payload), rep),
     }
     entry: dict[str, Any] = {"steps": steps, "sum_of_steps_ms": round(sum(steps.values()), 4),
                              "whole_handler_ms": median_ms(whole, rep), "response_bytes": len(whole())}
-    stages: dict[str, Any] = {}
-    try:
-        stages["check_input_ms"] = median_ms(lambda: model._check(x, off), rep)
-        wide = model.wide_features(x, off)
-        stages["views_ms"] = median_ms(lambda: model.wide_features(x, off), rep)
-        ck = model._checkpoints
-        stages["forest_ms"] = median_ms(lambda: score_forest(model.forest, wide, ck), rep)
-        sums = score_forest(model.forest, wide, ck)
-
-        def diffs() -> list[np.ndarray]:
-            return [sums[:, hi, : model.runs[m.run].n_classes] - sums[:, lo, : model.runs[m.run].n_classes]
-                    for m, lo, hi in zip(model.members, model._lo, model._hi, strict=True)]
-
-        stages["member_differences_ms"] = median_ms(diffs, rep)
-        raws = diffs()
-
-        def calibrate() -> np.ndarray:
-            ms = np.empty((x.shape[0], model.n_members))
-            for j, (m, raw) in enumerate(zip(model.members, raws, strict=True)):
-                ms[:, j] = m.calibrator.transform(raw)
-            return ms
-
-        stages["calibrators_ms"] = median_ms(calibrate, rep)
-        member = calibrate()
-        stages["mixer_ms"] = median_ms(lambda: model.mixer.transform(member, off), rep)
-        stages["sum_ms"] = round(sum(v for v in stages.values()), 4)
-        stages["forest_checkpoints"] = len(ck)
-    except (AttributeError, TypeError, ValueError) as exc:  # the model's internals changed
-        stages["unavailable"] = f"{type(exc).__name__}: {exc}"
+    # the model's own stages (EnsembleModel.score's ``timings``): median of each over the calls
+    samples: dict[str, list[float]] = {}
+    for _ in range(rep):
+        t: dict[str, float] = {}
+        model.score(x, off, timings=t)
+        for k, v in t.items():
+            samples.setdefault(k, []).append(v * 1e3)
+    stages: dict[str, Any] = {f"{k}_ms": round(statistics.median(v), 4) for k, v in samples.items()}
+    stages["sum_ms"] = round(sum(v for v in stages.values()), 4)
+    stages["forest_checkpoints"] = len(model._checkpoints)
     entry["model_stages"] = stages
     entry["model_cumulative"] = {
         "wide_features_ms": median_ms(lambda: model.wide_features(x, off), rep),
