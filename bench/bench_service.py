@@ -446,6 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate-1000", type=float,
                     help="requests/s of the 1,000-document scenario (default: auto, see RATE_1000_MAX)")
     ap.add_argument("--skip-breakdown", action="store_true", help="HTTP scenarios only")
+    ap.add_argument("--name", default="service", help="results file bench/results/<name>.json (default: service)")
     args = ap.parse_args(argv)
     q = args.quick
     scenarios = [
@@ -562,7 +563,7 @@ def main(argv: list[str] | None = None) -> int:
     result["targets"] = TARGETS
     result["verdict"] = {tag: result["scenarios"][tag]["ours"].get("verdict", {}).get("pass")
                          for tag in result["scenarios"]}
-    path = write_result("service", result)
+    path = write_result(args.name, result)
     log(f"wrote {path}")
     return 0
 
