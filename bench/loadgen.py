@@ -138,7 +138,7 @@ class Pool:
                 conn.close()
                 self.open -= 1
                 if fresh or attempt == 1:  # a new connection failing is the server's answer
-                    raise HttpError(type(exc).__name__) from None
+                    raise HttpError(f"{type(exc).__name__}: {exc}") from None
                 continue  # an idle connection the server had closed: once more on a new one
             if conn.writer.is_closing():
                 self.open -= 1
