@@ -9,9 +9,9 @@ its event loop: an anyio limiter must not be shared by two event loops):
   from a scoring kernel would wait behind all of them (measured: with anyio's default 40
   threads, 200 requests/s of 100 documents saturated the service at 170/s with the CPU at 63%).
 - ``scoring``: the model's kernels, which release the GIL (``nogil``), in ``Settings.concurrency``
-  slots (default: cores / workers), so requests score side by side on the cores. Whether one
-  request also uses several threads is the forest's choice (``training.scoring.forest``: only
-  when no other parallel launch runs).
+  slots (default: cores / workers), so requests score side by side on the cores. A request uses
+  several threads only when it is the worker's only one scoring or waiting to
+  (``training.scoring.forest.single_threaded`` otherwise).
 """
 
 from __future__ import annotations
@@ -95,18 +95,9 @@ async def in_thread(fn: Callable[..., T], *args: Any) -> T:
     return await anyio.to_thread.run_sync(fn, *args)
 
 
-def _limiter(request: Request, name: str, size: int) -> anyio.CapacityLimiter:
-    state = request.app.state
-    limiter: anyio.CapacityLimiter | None = getattr(state, name, None)
-    if limiter is None:  # first use (the lifespan normally makes it); made on the serving loop
-        limiter = anyio.CapacityLimiter(size)
-        setattr(state, name, limiter)
-    return limiter
-
-
 async def python_work(request: Request, fn: Callable[..., T], *args: Any) -> T:
     """GIL-bound work (parsing, evaluation, fusion) in one of ``PYTHON_LANES`` threads."""
-    return await anyio.to_thread.run_sync(fn, *args, limiter=_limiter(request, "python_lanes", PYTHON_LANES))
+    return await anyio.to_thread.run_sync(fn, *args, limiter=request.app.state.python_lanes)
 
 
 async def scoring(request: Request, fn: Callable[..., T], *args: Any) -> T:
@@ -114,11 +105,10 @@ async def scoring(request: Request, fn: Callable[..., T], *args: Any) -> T:
     threads only when no other request of this worker is scoring or waiting to: under load the
     requests score side by side, one thread each (no cycles lost to splitting and joining)."""
     state = request.app.state
-    slots = _limiter(request, "scoring_slots", state.settings.scoring_concurrency())
-    state.scoring_requests = getattr(state, "scoring_requests", 0) + 1  # on the event loop: no race
+    state.scoring_requests += 1  # on the event loop: no race
     try:
         alone = state.scoring_requests == 1
-        return await anyio.to_thread.run_sync(_score, fn, args, alone, limiter=slots)
+        return await anyio.to_thread.run_sync(_score, fn, args, alone, limiter=state.scoring_slots)
     finally:
         state.scoring_requests -= 1
 

@@ -71,8 +71,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     registry = ModelRegistry(settings.models_dir, settings.default_model,
                              max_cached_versions=settings.max_cached_versions, state_dir=settings.state_dir)
     app.state.registry = registry
+    # the thread hops' limiters (app.deps), made here on the serving loop (an anyio limiter must
+    # not be shared by two event loops), once per application
     app.state.python_lanes = anyio.CapacityLimiter(PYTHON_LANES)
     app.state.scoring_slots = anyio.CapacityLimiter(settings.scoring_concurrency())
+    app.state.scoring_requests = 0  # requests scoring or waiting to (app.deps.scoring)
     metrics: Metrics = app.state.metrics
 
     def start_up() -> None:
