@@ -23,6 +23,7 @@ class AdaBoostMember(MemberType):
 
     name: ClassVar[str] = "adaboost"
     keys: ClassVar[frozenset[str]] = ADABOOST_KEYS
+    default_iterations: ClassVar[int] = 100
 
     def learner_tag(self, params: dict[str, Any]) -> str:
         base = params.get("base", "tree")
@@ -34,9 +35,6 @@ class AdaBoostMember(MemberType):
             tag = "stump"
         search = params.get("search", "full")
         return tag if search == "full" else f"{tag}-{search}"
-
-    def iterations(self, params: dict[str, Any]) -> int:
-        return int(params.get("n_iterations", 100))
 
     def fit(self, spec: RunSpec, features: np.ndarray, labels: np.ndarray, query_offsets: np.ndarray,
             n_labels: int, seed: int,

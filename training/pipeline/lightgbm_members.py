@@ -61,13 +61,11 @@ class McRankMember(MemberType):
 
     name: ClassVar[str] = "mcrank"
     keys: ClassVar[frozenset[str]] = BOOSTING_KEYS | {"variant"}
+    default_iterations: ClassVar[int] = 100
 
     def learner_tag(self, params: dict[str, Any]) -> str:
         variant = "ord" if params.get("variant", "multiclass") == "ordinal" else "mc"
         return f"mcrank-{variant}{params.get('n_leaves', 16)}-lr{params.get('learning_rate', 0.1):g}"
-
-    def iterations(self, params: dict[str, Any]) -> int:
-        return int(params.get("n_iterations", 100))
 
     def fit(self, spec: RunSpec, features: np.ndarray, labels: np.ndarray, query_offsets: np.ndarray,
             n_labels: int, seed: int, time_budget_s: float | None, progress_queue: Any = None) -> RunResult:
@@ -104,15 +102,13 @@ class LambdaMARTMember(MemberType):
 
     name: ClassVar[str] = "lambdamart"
     keys: ClassVar[frozenset[str]] = BOOSTING_KEYS
+    default_iterations: ClassVar[int] = 100
 
     def groupings(self, cfg: Any) -> list[str]:
         return ["original"]
 
     def learner_tag(self, params: dict[str, Any]) -> str:
         return f"lambdamart{params.get('n_leaves', 16)}-lr{params.get('learning_rate', 0.1):g}"
-
-    def iterations(self, params: dict[str, Any]) -> int:
-        return int(params.get("n_iterations", 100))
 
     def fit(self, spec: RunSpec, features: np.ndarray, labels: np.ndarray, query_offsets: np.ndarray,
             n_labels: int, seed: int, time_budget_s: float | None, progress_queue: Any = None) -> RunResult:

@@ -95,6 +95,8 @@ class MemberType(ABC):
     list_keys: ClassVar[frozenset[str]] = frozenset({"checkpoints"})
     #: keys a block may contain
     keys: ClassVar[frozenset[str]] = frozenset()
+    #: ``n_iterations`` of a run that does not set it (0: the type does not iterate)
+    default_iterations: ClassVar[int] = 0
 
     def blocks(self, cfg: TrainConfig) -> list[dict[str, Any]]:
         """The type's ``[[members.<name>]]`` blocks."""
@@ -118,7 +120,7 @@ class MemberType(ABC):
 
     def iterations(self, params: dict[str, Any]) -> int:
         """Iterations a run reports to the progress bar (0: none)."""
-        return 0
+        return int(params.get("n_iterations", self.default_iterations)) if self.default_iterations else 0
 
     @abstractmethod
     def learner_tag(self, params: dict[str, Any]) -> str:
