@@ -41,14 +41,15 @@ def naive_ideal_dcg(doc_gains, query_offsets, cutoff: int | None) -> list[float]
     return out
 
 
-def naive_tcf(tcf, a, b, raw, labels, query_offsets, gains, C=2.0, sigma=0.1) -> float:
-    """The TCF as a sum over documents (and queries for SNDCG), eqs. 15-19 of the paper."""
+def naive_tcf(tcf, a, b, raw, labels, query_offsets, gains, C=2.0, sigma=0.1, doc_gains=None) -> float:
+    """The TCF as a sum over documents (and queries for SNDCG), eqs. 15-19 of the paper; SNDCG's
+    gains are the documents' own ``doc_gains`` when given, else their class gains."""
     n, k = len(raw), len(raw[0])
     probs = [naive_class_probs(list(map(float, raw[i])), a, b) for i in range(n)]
     if tcf == "sndcg":
         return naive_soft_dcg(
             [sum(gains[l] * probs[i][l] for l in range(k)) / max(gains) for i in range(n)],
-            [float(gains[y]) for y in labels],
+            [float(gains[y]) for y in labels] if doc_gains is None else [float(g) for g in doc_gains],
             query_offsets,
             sigma,
         )
@@ -59,7 +60,7 @@ def naive_tcf(tcf, a, b, raw, labels, query_offsets, gains, C=2.0, sigma=0.1) ->
             total += -math.log(p[y])
         elif tcf == "ewls":
             h = -sum(q * math.log(q) for q in p if q > 0)
-            total += -math.log(p[y]) * h**C
+            total += -math.log(p[y]) * (h**C if C >= 0 else max(h, 1e-12) ** C)
         elif tcf == "el":
             total += sum((l - y) ** 2 * p[l] for l in range(k))
         elif tcf == "ell":

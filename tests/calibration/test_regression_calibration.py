@@ -183,3 +183,24 @@ def test_parameter_errors():
                    {"ridge": -1.0}):
         with pytest.raises(ValueError):
             RegressionCalibrator(**kwargs).fit(raw, labels, off, gains)
+
+
+@pytest.mark.parametrize("target", ["gain", "ndcg"])
+def test_targets_are_the_documents_own_gains_under_a_grouping(target):
+    """Binary grouping {0}{1,2}: labels 1 and 2 share class 1, but the paper regresses each
+    document's own gain (eq. 20) or own gain / ideal DCG (eq. 21)."""
+    raw, labels, off, _ = synthetic_member(40, 10, 3, margin=1.0, noise=2.0, seed=4)
+    own = 2.0 ** labels - 1.0
+    classes = (labels > 0).astype(np.int64)
+    grouped = np.array([0.0, 2.0, 2.0])  # class gain of {1, 2}, padded to the raw columns
+    design = np.column_stack([np.ones(len(raw)), raw])
+    y = own if target == "gain" else ndcg_targets(own, off)
+    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+    fitted = RegressionCalibrator(model="linear", ridge=0.0, target=target).fit(
+        raw, classes, off, grouped, doc_gains=own)
+    np.testing.assert_allclose(fitted.transform(raw), design @ coef, rtol=1e-9, atol=1e-9)
+    # without them, the class gains: a different fit
+    plain = RegressionCalibrator(model="linear", ridge=0.0, target=target).fit(raw, classes, off, grouped)
+    assert np.max(np.abs(plain.transform(raw) - fitted.transform(raw))) > 1e-3
+    with pytest.raises(ValueError, match="one gain per document"):
+        RegressionCalibrator(model="linear").fit(raw, classes, off, grouped, doc_gains=own[:-1])

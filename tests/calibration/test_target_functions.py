@@ -158,3 +158,28 @@ def test_extreme_parameters_stay_finite():
     for name in TCF_NAMES:
         value, grad = _tcf(name, raw * 1e3, labels, off, gains).value_and_grad(50.0, 0.0)
         assert np.isfinite(value) and np.all(np.isfinite(grad)), name
+
+
+@pytest.mark.parametrize("C", [-1.0, -0.3])
+def test_ewls_negative_exponent_matches_twin(C):
+    """The paper lets C take either sign (distributions less or more uniform)."""
+    raw, labels, off, gains = _random_problem(5)
+    for a, b in [(0.7, 0.3), (2.5, -1.0)]:
+        fast = _tcf("ewls", raw, labels, off, gains, C=C).value(a, b)
+        slow = naive_tcf("ewls", a, b, raw.tolist(), labels.tolist(), off.tolist(), gains.tolist(), C=C)
+        assert np.isfinite(fast)
+        assert fast == pytest.approx(slow, rel=1e-9, abs=1e-12)
+
+
+def test_sndcg_uses_the_documents_own_gains():
+    """Under a grouping, two labels share a class gain; SNDCG's DCG takes each document's own
+    gain (doc_gains), which changes the value."""
+    raw, labels, off, gains = _random_problem(7, k=3)
+    own = np.where(labels > 0, np.where(np.arange(labels.size) % 2 == 0, 1.0, 3.0), 0.0)
+    a, b = 1.3, 0.2
+    fast = _tcf("sndcg", raw, labels, off, gains, sigma=0.05, doc_gains=own).value(a, b)
+    slow = naive_tcf("sndcg", a, b, raw.tolist(), labels.tolist(), off.tolist(), gains.tolist(),
+                     sigma=0.05, doc_gains=own.tolist())
+    assert fast == pytest.approx(slow, rel=1e-9, abs=1e-12)
+    plain = _tcf("sndcg", raw, labels, off, gains, sigma=0.05).value(a, b)
+    assert abs(plain - fast) > 1e-6

@@ -61,3 +61,22 @@ def test_views() -> None:
     assert apply_view(x, off, "raw+white").shape == (6, 4)
     with pytest.raises(ValueError, match="unknown feature view"):
         apply_view(x, off, "pca")
+
+
+def test_whitening_zeroes_the_null_space_of_short_queries() -> None:
+    """A query of n documents and d > n features has rank n - 1: the other components are
+    rounding noise; they must be exactly 0 (trees would split on noise), the rest unchanged."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 8)).astype(np.float32)  # rank of the centred block: 3
+    w = whiten_by_query(x, np.array([0, 4])).astype(np.float64)
+    assert np.all(w[:, 3:] == 0.0)
+    assert np.all(np.abs(w[:, :3]).max(axis=0) > 1e-2)  # the real components survive
+    # the real components against a slow twin: SVD of the centred block, scaled as the kernel does
+    xc = x.astype(np.float64) - x.astype(np.float64).mean(axis=0)
+    _, sv, vt = np.linalg.svd(xc, full_matrices=False)
+    lam = sv**2 / 4
+    for c in range(3):
+        col = xc @ vt[c] / np.sqrt(lam[c] + 1e-3)
+        big = np.argmax(np.abs(vt[c]))
+        col *= np.sign(vt[c][big])
+        np.testing.assert_allclose(w[:, c], col, rtol=1e-4, atol=1e-5)

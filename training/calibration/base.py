@@ -4,12 +4,16 @@ A calibrator turns a multi-class member's raw K-vector scores ``raw`` (float64, 
 see docs/architecture.md) into one real score per document (Busa-Fekete et al., "Tune and
 mix", Machine Learning 2013, Sect. 5). Class labels are the class indices 0..K-1 and ``gains``
 is the K-vector z of class gains (z_l = 2^l - 1 for ungrouped labels; the caller passes the
-grouped gains otherwise).
+grouped gains otherwise). ``doc_gains`` (optional, one per document) are the documents' own gains
+2^l - 1 of their original labels: under a label grouping two labels of one class have one class
+gain but different own gains, and the regression targets (eq. 20, 21) and the SNDCG gains are
+each document's own gain, as in the paper. Without it, ``gains[labels]`` is used.
 
 Contract (scikit-learn habits):
 
 - constructor parameters are keyword-only and stored unchanged;
-- ``fit(raw, labels, query_offsets, gains) -> self`` sets attributes ending in ``_``;
+- ``fit(raw, labels, query_offsets, gains, *, doc_gains=None) -> self`` sets attributes ending
+  in ``_``;
   a fit that cannot produce a usable calibrator raises :class:`CalibrationError`;
 - ``transform(raw) -> (n,)`` float64 scores, never NaN;
 - ``to_params()`` returns plain values only (numpy arrays, floats, ints, strings) and the
@@ -100,6 +104,19 @@ def validate_fit_inputs(
     if not np.all(np.isfinite(z)) or np.any(z < 0):
         raise ValueError(f"gains must be finite and non-negative, got {z.tolist()}")
     return raw_arr, lab64, off, z
+
+
+def resolve_doc_gains(doc_gains: npt.ArrayLike | None, labels: Int64Array, z: Float64Array) -> Float64Array:
+    """The documents' own gains: ``doc_gains`` checked (finite, >= 0, one per document), or
+    ``z[labels]`` (the class gains) when None."""
+    if doc_gains is None:
+        return np.ascontiguousarray(z[labels])
+    g = np.ascontiguousarray(doc_gains, dtype=np.float64)
+    if g.shape != labels.shape:
+        raise ValueError(f"doc_gains must have one gain per document, shape {labels.shape}, got {g.shape}")
+    if not np.all(np.isfinite(g)) or np.any(g < 0):
+        raise ValueError("doc_gains must be finite and non-negative")
+    return g
 
 
 def require_informative(raw: Float64Array, labels: Int64Array) -> None:
@@ -207,6 +224,8 @@ class Calibrator(ABC):
         labels: npt.ArrayLike,
         query_offsets: npt.ArrayLike,
         gains: npt.ArrayLike,
+        *,
+        doc_gains: npt.ArrayLike | None = None,
     ) -> Self: ...
 
     @abstractmethod

@@ -102,7 +102,7 @@ class ExpectedRelevanceCalibrator(Calibrator):
             raise ValueError(f"{self.name} calibrator is not fitted yet: call fit() first")
 
     def fit(self, raw: npt.ArrayLike, labels: npt.ArrayLike, query_offsets: npt.ArrayLike,
-            gains: npt.ArrayLike) -> Self:
+            gains: npt.ArrayLike, *, doc_gains: npt.ArrayLike | None = None) -> Self:
         """Nothing is learned: the number of raw columns fixes K (K-1 columns for ``ordinal``)."""
         self._check_params()
         arr = validate_raw(raw)
@@ -154,9 +154,9 @@ class OrdinalCalibrator(Calibrator):
             raise ValueError(f"{self.name} calibrator is not fitted yet: call fit() first")
 
     def fit(self, raw: npt.ArrayLike, labels: npt.ArrayLike, query_offsets: npt.ArrayLike,
-            gains: npt.ArrayLike) -> Self:
+            gains: npt.ArrayLike, *, doc_gains: npt.ArrayLike | None = None) -> Self:
         arr = validate_raw(raw)
-        self.inner.fit(ordinal_probabilities(arr), labels, query_offsets, gains)
+        self.inner.fit(ordinal_probabilities(arr), labels, query_offsets, gains, doc_gains=doc_gains)
         self.n_columns_ = arr.shape[1]
         return self
 
@@ -197,7 +197,7 @@ class IdentityCalibrator(Calibrator):
             raise ValueError("identity calibrator is not fitted yet: call fit() first")
 
     def fit(self, raw: npt.ArrayLike, labels: npt.ArrayLike, query_offsets: npt.ArrayLike,
-            gains: npt.ArrayLike) -> Self:
+            gains: npt.ArrayLike, *, doc_gains: npt.ArrayLike | None = None) -> Self:
         arr = validate_raw(raw)
         if arr.shape[1] > 1 and np.any(arr[:, 1:] != 0.0):
             raise ValueError("identity takes a one-score member: raw columns after the first must be 0")

@@ -39,6 +39,7 @@ from training.calibration.base import (
     param_int,
     param_str,
     require_informative,
+    resolve_doc_gains,
     validate_fit_inputs,
     validate_raw,
 )
@@ -138,12 +139,14 @@ class RegressionCalibrator(Calibrator):
         labels: npt.ArrayLike,
         query_offsets: npt.ArrayLike,
         gains: npt.ArrayLike,
+        *,
+        doc_gains: npt.ArrayLike | None = None,
     ) -> Self:
         self._check_params()
         raw_arr, lab, off, z = validate_fit_inputs(raw, labels, query_offsets, gains)
         require_informative(raw_arr, lab)
-        doc_gains = z[lab]
-        y = doc_gains if self.target == "gain" else ndcg_targets(doc_gains, off)
+        own = resolve_doc_gains(doc_gains, lab, z)
+        y = own if self.target == "gain" else ndcg_targets(own, off)
         if np.all(y == y[0]):
             raise CalibrationError(f"{self.name}: the targets are constant ({y[0]})")
         ridge = DEFAULT_RIDGE[self.model] if self.ridge is None else float(self.ridge)

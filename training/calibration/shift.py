@@ -71,6 +71,8 @@ class ShiftCalibrator(Calibrator):
         labels: npt.ArrayLike,
         query_offsets: npt.ArrayLike,
         gains: npt.ArrayLike,
+        *,
+        doc_gains: npt.ArrayLike | None = None,
     ) -> Self:
         raw_arr, _, _, z = validate_fit_inputs(raw, labels, query_offsets, gains)
         if self.scale is not None:

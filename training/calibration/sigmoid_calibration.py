@@ -37,6 +37,7 @@ from training.calibration.base import (
     param_int,
     param_str,
     require_informative,
+    resolve_doc_gains,
     validate_fit_inputs,
     validate_raw,
 )
@@ -118,8 +119,8 @@ class SigmoidCalibrator(Calibrator):
     def _check_params(self) -> None:
         if self.tcf not in CPC_TARGETS:
             raise ValueError(f"tcf must be one of {CPC_TARGETS}, got {self.tcf!r}")
-        if not np.isfinite(self.C) or self.C < 0:
-            raise ValueError(f"C (EWLS entropy exponent) must be >= 0, got {self.C}")
+        if not np.isfinite(self.C):
+            raise ValueError(f"C (EWLS entropy exponent) must be a finite number, got {self.C}")
         if not np.isfinite(self.sigma) or self.sigma <= 0:
             raise ValueError(f"sigma (SNDCG width) must be > 0, got {self.sigma}")
         if int(self.n_starts) < 1 or int(self.max_iter) < 1:
@@ -131,6 +132,8 @@ class SigmoidCalibrator(Calibrator):
         labels: npt.ArrayLike,
         query_offsets: npt.ArrayLike,
         gains: npt.ArrayLike,
+        *,
+        doc_gains: npt.ArrayLike | None = None,
     ) -> Self:
         from scipy.optimize import minimize
 
@@ -139,14 +142,15 @@ class SigmoidCalibrator(Calibrator):
         self._check_params()
         raw_arr, lab, off, z = validate_fit_inputs(raw, labels, query_offsets, gains)
         require_informative(raw_arr, lab)
-        if self.tcf == "sndcg" and not np.any(ideal_dcg(z[lab], off, None) > 0):
+        own = resolve_doc_gains(doc_gains, lab, z)
+        if self.tcf == "sndcg" and not np.any(ideal_dcg(own, off, None) > 0):
             raise CalibrationError("SNDCG: no calibration query has a document with positive gain")
         center = float(raw_arr.mean())
         spread = float(raw_arr.std())
         if not spread > 0:
             raise CalibrationError("raw scores are constant on the calibration part")
         tcf = TargetCalibrationFunction(
-            self.tcf, raw_arr, lab, off, z, C=float(self.C), sigma=float(self.sigma)
+            self.tcf, raw_arr, lab, off, z, C=float(self.C), sigma=float(self.sigma), doc_gains=own
         )
 
         def make_objective(
@@ -174,7 +178,7 @@ class SigmoidCalibrator(Calibrator):
             grid_objective = make_objective(
                 TargetCalibrationFunction(
                     self.tcf, raw_arr[rows], lab[rows], sub_off, z,
-                    C=float(self.C), sigma=float(self.sigma),
+                    C=float(self.C), sigma=float(self.sigma), doc_gains=own[rows],
                 )
             )
         grid = [np.array([al, be]) for al in _ALPHA_GRID for be in _BETA_GRID]

@@ -6,13 +6,16 @@ class distribution is p_il = s_il / sum_l' s_il' = softmax_l(u_i), and v_i = sum
 Labels y_i are class indices 0..K-1. The five TCFs (sums over the calibration documents):
 
 - LS (eq. 15):       sum_i -log p(y_i | x_i)
-- EWLS(C) (eq. 16):  sum_i -log p(y_i | x_i) * H(p_i)^C,   H(p) = -sum_l p_l log p_l
+- EWLS(C) (eq. 16):  sum_i -log p(y_i | x_i) * H(p_i)^C,   H(p) = -sum_l p_l log p_l; C of
+  either sign ("distributions being less (or more) uniform", sect. 5.2; for C < 0, H is floored
+  at 1e-12)
 - EL (eq. 17):       sum_i sum_l (l - y_i)^2 p_il
 - ELL (eq. 18):      sum_i (lbar_i - y_i)^2,   lbar_i = sum_l l p_il
 - SNDCG(sigma) (eq. 19, after SmoothRank, Chapelle and Wu 2010): per query, with o_1 >= o_2 >= ...
   the sorted scores (o_r is the score of the document the ranking puts at position r),
   w_ir = exp(-(v~_i - o~_r)^2 / sigma) / sum_r' exp(-(v~_i - o~_r')^2 / sigma) spreads document
-  i over the positions, and the TCF is  - sum_q (1 / IDCG_q) sum_i z_{y_i} sum_r c_r w_ir,
+  i over the positions, and the TCF is  - sum_q (1 / IDCG_q) sum_i g_i sum_r c_r w_ir, g_i the
+  document's own gain 2^l_i - 1 (``doc_gains``; the class gain z_{y_i} when not given),
   c_r = 1 / log2(r + 1).
   Our choices, where eq. 19 leaves them open: scores enter the similarity as v~ = v / max_l z_l
   (in [0, 1], so one sigma means the same for K = 3 and K = 5 gains); each query's soft DCG is
@@ -98,7 +101,8 @@ def _pointwise_kernel(
                 for l in range(k):
                     entropy -= p[l] * logp[l]
                 entropy = max(entropy, 0.0)
-                weight = entropy**c_exp
+                # C < 0 (the paper allows either sign) weighs confident documents up: floor H
+                weight = entropy**c_exp if c_exp >= 0.0 else max(entropy, _ENTROPY_FLOOR) ** c_exp
             total += nll * weight
             for l in range(k):
                 du[l] = p[l] * weight
@@ -258,6 +262,7 @@ class TargetCalibrationFunction:
         *,
         C: float = 2.0,
         sigma: float = 0.1,
+        doc_gains: Float64Array | None = None,
     ) -> None:
         if tcf not in TCF_NAMES:
             raise ValueError(f"tcf must be one of {TCF_NAMES}, got {tcf!r}")
@@ -271,7 +276,8 @@ class TargetCalibrationFunction:
         self.n_terms = raw.shape[0]
         self._no_dv = np.zeros(0)
         if tcf == "sndcg":
-            self._doc_gains = self.gains[self.labels]
+            self._doc_gains = (self.gains[self.labels] if doc_gains is None
+                               else np.ascontiguousarray(doc_gains, dtype=np.float64))
             idcg = ideal_dcg(self._doc_gains, self.query_offsets, None)
             self._inv_idcg = np.zeros_like(idcg)
             np.divide(1.0, idcg, out=self._inv_idcg, where=idcg > 0)

@@ -12,7 +12,10 @@ Three training views, applied identically at training and at scoring time:
   always the case when the query has fewer documents than features), else eps = 0;
   components are ordered by decreasing eigenvalue; each eigenvector's sign is fixed so that
   its largest-magnitude entry is positive (eigenvectors are otherwise defined only up to sign,
-  which would make the whitened columns mean different things in different queries).
+  which would make the whitened columns mean different things in different queries);
+  components in the null space (eigenvalue <= 1e-9 times the largest, e.g. the d - n_q + 1
+  directions of a query with n_q < d documents) are exactly 0: their projections are rounding
+  noise (about 1e-9) with distinct values that the adaptive binning would turn into splits.
 
 Because every view except ``raw`` uses statistics of the whole candidate list, a document's
 score depends on the other documents posted with it.
@@ -31,6 +34,8 @@ View = Literal["raw", "raw+std", "raw+white"]
 VIEWS: tuple[str, ...] = ("raw", "raw+std", "raw+white")
 WHITEN_EPS = 1e-3
 ILL_CONDITIONED = 1e-6
+#: eigenvalues at most this times the largest are the null space: their components are set to 0
+NULL_SPACE = 1e-9
 
 
 @njit(cache=True, nogil=True)
@@ -61,7 +66,7 @@ def _standardise(x, offsets, out):
 
 
 @njit(cache=True, nogil=True)
-def _whiten(x, offsets, out, eps, ill):
+def _whiten(x, offsets, out, eps, ill, null):
     d = x.shape[1]
     for q in range(offsets.shape[0] - 1):
         s, e = offsets[q], offsets[q + 1]
@@ -87,7 +92,11 @@ def _whiten(x, offsets, out, eps, ill):
                 if abs(vec[r, k]) > abs(vec[big, k]):
                     big = r
             sign = 1.0 if vec[big, k] >= 0 else -1.0
-            scale = sign / np.sqrt(max(lam[k], 0.0) + add) if (max(lam[k], 0.0) + add) > 0 else 0.0
+            if lam[k] <= null * top:
+                for i in range(m):
+                    out[s + i, c] = 0.0
+                continue
+            scale = sign / np.sqrt(lam[k] + add)
             for i in range(m):
                 acc = 0.0
                 for r in range(d):
@@ -109,7 +118,7 @@ def whiten_by_query(features: np.ndarray, query_offsets: np.ndarray, *, eps: flo
     x = np.ascontiguousarray(features, dtype=np.float64)
     off = validate_offsets(query_offsets, x.shape[0])
     out = np.zeros_like(x)
-    _whiten(x, off, out, float(eps), ILL_CONDITIONED)
+    _whiten(x, off, out, float(eps), ILL_CONDITIONED, NULL_SPACE)
     return out.astype(np.float32)
 
 

@@ -226,14 +226,17 @@ class CalibrationResult:
 
 def calibrate_snapshot(run: int, iterations: int, raw: np.ndarray, classes: np.ndarray,
                        query_offsets: np.ndarray, gains: np.ndarray, specs: list[str],
-                       shift_scale: float | None, snapshot: int = 0) -> CalibrationResult:
-    """Fit every calibrator in ``specs`` on one snapshot's raw scores of the calibration part."""
+                       shift_scale: float | None, snapshot: int = 0,
+                       doc_gains: np.ndarray | None = None) -> CalibrationResult:
+    """Fit every calibrator in ``specs`` on one snapshot's raw scores of the calibration part;
+    ``doc_gains`` are the documents' own gains 2^l - 1 (the regression and SNDCG targets, also
+    under a label grouping)."""
     out = CalibrationResult(run=run, iterations=iterations, snapshot=snapshot)
     for spec in specs:
         t0 = time.perf_counter()
         try:
             cal = make_calibrator(spec, shift_scale=shift_scale)
-            cal.fit(raw, classes, query_offsets, gains)
+            cal.fit(raw, classes, query_offsets, gains, doc_gains=doc_gains)
             probe = cal.transform(raw[: min(len(raw), 64)])
             if not np.all(np.isfinite(probe)):
                 raise CalibrationError("non-finite output on the calibration part")

@@ -180,6 +180,7 @@ def calibrate_runs(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], n_jo
                    progress: bool) -> list[CalibrationResult]:
     """Every run's snapshots scored on the calibration part, then one calibration job per snapshot."""
     cal_part = prep.cal_part
+    doc_gains = np.exp2(cal_part.labels.astype(np.float64)) - 1.0  # own gains, also under a grouping
     tasks = []
     for r in runs:
         member_type = get_member_type(r.spec.type)
@@ -190,7 +191,7 @@ def calibrate_runs(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], n_jo
         for c, it in enumerate(r.snapshot_iterations):
             tasks.append(joblib.delayed(calibrate_snapshot)(
                 r.spec.index, it, np.ascontiguousarray(raw[:, c, :]), classes, cal_part.query_offsets,
-                r.class_gains, specs, r.shift_scales[c], c,
+                r.class_gains, specs, r.shift_scales[c], c, doc_gains,
             ))
     return run_parallel(tasks, n_jobs, f"calibrating {len(tasks)} snapshots", progress)
 
