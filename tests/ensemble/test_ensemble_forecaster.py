@@ -91,9 +91,16 @@ def test_omega_min_drops_members(noisy):
     S2 = S.copy()
     S2[:, ~f.kept_] = np.random.default_rng(0).normal(size=(S.shape[0], int((~f.kept_).sum())))
     np.testing.assert_allclose(f.transform(S2, off), f.transform(S, off))
-    # default grid: -inf plus quantiles of the omegas
+    # default grid: -inf plus quantiles of the omegas plus the thresholds keeping the top 1, 2, 3,
+    # 5, 10, 20 members (those below the member count)
     assert f0.omega_min_grid_[0] == -np.inf
-    np.testing.assert_allclose(f0.omega_min_grid_[1:], np.unique(np.quantile(f0.omega_, np.arange(1, 10) / 10)))
+    qs = [*(np.arange(1, 10) / 10), 0.95, 0.975]
+    ranked = np.sort(f0.omega_)[::-1]
+    top = [ranked[k] for k in (1, 2, 3, 5, 10, 20) if k < ranked.size]
+    np.testing.assert_allclose(f0.omega_min_grid_[1:], np.unique(np.concatenate([np.quantile(f0.omega_, qs), top])))
+    for k in (1, 2, 3, 5):
+        keep = ExponentialForecaster(c_grid=[0], omega_min_grid=[ranked[k]], metric=METRIC).fit(S, y, off).kept_
+        assert keep.sum() == k  # distinct omegas here
 
 
 def _two_halves_problem():
@@ -185,3 +192,62 @@ def test_errors_are_actionable(noisy):
         ExponentialForecaster(rescale="zscore", metric=METRIC).fit(S, y, off)
     with pytest.raises(ValueError, match="2-D"):
         f.transform(S[:, 0], off)
+
+
+def test_duplicate_rankings_twin():
+    """Slow twin: two members are duplicates iff every query's dense ranks agree."""
+    rng = np.random.default_rng(5)
+    off = np.array([0, 4, 4, 9, 12], dtype=np.int64)
+    base = rng.integers(0, 3, size=12).astype(np.float64)  # ties on purpose
+    broken = base + 1e-3 * rng.random(12)  # breaks the ties: another ranking
+    shifted = base.copy()
+    shifted[4:9] += 100.0  # a per-query shift keeps every query's ranking
+    S = np.column_stack([base, np.exp(base), broken, shifted, -base, broken * 2])
+    from training.ensemble.exponential_forecaster import duplicate_rankings
+
+    def dense(col):
+        out = []
+        for lo, hi in naive.queries(off):
+            values = sorted(set(col[lo:hi].tolist()))
+            out.append([values.index(v) for v in col[lo:hi]])
+        return out
+
+    expected = []
+    for j in range(S.shape[1]):
+        twin = next((i for i in range(j) if dense(S[:, i]) == dense(S[:, j])), -1)
+        expected.append(twin)
+    assert expected == [-1, 0, -1, 0, -1, 2]
+    assert duplicate_rankings(S, off).tolist() == expected
+
+
+def test_dedupe_drops_twins_from_the_mix(noisy):
+    (S, y, off), _ = noisy
+    twin = np.exp(S[:, [2]] / np.abs(S[:, 2]).max())  # member 2's ranking, other scale
+    S2 = np.column_stack([S, twin])
+    f = ExponentialForecaster(metric=METRIC).fit(S2, y, off)
+    assert f.duplicate_of_.tolist() == [-1] * S.shape[1] + [2]
+    assert f.weights_[-1] == 0.0
+    ref = ExponentialForecaster(metric=METRIC).fit(S, y, off)
+    np.testing.assert_allclose(f.weights_[:-1], ref.weights_)
+    kept = ExponentialForecaster(dedupe=False, c_grid=[0], omega_min_grid=[-np.inf], metric=METRIC).fit(S2, y, off)
+    assert kept.weights_[-1] > 0.0  # without dedupe the twin counts
+
+
+def test_eligible_mask_equals_fitting_the_subset(noisy):
+    (S, y, off), (St, _yt, offt) = noisy
+    mask = np.array([False, True, True, False, True, True, False, True])
+    f = ExponentialForecaster(metric=METRIC).fit(S, y, off, eligible=mask)
+    sub = ExponentialForecaster(metric=METRIC).fit(S[:, mask], y, off)
+    assert np.all(f.weights_[~mask] == 0.0)
+    np.testing.assert_allclose(f.weights_[mask], sub.weights_)
+    assert (f.c_, f.omega_min_) == (sub.c_, sub.omega_min_)
+    np.testing.assert_allclose(f.transform(St, offt), sub.transform(St[:, mask], offt))
+
+
+def test_tie_tolerance_prefers_the_simplest_point(noisy):
+    (S, y, off), _ = noisy
+    strict = ExponentialForecaster(tie_tolerance=0.0, metric=METRIC).fit(S, y, off)
+    assert strict.validation_quality_ == pytest.approx(strict.grid_quality_.max())
+    loose = ExponentialForecaster(tie_tolerance=1.0, metric=METRIC).fit(S, y, off)
+    assert (loose.c_, loose.omega_min_) == (0.0, -np.inf)  # everything ties: uniform over all
+    assert (strict.c_, strict.omega_min_) != (0.0, -np.inf)

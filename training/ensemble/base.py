@@ -179,10 +179,11 @@ class Mixer(ABC):
                 f"params describe mixer {params.get('mixer')!r}, not {cls.name!r}"
             )
         init_names = cls._init_param_names()
-        missing = [k for k in (*init_names, "n_members") if k not in params]
+        optional = cls._optional_init_params()
+        missing = [k for k in (*init_names, "n_members") if k not in params and k not in optional]
         if missing:
             raise ValueError(f"params for mixer {cls.name!r} lack keys {missing}")
-        obj = cls(**{k: _plain(params[k]) for k in init_names})
+        obj = cls(**{k: _plain(params[k]) for k in init_names if k in params})
         obj.n_members_ = int(params["n_members"])
         obj._set_fitted_params(params)
         return obj
@@ -196,6 +197,11 @@ class Mixer(ABC):
 
     @classmethod
     def _init_param_names(cls) -> tuple[str, ...]:
+        return ()
+
+    @classmethod
+    def _optional_init_params(cls) -> tuple[str, ...]:
+        """Init params added after artifacts were written: absent = the constructor default."""
         return ()
 
     def _get_init_params(self) -> dict[str, Any]:

@@ -15,6 +15,17 @@ sum w keep the weights finite for any c and do not change any ranking. c = 0 is 
 mean (``Uniform``); c -> infinity ranks by the best member alone (``OneBest``). c and omega_min
 are chosen by grid search on the validation queries: every candidate is one weight vector, so
 a candidate costs one matrix-vector product and one ``mean_metric`` call.
+
+Grid (our choices, after an independent review of the MQ2008 runs): c over 0..200 (tune and
+mix sect. 7.3); omega_min over -inf, the 0.1..0.9 quantiles of omega, the finer top quantiles
+0.95 and 0.975, and the thresholds that keep only the top 1, 2, 3, 5, 10 or 20 members (the
+chosen point sat at the old grid's 0.9-quantile edge). Grid points whose validation quality is
+within ``tie_tolerance`` (1e-4) of the best are near-ties; of those the simplest wins: the
+smallest c, then the most members kept. Without a tolerance, floating-point differences
+between machines flipped Fold1 between c = 0 and c = 100.
+Members whose rankings of the validation queries are identical to an earlier member's
+(``dedupe``; e.g. two CPC fits that both end at the slope bound and become the same step
+function) are dropped before the grid search: the mix would otherwise count one ranking twice.
 """
 
 from __future__ import annotations
@@ -42,31 +53,67 @@ logger = logging.getLogger(__name__)
 
 #: c from 0 (uniform) to 200, the range searched in tune-and-mix sec. 7.3.
 DEFAULT_C_GRID: tuple[float, ...] = (0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0)
-#: omega_min candidates are these quantiles of the members' omegas, plus -inf (keep all).
-DEFAULT_OMEGA_MIN_QUANTILES: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
-#: Two grid points whose validation quality differs by less than this are tied; the tie goes
-#: to the smaller c, then the smaller omega_min (the flatter, less validation-tuned mix).
-GRID_TIE_TOLERANCE = 1e-12
+#: omega_min candidates are these quantiles of the members' omegas, plus -inf (keep all) ...
+DEFAULT_OMEGA_MIN_QUANTILES: tuple[float, ...] = (
+    0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.975,
+)
+#: ... plus the thresholds that keep only the k best members, for each k here.
+DEFAULT_OMEGA_MIN_TOP_K: tuple[int, ...] = (1, 2, 3, 5, 10, 20)
+#: Grid points within this of the best validation quality are tied; the tie goes to the
+#: smaller c, then the smaller omega_min (the flatter, less validation-tuned mix).
+GRID_TIE_TOLERANCE = 1e-4
 #: Candidate mixes computed per matrix product (bounds memory to n * 16 floats).
 _CANDIDATE_BLOCK = 16
 
 
-def mix_weights(omega: npt.ArrayLike, c: float, omega_min: float) -> Float1D:
+def mix_weights(
+    omega: npt.ArrayLike, c: float, omega_min: float, eligible: npt.ArrayLike | None = None
+) -> Float1D:
     """w_m = exp(c (omega_m - max omega)) for omega_m > omega_min, else 0; best always kept.
+    Members outside ``eligible`` (a mask; default all) get 0 and are not the best.
 
     >>> mix_weights([0.5, 0.7, 0.6], 0.0, 0.55).tolist()
     [0.0, 1.0, 1.0]
+    >>> mix_weights([0.5, 0.7, 0.6], 0.0, 0.55, [True, False, True]).tolist()
+    [0.0, 0.0, 1.0]
     """
     om = np.asarray(omega, dtype=np.float64)
     if om.ndim != 1 or om.shape[0] == 0:
         raise ValueError("omega must be a non-empty 1-D array of member qualities")
     if not np.isfinite(c) or c < 0:
         raise ValueError(f"c must be a finite number >= 0, got {c}")
-    best = int(np.argmax(om))
-    keep = om > omega_min
+    ok = np.ones(om.shape[0], dtype=bool) if eligible is None else np.asarray(eligible, dtype=bool)
+    if ok.shape != om.shape or not ok.any():
+        raise ValueError("eligible must be a mask of the members with at least one True")
+    masked = np.where(ok, om, -np.inf)
+    best = int(np.argmax(masked))
+    keep = ok & (om > omega_min)
     keep[best] = True
-    w = np.exp(c * (om - om[best]))
+    w = np.exp(c * (np.where(ok, om, om[best]) - om[best]))
     return np.where(keep, w, 0.0)
+
+
+def duplicate_rankings(member_scores: Float2D, query_offsets: Offsets) -> Int1D:
+    """For each member, the index of the first member that ranks every query identically (ties
+    included), or -1 for the first of its kind. Two members rank identically when their
+    per-query dense ranks agree: any increasing transform of a member's scores is its twin."""
+    n, m = member_scores.shape
+    qid = np.repeat(np.arange(query_offsets.shape[0] - 1), np.diff(query_offsets))
+    seen: dict[bytes, int] = {}
+    out = np.full(m, -1, dtype=np.int64)
+    dense = np.empty(n, dtype=np.int64)
+    for j in range(m):
+        col = member_scores[:, j]
+        order = np.lexsort((col, qid))
+        step = np.ones(n, dtype=np.int64)
+        if n > 1:
+            step[1:] = (col[order][1:] != col[order][:-1]) | (qid[order][1:] != qid[order][:-1])
+        dense[order] = np.cumsum(step)
+        key = dense.tobytes()
+        out[j] = seen.setdefault(key, j)
+        if out[j] == j:
+            out[j] = -1
+    return out
 
 
 class ExponentialForecaster(Mixer):
@@ -77,8 +124,11 @@ class ExponentialForecaster(Mixer):
             (``training.evaluation`` names, default "ndcg@10" under "yahoo").
         c_grid: candidate values of c >= 0 (default ``DEFAULT_C_GRID``, 0..200).
         omega_min_grid: candidate thresholds; None = -inf plus the ``omega_min_quantiles``
-            quantiles of the fitted omegas.
-        omega_min_quantiles: used when ``omega_min_grid`` is None.
+            quantiles of the fitted omegas plus the top-k thresholds of ``omega_min_top_k``.
+        omega_min_quantiles, omega_min_top_k: used when ``omega_min_grid`` is None.
+        tie_tolerance: grid points within this of the best validation quality are tied (the
+            smallest c, then the smallest omega_min, wins).
+        dedupe: drop members whose validation rankings repeat an earlier member's.
         rescale: "none" | "zscore_query" | "minmax_query" | "std_global" (member_rescaling.py).
             Default "zscore_query", by measurement (test NDCG@10, yahoo):
             - MQ2008, 5 folds, 15 members on different scales (LightGBM regression, multi-class
@@ -96,7 +146,11 @@ class ExponentialForecaster(Mixer):
         metric: a ``mean_metric``-like function for ``fit`` (default
             ``training.evaluation.mean_metric``); not part of the params.
 
-    Fitted attributes: ``omega_`` (M,), ``c_``, ``omega_min_``, ``weights_`` (M,, max 1, 0 for
+    ``fit(..., eligible=mask)`` restricts the mix to the masked members (the others get weight
+    0), e.g. to the snapshots of one iteration count.
+
+    Fitted attributes: ``duplicate_of_`` (M,, -1 or the earlier twin), ``eligible_`` (M,),
+    ``omega_`` (M,), ``c_``, ``omega_min_``, ``weights_`` (M,, max 1, 0 for
     dropped members), ``kept_`` (M,) bool, ``c_grid_``, ``omega_min_grid_``, ``grid_quality_``
     (len(c_grid_), len(omega_min_grid_)) validation quality of every grid point (the surface
     for the report plot), ``validation_quality_`` (the chosen point's), ``rescaler_``.
@@ -112,6 +166,9 @@ class ExponentialForecaster(Mixer):
         c_grid: Sequence[float] = DEFAULT_C_GRID,
         omega_min_grid: Sequence[float] | None = None,
         omega_min_quantiles: Sequence[float] = DEFAULT_OMEGA_MIN_QUANTILES,
+        omega_min_top_k: Sequence[int] = DEFAULT_OMEGA_MIN_TOP_K,
+        tie_tolerance: float = GRID_TIE_TOLERANCE,
+        dedupe: bool = True,
         rescale: str = DEFAULT_RESCALE,
         metric: MetricFn | None = None,
     ) -> None:
@@ -120,7 +177,11 @@ class ExponentialForecaster(Mixer):
         self.c_grid = c_grid
         self.omega_min_grid = omega_min_grid
         self.omega_min_quantiles = omega_min_quantiles
+        self.omega_min_top_k = omega_min_top_k
+        self.tie_tolerance = tie_tolerance
+        self.dedupe = dedupe
         self.rescale = rescale
+        self._eligible: npt.NDArray[np.bool_] | None = None
         self.metric = metric
 
     @classmethod
@@ -131,8 +192,15 @@ class ExponentialForecaster(Mixer):
             "c_grid",
             "omega_min_grid",
             "omega_min_quantiles",
+            "omega_min_top_k",
+            "tie_tolerance",
+            "dedupe",
             "rescale",
         )
+
+    @classmethod
+    def _optional_init_params(cls) -> tuple[str, ...]:
+        return ("omega_min_top_k", "tie_tolerance", "dedupe")  # fitting only; older artifacts lack them
 
     def _get_init_params(self) -> dict[str, Any]:
         return {
@@ -143,6 +211,9 @@ class ExponentialForecaster(Mixer):
             if self.omega_min_grid is None
             else [float(v) for v in self.omega_min_grid],
             "omega_min_quantiles": [float(v) for v in self.omega_min_quantiles],
+            "omega_min_top_k": [int(k) for k in self.omega_min_top_k],
+            "tie_tolerance": float(self.tie_tolerance),
+            "dedupe": bool(self.dedupe),
             "rescale": self.rescale,
         }
 
@@ -167,10 +238,31 @@ class ExponentialForecaster(Mixer):
             raise ValueError(
                 f"omega_min_quantiles must lie in [0, 1], got {self.omega_min_quantiles}"
             )
-        values = np.unique(np.quantile(omega, qs)) if qs.size else np.zeros(0)
-        return np.concatenate([[-np.inf], values])
+        ks = np.asarray(self.omega_min_top_k, dtype=np.int64).ravel()
+        if np.any(ks < 1):
+            raise ValueError(f"omega_min_top_k must be counts >= 1, got {self.omega_min_top_k}")
+        values = np.quantile(omega, qs) if qs.size else np.zeros(0)
+        ranked = np.sort(omega)[::-1]
+        # omega_min = the (k+1)-th best omega keeps the k best (fewer when omegas tie)
+        top = ranked[ks[ks < ranked.size]]
+        return np.concatenate([[-np.inf], np.unique(np.concatenate([values, top]))])
 
     # ------------------------------------------------------------------- fit
+    def fit(
+        self,
+        member_scores: npt.ArrayLike,
+        labels: npt.ArrayLike,
+        query_offsets: npt.ArrayLike,
+        *,
+        eligible: npt.ArrayLike | None = None,
+    ) -> ExponentialForecaster:
+        """Learn c and omega_min on validation queries; ``eligible`` (mask) limits the members."""
+        self._eligible = None if eligible is None else np.asarray(eligible, dtype=bool).ravel()
+        try:
+            return super().fit(member_scores, labels, query_offsets)
+        finally:
+            self._eligible = None
+
     def _fit(self, member_scores: Float2D, labels: Int1D, query_offsets: Offsets) -> None:
         check_rescale(self.rescale)
         metric = resolve_metric(self.metric)
@@ -182,7 +274,16 @@ class ExponentialForecaster(Mixer):
         omega = member_qualities(
             member_scores, labels, query_offsets, self.measure, self.convention, metric
         )
-        om_grid = self._checked_omega_min_grid(omega)
+        m = omega.shape[0]
+        eligible = np.ones(m, dtype=bool) if self._eligible is None else self._eligible
+        if eligible.shape != (m,) or not eligible.any():
+            raise ValueError(f"eligible must be a mask of the {m} members with at least one True")
+        duplicate_of = (duplicate_rankings(member_scores, query_offsets) if self.dedupe
+                        else np.full(m, -1, dtype=np.int64))
+        eligible = eligible & (duplicate_of < 0)
+        if not eligible.any():  # every eligible member repeats a non-eligible one: keep them
+            eligible = self._eligible if self._eligible is not None else np.ones(m, dtype=bool)
+        om_grid = self._checked_omega_min_grid(omega[eligible])
         # Distinct weight vectors (many grid points coincide, e.g. every omega_min at c = 0
         # that keeps the same members), then their mixes in a few matrix products, then one
         # metric call per distinct candidate.
@@ -191,7 +292,7 @@ class ExponentialForecaster(Mixer):
         columns: list[Float1D] = []
         for i, c in enumerate(c_grid):
             for j, om_min in enumerate(om_grid):
-                w = mix_weights(omega, float(c), float(om_min))
+                w = mix_weights(omega, float(c), float(om_min), eligible)
                 w = w / w.sum()
                 key = w.tobytes()
                 if key not in distinct:
@@ -209,18 +310,20 @@ class ExponentialForecaster(Mixer):
                 )
         surface = quality[slot]
         best_value = float(surface.max())
-        # Ties (within GRID_TIE_TOLERANCE) go to the smaller c, then the smaller omega_min.
-        candidates = np.argwhere(surface >= best_value - GRID_TIE_TOLERANCE)
+        # Ties (within tie_tolerance) go to the smaller c, then the smaller omega_min.
+        candidates = np.argwhere(surface >= best_value - max(float(self.tie_tolerance), 0.0))
         i_best, j_best = min(
             (tuple(ij) for ij in candidates), key=lambda ij: (c_grid[ij[0]], om_grid[ij[1]])
         )
         self.omega_ = omega
+        self.duplicate_of_ = duplicate_of
+        self.eligible_ = eligible
         self.c_grid_ = c_grid
         self.omega_min_grid_ = om_grid
         self.grid_quality_ = surface
         self.c_ = float(c_grid[i_best])
         self.omega_min_ = float(om_grid[j_best])
-        self.weights_ = mix_weights(omega, self.c_, self.omega_min_)
+        self.weights_ = mix_weights(omega, self.c_, self.omega_min_, eligible)
         self.kept_ = self.weights_ > 0
         self.validation_quality_ = float(surface[i_best, j_best])
         logger.debug(
