@@ -93,7 +93,7 @@ def mix_weights(
     return np.where(keep, w, 0.0)
 
 
-def duplicate_rankings(member_scores: Float2D, query_offsets: Offsets) -> Int1D:
+def duplicate_rankings(member_scores: Float2D, query_offsets: Offsets) -> npt.NDArray[np.int64]:
     """For each member, the index of the first member that ranks every query identically (ties
     included), or -1 for the first of its kind. Two members rank identically when their
     per-query dense ranks agree: any increasing transform of a member's scores is its twin."""
