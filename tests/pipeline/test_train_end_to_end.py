@@ -231,3 +231,25 @@ def test_remapped_forest_scores_like_the_run_on_its_view(view: str) -> None:
     got = score_forest(wide, wide_x)[:, 0, :]
     np.testing.assert_allclose(got[:, :2], model.decision_function(x_view), rtol=0, atol=1e-12)
     assert np.all(got[:, 2:] == 0.0)
+
+
+def test_snapshot_T_tuned_with_c_on_the_calibration_part(tmp_path: Path) -> None:
+    """[mixer] snapshots = "tune", tune_on = "calibration": the paper's protocol. One T for every
+    boosted run, chosen with c on the calibration part; the served members are that T's."""
+    cfg_path = tmp_path / "tiny.toml"
+    cfg_path.write_text(TINY)
+    cfg = load_config(cfg_path, {"run.models_dir": str(tmp_path / "models"), "mixer.snapshots": "tune",
+                                 "mixer.tune_on": "calibration", "run.report_plots": False})
+    outcome = train(cfg, progress=False)
+    rec = outcome.record
+    rows = rec["rescaling_comparison"]
+    assert sorted({r["snapshot_T"] for r in rows}) == [4, 12]
+    assert all("cal_ndcg@10" in r and "val_ndcg@10" in r for r in rows)
+    best = max(r["cal_ndcg@10"] for r in rows)
+    chosen = next(r for r in rows if r["cal_ndcg@10"] >= best - 1e-4)
+    assert rec["mixer"]["snapshot_T"] == chosen["snapshot_T"]
+    assert rec["mixer"]["rescale"] == chosen["rescale"]
+    T = rec["mixer"]["snapshot_T"]
+    assert {m.name.split("|t=")[1].split("|")[0] for m in outcome.model.members} == {str(T)}
+    with pytest.raises(Exception, match="snapshots"):
+        load_config(cfg_path, {"mixer.snapshots": "best"})

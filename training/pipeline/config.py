@@ -40,6 +40,8 @@ was made. Example (see ``configs/`` for complete files)::
     name = "exp_forecaster"
     measure = "ndcg@10"
     convention = "yahoo"
+    snapshots = "all"           # or "tune": one iteration count T for every run, chosen with c
+    tune_on = "validation"      # or "calibration": where c, omega_min (and T) are chosen
 
     [run]
     backend = "loky"
@@ -120,6 +122,12 @@ class MixerConfig:
     convention: str = "yahoo"
     rescale: str | None = "auto"  # "auto": the mode best on validation; or one of RESCALE_MODES
     compare: list[str] = field(default_factory=lambda: list(DEFAULT_COMPARE))
+    # "all": every snapshot is a member (the weights decide); "tune": the paper's protocol, one
+    # iteration count T for every boosted run (a run with fewer uses its last), chosen with c
+    snapshots: str = "all"
+    # where c and omega_min are tuned: the validation queries (tune and mix sects. 6, 7.3) or the
+    # calibration part (sect. 7.2; the calibrators were fitted there)
+    tune_on: str = "validation"
 
 
 @dataclass
@@ -220,6 +228,12 @@ def validate(cfg: TrainConfig) -> TrainConfig:
 
     _require(cfg.mixer.rescale in (None, "auto", *RESCALE_MODES),
              f"[mixer] rescale {cfg.mixer.rescale!r} is not 'auto' or one of {', '.join(RESCALE_MODES)}")
+    _require(cfg.mixer.snapshots in ("all", "tune"),
+             f"[mixer] snapshots {cfg.mixer.snapshots!r} is not 'all' or 'tune'")
+    _require(cfg.mixer.tune_on in ("validation", "calibration"),
+             f"[mixer] tune_on {cfg.mixer.tune_on!r} is not 'validation' or 'calibration'")
+    _require(cfg.mixer.snapshots == "all" or cfg.mixer.name == "exp_forecaster",
+             "[mixer] snapshots = 'tune' needs the exp_forecaster mixer")
     r = cfg.run
     _require(r.backend in BACKENDS, f"[run] backend {r.backend!r} is not one of {', '.join(BACKENDS)}")
     _require(r.n_jobs >= 1, "[run] n_jobs must be at least 1")

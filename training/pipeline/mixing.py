@@ -37,6 +37,8 @@ class Mixing:
     comparison: list[dict[str, Any]] = field(default_factory=list)
     omega: np.ndarray = field(default_factory=lambda: np.zeros(0))
     mixer: Any = None  # the fitted mixer over every member (before pruning)
+    snapshot_T: int | None = None  # the iteration count chosen with [mixer] snapshots = "tune"
+    eligible: np.ndarray | None = None  # the members the forecaster could weigh (T, no duplicates)
 
 
 def score_members(prep: Prepared, model: EnsembleModel) -> Mixing:
@@ -46,35 +48,92 @@ def score_members(prep: Prepared, model: EnsembleModel) -> Mixing:
                   test_members=model.member_scores(test.features, test.query_offsets) if test is not None else None)
 
 
-def fit_mixer(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, out: Mixing) -> None:
-    """Fit the mixer on the validation members' scores (for the forecaster: under every member
-    rescaling mode unless one is configured; method section 5) and set it on the model."""
+def member_snapshot_iterations(runs: list[RunResult], members: list[Member]) -> np.ndarray:
+    """Each member's snapshot iteration count (the ``t=`` of its name)."""
+    out = np.empty(len(members), dtype=np.int64)
+    for j, m in enumerate(members):
+        r = runs[m.run]
+        out[j] = r.snapshot_iterations[r.checkpoints.index(m.iterations)]
+    return out
+
+
+def snapshot_sets(runs: list[RunResult], members: list[Member]) -> list[tuple[int, np.ndarray]]:
+    """The paper's protocol (tune and mix sect. 7.3: T tuned with c on validation, from 10 to
+    10,000): for each snapshot iteration count T of the boosted runs (runs with several
+    snapshots), the members eligible at T: each boosted run's snapshot at T, or its largest
+    snapshot below T (a run trained to fewer iterations, e.g. products to 300, uses its last),
+    and every member of a single-snapshot run."""
+    its = member_snapshot_iterations(runs, members)
+    run_of = np.array([m.run for m in members], dtype=np.int64)
+    boosted = sorted({m.run for m in members if len(runs[m.run].snapshot_iterations) > 1})
+    counts = sorted({int(t) for i in boosted for t in runs[i].snapshot_iterations})
+    out = []
+    for T in counts:
+        mask = np.ones(len(members), dtype=bool)
+        for i in boosted:
+            snaps = runs[i].snapshot_iterations
+            pick = max((t for t in snaps if t <= T), default=min(snaps))
+            sel = run_of == i
+            mask[sel] = its[sel] == pick
+        out.append((T, mask))
+    return out
+
+
+def fit_mixer(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, out: Mixing,
+              runs: list[RunResult] | None = None) -> None:
+    """Fit the mixer and set it on the model. The forecaster is fitted under every member
+    rescaling mode unless one is configured (method section 5) and, with ``[mixer] snapshots =
+    "tune"``, on the members of each snapshot iteration count T (``snapshot_sets``); the
+    candidate best on the tuning queries (``[mixer] tune_on``: validation, or the calibration
+    part) is kept, ties to the first mode listed and the smaller T."""
     vali, test = prep.vali, prep.test
     vali_members, test_members = out.vali_members, out.test_members
     measure, convention = cfg.mixer.measure, cfg.mixer.convention
     mixer = model.mixer
+    members = list(model.members)
+    tune_scores, tune_data = vali_members, vali
+    if cfg.mixer.tune_on == "calibration":
+        tune_data = prep.cal_part
+        tune_scores = model.member_scores(tune_data.features, tune_data.query_offsets)
     if cfg.mixer.name == "exp_forecaster":
-        # Member rescaling (method section 5): with rescale "auto" (the default) the forecaster is
-        # fitted under every mode and the best on the validation queries is kept; the record shows
-        # all of them, on test too, so the choice can be checked.
+        # The record shows every candidate, on validation and test too, so the choice can be checked.
         modes = list(RESCALE_MODES) if cfg.mixer.rescale in (None, "auto") else [str(cfg.mixer.rescale)]
-        fitted = []
+        sets: list[tuple[int | None, np.ndarray | None]] = [(None, None)]
+        if cfg.mixer.snapshots == "tune" and runs is not None:
+            sets = list(snapshot_sets(runs, members)) or [(None, None)]
+        fitted, keys = [], []
         for mode in modes:
-            fc = make_mixer("exp_forecaster", measure=measure, convention=convention, rescale=mode)
-            fc.fit(vali_members, vali.labels, vali.query_offsets)
-            row: dict[str, Any] = {"rescale": mode, f"val_{measure}": float(fc.validation_quality_)}  # type: ignore[attr-defined]
-            if test is not None and test_members is not None:
-                row[f"test_{measure}"] = mean_metric(test.labels, fc.transform(test_members, test.query_offsets),
-                                                     test.query_offsets, measure, convention)
-            out.rescaling.append(row)
-            fitted.append(fc)
-        pick = int(np.argmax([r[f"val_{measure}"] for r in out.rescaling]))  # ties: the first mode listed
-        mixer, out.chosen_rescale = fitted[pick], modes[pick]
-        log.info("exp_forecaster: rescale=%s (best on validation of %s), c=%g, omega_min=%g, %d of %d members kept",
-                 out.chosen_rescale, "/".join(modes), mixer.c_, mixer.omega_min_,  # type: ignore[attr-defined]
+            for T, mask in sets:
+                fc = make_mixer("exp_forecaster", measure=measure, convention=convention, rescale=mode)
+                fc.fit(tune_scores, tune_data.labels, tune_data.query_offsets, eligible=mask)  # type: ignore[call-arg]
+                tuned = float(fc.validation_quality_)  # type: ignore[attr-defined]
+                row: dict[str, Any] = {"rescale": mode}
+                if T is not None:
+                    row["snapshot_T"] = T
+                if cfg.mixer.tune_on == "calibration":
+                    row[f"cal_{measure}"] = tuned
+                    row[f"val_{measure}"] = mean_metric(vali.labels, fc.transform(vali_members, vali.query_offsets),
+                                                        vali.query_offsets, measure, convention)
+                else:
+                    row[f"val_{measure}"] = tuned
+                if test is not None and test_members is not None:
+                    row[f"test_{measure}"] = mean_metric(test.labels, fc.transform(test_members, test.query_offsets),
+                                                         test.query_offsets, measure, convention)
+                out.rescaling.append(row)
+                fitted.append(fc)
+                keys.append(tuned)
+        # ties (within the forecaster's tolerance): the first mode listed, then the smaller T
+        best = max(keys)
+        pick = next(i for i, k in enumerate(keys) if k >= best - fitted[0].tie_tolerance)  # type: ignore[attr-defined]
+        mixer, out.chosen_rescale = fitted[pick], out.rescaling[pick]["rescale"]
+        out.snapshot_T = out.rescaling[pick].get("snapshot_T")
+        out.eligible = np.asarray(mixer.eligible_)  # type: ignore[attr-defined]
+        log.info("exp_forecaster: rescale=%s%s (best on %s of %d candidates), c=%g, omega_min=%g, %d of %d "
+                 "members kept", out.chosen_rescale, "" if out.snapshot_T is None else f", T={out.snapshot_T}",
+                 cfg.mixer.tune_on, len(fitted), mixer.c_, mixer.omega_min_,  # type: ignore[attr-defined]
                  int(np.sum(mixer.kept_)), model.n_members)  # type: ignore[attr-defined]
     else:
-        mixer.fit(vali_members, vali.labels, vali.query_offsets)
+        mixer.fit(tune_scores, tune_data.labels, tune_data.query_offsets)
     model.mixer = mixer
     out.mixer = mixer
     out.omega = member_qualities(vali_members, vali.labels, vali.query_offsets, measure, convention, mean_metric)
@@ -95,7 +154,11 @@ def compare(cfg: TrainConfig, prep: Prepared, mixing: Mixing) -> None:
             mixer_specs.append(make_mixer(name, rescale=mixing.chosen_rescale))  # c = 0 of the same forecaster
         else:
             mixer_specs.append(name)
-    mixing.comparison = compare_mixers(mixing.vali_members, vali.labels, vali.query_offsets, mixing.test_members,
+    cols = np.arange(mixing.vali_members.shape[1])
+    if mixing.snapshot_T is not None and mixing.eligible is not None:
+        cols = np.flatnonzero(mixing.eligible)  # the same members as the served mix (snapshots at T)
+    mixing.comparison = compare_mixers(np.ascontiguousarray(mixing.vali_members[:, cols]), vali.labels,
+                                       vali.query_offsets, np.ascontiguousarray(mixing.test_members[:, cols]),
                                        test.labels, test.query_offsets, mixers=mixer_specs, measures=[measure],
                                        convention=convention)
 
@@ -155,6 +218,8 @@ def mixer_summary(mixer: Any) -> dict[str, Any]:
             out[attr.rstrip("_")] = float(getattr(mixer, attr))
     if hasattr(mixer, "kept_"):
         out["members_kept"] = int(np.sum(mixer.kept_))
+    if hasattr(mixer, "duplicate_of_"):
+        out["duplicates_dropped"] = int(np.sum(np.asarray(mixer.duplicate_of_) >= 0))
     if hasattr(mixer, "grid_quality_"):
         out["grid"] = {"c": [float(c) for c in mixer.c_grid_],
                        "omega_min": [float(v) for v in mixer.omega_min_grid_],

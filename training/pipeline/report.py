@@ -92,7 +92,8 @@ def render_markdown(record: dict[str, Any]) -> str:
         lines += ["### Member rescaling before the forecaster", "",
                   f"| rescale | validation {m} | test {m} |", "|---|---|---|"]
         for row in record["rescaling_comparison"]:
-            lines.append(f"| {row['rescale']} | {_fmt(row.get(f'val_{m}'))} | {_fmt(row.get(f'test_{m}'))} |")
+            label = row["rescale"] + ("" if row.get("snapshot_T") is None else f", T = {row['snapshot_T']}")
+            lines.append(f"| {label} | {_fmt(row.get(f'val_{m}'))} | {_fmt(row.get(f'test_{m}'))} |")
         lines.append("")
     for split, by_model in record["evaluation"].items():
         lines.append(f"## {split.capitalize()} metrics under the {len(next(iter(by_model.values())))} conventions")

@@ -284,7 +284,7 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> TrainOutcome:
         members = list(model.members)
         mixing = score_members(prep, model)
     with clock("mixing_s"):
-        fit_mixer(cfg, prep, model, mixing)
+        fit_mixer(cfg, prep, model, mixing, runs)
     if mixing.test_members is not None and cfg.mixer.compare:
         with clock("mixer_comparison_s"):
             compare(cfg, prep, mixing)
@@ -328,7 +328,8 @@ def build_record(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], member
         "served": {"members": len(model.members), "bases": model.forest.n_base,
                    "members_before_pruning": full_size[0], "bases_before_pruning": full_size[1]},
         "mixer": {"name": cfg.mixer.name, "measure": measure, "convention": convention,
-                  "rescale": mixing.chosen_rescale, **summary},
+                  "rescale": mixing.chosen_rescale, "snapshots": cfg.mixer.snapshots, "snapshot_T": mixing.snapshot_T,
+                  "tune_on": cfg.mixer.tune_on, **summary},
         "member_types": member_type_summary(runs, members, omega, summary.get("weights")),
         "best_member": {"index": best, "name": members[best].name, "omega": float(omega[best])},
         "mixer_comparison": mixing.comparison,
