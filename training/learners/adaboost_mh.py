@@ -303,7 +303,11 @@ class AdaBoostMH:
                   prod_search: StumpProductSearch | None,
                   ) -> tuple[_Base, npt.NDArray[np.int32], npt.NDArray[np.float64],
                              npt.NDArray[np.float64], float] | None:
-        """One base classifier: (base with unit-alpha leaves, row_leaf, votes, arm edges, edge)."""
+        """One base classifier: (base with unit-alpha leaves, row_leaf, votes, arm scores, edge).
+
+        The arm scores are (searches, len(feats)): a row per tree node or product term, each
+        the best split score of every searched feature there (the bandit's rewards).
+        """
         edges = self.bins_.edges
         if self.base == "tree":
             assert tree_search is not None
@@ -315,14 +319,15 @@ class AdaBoostMH:
                 threshold=edges[tf.node_feature, tf.node_bin - 1].astype(np.float32),
                 left=tf.node_left, right=tf.node_right, leaf_values=tf.votes.copy(),
             )
-            row_leaf, votes, arm_edges = tf.row_leaf, tf.votes, tf.per_feature_edge
+            # bandit rewards: every inner node's search, not only the root's
+            row_leaf, votes, arm_edges = tf.row_leaf, tf.votes, tf.node_gains
         else:
             assert prod_search is not None
             pf = prod_search.fit(s, feats, feat_nbins)
             if pf is None:
                 return None
             votes = np.stack([-pf.vote, pf.vote])
-            row_leaf, arm_edges = pf.row_leaf, pf.per_feature_edge
+            row_leaf, arm_edges = pf.row_leaf, pf.term_edges  # every term's first-pass search
             thr = edges[pf.term_feature, pf.term_bin - 1].astype(np.float32)
             if self.base == "stump":
                 base = _Base(kind=KIND_TREE, feature=pf.term_feature, threshold=thr,

@@ -35,14 +35,18 @@ MIN_GAIN = 1e-14
 @njit(cache=True)
 def grow_tree(
     codes, s, feats, feat_nbins, n_leaves_max, order, tmp, hist_pool,
-    row_leaf, node_feat, node_bin, node_left, node_right, leaf_sums, per_feature, k_lanes,
+    row_leaf, node_feat, node_bin, node_left, node_right, leaf_sums, per_feature, node_gains,
+    k_lanes,
 ):  # pragma: no cover
     """Grow one Hamming tree on all rows; returns ``(n_nodes, n_leaves, edge)``.
 
     Outputs (preallocated): ``node_feat`` (feature id), ``node_bin`` (test ``code >= bin``),
     ``node_left/right`` (FlatForest convention: c >= 0 node, c < 0 leaf -c-1), ``leaf_sums``
     (S_R per leaf), ``row_leaf`` (leaf of each row), ``per_feature`` (best root stump edge of
-    each searched feature slot). ``hist_pool`` is (N, k, B, K) scratch; ``order``/``tmp`` (n,);
+    each searched feature slot), ``node_gains`` (N-1, k): row q the best leaf-split gain of each
+    searched slot at the leaf that became inner node q (-inf where a slot has no threshold
+    there): every node's search feeds the bandit. ``hist_pool`` is (N, k, B, K) scratch;
+    ``order``/``tmp`` (n,);
     ``k_lanes`` is ``class_lanes(K)`` (compile-time K for the histogram kernel).
     """
     n = s.shape[0]
@@ -59,7 +63,7 @@ def grow_tree(
     best_bin = np.zeros(N, dtype=np.int64)
     best_gain = np.full(N, -np.inf)
     best_L = np.zeros((N, K))
-    scratch_pf = np.empty(k)
+    leaf_pf = np.empty((N, k))  # per-slot best gain of each leaf (-> node_gains when split)
     for i in range(n):
         order[i] = i
     hist_pool[0, :, :, :] = 0.0
@@ -74,7 +78,7 @@ def grow_tree(
     # per-feature stump edges at the root (bandit rewards)
     best_split(hist_pool[0], feat_nbins, leaf_sums[0], 0, False, best_L[0], per_feature, k_lanes)
     sl, bb, gg = best_split(hist_pool[0], feat_nbins, leaf_sums[0], TREE, False, best_L[0],
-                            scratch_pf, k_lanes)
+                            leaf_pf[0], k_lanes)
     best_slot[0] = sl
     best_bin[0] = bb
     best_gain[0] = gg
@@ -98,6 +102,8 @@ def grow_tree(
         nn = n_nodes
         node_feat[nn] = f
         node_bin[nn] = b
+        for ff in range(k):
+            node_gains[nn, ff] = leaf_pf[P, ff]
         if leaf_parent[P] >= 0:
             if leaf_side[P] == 0:
                 node_left[leaf_parent[P]] = nn
@@ -153,7 +159,7 @@ def grow_tree(
         node_right[nn] = -right_id - 1
         for c in (left_id, right_id):
             sl, bb, gg = best_split(hist_pool[c], feat_nbins, leaf_sums[c], TREE, False,
-                                    best_L[c], scratch_pf, k_lanes)
+                                    best_L[c], leaf_pf[c], k_lanes)
             best_slot[c] = sl
             best_bin[c] = bb
             best_gain[c] = gg
@@ -181,6 +187,8 @@ class TreeFit:
     edge: float
     row_leaf: npt.NDArray[np.int32]
     per_feature_edge: npt.NDArray[np.float64]
+    #: (n_nodes, k) best leaf-split gain of each searched slot at each inner node (bandit rewards)
+    node_gains: npt.NDArray[np.float64]
 
 
 class HammingTreeSearch:
@@ -216,10 +224,11 @@ class HammingTreeSearch:
         node_right = np.zeros(N - 1, dtype=np.int32)
         leaf_sums = np.zeros((N, K))
         per_feature = np.empty(k)
+        node_gains = np.full((N - 1, k), -np.inf)
         n_nodes, n_leaves, edge = grow_tree(
             self.codes, s, feats, feat_nbins, N, self._order, self._tmp, self._pool,
             self._row_leaf, node_feat, node_bin, node_left, node_right, leaf_sums, per_feature,
-            class_lanes(K),
+            node_gains, class_lanes(K),
         )
         votes = np.where(leaf_sums[:n_leaves] >= 0.0, 1.0, -1.0)
         return TreeFit(
@@ -231,6 +240,7 @@ class HammingTreeSearch:
             edge=float(edge),
             row_leaf=self._row_leaf,
             per_feature_edge=per_feature,
+            node_gains=node_gains[:n_nodes].copy(),
         )
 
 

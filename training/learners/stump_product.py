@@ -37,13 +37,15 @@ MIN_RISE = 1e-12
 @njit(cache=True)
 def fit_product(
     codes, s, feats, feat_nbins, n_terms, max_cycles, hist, term_feat, term_bin, V,
-    row_sigma, per_feature, k_lanes,
+    row_sigma, per_feature, term_edges, k_lanes,
 ):  # pragma: no cover
     """Fit a product of ``n_terms`` stumps; returns ``(edge, n_passes)``.
 
     Outputs: ``term_feat`` (feature id, -1 = constant term), ``term_bin`` (test ``code >=
     bin``), ``V`` (K,) the product vote, ``row_sigma`` (n,) int8 = ``prod_j phi_j(x_i)``,
-    ``per_feature`` the best first-pass stump edge of each searched slot (bandit rewards);
+    ``per_feature`` the best first-pass stump edge of each searched slot, ``term_edges``
+    (n_terms, k) row j the best edge of each slot for term j in the first (greedy) pass, the
+    constant term included for j >= 1 (bandit rewards: every term's search feeds the bandit);
     ``k_lanes`` is ``class_lanes(K)``.
     Returns edge -inf when no feature can be split.
     """
@@ -79,8 +81,10 @@ def fit_product(
                 sl, bb, sc = best_split(hist, feat_nbins, S, STUMP, False, L, per_feature, k_lanes)
                 if sl < 0:
                     return -np.inf, 0
+                term_edges[0, :] = per_feature
             else:
-                sl, bb, sc = best_split(hist, feat_nbins, S, STUMP, allow_const, L, scratch, k_lanes)
+                pf = term_edges[j] if cycle == 0 else scratch
+                sl, bb, sc = best_split(hist, feat_nbins, S, STUMP, allow_const, L, pf, k_lanes)
                 if sl < 0:
                     continue
                 if cycle > 0 and not sc > edge * (1.0 + MIN_RISE) + 1e-300:
@@ -123,6 +127,8 @@ class ProductFit:
     row_leaf: npt.NDArray[np.int32]  # 1 where prod phi = +1, else 0
     per_feature_edge: npt.NDArray[np.float64]
     n_passes: int
+    #: (n_terms, k) first-pass best edge of each searched slot for each term (bandit rewards)
+    term_edges: npt.NDArray[np.float64]
 
 
 class StumpProductSearch:
@@ -151,9 +157,11 @@ class StumpProductSearch:
         term_bin = np.empty(self.n_terms, dtype=np.int64)
         vote = np.empty(self.n_classes)
         per_feature = np.empty(feats.shape[0])
+        term_edges = np.full((self.n_terms, feats.shape[0]), -np.inf)
         edge, n_passes = fit_product(
             self.codes, s, feats, feat_nbins, self.n_terms, self.max_cycles, self._hist,
-            term_feat, term_bin, vote, self._sigma, per_feature, class_lanes(self.n_classes),
+            term_feat, term_bin, vote, self._sigma, per_feature, term_edges,
+            class_lanes(self.n_classes),
         )
         if not np.isfinite(edge):
             return None
@@ -166,4 +174,5 @@ class StumpProductSearch:
             row_leaf=(self._sigma > 0).astype(np.int32),
             per_feature_edge=per_feature,
             n_passes=int(n_passes),
+            term_edges=term_edges,
         )
