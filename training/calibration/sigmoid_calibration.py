@@ -98,7 +98,7 @@ class SigmoidCalibrator(Calibrator):
         *,
         tcf: str = "ls",
         C: float = 2.0,
-        sigma: float = 0.1,
+        sigma: float = 0.01,
         n_starts: int = 3,
         max_iter: int = 200,
     ) -> None:

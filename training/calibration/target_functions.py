@@ -261,7 +261,7 @@ class TargetCalibrationFunction:
         gains: Float64Array,
         *,
         C: float = 2.0,
-        sigma: float = 0.1,
+        sigma: float = 0.01,
         doc_gains: Float64Array | None = None,
     ) -> None:
         if tcf not in TCF_NAMES:

@@ -138,11 +138,16 @@ def load_data(cfg: TrainConfig) -> tuple[dict[str, RankingData], list[dict[str, 
     return sets, records
 
 
-def prepare(cfg: TrainConfig, clock: _Clock, specs: list[RunSpec]) -> Prepared:
-    """Read, split train by query into fit and calibration parts, compute the feature views the
-    runs read."""
+def prepare(cfg: TrainConfig, clock: _Clock, specs: list[RunSpec],
+            sets: dict[str, RankingData] | None = None) -> Prepared:
+    """Read (or take ``sets``: train, vali and optionally test, already in memory), split train by
+    query into fit and calibration parts, compute the feature views the runs read."""
     with clock("read_and_split_s"):
-        sets, records = load_data(cfg)
+        if sets is None:
+            sets, records = load_data(cfg)
+        else:
+            records = [{"role": k, "in_memory": True, "rows": v.n_docs, "queries": v.n_queries,
+                        "features": v.n_features} for k, v in sets.items()]
         train_set = sets["train"]
         n_labels = max(int(train_set.labels.max()) + 1, 2)
         for name, part in sets.items():
@@ -177,10 +182,12 @@ def fit_runs(cfg: TrainConfig, prep: Prepared, specs: list[RunSpec], n_jobs: int
 
 
 def calibrate_runs(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], n_jobs: int,
-                   progress: bool) -> list[CalibrationResult]:
-    """Every run's snapshots scored on the calibration part, then one calibration job per snapshot."""
+                   progress: bool, *, own_gains: bool = True) -> list[CalibrationResult]:
+    """Every run's snapshots scored on the calibration part, then one calibration job per snapshot.
+    Regression and SNDCG targets are the documents' own gains (``own_gains=False``: their class
+    gains, the behaviour before review finding 5, kept for the before/after measurement)."""
     cal_part = prep.cal_part
-    doc_gains = np.exp2(cal_part.labels.astype(np.float64)) - 1.0  # own gains, also under a grouping
+    doc_gains = np.exp2(cal_part.labels.astype(np.float64)) - 1.0 if own_gains else None
     tasks = []
     for r in runs:
         member_type = get_member_type(r.spec.type)

@@ -1,0 +1,723 @@
+"""Five-fold quality benchmark: the "Tune and mix" MQ2008 table reproduced, our choices measured.
+
+One command, resumable, JSON + markdown table + PNG (issue 10)::
+
+    .venv/bin/python -m bench.quality                      # MQ2008, folds 1-5, full and 60-query
+    .venv/bin/python -m bench.quality --folds 1 --sizes full --quick   # a smoke run
+    .venv/bin/python -m bench.quality --report-only        # re-mix and re-render from the cache
+
+Two stages per cell (data set x fold x training size):
+
+1. *Members* (slow, cached in ``--cache``, default ``bench/results/quality/cache``, not in git):
+   one training run of the superset of every choice under test, through the pipeline's own
+   stages (``training.pipeline.train``): AdaBoost.MH trees {8, 64} and products {3, 10} on the
+   views raw, raw+std and raw+white and both label groupings, McRank (multi-class, ordinal),
+   LambdaMART, the Crammer-Singer SVM, every calibrator of :data:`POOL`; then every member's
+   scores on the calibration part, the validation and the test queries, saved as arrays
+   (``.npz``, loaded with ``allow_pickle=False``) plus a JSON of the member metadata. For the
+   review's before/after rows the same cell also holds the binary-grouping members calibrated
+   with class-gain targets (finding 5, before) and raw+white runs with the old whitening
+   (finding 6, before). The peers (``bench.quality_peers``) are trained here too.
+2. *Mixes* (fast, recomputed on every run): every row of the table is a member subset and a
+   mixer, fitted on the validation queries (or the calibration part) and scored on test.
+
+A cell's training set is the fold's ``train.txt``, or (size ``60``) 60 of its queries drawn
+with a fixed seed, so that a gain is not an artefact of one size (the hidden set of the issue
+has about 60 training queries per fold). Validation and test are always the fold's own.
+
+The table reports mean and sample SD over folds of the test NDCG@10 and ERR (``err:top=2``,
+the paper's ERR on three-level data) under the ``yahoo`` convention, NDCG@10 under the six
+tools' conventions, validation NDCG@10 (what any choice may look at), and training seconds.
+The default configuration is chosen on validation means (``decision`` in the JSON), never on test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.common import RESULTS, SHARED_DATA, machine_info
+
+OUT = RESULTS / "quality"
+MQ2008 = SHARED_DATA / "MQ2008"
+#: every calibrator under test: the old pool of configs/mq2008.toml plus the review's additions
+OLD_POOL = (
+    "shift", "cpc:ls", "cpc:ewls(C=2)", "cpc:el", "cpc:ell", "cpc:sndcg(sigma=0.1)",
+    "rbc:linear:gain", "rbc:linear:ndcg", "rbc:logistic:gain", "rbc:poly2:gain", "rbc:poly3:ndcg",
+    "rbc:nn:gain",
+)
+NEW_POOL = (
+    "shift", "cpc:ls", "cpc:ewls(C=2)", "cpc:ewls(C=-1)", "cpc:el", "cpc:ell", "cpc:sndcg(sigma=0.01)",
+    "rbc:linear:gain", "rbc:linear:ndcg", "rbc:logistic:gain", "rbc:logistic:ndcg", "rbc:poly2:gain",
+    "rbc:poly2:ndcg", "rbc:poly3:gain", "rbc:poly3:ndcg", "rbc:poly4:gain", "rbc:poly4:ndcg",
+    "rbc:nn:gain", "rbc:nn:ndcg",
+)
+POOL = tuple(dict.fromkeys([*OLD_POOL, *NEW_POOL]))
+#: the calibrators whose targets are gains (finding 5's before/after)
+GAIN_TARGET = tuple(c for c in POOL if c.startswith("rbc:") or c.startswith("cpc:sndcg"))
+#: the six tools of docs/conventions.md (the JSON holds all ten)
+SIX = ("letor3", "letor4", "mslr", "yahoo", "ranklib", "trec")
+MEASURE, CONVENTION = "ndcg@10", "yahoo"
+
+SUPERSET = """
+name = "quality"
+seed = 0
+[data]
+{data}
+[members]
+views = {views}
+label_groupings = {groupings}
+calibrators = {pool}
+best_feature = true
+[[members.adaboost]]
+base = "tree"
+n_leaves = [8, 64]
+n_iterations = {tree_T}
+checkpoints = {tree_cp}
+[[members.adaboost]]
+base = "product"
+n_terms = [3, 10]
+n_iterations = {prod_T}
+checkpoints = {prod_cp}
+{others}
+[mixer]
+name = "exp_forecaster"
+[run]
+backend = "loky"
+n_jobs = {n_jobs}
+report_plots = false
+"""
+OTHERS = """
+[[members.mcrank]]
+variant = ["multiclass", "ordinal"]
+n_leaves = [8, 32]
+learning_rate = 0.1
+n_iterations = 300
+checkpoints = [30, 100, 300]
+[[members.lambdamart]]
+n_leaves = [8, 32]
+learning_rate = 0.1
+n_iterations = 300
+checkpoints = [30, 100, 300]
+[[members.svm]]
+C = [1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0]
+"""
+
+
+# ------------------------------------------------------------------------------------ data
+def load_fold(root: Path, fold: int) -> dict[str, Any]:
+    from training.data.svmlight import read_svmlight
+
+    d = root / f"Fold{fold}"
+    train = read_svmlight(d / "train.txt")
+    return {"train": train, "vali": read_svmlight(d / "vali.txt", n_features=train.n_features),
+            "test": read_svmlight(d / "test.txt", n_features=train.n_features)}
+
+
+def subsample_queries(data: Any, n_queries: int, seed: int) -> Any:
+    """``n_queries`` of the set's queries, drawn without replacement (fixed seed), in file order."""
+    if n_queries >= data.n_queries:
+        return data
+    rng = np.random.default_rng(seed)
+    return data.subset_queries(np.sort(rng.choice(data.n_queries, size=n_queries, replace=False)))
+
+
+@contextlib.contextmanager
+def old_whitening() -> Iterator[None]:
+    """The whitening before review finding 6: null-space components left as rounding noise."""
+    from training.data import normalization
+
+    saved = normalization.NULL_SPACE
+    normalization.NULL_SPACE = -math.inf
+    try:
+        yield
+    finally:
+        normalization.NULL_SPACE = saved
+
+
+# ------------------------------------------------------------------------------- members
+@dataclass
+class Cell:
+    key: str
+    meta: list[dict[str, Any]]        # one per member column
+    arrays: dict[str, np.ndarray]     # {split}_scores (n, M), {split}_labels, {split}_offsets, peers
+    info: dict[str, Any]
+
+
+def _config(fold_dir: Path, n_jobs: int, quick: bool, views: list[str], with_others: bool,
+            groupings: tuple[str, ...] = ("original", "binary")) -> Any:
+    """The superset's TrainConfig (its [data] names the fold's files; the cell's sets, maybe a
+    subsample, are passed in memory)."""
+    from training.pipeline.config import load_config
+
+    text = SUPERSET.format(
+        data="\n".join(f'{k} = "{fold_dir / (k + ".txt")}"' for k in ("train", "vali", "test")),
+        views=json.dumps(views), groupings=json.dumps(list(groupings)), pool=json.dumps(list(POOL)), n_jobs=n_jobs,
+        tree_T=100 if quick else 1000, tree_cp=[10, 30, 100] if quick else [10, 30, 100, 300, 1000],
+        prod_T=100 if quick else 300, prod_cp=[10, 30, 100] if quick else [10, 30, 100, 300],
+        others=OTHERS if with_others else "")
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as fh:
+        fh.write(text)
+    try:
+        return load_config(fh.name)
+    finally:
+        Path(fh.name).unlink()
+
+
+def _members(cfg: Any, sets: dict[str, Any], *, progress: bool, own_gains_runs: str = "all",
+             whiten_old: bool = False, others: Any = None
+             ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray], dict[str, float]]:
+    """Train ``cfg``'s AdaBoost.MH runs (and ``others``' runs of the other member types) on
+    ``sets`` through the pipeline's stages; member metadata and the member scores on the
+    calibration part, validation and test. ``own_gains_runs="legacy"`` adds the binary-grouping
+    members calibrated with class-gain targets (finding 5, before)."""
+    import dataclasses
+
+    from training.pipeline import train as tr
+    from training.pipeline.member_types import run_specs
+    from training.pipeline.mixing import member_snapshot_iterations
+    from training.pipeline.parallel import parallel_backend
+
+    clock = tr._Clock()
+    specs = [s for s in run_specs(cfg) if s.type in ("adaboost", "best_feature")]
+    if others is not None:
+        specs += [dataclasses.replace(s, index=len(specs) + i)
+                  for i, s in enumerate(x for x in run_specs(others) if x.type not in ("adaboost", "best_feature"))]
+    with old_whitening() if whiten_old else contextlib.nullcontext():
+        prep = tr.prepare(cfg, clock, specs, sets)
+        with parallel_backend(cfg.run.backend, cfg.run.n_jobs, None) as n_jobs:
+            t0 = time.perf_counter()
+            runs = tr.fit_runs(cfg, prep, specs, n_jobs, progress)
+            boost_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            cals = tr.calibrate_runs(cfg, prep, runs, n_jobs, progress)
+            cal_s = time.perf_counter() - t0
+            legacy = []
+            if own_gains_runs == "legacy":
+                binary = [r for r in runs if r.spec.grouping == "binary" and r.spec.type == "adaboost"]
+                lcfg = dataclasses.replace(cfg, members=dataclasses.replace(cfg.members, calibrators=list(GAIN_TARGET)))
+                legacy = tr.calibrate_runs(lcfg, prep, binary, n_jobs, progress, own_gains=False)
+        model, _ = tr.assemble(cfg, prep, runs, cals + legacy)
+        n_new = sum(len(c.fitted) for c in cals)
+        assert prep.test is not None
+        scores = {"cal": model.member_scores(prep.cal_part.features, prep.cal_part.query_offsets),
+                  "vali": model.member_scores(prep.vali.features, prep.vali.query_offsets),
+                  "test": model.member_scores(prep.test.features, prep.test.query_offsets)}
+    members = list(model.members)
+    its = member_snapshot_iterations(runs, members)
+    meta = []
+    for j, m in enumerate(members):
+        r = runs[m.run]
+        meta.append({"name": m.name, "type": r.spec.type, "view": r.spec.view, "grouping": r.spec.grouping,
+                     "learner": r.spec.learner_tag, "run": int(m.run), "T": int(its[j]),
+                     "n_snapshots": len(r.snapshot_iterations), "calibrator": m.calibrator.name,
+                     "legacy_gains": j >= n_new})
+    arrays: dict[str, np.ndarray] = {}
+    for split, data in (("cal", prep.cal_part), ("vali", prep.vali), ("test", prep.test)):
+        assert data is not None
+        arrays[f"{split}_scores"] = scores[split]
+        arrays[f"{split}_labels"] = np.asarray(data.labels, dtype=np.int64)
+        arrays[f"{split}_offsets"] = np.asarray(data.query_offsets, dtype=np.int64)
+    seconds = {"boosting_s": boost_s, "calibration_s": cal_s,
+               **{f"run:{r.spec.tag}": float(r.fit_seconds) for r in runs}}
+    return meta, arrays, seconds
+
+
+def build_cell(key: str, fold_dir: Path, sets: dict[str, Any], *, n_jobs: int, quick: bool, progress: bool) -> Cell:
+    """Stage 1 of one cell: the superset's members, the old-whitening raw+white members, peers."""
+    import dataclasses
+
+    from bench.quality_peers import PEERS, fit_peer
+    from training.pipeline.train import best_feature_baseline
+
+    t0 = time.perf_counter()
+    cfg = _config(fold_dir, n_jobs, quick, ["raw", "raw+std", "raw+white"], with_others=False)
+    # the other member types on the raw view and the original labels only (their own rows)
+    others = None if quick else _config(fold_dir, n_jobs, quick, ["raw"], with_others=True, groupings=("original",))
+    meta, arrays, seconds = _members(cfg, sets, progress=progress, own_gains_runs="legacy", others=others)
+    old_cfg = _config(fold_dir, n_jobs, quick, ["raw+white"], with_others=False)
+    old_cfg = dataclasses.replace(old_cfg, members=dataclasses.replace(old_cfg.members, best_feature=False))
+    old_meta, old_arrays, old_seconds = _members(old_cfg, sets, progress=progress, whiten_old=True)
+    white = [i for i, m in enumerate(old_meta) if m["view"] == "raw+white"]
+    for split in ("cal", "vali", "test"):
+        arrays[f"{split}_scores"] = np.hstack([arrays[f"{split}_scores"], old_arrays[f"{split}_scores"][:, white]])
+    meta += [{**old_meta[i], "old_whitening": True, "run": 100_000 + old_meta[i]["run"]} for i in white]
+    info: dict[str, Any] = {"seconds": seconds, "old_whitening_seconds": old_seconds["boosting_s"]}
+    # the peers and the best single feature (chosen on the fit part: prepare's 80% split)
+    for name in PEERS:
+        res = fit_peer(name, sets["train"], sets["vali"], sets["test"], n_threads=n_jobs)
+        arrays[f"peer:{name}:vali"] = res.vali_scores
+        arrays[f"peer:{name}:test"] = res.test_scores
+        info[f"peer:{name}"] = {"params": res.params, "fit_seconds": res.fit_seconds}
+    from training.pipeline import train as tr
+    from training.pipeline.member_types import run_specs
+
+    prep = tr.prepare(cfg, tr._Clock(), run_specs(cfg)[:1], sets)
+    info["best_feature"] = best_feature_baseline(cfg, prep)
+    info["build_seconds"] = time.perf_counter() - t0
+    return Cell(key=key, meta=meta, arrays=arrays, info=info)
+
+
+def save_cell(cell: Cell, cache: Path) -> None:
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = cache / f"{cell.key}.tmp.npz"
+    np.savez(tmp, **cell.arrays)  # type: ignore[arg-type]
+    tmp.replace(cache / f"{cell.key}.npz")
+    (cache / f"{cell.key}.json").write_text(json.dumps({"meta": cell.meta, "info": cell.info}, default=float))
+
+
+def load_cell(key: str, cache: Path) -> Cell | None:
+    npz, js = cache / f"{key}.npz", cache / f"{key}.json"
+    if not (npz.exists() and js.exists()):
+        return None
+    with np.load(npz, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    doc = json.loads(js.read_text())
+    return Cell(key=key, meta=doc["meta"], arrays=arrays, info=doc["info"])
+
+
+# ------------------------------------------------------------------------------- mixes
+Select = Callable[[dict[str, Any]], bool]
+
+
+def _split(cell: Cell, split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    a = cell.arrays
+    return a[f"{split}_scores"], a[f"{split}_labels"], a[f"{split}_offsets"]
+
+
+def _snapshot_masks(meta: list[dict[str, Any]]) -> list[tuple[int, np.ndarray]]:
+    """``training.pipeline.mixing.snapshot_sets`` on the metadata: per T, each boosted run's
+    snapshot at T or its largest below."""
+    runs: dict[int, list[int]] = {}
+    for m in meta:
+        if m["n_snapshots"] > 1:
+            runs.setdefault(m["run"], []).append(m["T"])
+    counts = sorted({t for ts in runs.values() for t in ts})
+    out = []
+    for T in counts:
+        mask = np.ones(len(meta), dtype=bool)
+        for j, m in enumerate(meta):
+            if m["n_snapshots"] > 1:
+                snaps = runs[m["run"]]
+                mask[j] = m["T"] == max((t for t in snaps if t <= T), default=min(snaps))
+        out.append((T, mask))
+    return out
+
+
+def mix(cell: Cell, select: Select, *, mixer: str = "exp_forecaster", snapshots: str = "all",
+        tune_on: str = "validation", rescale: str = "zscore_query", **forecaster: Any) -> dict[str, Any]:
+    """Fit ``mixer`` on the selected members (validation or calibration part), score test."""
+    from training.ensemble.registry import make_mixer
+    from training.evaluation import mean_metric
+
+    cols = np.flatnonzero([select(m) for m in cell.meta])
+    if cols.size == 0:
+        return {"n_members": 0}
+    meta = [cell.meta[c] for c in cols]
+    vs, vl, vo = _split(cell, "vali")
+    ts, _, to = _split(cell, "test")
+    us, ul, uo = _split(cell, "cal" if tune_on == "calibration" else "vali")
+    vs, ts, us = (np.ascontiguousarray(x[:, cols]) for x in (vs, ts, us))
+    out: dict[str, Any] = {"n_members": int(cols.size)}
+    if mixer != "exp_forecaster":
+        params = {"measure": MEASURE, "convention": CONVENTION} if mixer == "one_best" else {}
+        mx = make_mixer(mixer, **params).fit(us, ul, uo)
+        out["test_scores"] = mx.transform(ts, to)
+        out["vali"] = mean_metric(vl, mx.transform(vs, vo), vo, MEASURE, CONVENTION)
+        return out
+    sets: list[tuple[int | None, np.ndarray | None]] = [(None, None)]
+    if snapshots == "tune":
+        sets = list(_snapshot_masks(meta)) or [(None, None)]
+    best: tuple[float, Any, int | None] | None = None
+    for T, mask in sets:
+        fc = make_mixer("exp_forecaster", measure=MEASURE, convention=CONVENTION, rescale=rescale, **forecaster)
+        fc.fit(us, ul, uo, eligible=mask)  # type: ignore[call-arg]
+        q = float(fc.validation_quality_)  # type: ignore[attr-defined]
+        if best is None or q > best[0] + fc.tie_tolerance:  # type: ignore[attr-defined]
+            best = (q, fc, T)
+    assert best is not None
+    fc = best[1]
+    out.update(test_scores=fc.transform(ts, to), vali=mean_metric(vl, fc.transform(vs, vo), vo, MEASURE, CONVENTION),
+               c=fc.c_, omega_min=fc.omega_min_, kept=int(np.sum(fc.kept_)), T=best[2],
+               duplicates=int(np.sum(fc.duplicate_of_ >= 0)))
+    return out
+
+
+def test_metrics(cell: Cell, scores: np.ndarray, *, all_conventions: bool) -> dict[str, Any]:
+    from training.evaluation import CONVENTION_NAMES, mean_metric
+
+    _, tl, to = _split(cell, "test")
+    top = int(max(tl.max(), cell.arrays["vali_labels"].max()))
+    out: dict[str, Any] = {"test_ndcg@10": mean_metric(tl, scores, to, MEASURE, CONVENTION),
+           "test_err": mean_metric(tl, scores, to, f"err:top={max(top, 1)}", CONVENTION)}
+    if all_conventions:
+        for conv in CONVENTION_NAMES:
+            try:
+                out[f"test_ndcg@10:{conv}"] = mean_metric(tl, scores, to, MEASURE, conv)
+            except ValueError:
+                out[f"test_ndcg@10:{conv}"] = None
+    return out
+
+
+# selections -------------------------------------------------------------------------------
+def _is(**want: Any) -> Select:
+    def sel(m: dict[str, Any]) -> bool:
+        for k, v in want.items():
+            val = m.get(k)
+            if isinstance(v, tuple | list | set | frozenset):
+                if val not in v:
+                    return False
+            elif val != v:
+                return False
+        return True
+    return sel
+
+
+def _and(*fs: Select) -> Select:
+    return lambda m: all(f(m) for f in fs)
+
+
+def _current(m: dict[str, Any]) -> bool:
+    return not m.get("legacy_gains") and not m.get("old_whitening")
+
+
+def _new_pool(m: dict[str, Any]) -> bool:
+    """A calibrator of the new pool (McRank's ordinal+<spec> by its inner spec) or a member
+    type's own (identity, McRank's expected relevance)."""
+    cal = m["calibrator"].removeprefix("ordinal+")
+    return cal in NEW_POOL or cal == "identity" or cal.startswith("er:")
+
+
+def _learner(prefix: str) -> Select:
+    return lambda m: str(m["learner"]).startswith(prefix)
+
+
+OLD_FORECASTER = {"omega_min_quantiles": (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9), "omega_min_top_k": (),
+                  "tie_tolerance": 1e-12, "dedupe": False}
+VIEW_SETS = {"raw": ("raw",), "raw+std": ("raw", "raw+std"), "raw+white": ("raw", "raw+white"),
+             "all": ("raw", "raw+std", "raw+white")}
+
+
+def ab(views: tuple[str, ...], pool: tuple[str, ...]) -> Select:
+    return _and(_current, _is(type="adaboost", view=views, calibrator=pool))
+
+
+def decisions() -> list[dict[str, Any]]:
+    """The configuration choices measured on validation (AB+EXP, new pool and forecaster)."""
+    out = []
+    for vname in VIEW_SETS:
+        for snapshots in ("all", "tune"):
+            for tune_on in ("validation", "calibration"):
+                out.append({"views": vname, "snapshots": snapshots, "tune_on": tune_on})
+    return out
+
+
+def rows_for(decision: dict[str, Any]) -> list[tuple[str, Select, dict[str, Any]]]:
+    """The table's rows under one configuration: (name, member selection, mix options)."""
+    views = VIEW_SETS[decision["views"]]
+    mixopt = {"snapshots": decision["snapshots"], "tune_on": decision["tune_on"]}
+    cpc = tuple(c for c in NEW_POOL if c.startswith("cpc:") or c == "shift")
+    rbc = tuple(c for c in NEW_POOL if c.startswith("rbc:"))
+    every = _and(_current, _new_pool, lambda m: m["type"] != "adaboost" or m["view"] in views)
+    other = _and(_current, _new_pool)
+    return [
+        ("AB+EXP", ab(views, NEW_POOL), mixopt),
+        ("AB+EXP.CPC", ab(views, cpc), mixopt),
+        ("AB+EXP.RBC", ab(views, rbc), mixopt),
+        ("AB+OneBest", ab(views, NEW_POOL), {"mixer": "one_best", **mixopt}),
+        ("SVM+EXP", _and(other, _is(type="svm")), {"tune_on": decision["tune_on"]}),
+        ("McRank multiclass", _and(other, _is(type="mcrank"), _learner("mcrank-mc")), mixopt),
+        ("McRank ordinal", _and(other, _is(type="mcrank"), _learner("mcrank-ord")), mixopt),
+        ("LambdaMART (member alone)", _and(other, _is(type="lambdamart"), _is(calibrator="identity")), mixopt),
+        ("Full mix (every member type)", every, mixopt),
+        ("Full mix, uniform", every, {"mixer": "uniform", **mixopt}),
+        ("Full mix, RRF", every, {"mixer": "rrf", **mixopt}),
+        ("Full mix, CombMNZ", every, {"mixer": "combmnz", **mixopt}),
+        ("Full mix, Condorcet", every, {"mixer": "condorcet", **mixopt}),
+    ]
+
+
+def findings_rows(decision: dict[str, Any]) -> list[tuple[str, str, Select, dict[str, Any]]]:
+    """Each review finding as (finding, before/after, selection, mix options) on AB+EXP."""
+    views = VIEW_SETS[decision["views"]]
+    mixopt = {"snapshots": decision["snapshots"], "tune_on": decision["tune_on"]}
+    old_sndcg = (*(c for c in NEW_POOL if not c.startswith("cpc:sndcg")), "cpc:sndcg(sigma=0.1)")
+    gain_old = lambda m: (m["calibrator"] not in GAIN_TARGET or m["grouping"] == "original"  # noqa: E731
+                          or m.get("legacy_gains", False))
+    gain_new = lambda m: not m.get("legacy_gains", False)  # noqa: E731
+    white = ("raw+white",)
+    return [
+        ("1 omega_min grid and near-ties", "before", ab(views, NEW_POOL), {**mixopt, **OLD_FORECASTER, "dedupe": True}),
+        ("1 omega_min grid and near-ties", "after", ab(views, NEW_POOL), mixopt),
+        ("2 SNDCG sigma", "before (0.1)", ab(views, old_sndcg), mixopt),
+        ("2 SNDCG sigma", "after (0.01)", ab(views, NEW_POOL), mixopt),
+        ("3 duplicate members", "before (kept)", ab(views, NEW_POOL), {**mixopt, "dedupe": False}),
+        ("3 duplicate members", "after (dropped)", ab(views, NEW_POOL), mixopt),
+        ("5 regression/SNDCG targets", "before (class gains)",
+         _and(_is(type="adaboost", view=views, calibrator=NEW_POOL), lambda m: not m.get("old_whitening"), gain_old),
+         mixopt),
+        ("5 regression/SNDCG targets", "after (own gains)",
+         _and(_is(type="adaboost", view=views, calibrator=NEW_POOL), lambda m: not m.get("old_whitening"), gain_new),
+         mixopt),
+        ("6 whitening null space (raw+white runs only)", "before (noise)",
+         _and(lambda m: bool(m.get("old_whitening")), _is(type="adaboost", view=white, calibrator=NEW_POOL)), mixopt),
+        ("6 whitening null space (raw+white runs only)", "after (zero)",
+         _and(_current, _is(type="adaboost", view=white, calibrator=NEW_POOL)), mixopt),
+        ("7 calibrator pool", "before (old pool)", ab(views, OLD_POOL), mixopt),
+        ("7 calibrator pool", "after (new pool)", ab(views, NEW_POOL), mixopt),
+        ("all findings", "before (old pool, old forecaster, class gains)",
+         _and(_is(type="adaboost", view=views, calibrator=OLD_POOL), lambda m: not m.get("old_whitening"), gain_old),
+         {**mixopt, **OLD_FORECASTER}),
+        ("all findings", "after", ab(views, NEW_POOL), mixopt),
+    ]
+
+
+def mix_cell(cell: Cell, decision_list: list[dict[str, Any]], chosen: dict[str, Any] | None,
+             done: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Stage 2 of one cell: validation of every decision on AB+EXP (unless ``done``); the
+    table's rows and the findings' rows under ``chosen`` (when known)."""
+    from training.evaluation import mean_metric
+
+    out: dict[str, Any] = {"decisions": list(done or []), "rows": [], "findings": []}
+    for d in [] if done is not None else decision_list:
+        r = mix(cell, ab(VIEW_SETS[d["views"]], NEW_POOL), snapshots=d["snapshots"], tune_on=d["tune_on"])
+        full = rows_for(d)[8]
+        rf = mix(cell, full[1], **full[2])
+        out["decisions"].append({**d, "vali": r["vali"], "T": r.get("T"), "c": r.get("c"),
+                                 **test_metrics(cell, r["test_scores"], all_conventions=False),
+                                 "full_vali": rf.get("vali"),
+                                 "full_test_ndcg@10": test_metrics(cell, rf["test_scores"], all_conventions=False)[
+                                     "test_ndcg@10"] if "test_scores" in rf else None})
+    if chosen is None:
+        return out
+    for name, sel, opts in rows_for(chosen):
+        r = mix(cell, sel, **opts)
+        if "test_scores" not in r:
+            out["rows"].append({"row": name, "n_members": 0})
+            continue
+        scores = r.pop("test_scores")
+        out["rows"].append({"row": name, **r, **test_metrics(cell, scores, all_conventions=True)})
+    vl, vo = cell.arrays["vali_labels"], cell.arrays["vali_offsets"]
+    for name in ("lightgbm_lambdarank", "xgboost_rank_ndcg"):
+        key = f"peer:{name}:test"
+        if key in cell.arrays:
+            vali = mean_metric(vl, cell.arrays[f"peer:{name}:vali"], vo, MEASURE, CONVENTION)
+            out["rows"].append({"row": f"peer: {name}", "vali": vali,
+                                "fit_seconds": cell.info[f"peer:{name}"]["fit_seconds"],
+                                **test_metrics(cell, cell.arrays[key], all_conventions=True)})
+    bf = cell.info["best_feature"]
+    out["rows"].append({"row": "Best single feature", "vali": bf.get("vali"), "test_ndcg@10": bf.get("test"),
+                        "feature": f"{bf['sign']}{bf['feature']}"})
+    for finding, when, sel, opts in findings_rows(chosen):
+        r = mix(cell, sel, **opts)
+        if "test_scores" not in r:
+            continue
+        scores = r.pop("test_scores")
+        out["findings"].append({"finding": finding, "when": when, **r,
+                                **test_metrics(cell, scores, all_conventions=False)})
+    return out
+
+
+# ------------------------------------------------------------------------------ report
+def _mean_sd(values: list[float | None]) -> tuple[float | None, float | None, int]:
+    v = [x for x in values if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    if not v:
+        return None, None, 0
+    return float(np.mean(v)), (float(np.std(v, ddof=1)) if len(v) > 1 else None), len(v)
+
+
+def choose(decision_cells: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    """The decision with the best mean validation NDCG@10 over the full-size cells (AB+EXP)."""
+    table: dict[tuple[str, str, str], list[float]] = {}
+    for cell_rows in decision_cells:
+        for r in cell_rows:
+            table.setdefault((r["views"], r["snapshots"], r["tune_on"]), []).append(r["vali"])
+    best = max(table.items(), key=lambda kv: (float(np.mean(kv[1])), -list(table).index(kv[0])))
+    return {"views": best[0][0], "snapshots": best[0][1], "tune_on": best[0][2], "vali_mean": float(np.mean(best[1]))}
+
+
+def _fmt(mean: float | None, sd: float | None) -> str:
+    if mean is None:
+        return "n/a"
+    return f"{mean:.4f}" + (f" ± {sd:.4f}" if sd is not None else "")
+
+
+def render(summary: dict[str, Any]) -> str:
+    lines = ["# Quality over five folds (bench/quality.py)", "",
+             f"Command: `{summary['command']}`. Machine: {summary['machine']['processor']}, "
+             f"{summary['machine']['cpu_count']} cores. Every number: mean ± sample SD over folds; NDCG@10 and "
+             "ERR (`err:top=2`) under the `yahoo` convention unless named.", "",
+             "Configuration chosen on validation (AB+EXP, full training sets): "
+             f"views `{summary['decision']['views']}`, snapshots `{summary['decision']['snapshots']}`, "
+             f"tuned on `{summary['decision']['tune_on']}`.", ""]
+    for size, block in summary["sizes"].items():
+        lines += [f"## Training set: {size}", "",
+                  "| method | members | validation NDCG@10 | test NDCG@10 | test ERR | " + " | ".join(SIX) + " |",
+                  "|---|---|---|---|---|" + "---|" * len(SIX)]
+        for row in block["rows"]:
+            cells = [row["row"], str(row.get("n_members", "")), _fmt(*row["vali"]), _fmt(*row["test_ndcg@10"]),
+                     _fmt(*row["test_err"])] + [_fmt(row["conv"][c][0], None) for c in SIX]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines += ["", "Review findings, before and after (AB+EXP under the chosen configuration):", "",
+                  "| finding | | members | validation NDCG@10 | test NDCG@10 | test ERR |", "|---|---|---|---|---|---|"]
+        for row in block["findings"]:
+            lines.append(f"| {row['finding']} | {row['when']} | {row.get('n_members', '')} | {_fmt(*row['vali'])} | "
+                         f"{_fmt(*row['test_ndcg@10'])} | {_fmt(*row['test_err'])} |")
+        lines += ["", "Configuration choices (AB+EXP and the full mix; the choice reads validation only):", "",
+                  "| views | snapshots | tuned on | AB+EXP validation | AB+EXP test | full mix validation | "
+                  "full mix test |", "|---|---|---|---|---|---|---|"]
+        for row in block["decisions"]:
+            lines.append(f"| {row['views']} | {row['snapshots']} | {row['tune_on']} | {_fmt(*row['vali'])} | "
+                         f"{_fmt(*row['test_ndcg@10'])} | {_fmt(*row['full_vali'])} | "
+                         f"{_fmt(*row['full_test_ndcg@10'])} |")
+        lines.append("")
+    lines += ["Training seconds per fold (2 cores, the superset of every choice: "
+              f"{summary.get('seconds_note', '')}).", ""]
+    return "\n".join(lines) + "\n"
+
+
+def aggregate(mixed: dict[str, dict[str, Any]], sizes: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for size in sizes:
+        cells = [v for k, v in mixed.items() if k.endswith(f"-{size}")]
+        if not cells:
+            continue
+        block: dict[str, Any] = {"folds": len(cells), "rows": [], "findings": [], "decisions": []}
+        names = [r["row"] for r in cells[0]["rows"]]
+        for name in names:
+            rs = [r for c in cells for r in c["rows"] if r["row"] == name]
+            conv = {c: _mean_sd([r.get(f"test_ndcg@10:{c}") for r in rs]) for c in SIX}
+            block["rows"].append({"row": name, "n_members": rs[0].get("n_members", ""),
+                                  "vali": _mean_sd([r.get("vali") for r in rs])[:2],
+                                  "test_ndcg@10": _mean_sd([r.get("test_ndcg@10") for r in rs])[:2],
+                                  "test_err": _mean_sd([r.get("test_err") for r in rs])[:2],
+                                  "per_fold_test_ndcg@10": [r.get("test_ndcg@10") for r in rs],
+                                  "conv": {c: v[:2] for c, v in conv.items()}})
+        keys = [(r["finding"], r["when"]) for r in cells[0]["findings"]]
+        for f, w in keys:
+            rs = [next(r for r in c["findings"] if (r["finding"], r["when"]) == (f, w)) for c in cells]
+            block["findings"].append({"finding": f, "when": w, "n_members": rs[0].get("n_members"),
+                                      "vali": _mean_sd([r["vali"] for r in rs])[:2],
+                                      "test_ndcg@10": _mean_sd([r["test_ndcg@10"] for r in rs])[:2],
+                                      "test_err": _mean_sd([r["test_err"] for r in rs])[:2]})
+        for i, d in enumerate(cells[0]["decisions"]):
+            rs = [c["decisions"][i] for c in cells]
+            block["decisions"].append({"views": d["views"], "snapshots": d["snapshots"], "tune_on": d["tune_on"],
+                                       "vali": _mean_sd([r["vali"] for r in rs])[:2],
+                                       "test_ndcg@10": _mean_sd([r["test_ndcg@10"] for r in rs])[:2],
+                                       "full_vali": _mean_sd([r["full_vali"] for r in rs])[:2],
+                                       "full_test_ndcg@10": _mean_sd([r["full_test_ndcg@10"] for r in rs])[:2],
+                                       "T": [r["T"] for r in rs]})
+        out[size] = block
+    return out
+
+
+def plot(summary: dict[str, Any], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    sizes = list(summary["sizes"])
+    fig, axes = plt.subplots(1, len(sizes), figsize=(7 * len(sizes), 6), squeeze=False)
+    for ax, size in zip(axes[0], sizes, strict=True):
+        rows = [r for r in summary["sizes"][size]["rows"] if r["test_ndcg@10"][0] is not None]
+        y = np.arange(len(rows))
+        means = [r["test_ndcg@10"][0] for r in rows]
+        sds = [r["test_ndcg@10"][1] or 0.0 for r in rows]
+        ax.barh(y, means, xerr=sds, color="#4a7ab5")
+        ax.set_yticks(y, [r["row"] for r in rows], fontsize=8)
+        ax.invert_yaxis()
+        lo = min(means) - 0.05
+        ax.set_xlim(lo, max(m + s for m, s in zip(means, sds, strict=True)) + 0.01)
+        ax.axvline(0.790, color="#b54a4a", linestyle="--", label="paper AB+EXP 0.790")
+        ax.set_xlabel("test NDCG@10 (yahoo), mean ± SD over folds")
+        ax.set_title(f"MQ2008, training set: {size}")
+        ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _train_seconds(cell: Cell) -> float:
+    return float(cell.info["seconds"]["boosting_s"] + cell.info["seconds"]["calibration_s"])
+
+
+# -------------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.quality", description=__doc__.split("\n")[0])
+    ap.add_argument("--data", type=Path, default=MQ2008, help="the MQ2008 folder (Fold1..Fold5)")
+    ap.add_argument("--folds", default="1,2,3,4,5")
+    ap.add_argument("--sizes", default="full,60", help="training sets: 'full' and/or a number of queries")
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--cache", type=Path, default=None, help="member cache (default <out>/cache)")
+    ap.add_argument("--n-jobs", type=int, default=2)
+    ap.add_argument("--force", action="store_true", help="retrain cells already in the cache")
+    ap.add_argument("--report-only", action="store_true", help="no training: mix and render the cached cells")
+    ap.add_argument("--quick", action="store_true", help="100 iterations, no McRank/LambdaMART/SVM (a smoke run)")
+    ap.add_argument("--no-progress", action="store_true")
+    args = ap.parse_args(argv)
+    if not (args.data / "Fold1" / "train.txt").exists():
+        print(f"bench.quality: {args.data} has no Fold1/train.txt (see ../shared/data/README)", file=sys.stderr)
+        return 2
+    folds = [int(f) for f in args.folds.split(",")]
+    sizes = [s.strip() for s in args.sizes.split(",")]
+    cache = args.cache or (args.out / "cache")
+    args.out.mkdir(parents=True, exist_ok=True)
+    cells: dict[str, Cell] = {}
+    for size in sizes:
+        for fold in folds:
+            key = f"mq2008-fold{fold}-{size}" + ("-quick" if args.quick else "")
+            cell = None if args.force else load_cell(key, cache)
+            if cell is None:
+                if args.report_only:
+                    print(f"bench.quality: {key} is not in {cache}; skipped", file=sys.stderr)
+                    continue
+                print(f"bench.quality: training {key} ...", file=sys.stderr, flush=True)
+                sets = load_fold(args.data, fold)
+                if size != "full":
+                    sets["train"] = subsample_queries(sets["train"], int(size), seed=fold)
+                cell = build_cell(key, args.data / f"Fold{fold}", sets, n_jobs=args.n_jobs, quick=args.quick,
+                                  progress=not args.no_progress)
+                save_cell(cell, cache)
+                print(f"bench.quality: {key} built in {cell.info['build_seconds']:.0f} s", file=sys.stderr, flush=True)
+            cells[key] = cell
+    if not cells:
+        return 1
+    dlist = decisions()
+    first = {k: mix_cell(c, dlist, None) for k, c in cells.items()}
+    full_cells = [v["decisions"] for k, v in first.items() if "-full" in k] or [v["decisions"] for v in first.values()]
+    chosen = choose(full_cells)
+    print(f"bench.quality: chosen on validation: {chosen}", file=sys.stderr)
+    mixed = {k: mix_cell(c, dlist, chosen, first[k]["decisions"]) for k, c in cells.items()}
+    size_keys = [s + ("-quick" if args.quick else "") for s in sizes]
+    summary = {"benchmark": "quality", "machine": machine_info(),
+               "command": "python -m bench.quality " + " ".join(argv if argv is not None else sys.argv[1:]),
+               "decision": chosen, "folds": folds,
+               "sizes": aggregate(mixed, size_keys),
+               "cells": {k: {"info": c.info, "rows": mixed[k]["rows"], "findings": mixed[k]["findings"],
+                             "decisions": mixed[k]["decisions"]} for k, c in cells.items()},
+               "seconds_note": ", ".join(f"{k}: {_train_seconds(c):.0f} s" for k, c in cells.items())}
+    (args.out / "quality.json").write_text(json.dumps(summary, indent=1, default=float) + "\n")
+    (args.out / "quality.md").write_text(render(summary))
+    plot(summary, args.out / "quality.png")
+    print((args.out / "quality.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
