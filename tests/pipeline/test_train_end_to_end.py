@@ -253,3 +253,23 @@ def test_snapshot_T_tuned_with_c_on_the_calibration_part(tmp_path: Path) -> None
     assert {m.name.split("|t=")[1].split("|")[0] for m in outcome.model.members} == {str(T)}
     with pytest.raises(Exception, match="snapshots"):
         load_config(cfg_path, {"mixer.snapshots": "best"})
+
+
+def test_label_groupings_all_expands_to_the_methods_groupings(tmp_path: Path) -> None:
+    """label_groupings = ["all"] on five-level data: the method's five groupings, one run each."""
+    from training.learners.label_groups import groupings_for
+
+    assert groupings_for(["all"], 5) == ["original", "binary", "three-a", "three-b", "four"]
+    assert groupings_for(["binary", "all"], 3) == ["binary", "original"]
+    assert groupings_for(["all"], 4) == ["original"]
+    text = (TINY.replace("levels = 3", "levels = 5").replace('label_groupings = ["original", "binary"]',
+                                                             'label_groupings = ["all"]')
+            .replace('views = ["raw", "raw+std", "raw+white"]', 'views = ["raw"]')
+            .replace('base = ["tree", "product"]', 'base = "tree"'))
+    cfg_path = tmp_path / "five.toml"
+    cfg_path.write_text(text)
+    cfg = load_config(cfg_path, {"run.models_dir": str(tmp_path / "models"), "run.report_plots": False,
+                                 "mixer.compare": []})
+    rec = train(cfg, progress=False).record
+    assert [r["grouping"] for r in rec["runs"]] == ["original", "binary", "three-a", "three-b", "four"]
+    assert rec["config"]["members"]["label_groupings"] == ["original", "binary", "three-a", "three-b", "four"]

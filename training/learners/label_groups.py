@@ -101,6 +101,16 @@ STANDARD_GROUPINGS: dict[int, dict[str, LabelGrouping]] = {
 }
 
 
+def groupings_for(names: list[str], n_labels: int) -> list[str]:
+    """``names`` with ``"all"`` expanded to every standard grouping of ``n_labels`` labels (the
+    method's five for five levels, original and binary for three; original alone otherwise),
+    duplicates removed, order kept."""
+    out: list[str] = []
+    for name in names:
+        out += list(STANDARD_GROUPINGS.get(n_labels, {"original": None})) if name == "all" else [name]
+    return list(dict.fromkeys(out))
+
+
 def identity_grouping(n_labels: int) -> LabelGrouping:
     """One class per label."""
     return LabelGrouping(name="original", groups=tuple((i,) for i in range(n_labels)))

@@ -14,7 +14,7 @@ was made. Example (see ``configs/`` for complete files)::
 
     [members]
     views = ["raw", "raw+std"]
-    label_groupings = ["original", "binary"]
+    label_groupings = ["original", "binary"]   # or ["all"]: every grouping of the data's label count
     calibrators = ["shift", "cpc:ls", "rbc:linear:gain"]
 
     [[members.adaboost]]           # list values expand into a grid

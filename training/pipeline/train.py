@@ -14,6 +14,7 @@ Ctrl-C at any point leaves no half-written model.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import platform
@@ -34,7 +35,7 @@ from training.data.splits import split_by_query
 from training.data.svmlight import read_svmlight
 from training.ensemble.registry import make_mixer
 from training.evaluation import CONVENTION_NAMES, evaluate, mean_metric
-from training.learners.label_groups import LabelGrouping, get_grouping
+from training.learners.label_groups import LabelGrouping, get_grouping, groupings_for
 from training.pipeline.config import TrainConfig
 from training.pipeline.member_types import (
     CalibrationResult,
@@ -139,13 +140,13 @@ def load_data(cfg: TrainConfig) -> tuple[dict[str, RankingData], list[dict[str, 
 
 
 def prepare(cfg: TrainConfig, clock: _Clock, specs: list[RunSpec],
-            sets: dict[str, RankingData] | None = None) -> Prepared:
+            sets: dict[str, RankingData] | None = None, records: list[dict[str, Any]] | None = None) -> Prepared:
     """Read (or take ``sets``: train, vali and optionally test, already in memory), split train by
     query into fit and calibration parts, compute the feature views the runs read."""
     with clock("read_and_split_s"):
         if sets is None:
             sets, records = load_data(cfg)
-        else:
+        elif records is None:
             records = [{"role": k, "in_memory": True, "rows": v.n_docs, "queries": v.n_queries,
                         "features": v.n_features} for k, v in sets.items()]
         train_set = sets["train"]
@@ -279,8 +280,16 @@ def evaluate_model(prep: Prepared, model: EnsembleModel, mixing: Mixing) -> dict
 def train(cfg: TrainConfig, *, progress: bool = True) -> TrainOutcome:
     """Train, mix, evaluate and save a model as configured; return where it went and the record."""
     clock = _Clock()
+    sets = records = None
+    if "all" in cfg.members.label_groupings:  # the groupings of the data's label count: read it first
+        with clock("read_and_split_s"):
+            sets, records = load_data(cfg)
+        n_labels = max(int(sets["train"].labels.max()) + 1, 2)
+        cfg = dataclasses.replace(cfg, members=dataclasses.replace(
+            cfg.members, label_groupings=groupings_for(list(cfg.members.label_groupings), n_labels)))
+        log.info("label_groupings = all: %s for %d labels", ", ".join(cfg.members.label_groupings), n_labels)
     specs = run_specs(cfg)
-    prep = prepare(cfg, clock, specs)
+    prep = prepare(cfg, clock, specs, sets, records)
     with parallel_backend(cfg.run.backend, cfg.run.n_jobs, cfg.run.scheduler) as n_jobs:
         with clock("boosting_s"):
             runs = fit_runs(cfg, prep, specs, n_jobs, progress)
