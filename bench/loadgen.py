@@ -24,7 +24,10 @@ The client is a minimal HTTP/1.1 keep-alive client over asyncio streams (request
 once per body; a response read by its ``Content-Length``, or chunk by chunk): httpx's async
 client cost about 8 ms of generator CPU per request here, so that at 200 requests/s the
 generator, not the server, was the bottleneck (it sent 94 requests/s). Idle connections are
-reused last-in first-out; a connection the server closed while idle is replaced once.
+reused last-in first-out; one idle longer than ``--idle-timeout`` (default 4 s, under uvicorn's 5 s
+keep-alive) is closed instead of reused, as a well-behaved client does, and a request whose
+reused connection turns out closed by the server is sent once more on a new connection (the
+retry used to take another idle connection, which the server had closed at the same moment).
 """
 
 from __future__ import annotations
@@ -123,15 +126,28 @@ class Connection:
 class Pool:
     """Up to ``size`` keep-alive connections to one host, the most recently used reused first."""
 
-    def __init__(self, host: str, port: int, size: int) -> None:
+    def __init__(self, host: str, port: int, size: int, idle_timeout: float = 4.0) -> None:
         self.host, self.port, self.size = host, port, size
-        self.idle: list[Connection] = []
+        self.idle_timeout = idle_timeout
+        self.idle: list[tuple[float, Connection]] = []  # (time it went idle, connection)
         self.open = 0
+
+    def _take_idle(self) -> Connection | None:
+        now = time.perf_counter()
+        while self.idle:
+            since, conn = self.idle.pop()
+            if now - since < self.idle_timeout:
+                return conn
+            conn.close()  # idle too long: the server may be closing it right now
+            self.open -= 1
+        return None
 
     async def request(self, raw: bytes) -> tuple[int, bytes]:
         for attempt in range(2):
-            fresh = not self.idle
-            conn = self.idle.pop() if self.idle else await self._connect()
+            conn = self._take_idle() if attempt == 0 else None
+            fresh = conn is None
+            if conn is None:
+                conn = await self._connect()
             try:
                 status, content = await conn.exchange(raw)
             except (OSError, HttpError, asyncio.IncompleteReadError, ValueError, IndexError) as exc:
@@ -143,7 +159,7 @@ class Pool:
             if conn.writer.is_closing():
                 self.open -= 1
             else:
-                self.idle.append(conn)
+                self.idle.append((time.perf_counter(), conn))
             return status, content
         raise HttpError("unreachable")
 
@@ -153,7 +169,7 @@ class Pool:
         return Connection(reader, writer)
 
     def close(self) -> None:
-        for conn in self.idle:
+        for _, conn in self.idle:
             conn.close()
         self.idle.clear()
 
@@ -167,7 +183,7 @@ def request_bytes(url: str, body: bytes) -> bytes:
 
 
 async def run(url: str, bodies: list[bytes], rate: float, duration: float, concurrency: int,
-              timeout: float, max_lag: float) -> dict[str, Any]:
+              timeout: float, max_lag: float, idle_timeout: float = 4.0) -> dict[str, Any]:
     n = max(1, round(rate * duration))
     counts = [expected_counts(b) for b in bodies]
     raws = [request_bytes(url, b) for b in bodies]
@@ -179,7 +195,7 @@ async def run(url: str, bodies: list[bytes], rate: float, duration: float, concu
     error: list[str | None] = [None] * n
     sem = asyncio.Semaphore(concurrency)
     parts = urlsplit(url)
-    pool = Pool(parts.hostname or "127.0.0.1", parts.port or 80, concurrency)
+    pool = Pool(parts.hostname or "127.0.0.1", parts.port or 80, concurrency, idle_timeout)
     tasks: set[asyncio.Task[None]] = set()
 
     async def one(i: int, sched: float) -> None:
@@ -219,7 +235,7 @@ async def run(url: str, bodies: list[bytes], rate: float, duration: float, concu
 
     # open a few connections first so the first requests do not pay connection setup
     warm = [await pool._connect() for _ in range(4)]
-    pool.idle.extend(warm)
+    pool.idle.extend((time.perf_counter(), c) for c in warm)
     gc.collect()
     gc.freeze()
     cpu0 = time.process_time()
@@ -247,7 +263,7 @@ async def run(url: str, bodies: list[bytes], rate: float, duration: float, concu
 
     return {
         "url": url, "rate": rate, "duration_s": duration, "n_requests": n, "concurrency": concurrency,
-        "timeout_s": timeout, "max_lag_s": max_lag, "n_bodies": len(bodies),
+        "timeout_s": timeout, "max_lag_s": max_lag, "idle_timeout_s": idle_timeout, "n_bodies": len(bodies),
         "schedule_span_s": t_last_issue - t0, "wall_s": t_end - t0, "generator_cpu_s": cpu,
         "pid": os.getpid(),
         "latency_s": latency, "latency_from_schedule_s": latency_sched, "issue_lag_s": lag,
@@ -265,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=256, help="connections / requests in flight")
     ap.add_argument("--timeout", type=float, default=10.0, help="per-request timeout (s)")
     ap.add_argument("--max-lag", type=float, default=1.0, help="later than this behind the clock = overrun (s)")
+    ap.add_argument("--idle-timeout", type=float, default=4.0,
+                    help="close a keep-alive connection idle this long instead of reusing it (s)")
     ap.add_argument("--out", required=True, type=Path)
     args = ap.parse_args(argv)
     if not (0 < args.rate <= 10_000 and 0 < args.duration <= 3600 and 1 <= args.concurrency <= 4096):
@@ -273,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     if not bodies:
         ap.error(f"{args.bodies} holds no request bodies")
     result = asyncio.run(run(args.url, bodies, args.rate, args.duration, args.concurrency, args.timeout,
-                             args.max_lag))
+                             args.max_lag, args.idle_timeout))
     args.out.write_text(json.dumps(result))
     return 0
 
