@@ -341,9 +341,11 @@ def mix(cell: Cell, select: Select, *, mixer: str = "exp_forecaster", snapshots:
     if snapshots == "tune":
         sets = list(_snapshot_masks(meta)) or [(None, None)]
     best: tuple[float, Any, int | None] | None = None
+    shared: dict[str, Any] = {}
     for T, mask in sets:
         fc = make_mixer("exp_forecaster", measure=MEASURE, convention=CONVENTION, rescale=rescale, **forecaster)
-        fc.fit(us, ul, uo, eligible=mask)  # type: ignore[call-arg]
+        fc.fit(us, ul, uo, eligible=mask, **shared)  # type: ignore[call-arg]
+        shared = {"omega": fc.omega_, "duplicate_of": fc.duplicate_of_}  # type: ignore[attr-defined]
         q = float(fc.validation_quality_)  # type: ignore[attr-defined]
         if best is None or q > best[0] + fc.tie_tolerance:  # type: ignore[attr-defined]
             best = (q, fc, T)
@@ -493,13 +495,8 @@ def mix_cell(cell: Cell, decision_list: list[dict[str, Any]], chosen: dict[str, 
     out: dict[str, Any] = {"decisions": list(done or []), "rows": [], "findings": []}
     for d in [] if done is not None else decision_list:
         r = mix(cell, ab(VIEW_SETS[d["views"]], NEW_POOL), snapshots=d["snapshots"], tune_on=d["tune_on"])
-        full = rows_for(d)[8]
-        rf = mix(cell, full[1], **full[2])
         out["decisions"].append({**d, "vali": r["vali"], "T": r.get("T"), "c": r.get("c"),
-                                 **test_metrics(cell, r["test_scores"], all_conventions=False),
-                                 "full_vali": rf.get("vali"),
-                                 "full_test_ndcg@10": test_metrics(cell, rf["test_scores"], all_conventions=False)[
-                                     "test_ndcg@10"] if "test_scores" in rf else None})
+                                 **test_metrics(cell, r["test_scores"], all_conventions=False)})
     if chosen is None:
         return out
     for name, sel, opts in rows_for(chosen):
@@ -576,13 +573,12 @@ def render(summary: dict[str, Any]) -> str:
         for row in block["findings"]:
             lines.append(f"| {row['finding']} | {row['when']} | {row.get('n_members', '')} | {_fmt(*row['vali'])} | "
                          f"{_fmt(*row['test_ndcg@10'])} | {_fmt(*row['test_err'])} |")
-        lines += ["", "Configuration choices (AB+EXP and the full mix; the choice reads validation only):", "",
-                  "| views | snapshots | tuned on | AB+EXP validation | AB+EXP test | full mix validation | "
-                  "full mix test |", "|---|---|---|---|---|---|---|"]
+        lines += ["", "Configuration choices (AB+EXP; the choice reads validation only):", "",
+                  "| views | snapshots | tuned on | validation NDCG@10 | test NDCG@10 | T per fold |",
+                  "|---|---|---|---|---|---|"]
         for row in block["decisions"]:
             lines.append(f"| {row['views']} | {row['snapshots']} | {row['tune_on']} | {_fmt(*row['vali'])} | "
-                         f"{_fmt(*row['test_ndcg@10'])} | {_fmt(*row['full_vali'])} | "
-                         f"{_fmt(*row['full_test_ndcg@10'])} |")
+                         f"{_fmt(*row['test_ndcg@10'])} | {row['T']} |")
         lines.append("")
     lines += ["Training seconds per fold (2 cores, the superset of every choice: "
               f"{summary.get('seconds_note', '')}).", ""]
@@ -618,8 +614,6 @@ def aggregate(mixed: dict[str, dict[str, Any]], sizes: list[str]) -> dict[str, A
             block["decisions"].append({"views": d["views"], "snapshots": d["snapshots"], "tune_on": d["tune_on"],
                                        "vali": _mean_sd([r["vali"] for r in rs])[:2],
                                        "test_ndcg@10": _mean_sd([r["test_ndcg@10"] for r in rs])[:2],
-                                       "full_vali": _mean_sd([r["full_vali"] for r in rs])[:2],
-                                       "full_test_ndcg@10": _mean_sd([r["full_test_ndcg@10"] for r in rs])[:2],
                                        "T": [r["T"] for r in rs]})
         out[size] = block
     return out
@@ -654,6 +648,13 @@ def plot(summary: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def _mix_job(key: str, cache: Path, dlist: list[dict[str, Any]], chosen: dict[str, Any] | None,
+             done: list[dict[str, Any]] | None) -> dict[str, Any]:
+    cell = load_cell(key, cache)
+    assert cell is not None
+    return mix_cell(cell, dlist, chosen, done)
+
+
 def _train_seconds(cell: Cell) -> float:
     return float(cell.info["seconds"]["boosting_s"] + cell.info["seconds"]["calibration_s"])
 
@@ -679,7 +680,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [s.strip() for s in args.sizes.split(",")]
     cache = args.cache or (args.out / "cache")
     args.out.mkdir(parents=True, exist_ok=True)
-    cells: dict[str, Cell] = {}
+    loaded: dict[str, dict[str, Any]] = {}  # cell key -> its info (arrays stay in the cache)
     for size in sizes:
         for fold in folds:
             key = f"mq2008-fold{fold}-{size}" + ("-quick" if args.quick else "")
@@ -696,14 +697,21 @@ def main(argv: list[str] | None = None) -> int:
                                   progress=not args.no_progress)
                 save_cell(cell, cache)
                 print(f"bench.quality: {key} built in {cell.info['build_seconds']:.0f} s", file=sys.stderr, flush=True)
-            cells[key] = cell
-    if not cells:
+            loaded[key] = cell.info
+            del cell
+    if not loaded:
         return 1
     dlist = decisions()
-    first = {k: mix_cell(c, dlist, None) for k, c in cells.items()}
+    import joblib  # the mixing jobs, a cell each, load their cell from the cache themselves
+
+    keys = list(loaded)
+    jobs = joblib.Parallel(n_jobs=args.n_jobs)
+    first = dict(zip(keys, jobs(joblib.delayed(_mix_job)(k, cache, dlist, None, None) for k in keys), strict=True))
     chosen = choose([v["decisions"] for v in first.values()])
     print(f"bench.quality: chosen on validation: {chosen}", file=sys.stderr)
-    mixed = {k: mix_cell(c, dlist, chosen, first[k]["decisions"]) for k, c in cells.items()}
+    mixed = dict(zip(keys, jobs(joblib.delayed(_mix_job)(k, cache, dlist, chosen, first[k]["decisions"])
+                                for k in keys), strict=True))
+    cells = {k: Cell(key=k, meta=[], arrays={}, info=v) for k, v in loaded.items()}
     size_keys = [s + ("-quick" if args.quick else "") for s in sizes]
     summary = {"benchmark": "quality", "machine": machine_info(),
                "command": "python -m bench.quality " + " ".join(argv if argv is not None else sys.argv[1:]),

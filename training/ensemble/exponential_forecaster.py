@@ -96,24 +96,38 @@ def mix_weights(
 def duplicate_rankings(member_scores: Float2D, query_offsets: Offsets) -> npt.NDArray[np.int64]:
     """For each member, the index of the first member that ranks every query identically (ties
     included), or -1 for the first of its kind. Two members rank identically when their
-    per-query dense ranks agree: any increasing transform of a member's scores is its twin."""
+    per-query dense ranks agree: any increasing transform of a member's scores is its twin.
+    Vectorised over the members: one sort per query of its (n_q, M) block, then the members
+    grouped by a fingerprint of their rank vectors and compared within a group."""
     n, m = member_scores.shape
-    qid = np.repeat(np.arange(query_offsets.shape[0] - 1), np.diff(query_offsets))
-    seen: dict[bytes, int] = {}
-    out = np.full(m, -1, dtype=np.int64)
-    dense = np.empty(n, dtype=np.int64)
+    scores_t = np.ascontiguousarray(member_scores.T)  # (M, n): each member's row is contiguous
+    dense = np.empty((m, n), dtype=np.int32)
+    rows = np.arange(m)[:, None]
+    for q in range(query_offsets.shape[0] - 1):
+        lo, hi = int(query_offsets[q]), int(query_offsets[q + 1])
+        if hi <= lo:
+            continue
+        block = scores_t[:, lo:hi]
+        order = np.argsort(block, axis=1, kind="stable")
+        ranked = np.take_along_axis(block, order, axis=1)
+        step = np.zeros((m, hi - lo), dtype=np.int32)
+        step[:, 1:] = ranked[:, 1:] != ranked[:, :-1]
+        dense[rows, lo + order] = np.cumsum(step, axis=1, dtype=np.int32)
+    # group the members by a 64-bit fingerprint of their rank vectors, then confirm equality
+    weights = np.random.default_rng(0).integers(1, 2**62, size=n, dtype=np.int64)
+    with np.errstate(over="ignore"):
+        key = dense.astype(np.int64) @ weights  # wraps modulo 2^64: a fingerprint
+    out_twin = np.full(m, -1, dtype=np.int64)
+    first_of: dict[int, list[int]] = {}
     for j in range(m):
-        col = member_scores[:, j]
-        order = np.lexsort((col, qid))
-        step = np.ones(n, dtype=np.int64)
-        if n > 1:
-            step[1:] = (col[order][1:] != col[order][:-1]) | (qid[order][1:] != qid[order][:-1])
-        dense[order] = np.cumsum(step)
-        key = dense.tobytes()
-        out[j] = seen.setdefault(key, j)
-        if out[j] == j:
-            out[j] = -1
-    return out
+        bucket = first_of.setdefault(int(key[j]), [])
+        for f in bucket:
+            if np.array_equal(dense[f], dense[j]):
+                out_twin[j] = f
+                break
+        else:
+            bucket.append(j)
+    return out_twin
 
 
 class ExponentialForecaster(Mixer):
@@ -255,13 +269,22 @@ class ExponentialForecaster(Mixer):
         query_offsets: npt.ArrayLike,
         *,
         eligible: npt.ArrayLike | None = None,
+        omega: npt.ArrayLike | None = None,
+        duplicate_of: npt.ArrayLike | None = None,
     ) -> ExponentialForecaster:
-        """Learn c and omega_min on validation queries; ``eligible`` (mask) limits the members."""
+        """Learn c and omega_min on validation queries; ``eligible`` (mask) limits the members.
+
+        ``omega`` and ``duplicate_of`` may be passed when already computed on these same
+        scores, labels and offsets (``omega_`` and ``duplicate_of_`` of an earlier fit), e.g. by a
+        caller that fits one matrix under several eligible masks."""
         self._eligible = None if eligible is None else np.asarray(eligible, dtype=bool).ravel()
+        self._given = (None if omega is None else np.asarray(omega, dtype=np.float64).ravel(),
+                       None if duplicate_of is None else np.asarray(duplicate_of, dtype=np.int64).ravel())
         try:
             return super().fit(member_scores, labels, query_offsets)
         finally:
             self._eligible = None
+            self._given = (None, None)
 
     def _fit(self, member_scores: Float2D, labels: Int1D, query_offsets: Offsets) -> None:
         check_rescale(self.rescale)
@@ -271,15 +294,23 @@ class ExponentialForecaster(Mixer):
         scaled = self.rescaler_.transform(member_scores, query_offsets)
         # Per-query rescaling keeps every member's within-query order, so omega is the same
         # on raw and rescaled scores; use the raw ones (what the member ranks by).
-        omega = member_qualities(
-            member_scores, labels, query_offsets, self.measure, self.convention, metric
-        )
-        m = omega.shape[0]
+        given_omega, given_dup = getattr(self, "_given", (None, None))
+        m = member_scores.shape[1]
+        if given_omega is not None and given_omega.shape == (m,):
+            omega = given_omega
+        else:
+            omega = member_qualities(
+                member_scores, labels, query_offsets, self.measure, self.convention, metric
+            )
         eligible = np.ones(m, dtype=bool) if self._eligible is None else self._eligible
         if eligible.shape != (m,) or not eligible.any():
             raise ValueError(f"eligible must be a mask of the {m} members with at least one True")
-        duplicate_of = (duplicate_rankings(member_scores, query_offsets) if self.dedupe
-                        else np.full(m, -1, dtype=np.int64))
+        if not self.dedupe:
+            duplicate_of = np.full(m, -1, dtype=np.int64)
+        elif given_dup is not None and given_dup.shape == (m,):
+            duplicate_of = given_dup
+        else:
+            duplicate_of = duplicate_rankings(member_scores, query_offsets)
         eligible = eligible & (duplicate_of < 0)
         if not eligible.any():  # every eligible member repeats a non-eligible one: keep them
             eligible = self._eligible if self._eligible is not None else np.ones(m, dtype=bool)

@@ -102,10 +102,13 @@ def fit_mixer(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, out: Mixin
         if cfg.mixer.snapshots == "tune" and runs is not None:
             sets = list(snapshot_sets(runs, members)) or [(None, None)]
         fitted, keys = [], []
+        shared: dict[str, Any] = {}  # omega and duplicates: the same for every mode and T
         for mode in modes:
             for T, mask in sets:
                 fc = make_mixer("exp_forecaster", measure=measure, convention=convention, rescale=mode)
-                fc.fit(tune_scores, tune_data.labels, tune_data.query_offsets, eligible=mask)  # type: ignore[call-arg]
+                fc.fit(tune_scores, tune_data.labels, tune_data.query_offsets, eligible=mask,  # type: ignore[call-arg]
+                       **shared)
+                shared = {"omega": fc.omega_, "duplicate_of": fc.duplicate_of_}  # type: ignore[attr-defined]
                 tuned = float(fc.validation_quality_)  # type: ignore[attr-defined]
                 row: dict[str, Any] = {"rescale": mode}
                 if T is not None:
