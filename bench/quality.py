@@ -499,20 +499,23 @@ def mix_cell(cell: Cell, decision_list: list[dict[str, Any]], chosen: dict[str, 
                                  **test_metrics(cell, r["test_scores"], all_conventions=False)})
     if chosen is None:
         return out
+    run_seconds = {k[4:]: v for k, v in cell.info["seconds"].items() if k.startswith("run:")}
     for name, sel, opts in rows_for(chosen):
         r = mix(cell, sel, **opts)
         if "test_scores" not in r:
             out["rows"].append({"row": name, "n_members": 0})
             continue
         scores = r.pop("test_scores")
-        out["rows"].append({"row": name, **r, **test_metrics(cell, scores, all_conventions=True)})
+        tags = {m["name"].split("|t=")[0] for m in cell.meta if sel(m)}
+        out["rows"].append({"row": name, **r, "train_s": float(sum(run_seconds.get(t, 0.0) for t in tags)),
+                            **test_metrics(cell, scores, all_conventions=True)})
     vl, vo = cell.arrays["vali_labels"], cell.arrays["vali_offsets"]
     for name in ("lightgbm_lambdarank", "xgboost_rank_ndcg"):
         key = f"peer:{name}:test"
         if key in cell.arrays:
             vali = mean_metric(vl, cell.arrays[f"peer:{name}:vali"], vo, MEASURE, CONVENTION)
             out["rows"].append({"row": f"peer: {name}", "vali": vali,
-                                "fit_seconds": cell.info[f"peer:{name}"]["fit_seconds"],
+                                "train_s": cell.info[f"peer:{name}"]["fit_seconds"],
                                 **test_metrics(cell, cell.arrays[key], all_conventions=True)})
     bf = cell.info["best_feature"]
     out["rows"].append({"row": "Best single feature", "vali": bf.get("vali"), "test_ndcg@10": bf.get("test"),
@@ -562,11 +565,13 @@ def render(summary: dict[str, Any]) -> str:
              f"tuned on `{summary['decision']['tune_on']}`.", ""]
     for size, block in summary["sizes"].items():
         lines += [f"## Training set: {size}", "",
-                  "| method | members | validation NDCG@10 | test NDCG@10 | test ERR | " + " | ".join(SIX) + " |",
-                  "|---|---|---|---|---|" + "---|" * len(SIX)]
+                  "| method | members | validation NDCG@10 | test NDCG@10 | test ERR | " + " | ".join(SIX)
+                  + " | training s per fold |", "|---|---|---|---|---|" + "---|" * len(SIX) + "---|"]
         for row in block["rows"]:
+            train_s = row.get("train_s", (None, None))[0]
             cells = [row["row"], str(row.get("n_members", "")), _fmt(*row["vali"]), _fmt(*row["test_ndcg@10"]),
-                     _fmt(*row["test_err"])] + [_fmt(row["conv"][c][0], None) for c in SIX]
+                     _fmt(*row["test_err"])] + [_fmt(row["conv"][c][0], None) for c in SIX] + [
+                     "" if train_s is None else f"{train_s:.0f}"]
             lines.append("| " + " | ".join(cells) + " |")
         lines += ["", "Review findings, before and after (AB+EXP under the chosen configuration):", "",
                   "| finding | | members | validation NDCG@10 | test NDCG@10 | test ERR |", "|---|---|---|---|---|---|"]
@@ -600,6 +605,7 @@ def aggregate(mixed: dict[str, dict[str, Any]], sizes: list[str]) -> dict[str, A
                                   "vali": _mean_sd([r.get("vali") for r in rs])[:2],
                                   "test_ndcg@10": _mean_sd([r.get("test_ndcg@10") for r in rs])[:2],
                                   "test_err": _mean_sd([r.get("test_err") for r in rs])[:2],
+                                  "train_s": _mean_sd([r.get("train_s") for r in rs])[:2],
                                   "per_fold_test_ndcg@10": [r.get("test_ndcg@10") for r in rs],
                                   "conv": {c: v[:2] for c, v in conv.items()}})
         keys = [(r["finding"], r["when"]) for r in cells[0]["findings"]]
@@ -670,12 +676,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-jobs", type=int, default=2)
     ap.add_argument("--force", action="store_true", help="retrain cells already in the cache")
     ap.add_argument("--report-only", action="store_true", help="no training: mix and render the cached cells")
+    ap.add_argument("--render-only", action="store_true", help="re-render quality.md and .png from quality.json")
     ap.add_argument("--quick", action="store_true", help="100 iterations, no McRank/LambdaMART/SVM (a smoke run)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     if not (args.data / "Fold1" / "train.txt").exists():
         print(f"bench.quality: {args.data} has no Fold1/train.txt (see ../shared/data/README)", file=sys.stderr)
         return 2
+    if args.render_only:
+        summary = json.loads((args.out / "quality.json").read_text())
+        (args.out / "quality.md").write_text(render(summary))
+        plot(summary, args.out / "quality.png")
+        print((args.out / "quality.md").read_text())
+        return 0
     folds = [int(f) for f in args.folds.split(",")]
     sizes = [s.strip() for s in args.sizes.split(",")]
     cache = args.cache or (args.out / "cache")
