@@ -436,13 +436,25 @@ def ab(views: tuple[str, ...], pool: tuple[str, ...]) -> Select:
 
 
 def decisions() -> list[dict[str, Any]]:
-    """The configuration choices measured on validation (AB+EXP, new pool and forecaster)."""
+    """The configuration choices measured on validation (new pool and forecaster): the members
+    (AdaBoost.MH alone, or every member type), the views of the AdaBoost.MH runs, every
+    snapshot a member or one T, tuned on validation or on the calibration part (the latter
+    for AdaBoost.MH only: it loses everywhere there)."""
     out = []
-    for vname in VIEW_SETS:
-        for snapshots in ("all", "tune"):
-            for tune_on in ("validation", "calibration"):
-                out.append({"views": vname, "snapshots": snapshots, "tune_on": tune_on})
+    for members in ("adaboost", "every type"):
+        for vname in VIEW_SETS:
+            for snapshots in ("all", "tune"):
+                for tune_on in ("validation", "calibration"):
+                    if members == "adaboost" or tune_on == "validation":
+                        out.append({"members": members, "views": vname, "snapshots": snapshots, "tune_on": tune_on})
     return out
+
+
+def _decision_members(d: dict[str, Any]) -> Select:
+    rows = rows_for(d)
+    if d.get("members", "adaboost") == "adaboost":
+        return rows[0][1]
+    return next(r[1] for r in rows if r[0].startswith("Full mix"))
 
 
 def rows_for(decision: dict[str, Any]) -> list[tuple[str, Select, dict[str, Any]]]:
@@ -513,7 +525,8 @@ def mix_cell(cell: Cell, decision_list: list[dict[str, Any]], chosen: dict[str, 
 
     out: dict[str, Any] = {"decisions": list(done or []), "rows": [], "findings": []}
     for d in [] if done is not None else decision_list:
-        r = mix(cell, ab(VIEW_SETS[d["views"]], NEW_POOL), snapshots=d["snapshots"], tune_on=d["tune_on"])
+        sel = _decision_members(d)
+        r = mix(cell, sel, snapshots=d["snapshots"], tune_on=d["tune_on"])
         row = {**d, "vali": r["vali"], "T": r.get("T"), "c": r.get("c"),
                **test_metrics(cell, r["test_scores"], all_conventions=False)}
         if d["tune_on"] == "validation":
@@ -523,7 +536,7 @@ def mix_cell(cell: Cell, decision_list: list[dict[str, Any]], chosen: dict[str, 
             held, test = [], []
             for seed in range(SMALL_VALI_DRAWS):
                 qs = np.sort(np.random.default_rng(seed).choice(n_vali, size=SMALL_VALI, replace=False))
-                rs = mix(cell, ab(VIEW_SETS[d["views"]], NEW_POOL), snapshots=d["snapshots"], vali_queries=qs)
+                rs = mix(cell, sel, snapshots=d["snapshots"], vali_queries=qs)
                 held.append(rs["vali"])
                 test.append(test_metrics(cell, rs["test_scores"], all_conventions=False)["test_ndcg@10"])
             row["small_vali_heldout"] = float(np.mean(held))
@@ -571,14 +584,16 @@ def _mean_sd(values: list[float | None]) -> tuple[float | None, float | None, in
 
 
 def choose(decision_cells: list[list[dict[str, Any]]]) -> dict[str, Any]:
-    """The decision with the best mean validation NDCG@10 of AB+EXP over every cell, full and
-    60-query training sets alike (a choice that holds at both sizes; ties: the first listed)."""
-    table: dict[tuple[str, str, str], list[float]] = {}
+    """The decision with the best mean validation NDCG@10 over every cell, full and 60-query
+    training sets alike (a choice that holds at both sizes; ties: the first listed)."""
+    table: dict[tuple[str, str, str, str], list[float]] = {}
     for cell_rows in decision_cells:
         for r in cell_rows:
-            table.setdefault((r["views"], r["snapshots"], r["tune_on"]), []).append(r["vali"])
+            table.setdefault((r.get("members", "adaboost"), r["views"], r["snapshots"], r["tune_on"]), []).append(
+                r["vali"])
     best = max(table.items(), key=lambda kv: (float(np.mean(kv[1])), -list(table).index(kv[0])))
-    return {"views": best[0][0], "snapshots": best[0][1], "tune_on": best[0][2], "vali_mean": float(np.mean(best[1]))}
+    return {"members": best[0][0], "views": best[0][1], "snapshots": best[0][2], "tune_on": best[0][3],
+            "vali_mean": float(np.mean(best[1]))}
 
 
 def _fmt(mean: float | None, sd: float | None) -> str:
@@ -592,8 +607,9 @@ def render(summary: dict[str, Any]) -> str:
              f"Command: `{summary['command']}`. Machine: {summary['machine']['processor']}, "
              f"{summary['machine']['cpu_count']} cores. Every number: mean ± sample SD over folds; NDCG@10 and "
              "ERR (`err:top=2`) under the `yahoo` convention unless named.", "",
-             "Configuration chosen on validation (AB+EXP, mean over every fold and training size): "
-             f"views `{summary['decision']['views']}`, snapshots `{summary['decision']['snapshots']}`, "
+             "Configuration chosen on validation (mean over every fold and training size): "
+             f"members `{summary['decision'].get('members', 'adaboost')}`, views `{summary['decision']['views']}`, "
+             f"snapshots `{summary['decision']['snapshots']}`, "
              f"tuned on `{summary['decision']['tune_on']}`.", ""]
     for size, block in summary["sizes"].items():
         lines += [f"## Training set: {size}", "",
@@ -610,15 +626,16 @@ def render(summary: dict[str, Any]) -> str:
         for row in block["findings"]:
             lines.append(f"| {row['finding']} | {row['when']} | {row.get('n_members', '')} | {_fmt(*row['vali'])} | "
                          f"{_fmt(*row['test_ndcg@10'])} | {_fmt(*row['test_err'])} |")
-        lines += ["", "Configuration choices (AB+EXP; the choice reads validation only):", "",
-                  "| views | snapshots | tuned on | validation NDCG@10 | test NDCG@10 | T per fold | "
+        lines += ["", "Configuration choices (the choice reads validation only):", "",
+                  "| members | views | snapshots | tuned on | validation NDCG@10 | test NDCG@10 | T per fold | "
                   f"tuned on {SMALL_VALI} validation queries: held-out validation | and test |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "|---|---|---|---|---|---|---|---|---|"]
         for row in block["decisions"]:
             small = row.get("small_vali_heldout", (None, None))
             small_t = row.get("small_vali_test", (None, None))
-            lines.append(f"| {row['views']} | {row['snapshots']} | {row['tune_on']} | {_fmt(*row['vali'])} | "
-                         f"{_fmt(*row['test_ndcg@10'])} | {row['T']} | {_fmt(*small)} | {_fmt(*small_t)} |")
+            lines.append(f"| {row.get('members', 'adaboost')} | {row['views']} | {row['snapshots']} | "
+                         f"{row['tune_on']} | {_fmt(*row['vali'])} | {_fmt(*row['test_ndcg@10'])} | {row['T']} | "
+                         f"{_fmt(*small)} | {_fmt(*small_t)} |")
         lines.append("")
     lines += ["Training seconds per fold (2 cores, the superset of every choice: "
               f"{summary.get('seconds_note', '')}).", ""]
@@ -652,7 +669,8 @@ def aggregate(mixed: dict[str, dict[str, Any]], sizes: list[str]) -> dict[str, A
                                       "test_err": _mean_sd([r["test_err"] for r in rs])[:2]})
         for i, d in enumerate(cells[0]["decisions"]):
             rs = [c["decisions"][i] for c in cells]
-            block["decisions"].append({"views": d["views"], "snapshots": d["snapshots"], "tune_on": d["tune_on"],
+            block["decisions"].append({"members": d.get("members", "adaboost"), "views": d["views"],
+                                       "snapshots": d["snapshots"], "tune_on": d["tune_on"],
                                        "vali": _mean_sd([r["vali"] for r in rs])[:2],
                                        "test_ndcg@10": _mean_sd([r["test_ndcg@10"] for r in rs])[:2],
                                        "small_vali_heldout": _mean_sd([r.get("small_vali_heldout") for r in rs])[:2],
@@ -722,6 +740,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.render_only:
         summary = json.loads((args.out / "quality.json").read_text())
+        summary["sizes"] = aggregate(summary["cells"], list(summary["sizes"]))
+        (args.out / "quality.json").write_text(json.dumps(summary, indent=1, default=float) + "\n")
         (args.out / "quality.md").write_text(render(summary))
         plot(summary, args.out / "quality.png")
         print((args.out / "quality.md").read_text())
