@@ -148,6 +148,29 @@ def test_unknown_keys_of_a_new_type_are_refused(tmp_path: Path) -> None:
         load_config(tmp_path / "c.toml")
 
 
+def test_a_block_scopes_its_runs_to_its_views_and_groupings(tmp_path: Path) -> None:
+    """views / label_groupings in a block: its runs on those only; the other blocks keep [members]'."""
+    (tmp_path / "c.toml").write_text(
+        'name = "x"\n[data.synthetic]\n[members]\nviews = ["raw", "raw+std"]\n'
+        'label_groupings = ["original", "binary"]\n'
+        '[[members.adaboost]]\nn_leaves = 4\n'
+        '[[members.mcrank]]\nn_leaves = [8, 16]\nviews = ["raw"]\nlabel_groupings = ["original"]\n'
+        '[[members.svm]]\nC = 1.0\nviews = ["raw+white"]\n')
+    specs = run_specs(load_config(tmp_path / "c.toml"))
+    by_type: dict[str, list[tuple[str, str]]] = {}
+    for s in specs:
+        by_type.setdefault(s.type, []).append((s.view, s.grouping))
+        assert "views" not in s.params and "label_groupings" not in s.params
+    assert by_type["adaboost"] == [("raw", "original"), ("raw", "binary"), ("raw+std", "original"),
+                                   ("raw+std", "binary")]
+    assert by_type["mcrank"] == [("raw", "original"), ("raw", "original")]
+    assert by_type["svm"] == [("raw+white", "original"), ("raw+white", "binary")]
+    assert [s.index for s in specs] == list(range(len(specs)))
+    (tmp_path / "d.toml").write_text('name = "x"\n[data.synthetic]\n[[members.mcrank]]\nviews = ["pca"]\n')
+    with pytest.raises(ConfigError, match="unknown view 'pca'"):
+        load_config(tmp_path / "d.toml")
+
+
 # ------------------------------------------------------------------------------ linear members
 def _three_classes(seed: int, n: int = 300) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)

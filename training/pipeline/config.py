@@ -33,6 +33,7 @@ was made. Example (see ``configs/`` for complete files)::
     n_leaves = 16
     n_iterations = 300
     [[members.svm]]                # Crammer-Singer; the paper's C, liblinear gets C / n
+    views = ["raw"]                # any block: its runs on these views / label groupings only
     C = [1e-3, 1e-1, 10.0]
     # and, under [members]: best_feature = true
 
@@ -215,9 +216,19 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     for name, mt in types.items():
         for i, block in enumerate(mt.blocks(cfg)):
             _require(isinstance(block, dict), f"[[members.{name}]] #{i + 1} must be a table")
-            unknown = sorted(set(block) - mt.keys)
+            unknown = sorted(set(block) - mt.keys - {"views", "label_groupings"})
             _require(not unknown, f"[[members.{name}]] #{i + 1}: unknown key(s) {', '.join(unknown)}; "
-                                  f"known: {', '.join(sorted(mt.keys))}")
+                                  f"known: {', '.join(sorted(mt.keys | {'views', 'label_groupings'}))}")
+            for key in ("views", "label_groupings"):
+                if key in block:
+                    _require(isinstance(block[key], list) and bool(block[key])
+                             and all(isinstance(v, str) for v in block[key]),
+                             f"[[members.{name}]] #{i + 1}: {key} must be a non-empty list of names")
+            _require("all" not in block.get("label_groupings", []),
+                     f"[[members.{name}]] #{i + 1}: label_groupings = ['all'] is for [members] only")
+            for v in block.get("views", []):
+                _require(v in VIEWS, f"[[members.{name}]] #{i + 1}: unknown view {v!r}; expected one of "
+                                     f"{', '.join(VIEWS)}")
     _require(cfg.mixer.convention in CONVENTIONS,
              f"[mixer] convention {cfg.mixer.convention!r} is not one of {', '.join(CONVENTIONS)}")
     try:

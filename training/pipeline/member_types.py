@@ -103,8 +103,19 @@ class MemberType(ABC):
         return list(getattr(cfg.members, self.name))
 
     def grid(self, cfg: TrainConfig) -> list[dict[str, Any]]:
-        """Every parameter set: list values in a block expand into their Cartesian product."""
-        return expand_blocks(self.blocks(cfg), self.list_keys)
+        """Every parameter set: list values in a block expand into their Cartesian product
+        (a block's ``views`` and ``label_groupings``, which scope its runs, are not parameters)."""
+        return [p for p, _ in self.scoped_grid(cfg)]
+
+    def scoped_grid(self, cfg: TrainConfig) -> list[tuple[dict[str, Any], dict[str, list[str]]]]:
+        """Every parameter set with its block's scope: the ``views`` and ``label_groupings`` it
+        lists (absent: [members]' own)."""
+        out = []
+        for block in self.blocks(cfg):
+            inner = {k: v for k, v in block.items() if k not in SCOPE_KEYS}
+            scope = {k: list(block[k]) for k in SCOPE_KEYS if k in block}
+            out += [(p, scope) for p in expand_blocks([inner], self.list_keys)]
+        return out
 
     def views(self, cfg: TrainConfig) -> list[str]:
         return list(dict.fromkeys(cfg.members.views))
@@ -113,8 +124,14 @@ class MemberType(ABC):
         return list(cfg.members.label_groupings)
 
     def specs(self, cfg: TrainConfig, start: int) -> list[RunSpec]:
-        """The type's runs, numbered from ``start``: views x groupings x grid, in that order."""
-        combos = [(v, g, p) for v in self.views(cfg) for g in self.groupings(cfg) for p in self.grid(cfg)]
+        """The type's runs, numbered from ``start``: views x groupings x grid, in that order; a
+        block with ``views`` or ``label_groupings`` of its own runs on those only."""
+        scoped = self.scoped_grid(cfg)
+        views = list(dict.fromkeys([*self.views(cfg), *(v for _, sc in scoped for v in sc.get("views", []))]))
+        groupings = list(dict.fromkeys([*self.groupings(cfg),
+                                        *(g for _, sc in scoped for g in sc.get("label_groupings", []))]))
+        combos = [(v, g, p) for v in views for g in groupings for p, sc in scoped
+                  if v in sc.get("views", self.views(cfg)) and g in sc.get("label_groupings", self.groupings(cfg))]
         return [RunSpec(index=start + i, view=v, grouping=g, params=p, type=self.name)
                 for i, (v, g, p) in enumerate(combos)]
 
@@ -155,6 +172,10 @@ def linear_scores(linear: dict[str, np.ndarray], features: np.ndarray) -> np.nda
     """``((x - mean) / scale) @ weights + intercept``, (n, K), in float64."""
     x = (np.asarray(features, dtype=np.float64) - linear["mean"]) / linear["scale"]
     return np.ascontiguousarray(x @ linear["weights"] + linear["intercept"])
+
+
+#: keys of any ``[[members.<type>]]`` block that scope its runs instead of parametrising them
+SCOPE_KEYS = ("views", "label_groupings")
 
 
 def expand_blocks(blocks: list[dict[str, Any]], list_keys: frozenset[str]) -> list[dict[str, Any]]:
