@@ -82,6 +82,10 @@ CHUNK_NODES = 2048
 COMPACT_AT = 7
 COMPACT_MIN_DEPTH = 9
 
+#: From this many document blocks on, the parallel pass hands each thread whole blocks (every
+#: chunk of them) instead of whole chunks (every block of them); see ``_score_parallel``.
+BLOCK_MAJOR_MIN = 4
+
 #: Below this many document-base pairs one thread scores the list: a parallel launch (waking the
 #: pool's threads, which wait passively) costs more than it saves. Measured: 100 documents through
 #: 300 8-leaf trees (30,000 pairs) took 5.2 ns per pair on one thread and 7.4 on two.
@@ -142,17 +146,23 @@ class PackedNodes:
         _relayout(kind, forest.base_node_start, forest.base_leaf_start, forest.node_feature,
                   forest.node_threshold, forest.node_left, forest.node_right, base_vstart, vfeat,
                   vthr, vleft, vleaf, base_depth)
-        # chunks of equal cost (about CHUNK_NODES nodes each, never a small remainder: threads
-        # split the tasks chunk by chunk, so a short last chunk would leave one thread idle)
-        cost = np.maximum(n_nodes, 1)
-        cum = np.cumsum(cost)
-        total_cost = int(cum[-1]) if cum.size else 0
-        n_chunks = max(1, round(total_cost / CHUNK_NODES))
-        cuts = np.searchsorted(cum, total_cost * np.arange(1, n_chunks) / n_chunks, side="right")
-        chunk_start = np.unique(np.concatenate([[0], cuts, [forest.n_base]])).astype(np.int64)
         vnode = (vfeat.astype(np.int64) * DOC_BLOCK << 32) | vleft.astype(np.int64)
         # levels walked by the whole block before the unfinished documents are compacted
         compact_at = np.where(base_depth > COMPACT_MIN_DEPTH, COMPACT_AT, base_depth).astype(np.int32)
+        # chunks of equal cost, never a small remainder (threads split the tasks chunk by chunk,
+        # so a short or cheap chunk leaves one thread idle). The cost of a base is the steps a
+        # document takes through it, not its node count: a 32-leaf tree of depth 10 costs about
+        # twice an 8-leaf tree of depth 5, not four times (cut by nodes, a forest of McRank's
+        # 8- and 32-leaf trees gave one thread twice the other's work: no gain from 2 threads).
+        steps = np.where(kind == KIND_TREE,
+                         compact_at + 0.5 * (np.maximum(base_depth, 1) - compact_at) + 1.0,
+                         n_nodes + 1.0)
+        cum = np.cumsum(steps)
+        total_cost = float(cum[-1]) if cum.size else 0.0
+        n_nodes_total = int(np.maximum(n_nodes, 1).sum())
+        n_chunks = max(1, round(n_nodes_total / CHUNK_NODES))
+        cuts = np.searchsorted(cum, total_cost * np.arange(1, n_chunks) / n_chunks, side="right")
+        chunk_start = np.unique(np.concatenate([[0], cuts, [forest.n_base]])).astype(np.int64)
         return cls(vfeat=vfeat, vthr=vthr, vleft=vleft, vleaf=vleaf, vnode=vnode, base_vstart=base_vstart,
                    base_depth=base_depth, base_compact_at=compact_at, chunk_start=chunk_start)
 
@@ -571,9 +581,18 @@ def _score_parallel(Xb, d_feat, base_kind, base_node_start, base_leaf_start, nod
     n = out.shape[0]
     n_chunks = chunk_start.shape[0] - 1
     n_blocks = (n + DOC_BLOCK - 1) // DOC_BLOCK
+    # numba splits the task range into one contiguous part per thread. With a few blocks the
+    # tasks go chunk by chunk (each thread takes every block of half the chunks: a short last
+    # block would otherwise weigh on one thread alone); with many blocks, block by block (each
+    # thread takes every chunk of half the blocks: equal work whatever the chunks cost).
+    block_major = n_blocks >= BLOCK_MAJOR_MIN
     for t in prange(n_blocks * n_chunks):
-        ch = t // n_blocks
-        blk = t - ch * n_blocks
+        if block_major:
+            blk = t // n_chunks
+            ch = t - blk * n_chunks
+        else:
+            ch = t // n_blocks
+            blk = t - ch * n_blocks
         i0 = blk * DOC_BLOCK
         _score_task(Xb, d_feat, i0, min(DOC_BLOCK, n - i0), chunk_start[ch], chunk_start[ch + 1],
                     base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
