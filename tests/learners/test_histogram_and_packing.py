@@ -177,17 +177,21 @@ def test_packed_layout_of_truncated_and_concatenated_forests() -> None:
                                naive.score_forest(ab.to_arrays(), X, [11])[:, 0], rtol=1e-12, atol=1e-12)
 
 
-def test_two_threads_give_the_same_bits_as_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The parallel pass (chunks x document blocks over threads, a short last block) adds in the
-    same order as the serial one: equal to the last bit, and equal to the slow walk."""
+@pytest.mark.parametrize("n_docs", [DOC_BLOCK + 17, 3 * DOC_BLOCK + 17, 6 * DOC_BLOCK + 5])
+def test_two_threads_give_the_same_bits_as_one(monkeypatch: pytest.MonkeyPatch, n_docs: int) -> None:
+    """The parallel pass (chunks x document blocks over threads, chunk by chunk below 4 blocks and
+    block by block from there, a short last block) adds in the same order as the serial one:
+    equal to the last bit, and equal to the slow walk."""
     import numba
 
     from training.scoring import forest as forest_module
 
     if int(numba.config.NUMBA_NUM_THREADS) < 2:  # type: ignore[attr-defined]
         pytest.skip("numba has one thread here")
+    monkeypatch.setattr(forest_module, "CHUNK_NODES", 200)  # several chunks (the layout is built below)
     forest = concatenate([random_forest(5, n_base=30), deep_forest(9, n_base=40, d=6, K=3, n_leaves=64)])
-    X = np.random.default_rng(4).normal(scale=0.6, size=(3 * DOC_BLOCK + 17, 6)).astype(np.float32)
+    assert len(forest.packed.chunk_start) > 3
+    X = np.random.default_rng(4).normal(scale=0.6, size=(n_docs, 6)).astype(np.float32)
     ck = [0, 7, 30, 31, 70]
     calls: list[int] = []
     kernel = forest_module._score_parallel
