@@ -642,7 +642,8 @@ def render(summary: dict[str, Any]) -> str:
     lines = [f"# Quality over five folds: {summary.get('dataset', 'mq2008')} (bench/quality.py)", "",
              f"Command: `{summary['command']}`. Machine: {summary['machine']['processor']}, "
              f"{summary['machine']['cpu_count']} cores. Every number: mean ± sample SD over folds; NDCG@10 and "
-             "ERR (`err:top=2`) under the `yahoo` convention unless named.", "",
+             "ERR (`err:top=<the data's top label>`: 2 on MQ2008, 4 on MSLR) under the `yahoo` convention "
+             "unless named.", "",
              "Configuration chosen on validation (mean over every fold and training size): "
              f"members `{summary['decision'].get('members', 'adaboost')}`, views `{summary['decision']['views']}`, "
              f"snapshots `{summary['decision']['snapshots']}`, "
