@@ -251,3 +251,24 @@ def test_tie_tolerance_prefers_the_simplest_point(noisy):
     loose = ExponentialForecaster(tie_tolerance=1.0, metric=METRIC).fit(S, y, off)
     assert (loose.c_, loose.omega_min_) == (0.0, -np.inf)  # everything ties: uniform over all
     assert (strict.c_, strict.omega_min_) != (0.0, -np.inf)
+
+
+def test_one_se_rule_tolerance_is_the_best_points_standard_error(noisy):
+    """tie_tolerance="one_se": the tolerance is the SE of the best grid point's per-query values
+    (slow twin below); the chosen point is the simplest within it; fewer tuning queries, larger SE."""
+    (S, y, off), _ = noisy
+    strict = ExponentialForecaster(tie_tolerance=0.0, metric=METRIC).fit(S, y, off)
+    f = ExponentialForecaster(tie_tolerance="one_se", metric=METRIC).fit(S, y, off)
+    mixed = strict.transform(S, off)  # the best grid point's mix
+    per = [METRIC(y[lo:hi], np.ascontiguousarray(mixed[lo:hi]), np.array([0, hi - lo]), "ndcg@10", "yahoo")
+           for lo, hi in naive.queries(off)]
+    se = float(np.std(per, ddof=1) / np.sqrt(len(per)))
+    assert f.tolerance_ == pytest.approx(se, rel=1e-9)
+    assert f.validation_quality_ >= strict.validation_quality_ - se
+    ties = f.grid_quality_ >= strict.validation_quality_ - se
+    simplest = min(zip(*np.nonzero(ties), strict=True), key=lambda ij: (f.c_grid_[ij[0]], f.omega_min_grid_[ij[1]]))
+    assert (f.c_, f.omega_min_) == (f.c_grid_[simplest[0]], f.omega_min_grid_[simplest[1]])
+    small = ExponentialForecaster(tie_tolerance="one_se", metric=METRIC).fit(S[: off[20]], y[: off[20]], off[:21])
+    assert small.tolerance_ > f.tolerance_
+    back = ExponentialForecaster.from_params(f.to_params())
+    assert back.tie_tolerance == "one_se"

@@ -239,20 +239,25 @@ def test_snapshot_T_tuned_with_c_on_the_calibration_part(tmp_path: Path) -> None
     cfg_path = tmp_path / "tiny.toml"
     cfg_path.write_text(TINY)
     cfg = load_config(cfg_path, {"run.models_dir": str(tmp_path / "models"), "mixer.snapshots": "tune",
-                                 "mixer.tune_on": "calibration", "run.report_plots": False})
+                                 "mixer.tune_on": "calibration", "run.report_plots": False,
+                                 "mixer.tie_tolerance": "one_se"})
     outcome = train(cfg, progress=False)
     rec = outcome.record
     rows = rec["rescaling_comparison"]
     assert sorted({r["snapshot_T"] for r in rows}) == [4, 12]
     assert all("cal_ndcg@10" in r and "val_ndcg@10" in r for r in rows)
     best = max(r["cal_ndcg@10"] for r in rows)
-    chosen = next(r for r in rows if r["cal_ndcg@10"] >= best - 1e-4)
+    tol = rec["mixer"]["tie_tolerance_used"]
+    assert rec["mixer"]["tie_tolerance"] == "one_se" and tol > 0
+    chosen = next(r for r in rows if r["cal_ndcg@10"] >= best - tol)
     assert rec["mixer"]["snapshot_T"] == chosen["snapshot_T"]
     assert rec["mixer"]["rescale"] == chosen["rescale"]
     T = rec["mixer"]["snapshot_T"]
     assert {m.name.split("|t=")[1].split("|")[0] for m in outcome.model.members} == {str(T)}
     with pytest.raises(Exception, match="snapshots"):
         load_config(cfg_path, {"mixer.snapshots": "best"})
+    with pytest.raises(Exception, match="tie_tolerance"):
+        load_config(cfg_path, {"mixer.tie_tolerance": "two_se"})
 
 
 def test_label_groupings_all_expands_to_the_methods_groupings(tmp_path: Path) -> None:

@@ -141,7 +141,9 @@ class ExponentialForecaster(Mixer):
             quantiles of the fitted omegas plus the top-k thresholds of ``omega_min_top_k``.
         omega_min_quantiles, omega_min_top_k: used when ``omega_min_grid`` is None.
         tie_tolerance: grid points within this of the best validation quality are tied (the
-            smallest c, then the smallest omega_min, wins).
+            smallest c, then the smallest omega_min, wins); ``"one_se"``: the standard error of
+            the best point's mean over the validation queries (the one-standard-error rule: on
+            a small validation set the mix stays near uniform instead of fitting its noise).
         dedupe: drop members whose validation rankings repeat an earlier member's.
         rescale: "none" | "zscore_query" | "minmax_query" | "std_global" (member_rescaling.py).
             Default "zscore_query", by measurement (test NDCG@10, yahoo):
@@ -181,7 +183,7 @@ class ExponentialForecaster(Mixer):
         omega_min_grid: Sequence[float] | None = None,
         omega_min_quantiles: Sequence[float] = DEFAULT_OMEGA_MIN_QUANTILES,
         omega_min_top_k: Sequence[int] = DEFAULT_OMEGA_MIN_TOP_K,
-        tie_tolerance: float = GRID_TIE_TOLERANCE,
+        tie_tolerance: float | str = GRID_TIE_TOLERANCE,
         dedupe: bool = True,
         rescale: str = DEFAULT_RESCALE,
         metric: MetricFn | None = None,
@@ -226,7 +228,7 @@ class ExponentialForecaster(Mixer):
             else [float(v) for v in self.omega_min_grid],
             "omega_min_quantiles": [float(v) for v in self.omega_min_quantiles],
             "omega_min_top_k": [int(k) for k in self.omega_min_top_k],
-            "tie_tolerance": float(self.tie_tolerance),
+            "tie_tolerance": self.tie_tolerance if self.tie_tolerance == "one_se" else float(self.tie_tolerance),
             "dedupe": bool(self.dedupe),
             "rescale": self.rescale,
         }
@@ -341,12 +343,15 @@ class ExponentialForecaster(Mixer):
                 )
         surface = quality[slot]
         best_value = float(surface.max())
-        # Ties (within tie_tolerance) go to the smaller c, then the smaller omega_min.
-        candidates = np.argwhere(surface >= best_value - max(float(self.tie_tolerance), 0.0))
+        tolerance = self._tolerance(metric, labels, query_offsets, scaled,
+                                    W[:, int(np.argmax(quality))])
+        # Ties (within the tolerance) go to the smaller c, then the smaller omega_min.
+        candidates = np.argwhere(surface >= best_value - tolerance)
         i_best, j_best = min(
             (tuple(ij) for ij in candidates), key=lambda ij: (c_grid[ij[0]], om_grid[ij[1]])
         )
         self.omega_ = omega
+        self.tolerance_ = tolerance
         self.duplicate_of_ = duplicate_of
         self.eligible_ = eligible
         self.c_grid_ = c_grid
@@ -363,6 +368,27 @@ class ExponentialForecaster(Mixer):
             self.c_, self.omega_min_, int(self.kept_.sum()), omega.size, self.measure,
             self.validation_quality_, len(columns),
         )
+
+    def _tolerance(self, metric: MetricFn, labels: Int1D, query_offsets: Offsets, scaled: Float2D,
+                   best_w: Float1D) -> float:
+        """The tie tolerance: a number, or with ``"one_se"`` the standard error of the best grid
+        point's mean over the tuning queries (its per-query values' sample SD / sqrt(n)): the
+        one-standard-error rule (Breiman et al. 1984), which grows as the tuning set shrinks."""
+        if self.tie_tolerance != "one_se":
+            return max(float(self.tie_tolerance), 0.0)
+        mixed = np.ascontiguousarray(scaled @ best_w)
+        n_q = query_offsets.shape[0] - 1
+        if n_q < 2:
+            return 0.0
+        values = np.array([
+            float(metric(labels[query_offsets[q]:query_offsets[q + 1]],
+                         np.ascontiguousarray(mixed[query_offsets[q]:query_offsets[q + 1]]),
+                         np.array([0, query_offsets[q + 1] - query_offsets[q]], dtype=np.int64),
+                         self.measure, self.convention))
+            for q in range(n_q)
+        ])
+        values = values[np.isfinite(values)]
+        return float(values.std(ddof=1) / np.sqrt(values.size)) if values.size > 1 else 0.0
 
     # ------------------------------------------------------------- transform
     def _transform(self, member_scores: Float2D, query_offsets: Offsets) -> Float1D:

@@ -129,6 +129,9 @@ class MixerConfig:
     # where c and omega_min are tuned: the validation queries (tune and mix sects. 6, 7.3) or the
     # calibration part (sect. 7.2; the calibrators were fitted there)
     tune_on: str = "validation"
+    # grid points within this of the best are ties (the simpler wins): a number, or "one_se" (the
+    # standard error of the best point's validation mean: the one-standard-error rule)
+    tie_tolerance: float | str = 1e-4
 
 
 @dataclass
@@ -243,6 +246,9 @@ def validate(cfg: TrainConfig) -> TrainConfig:
              f"[mixer] snapshots {cfg.mixer.snapshots!r} is not 'all' or 'tune'")
     _require(cfg.mixer.tune_on in ("validation", "calibration"),
              f"[mixer] tune_on {cfg.mixer.tune_on!r} is not 'validation' or 'calibration'")
+    tt = cfg.mixer.tie_tolerance
+    _require(tt == "one_se" or (isinstance(tt, int | float) and not isinstance(tt, bool) and tt >= 0),
+             f"[mixer] tie_tolerance {tt!r} is not a number >= 0 or 'one_se'")
     _require(cfg.mixer.snapshots == "all" or cfg.mixer.name == "exp_forecaster",
              "[mixer] snapshots = 'tune' needs the exp_forecaster mixer")
     r = cfg.run

@@ -38,6 +38,7 @@ class Mixing:
     omega: np.ndarray = field(default_factory=lambda: np.zeros(0))
     mixer: Any = None  # the fitted mixer over every member (before pruning)
     snapshot_T: int | None = None  # the iteration count chosen with [mixer] snapshots = "tune"
+    tolerance: float | None = None  # the tie tolerance used across the candidates (one_se: the largest SE)
     eligible: np.ndarray | None = None  # the members the forecaster could weigh (T, no duplicates)
 
 
@@ -105,7 +106,8 @@ def fit_mixer(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, out: Mixin
         shared: dict[str, Any] = {}  # omega and duplicates: the same for every mode and T
         for mode in modes:
             for T, mask in sets:
-                fc = make_mixer("exp_forecaster", measure=measure, convention=convention, rescale=mode)
+                fc = make_mixer("exp_forecaster", measure=measure, convention=convention, rescale=mode,
+                                tie_tolerance=cfg.mixer.tie_tolerance)
                 fc.fit(tune_scores, tune_data.labels, tune_data.query_offsets, eligible=mask,  # type: ignore[call-arg]
                        **shared)
                 shared = {"omega": fc.omega_, "duplicate_of": fc.duplicate_of_}  # type: ignore[attr-defined]
@@ -127,7 +129,9 @@ def fit_mixer(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, out: Mixin
                 keys.append(tuned)
         # ties (within the forecaster's tolerance): the first mode listed, then the smaller T
         best = max(keys)
-        pick = next(i for i, k in enumerate(keys) if k >= best - fitted[0].tie_tolerance)  # type: ignore[attr-defined]
+        tol = max(fc.tolerance_ for fc in fitted)  # type: ignore[attr-defined]
+        out.tolerance = float(tol)
+        pick = next(i for i, k in enumerate(keys) if k >= best - tol)
         mixer, out.chosen_rescale = fitted[pick], out.rescaling[pick]["rescale"]
         out.snapshot_T = out.rescaling[pick].get("snapshot_T")
         out.eligible = np.asarray(mixer.eligible_)  # type: ignore[attr-defined]
@@ -152,7 +156,8 @@ def compare(cfg: TrainConfig, prep: Prepared, mixing: Mixing) -> None:
     mixer_specs: list[Any] = []
     for name in names:
         if name == "exp_forecaster" and mixing.chosen_rescale is not None:
-            mixer_specs.append(make_mixer(name, measure=measure, convention=convention, rescale=mixing.chosen_rescale))
+            mixer_specs.append(make_mixer(name, measure=measure, convention=convention, rescale=mixing.chosen_rescale,
+                                          tie_tolerance=cfg.mixer.tie_tolerance))
         elif name == "uniform" and mixing.chosen_rescale is not None:
             mixer_specs.append(make_mixer(name, rescale=mixing.chosen_rescale))  # c = 0 of the same forecaster
         else:
@@ -186,7 +191,8 @@ def compare_type_subsets(cfg: TrainConfig, prep: Prepared, runs: list[RunResult]
         vali_scores = np.ascontiguousarray(mixing.vali_members[:, cols])
         if cfg.mixer.name == "exp_forecaster":
             modes = list(RESCALE_MODES) if cfg.mixer.rescale in (None, "auto") else [str(cfg.mixer.rescale)]
-            candidates = [make_mixer("exp_forecaster", measure=measure, convention=convention, rescale=mode)
+            candidates = [make_mixer("exp_forecaster", measure=measure, convention=convention, rescale=mode,
+                                     tie_tolerance=cfg.mixer.tie_tolerance)
                           for mode in modes]
         else:
             modes = [""]

@@ -345,6 +345,7 @@ def build_record(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], member
                    "members_before_pruning": full_size[0], "bases_before_pruning": full_size[1]},
         "mixer": {"name": cfg.mixer.name, "measure": measure, "convention": convention,
                   "rescale": mixing.chosen_rescale, "snapshots": cfg.mixer.snapshots, "snapshot_T": mixing.snapshot_T,
+                  "tie_tolerance": cfg.mixer.tie_tolerance, "tie_tolerance_used": mixing.tolerance,
                   "tune_on": cfg.mixer.tune_on, **summary},
         "member_types": member_type_summary(runs, members, omega, summary.get("weights")),
         "best_member": {"index": best, "name": members[best].name, "omega": float(omega[best])},
