@@ -333,22 +333,16 @@ def _split(cell: Cell, split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _snapshot_masks(meta: list[dict[str, Any]]) -> list[tuple[int, np.ndarray]]:
-    """``training.pipeline.mixing.snapshot_sets`` on the metadata: per T, each boosted run's
-    snapshot at T or its largest below."""
-    runs: dict[int, list[int]] = {}
+    """``training.pipeline.mixing.snapshot_masks`` on the cached member metadata."""
+    from training.pipeline.mixing import snapshot_masks
+
+    boosted: dict[int, set[int]] = {}
     for m in meta:
         if m["n_snapshots"] > 1:
-            runs.setdefault(m["run"], []).append(m["T"])
-    counts = sorted({t for ts in runs.values() for t in ts})
-    out = []
-    for T in counts:
-        mask = np.ones(len(meta), dtype=bool)
-        for j, m in enumerate(meta):
-            if m["n_snapshots"] > 1:
-                snaps = runs[m["run"]]
-                mask[j] = m["T"] == max((t for t in snaps if t <= T), default=min(snaps))
-        out.append((T, mask))
-    return out
+            boosted.setdefault(m["run"], set()).add(m["T"])
+    return snapshot_masks(np.array([m["run"] for m in meta], dtype=np.int64),
+                          np.array([m["T"] for m in meta], dtype=np.int64),
+                          {run: sorted(ts) for run, ts in boosted.items()})
 
 
 def _query_rows(offsets: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -367,6 +361,7 @@ def mix(cell: Cell, select: Select, *, mixer: str = "exp_forecaster", snapshots:
     (a small validation set, and an honest estimate of what the tuning chose)."""
     from training.ensemble.registry import make_mixer
     from training.evaluation import mean_metric
+    from training.pipeline.mixing import search_forecasters
 
     cols = np.flatnonzero([select(m) for m in cell.meta])
     if cols.size == 0:
@@ -392,21 +387,31 @@ def mix(cell: Cell, select: Select, *, mixer: str = "exp_forecaster", snapshots:
     sets: list[tuple[int | None, np.ndarray | None]] = [(None, None)]
     if snapshots == "tune":
         sets = list(_snapshot_masks(meta)) or [(None, None)]
-    best: tuple[float, Any, int | None] | None = None
-    shared: dict[str, Any] = {}
-    for T, mask in sets:
-        fc = make_mixer("exp_forecaster", measure=MEASURE, convention=CONVENTION, rescale=rescale, **forecaster)
-        fc.fit(us, ul, uo, eligible=mask, **shared)  # type: ignore[call-arg]
-        shared = {"omega": fc.omega_, "duplicate_of": fc.duplicate_of_}  # type: ignore[attr-defined]
-        q = float(fc.validation_quality_)  # type: ignore[attr-defined]
-        if best is None or q > best[0] + fc.tie_tolerance:  # type: ignore[attr-defined]
-            best = (q, fc, T)
-    assert best is not None
-    fc = best[1]
+    # the pipeline's own search (training.pipeline.mixing): the bench measures what it ships
+    search = search_forecasters(us, ul, uo, modes=[rescale], sets=sets, measure=MEASURE, convention=CONVENTION,
+                                **forecaster)
+    _, T, fc = search.candidates[search.pick]
     out.update(test_scores=fc.transform(ts, to), vali=mean_metric(vl, fc.transform(vs, vo), vo, MEASURE, CONVENTION),
-               c=fc.c_, omega_min=fc.omega_min_, kept=int(np.sum(fc.kept_)), T=best[2],
+               c=fc.c_, omega_min=fc.omega_min_, kept=int(np.sum(fc.kept_)), T=T,
                duplicates=int(np.sum(fc.duplicate_of_ >= 0)))
     return out
+
+
+def held_out(cell: Cell, select: Select, **options: Any) -> tuple[float, float] | None:
+    """A small validation set (the hidden set of the issue has about 20 validation queries): the
+    mix tuned on ``SMALL_VALI`` validation queries, ``SMALL_VALI_DRAWS`` draws, measured on the
+    other validation queries and on test (means over the draws); None with fewer than twice
+    ``SMALL_VALI`` validation queries. ``options`` go to ``mix``."""
+    n_vali = cell.arrays["vali_offsets"].shape[0] - 1
+    if n_vali < 2 * SMALL_VALI:
+        return None
+    held, test = [], []
+    for seed in range(SMALL_VALI_DRAWS):
+        qs = np.sort(np.random.default_rng(seed).choice(n_vali, size=SMALL_VALI, replace=False))
+        r = mix(cell, select, vali_queries=qs, **options)
+        held.append(r["vali"])
+        test.append(test_metrics(cell, r["test_scores"], all_conventions=False)["test_ndcg@10"])
+    return float(np.mean(held)), float(np.mean(test))
 
 
 def test_metrics(cell: Cell, scores: np.ndarray, *, all_conventions: bool) -> dict[str, Any]:
@@ -564,18 +569,9 @@ def mix_cell(cell: Cell, decision_list: list[dict[str, Any]], chosen: dict[str, 
         r = mix(cell, sel, snapshots=d["snapshots"], tune_on=d["tune_on"])
         row = {**d, "vali": r["vali"], "T": r.get("T"), "c": r.get("c"),
                **test_metrics(cell, r["test_scores"], all_conventions=False)}
-        if d["tune_on"] == "validation" and cell.arrays["vali_offsets"].shape[0] - 1 >= 2 * SMALL_VALI:
-            # a small validation set (the hidden set of the issue has about 20 validation queries):
-            # tuned on 20 of them, measured on the others and on test, three draws
-            n_vali = cell.arrays["vali_offsets"].shape[0] - 1
-            held, test = [], []
-            for seed in range(SMALL_VALI_DRAWS):
-                qs = np.sort(np.random.default_rng(seed).choice(n_vali, size=SMALL_VALI, replace=False))
-                rs = mix(cell, sel, snapshots=d["snapshots"], vali_queries=qs)
-                held.append(rs["vali"])
-                test.append(test_metrics(cell, rs["test_scores"], all_conventions=False)["test_ndcg@10"])
-            row["small_vali_heldout"] = float(np.mean(held))
-            row["small_vali_test"] = float(np.mean(test))
+        small = held_out(cell, sel, snapshots=d["snapshots"]) if d["tune_on"] == "validation" else None
+        if small is not None:
+            row["small_vali_heldout"], row["small_vali_test"] = small
         out["decisions"].append(row)
     if chosen is None:
         return out
@@ -811,9 +807,10 @@ def main(argv: list[str] | None = None) -> int:
                 sets = load_sample_fold(args.data, fold) if sample else load_fold(args.data, fold)
                 if size != "full":
                     sets["train"] = subsample_queries(sets["train"], int(size), seed=fold)
-                n_labels = int(max(sets["train"].labels.max(), 1)) + 1
                 from training.learners.label_groups import groupings_for
+                from training.pipeline.train import label_count
 
+                n_labels = label_count(sets["train"])
                 cell = build_cell(key, args.data if sample else args.data / f"Fold{fold}", sets, n_jobs=args.n_jobs,
                                   quick=args.quick, progress=not args.no_progress,
                                   groupings=tuple(groupings_for(["all"], n_labels)), findings=not sample)

@@ -6,8 +6,8 @@ uniform mix, on the quality benchmark's cached members (run ``python -m bench.qu
 
 For AdaBoost.MH alone and every member type, every snapshot or one T: test NDCG@10 (yahoo) of
 each tie rule, and the held-out check (tuned on 20 validation queries, three draws, NDCG@10 on
-the other validation queries): the validation-only criterion that chose the rule. Here the SE
-is computed from the 1e-4 fit's chosen mix, which the forecaster's ``"one_se"`` computes itself.
+the other validation queries): the validation-only criterion that chose the rule. Both rules
+run through the pipeline's own forecaster search (``tie_tolerance = 1e-4`` or ``"one_se"``).
 """
 from __future__ import annotations
 
@@ -20,50 +20,29 @@ from joblib import Parallel, delayed
 
 from bench import quality as q
 from bench.common import RESULTS
-from training.ensemble import ExponentialForecaster
-from training.evaluation import evaluate
 
 DECISION = {"members": "every type", "views": "all", "snapshots": "all", "tune_on": "validation"}
+RULES: dict[str, dict[str, Any]] = {"tol1e-4": {}, "one_se": {"tie_tolerance": "one_se"}}
 
-
-def _se(labels: np.ndarray, scores: np.ndarray, offsets: np.ndarray) -> float:
-    per = evaluate(labels, scores, offsets, ["ndcg@10"], "yahoo").per_query["ndcg@10"]
-    return float(np.std(per, ddof=1) / np.sqrt(per.size))
 
 def run(key: str, cache: str) -> tuple[str, dict[str, Any]]:
     cell = q.load_cell(key, Path(cache))
     assert cell is not None
     out: dict[str, Any] = {}
-    vs, vl, vo = q._split(cell, "vali")
-    n_vali = vo.shape[0] - 1
     for members in ("adaboost", "every type"):
         sel = q._decision_members({**DECISION, "members": members})
-        cols = np.flatnonzero([sel(m) for m in cell.meta])
-        sub = np.ascontiguousarray(vs[:, cols])
-        fc = ExponentialForecaster(rescale="zscore_query").fit(sub, vl, vo)
-        se = _se(vl, fc.transform(sub, vo), vo)
+        r = q.mix(cell, sel, mixer="uniform")
+        uniform = {"test": q.test_metrics(cell, r["test_scores"], all_conventions=False)["test_ndcg@10"], "c": None}
         for snap in ("all", "tune"):
-            rows = {"tol1e-4": q.mix(cell, sel, snapshots=snap),
-                    "one_se": q.mix(cell, sel, snapshots=snap, tie_tolerance=se),
-                    "uniform": q.mix(cell, sel, mixer="uniform")}
-            for name, r in rows.items():
-                out[f"{members}|{snap}|{name}"] = {
-                    "test": q.test_metrics(cell, r["test_scores"], all_conventions=False)["test_ndcg@10"],
-                    "c": r.get("c"), "se": se}
-            if n_vali < 2 * q.SMALL_VALI:
-                continue
-            for name in ("tol1e-4", "one_se"):
-                held = []
-                for seed in range(q.SMALL_VALI_DRAWS):
-                    qs = np.sort(np.random.default_rng(seed).choice(n_vali, size=q.SMALL_VALI, replace=False))
-                    extra: dict[str, Any] = {}
-                    if name == "one_se":
-                        r_rows, off = q._query_rows(vo, qs)
-                        part = np.ascontiguousarray(vs[r_rows][:, cols])
-                        f0 = ExponentialForecaster(rescale="zscore_query").fit(part, vl[r_rows], off)
-                        extra["tie_tolerance"] = _se(vl[r_rows], f0.transform(part, off), off)
-                    held.append(q.mix(cell, sel, snapshots=snap, vali_queries=qs, **extra)["vali"])
-                out[f"{members}|{snap}|{name}"]["heldout20"] = float(np.mean(held))
+            for name, rule in RULES.items():
+                r = q.mix(cell, sel, snapshots=snap, **rule)
+                row = {"test": q.test_metrics(cell, r["test_scores"], all_conventions=False)["test_ndcg@10"],
+                       "c": r.get("c")}
+                small = q.held_out(cell, sel, snapshots=snap, **rule)
+                if small is not None:
+                    row["heldout20"] = small[0]
+                out[f"{members}|{snap}|{name}"] = row
+            out[f"{members}|{snap}|uniform"] = uniform
     return key, out
 
 

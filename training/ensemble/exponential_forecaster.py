@@ -197,7 +197,9 @@ class ExponentialForecaster(Mixer):
         self.tie_tolerance = tie_tolerance
         self.dedupe = dedupe
         self.rescale = rescale
+        # fit()'s keyword inputs, read by _fit (the base class's fit passes only the arrays)
         self._eligible: npt.NDArray[np.bool_] | None = None
+        self._given: tuple[Float1D | None, npt.NDArray[np.int64] | None] = (None, None)
         self.metric = metric
 
     @classmethod
@@ -296,7 +298,7 @@ class ExponentialForecaster(Mixer):
         scaled = self.rescaler_.transform(member_scores, query_offsets)
         # Per-query rescaling keeps every member's within-query order, so omega is the same
         # on raw and rescaled scores; use the raw ones (what the member ranks by).
-        given_omega, given_dup = getattr(self, "_given", (None, None))
+        given_omega, given_dup = self._given
         m = member_scores.shape[1]
         if given_omega is not None and given_omega.shape == (m,):
             omega = given_omega

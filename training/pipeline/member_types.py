@@ -126,12 +126,12 @@ class MemberType(ABC):
     def specs(self, cfg: TrainConfig, start: int) -> list[RunSpec]:
         """The type's runs, numbered from ``start``: views x groupings x grid, in that order; a
         block with ``views`` or ``label_groupings`` of its own runs on those only."""
-        scoped = self.scoped_grid(cfg)
-        views = list(dict.fromkeys([*self.views(cfg), *(v for _, sc in scoped for v in sc.get("views", []))]))
-        groupings = list(dict.fromkeys([*self.groupings(cfg),
-                                        *(g for _, sc in scoped for g in sc.get("label_groupings", []))]))
-        combos = [(v, g, p) for v in views for g in groupings for p, sc in scoped
-                  if v in sc.get("views", self.views(cfg)) and g in sc.get("label_groupings", self.groupings(cfg))]
+        own_views, own_groupings = self.views(cfg), self.groupings(cfg)
+        scoped = [(p, sc.get("views", own_views), sc.get("label_groupings", own_groupings))
+                  for p, sc in self.scoped_grid(cfg)]
+        views = list(dict.fromkeys([*own_views, *(v for _, vs, _ in scoped for v in vs)]))
+        groupings = list(dict.fromkeys([*own_groupings, *(g for _, _, gs in scoped for g in gs)]))
+        combos = [(v, g, p) for v in views for g in groupings for p, vs, gs in scoped if v in vs and g in gs]
         return [RunSpec(index=start + i, view=v, grouping=g, params=p, type=self.name)
                 for i, (v, g, p) in enumerate(combos)]
 

@@ -7,6 +7,7 @@ side, and the mixer refitted on each member type alone.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -58,26 +59,67 @@ def member_snapshot_iterations(runs: list[RunResult], members: list[Member]) -> 
     return out
 
 
-def snapshot_sets(runs: list[RunResult], members: list[Member]) -> list[tuple[int, np.ndarray]]:
+def snapshot_masks(run_of: np.ndarray, iterations: np.ndarray, snapshots: Mapping[int, Sequence[int]]
+                   ) -> list[tuple[int, np.ndarray]]:
     """The paper's protocol (tune and mix sect. 7.3: T tuned with c on validation, from 10 to
-    10,000): for each snapshot iteration count T of the boosted runs (runs with several
-    snapshots), the members eligible at T: each boosted run's snapshot at T, or its largest
-    snapshot below T (a run trained to fewer iterations, e.g. products to 300, uses its last),
-    and every member of a single-snapshot run."""
-    its = member_snapshot_iterations(runs, members)
-    run_of = np.array([m.run for m in members], dtype=np.int64)
-    boosted = sorted({m.run for m in members if len(runs[m.run].snapshot_iterations) > 1})
-    counts = sorted({int(t) for i in boosted for t in runs[i].snapshot_iterations})
+    10,000): for each snapshot iteration count T of the boosted runs (``snapshots``: run ->
+    its snapshot iteration counts, runs with several snapshots only), the members eligible at T:
+    each boosted run's snapshot at T, or its largest snapshot below T (a run trained to fewer
+    iterations, e.g. products to 300, uses its last), and every member of any other run.
+    ``run_of`` and ``iterations`` give each member's run and snapshot iteration count."""
+    counts = sorted({int(t) for snaps in snapshots.values() for t in snaps})
     out = []
     for T in counts:
-        mask = np.ones(len(members), dtype=bool)
-        for i in boosted:
-            snaps = runs[i].snapshot_iterations
+        mask = np.ones(run_of.shape[0], dtype=bool)
+        for run, snaps in snapshots.items():
             pick = max((t for t in snaps if t <= T), default=min(snaps))
-            sel = run_of == i
-            mask[sel] = its[sel] == pick
+            sel = run_of == run
+            mask[sel] = iterations[sel] == pick
         out.append((T, mask))
     return out
+
+
+def snapshot_sets(runs: list[RunResult], members: list[Member]) -> list[tuple[int, np.ndarray]]:
+    """``snapshot_masks`` of a model's members."""
+    boosted = {m.run: runs[m.run].snapshot_iterations for m in members if len(runs[m.run].snapshot_iterations) > 1}
+    return snapshot_masks(np.array([m.run for m in members], dtype=np.int64),
+                          member_snapshot_iterations(runs, members), boosted)
+
+
+@dataclass
+class ForecasterSearch:
+    """Forecasters fitted on one tuning set, one per (rescale mode, T): ``candidates`` as
+    (mode, T or None, fitted forecaster), the ``pick`` and the tie ``tolerance`` it used."""
+
+    candidates: list[tuple[str, int | None, Any]]
+    pick: int
+    tolerance: float
+
+    @property
+    def chosen(self) -> Any:
+        return self.candidates[self.pick][2]
+
+
+def search_forecasters(scores: np.ndarray, labels: np.ndarray, offsets: np.ndarray, *, modes: Sequence[str],
+                       sets: Sequence[tuple[int | None, np.ndarray | None]], measure: str, convention: str,
+                       **params: Any) -> ForecasterSearch:
+    """The exponential forecaster under each rescaling mode and eligible set (each T of
+    ``snapshot_masks``, or ``(None, None)``: every member), omega and the duplicates computed
+    once; the pick is the first candidate within the tolerance of the best tuning quality (the
+    first mode listed, then the smaller T). ``params`` go to the forecaster (e.g. tie_tolerance)."""
+    candidates: list[tuple[str, int | None, Any]] = []
+    shared: dict[str, Any] = {}  # omega and duplicates: the same for every mode and T
+    for mode in modes:
+        for T, mask in sets:
+            fc = make_mixer("exp_forecaster", measure=measure, convention=convention, rescale=mode, **params)
+            fc.fit(scores, labels, offsets, eligible=mask, **shared)  # type: ignore[call-arg]
+            shared = {"omega": fc.omega_, "duplicate_of": fc.duplicate_of_}  # type: ignore[attr-defined]
+            candidates.append((mode, T, fc))
+    keys = [float(fc.validation_quality_) for _, _, fc in candidates]
+    tolerance = float(max(fc.tolerance_ for _, _, fc in candidates))
+    best = max(keys)
+    pick = next(i for i, k in enumerate(keys) if k >= best - tolerance)
+    return ForecasterSearch(candidates=candidates, pick=pick, tolerance=tolerance)
 
 
 def fit_mixer(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, out: Mixing,
@@ -102,43 +144,32 @@ def fit_mixer(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, out: Mixin
         sets: list[tuple[int | None, np.ndarray | None]] = [(None, None)]
         if cfg.mixer.snapshots == "tune" and runs is not None:
             sets = list(snapshot_sets(runs, members)) or [(None, None)]
-        fitted, keys = [], []
-        shared: dict[str, Any] = {}  # omega and duplicates: the same for every mode and T
-        for mode in modes:
-            for T, mask in sets:
-                fc = make_mixer("exp_forecaster", measure=measure, convention=convention, rescale=mode,
-                                tie_tolerance=cfg.mixer.tie_tolerance)
-                fc.fit(tune_scores, tune_data.labels, tune_data.query_offsets, eligible=mask,  # type: ignore[call-arg]
-                       **shared)
-                shared = {"omega": fc.omega_, "duplicate_of": fc.duplicate_of_}  # type: ignore[attr-defined]
-                tuned = float(fc.validation_quality_)  # type: ignore[attr-defined]
-                row: dict[str, Any] = {"rescale": mode}
-                if T is not None:
-                    row["snapshot_T"] = T
-                if cfg.mixer.tune_on == "calibration":
-                    row[f"cal_{measure}"] = tuned
-                    row[f"val_{measure}"] = mean_metric(vali.labels, fc.transform(vali_members, vali.query_offsets),
-                                                        vali.query_offsets, measure, convention)
-                else:
-                    row[f"val_{measure}"] = tuned
-                if test is not None and test_members is not None:
-                    row[f"test_{measure}"] = mean_metric(test.labels, fc.transform(test_members, test.query_offsets),
-                                                         test.query_offsets, measure, convention)
-                out.rescaling.append(row)
-                fitted.append(fc)
-                keys.append(tuned)
-        # ties (within the forecaster's tolerance): the first mode listed, then the smaller T
-        best = max(keys)
-        tol = max(fc.tolerance_ for fc in fitted)  # type: ignore[attr-defined]
-        out.tolerance = float(tol)
-        pick = next(i for i, k in enumerate(keys) if k >= best - tol)
-        mixer, out.chosen_rescale = fitted[pick], out.rescaling[pick]["rescale"]
+        search = search_forecasters(tune_scores, tune_data.labels, tune_data.query_offsets, modes=modes, sets=sets,
+                                    measure=measure, convention=convention, tie_tolerance=cfg.mixer.tie_tolerance)
+        for mode, T, fc in search.candidates:
+            tuned = float(fc.validation_quality_)
+            row: dict[str, Any] = {"rescale": mode}
+            if T is not None:
+                row["snapshot_T"] = T
+            if cfg.mixer.tune_on == "calibration":
+                row[f"cal_{measure}"] = tuned
+                row[f"val_{measure}"] = mean_metric(vali.labels, fc.transform(vali_members, vali.query_offsets),
+                                                    vali.query_offsets, measure, convention)
+            else:
+                row[f"val_{measure}"] = tuned
+            if test is not None and test_members is not None:
+                row[f"test_{measure}"] = mean_metric(test.labels, fc.transform(test_members, test.query_offsets),
+                                                     test.query_offsets, measure, convention)
+            out.rescaling.append(row)
+        out.tolerance = search.tolerance
+        pick = search.pick
+        mixer, out.chosen_rescale = search.chosen, out.rescaling[pick]["rescale"]
         out.snapshot_T = out.rescaling[pick].get("snapshot_T")
-        out.eligible = np.asarray(mixer.eligible_)  # type: ignore[attr-defined]
+        out.eligible = np.asarray(mixer.eligible_)
         log.info("exp_forecaster: rescale=%s%s (best on %s of %d candidates), c=%g, omega_min=%g, %d of %d "
                  "members kept", out.chosen_rescale, "" if out.snapshot_T is None else f", T={out.snapshot_T}",
-                 cfg.mixer.tune_on, len(fitted), mixer.c_, mixer.omega_min_,  # type: ignore[attr-defined]
-                 int(np.sum(mixer.kept_)), model.n_members)  # type: ignore[attr-defined]
+                 cfg.mixer.tune_on, len(search.candidates), mixer.c_, mixer.omega_min_,
+                 int(np.sum(mixer.kept_)), model.n_members)
     else:
         mixer.fit(tune_scores, tune_data.labels, tune_data.query_offsets)
     model.mixer = mixer

@@ -139,6 +139,11 @@ def load_data(cfg: TrainConfig) -> tuple[dict[str, RankingData], list[dict[str, 
     return sets, records
 
 
+def label_count(train: RankingData) -> int:
+    """K, the number of label levels the members learn: the training data's top label + 1 (>= 2)."""
+    return max(int(train.labels.max()) + 1, 2)
+
+
 def prepare(cfg: TrainConfig, clock: _Clock, specs: list[RunSpec],
             sets: dict[str, RankingData] | None = None, records: list[dict[str, Any]] | None = None) -> Prepared:
     """Read (or take ``sets``: train, vali and optionally test, already in memory), split train by
@@ -150,7 +155,7 @@ def prepare(cfg: TrainConfig, clock: _Clock, specs: list[RunSpec],
             records = [{"role": k, "in_memory": True, "rows": v.n_docs, "queries": v.n_queries,
                         "features": v.n_features} for k, v in sets.items()]
         train_set = sets["train"]
-        n_labels = max(int(train_set.labels.max()) + 1, 2)
+        n_labels = label_count(train_set)
         for name, part in sets.items():
             if part.n_docs and int(part.labels.max()) >= n_labels:
                 log.warning("%s has label %d, above the training data's top label %d",
@@ -284,7 +289,7 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> TrainOutcome:
     if "all" in cfg.members.label_groupings:  # the groupings of the data's label count: read it first
         with clock("read_and_split_s"):
             sets, records = load_data(cfg)
-        n_labels = max(int(sets["train"].labels.max()) + 1, 2)
+        n_labels = label_count(sets["train"])
         cfg = dataclasses.replace(cfg, members=dataclasses.replace(
             cfg.members, label_groupings=groupings_for(list(cfg.members.label_groupings), n_labels)))
         log.info("label_groupings = all: %s for %d labels", ", ".join(cfg.members.label_groupings), n_labels)
