@@ -80,3 +80,39 @@ def test_whitening_zeroes_the_null_space_of_short_queries() -> None:
         big = np.argmax(np.abs(vt[c]))
         col *= np.sign(vt[c][big])
         np.testing.assert_allclose(w[:, c], col, rtol=1e-4, atol=1e-5)
+
+
+def test_whitening_needs_no_scipy(tmp_path) -> None:
+    """The service image has no scipy, and numba's own ``np.linalg`` needs it: the views must
+    compile and run without it (a fresh numba cache, scipy made unimportable)."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['scipy'] = None\n"
+        "import numpy as np\n"
+        "from training.data.normalization import whiten_by_query, standardise_by_query\n"
+        "x = np.random.default_rng(0).normal(size=(30, 5)).astype(np.float32)\n"
+        "off = np.array([0, 12, 12, 30])\n"
+        "w = whiten_by_query(x, off)\n"
+        "assert np.allclose(np.cov(w[12:].T, bias=True), np.eye(5), atol=1e-3)\n"
+        "standardise_by_query(x, off)\n"
+        "print('ok')\n"
+    )
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+def test_whitening_batches_agree_with_one_query_at_a_time(monkeypatch) -> None:
+    """Queries are whitened in batches (one LAPACK call per batch): the batch size changes nothing."""
+    import training.data.normalization as norm
+
+    rng = np.random.default_rng(5)
+    sizes = rng.integers(0, 12, size=23)
+    off = np.concatenate([[0], np.cumsum(sizes)])
+    x = rng.normal(size=(int(off[-1]), 4)).astype(np.float32)
+    whole = whiten_by_query(x, off)
+    monkeypatch.setattr(norm, "_WHITEN_BATCH_VALUES", 16)  # one query per batch
+    np.testing.assert_array_equal(whiten_by_query(x, off), whole)

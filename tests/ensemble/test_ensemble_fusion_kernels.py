@@ -141,6 +141,29 @@ def test_kernels_match_slow_twins(seed, nq, m, ties):
         )
 
 
+@pytest.mark.parametrize(("seed", "nq", "m", "ties"), [*CASES, (6, 3, 37, 0.5), (7, 2, 640, None)])
+def test_fused_weighted_rescaled_sum_matches_rescale_then_dot(seed, nq, m, ties):
+    """The mixer's fused kernel against the two-step slow form (rescale, then the weighted sum),
+    with members constant on a query (0.1 repeated: its mean is not 0.1 after rounding), empty
+    queries, and member counts that are and are not multiples of the kernel's lanes."""
+    rng = np.random.default_rng(seed)
+    S, off = naive.random_problem(rng, nq, m, tie_levels=ties, empty=False)
+    S = S.copy()
+    S[off[0] : off[1], 0] = 0.1  # constant on query 0
+    off = np.insert(off, 1, off[1])  # an empty query
+    w = rng.uniform(0.0, 1.0, size=m)
+    for mode in ("zscore_query", "minmax_query"):
+        want = naive.rescale(S, off, mode) @ w
+        got = fk.weighted_rescaled_sum(S, off, w, 0 if mode == "zscore_query" else 1)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 * max(1.0, np.abs(want).max()))
+    # a member constant on the query contributes exactly nothing
+    one = np.zeros(m)
+    one[0] = 1.0
+    assert np.all(fk.weighted_rescaled_sum(S, off, one, 0)[off[0] : off[2]] == 0.0)
+    three = np.full((3, 1), 0.1)  # mean 0.10000000000000002: a naive std is 1e-17, not 0
+    assert fk.weighted_rescaled_sum(three, np.array([0, 3]), np.ones(1), 0).tolist() == [0.0, 0.0, 0.0]
+
+
 def test_condorcet_many_cycles_against_twin():
     # few members and coarse ties: many majority cycles and pairwise ties
     rng = np.random.default_rng(11)

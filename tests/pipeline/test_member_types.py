@@ -127,6 +127,31 @@ def test_saved_model_scores_like_the_trained_one(trained: dict[str, Any]) -> Non
                                   loaded.member_scores(data.features, data.query_offsets))
 
 
+def test_engine_equals_the_per_member_reference_path(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The scoring engine (one forest pass; every calibrator in one kernel, each distinct snapshot
+    gathered once; the mixer's fused rescale-and-sum) against the slow path: each member's own
+    raw vector through its calibrator's ``transform``, then the rescaling and the weighted sum."""
+    from training.data.synthetic import make_synthetic_splits
+
+    tmp = tmp_path_factory.mktemp("uniform")
+    (tmp / "uniform.toml").write_text(ALL_MEMBERS.replace(
+        'compare = ["one_best", "uniform"]', 'name = "uniform"\nrescale = "zscore_query"\ncompare = []'))
+    model = train(load_config(tmp / "uniform.toml", {"run.models_dir": str(tmp / "models")}), progress=False).model
+    assert model._calibration.fallback == []
+    assert len({type(m.calibrator).__name__ for m in model.members}) >= 5  # every family the types bring
+    assert model._plan.uhi.size < model._step_members.size  # members share their snapshots
+    data = make_synthetic_splits(n_queries={"a": 9}, docs_per_query=(1, 40), n_features=6, n_levels=3, seed=8)["a"]
+    x, off = data.features, data.query_offsets
+    raws = model.raw_scores(x, off)
+    ref = np.column_stack([m.calibrator.transform(r) for m, r in zip(model.members, raws, strict=True)])
+    got = model.member_scores(x, off)
+    np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+    mixer = model.mixer
+    w = np.asarray(getattr(mixer, "weights_", np.ones(model.n_members)), dtype=np.float64)
+    want = mixer.rescaler_.transform(ref, off) @ (w / w.sum())
+    np.testing.assert_allclose(model.score(x, off), want, rtol=1e-12, atol=1e-12)
+
+
 def test_served_linear_members_raw_scores_are_their_maps(trained: dict[str, Any]) -> None:
     """In the trained (pruned) model, a linear member's raw scores are its run's linear map on its view."""
     from training.data.normalization import apply_view

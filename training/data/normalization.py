@@ -66,42 +66,80 @@ def _standardise(x, offsets, out):
 
 
 @njit(cache=True, nogil=True)
-def _whiten(x, offsets, out, eps, ill, null):
+def _centre_cov(x, offsets, q0, means, cov):
+    """Means (Q, d) and population covariances (Q, d, d) of queries ``q0 .. q0 + Q - 1`` (zero for
+    an empty query): the whole square is accumulated document by document (contiguous rows, so
+    the loop vectorises), then its upper triangle is kept and mirrored (exactly symmetric)."""
     d = x.shape[1]
-    for q in range(offsets.shape[0] - 1):
-        s, e = offsets[q], offsets[q + 1]
+    row = np.empty(d)
+    for b in range(means.shape[0]):
+        s, e = offsets[q0 + b], offsets[q0 + b + 1]
         m = e - s
+        for j in range(d):
+            means[b, j] = 0.0
+            for c in range(d):
+                cov[b, j, c] = 0.0
         if m == 0:
             continue
-        xc = np.empty((m, d), dtype=np.float64)
         for j in range(d):
             mean = 0.0
             for i in range(s, e):
                 mean += x[i, j]
-            mean /= m
-            for i in range(s, e):
-                xc[i - s, j] = x[i, j] - mean
-        cov = (xc.T @ xc) / m
-        lam, vec = np.linalg.eigh(cov)
-        top = max(lam[d - 1], 0.0)
-        add = eps if (lam[0] <= ill * top or lam[0] <= 0.0) else 0.0
+            means[b, j] = mean / m
+        for i in range(s, e):
+            for j in range(d):
+                row[j] = x[i, j] - means[b, j]
+            for r in range(d):
+                a = row[r]
+                if a != 0.0:  # a feature constant on the query adds nothing (MQ2008 has many)
+                    for c in range(d):
+                        cov[b, r, c] += a * row[c]
+        for r in range(d):
+            for c in range(r + 1, d):
+                cov[b, c, r] = cov[b, r, c]
+            for c in range(r, d):
+                cov[b, r, c] /= m
+                cov[b, c, r] = cov[b, r, c]
+
+
+@njit(cache=True, nogil=True)
+def _project(x, offsets, q0, means, lam, vec, out, eps, ill, null):
+    """Whitened rows of queries ``q0 ..`` from their eigendecompositions (``lam`` ascending, as
+    ``np.linalg.eigh`` returns them): component c is eigenvector ``d - 1 - c``, its sign fixed by
+    its largest-magnitude entry, scaled by 1 / sqrt(lambda + eps), 0 in the null space."""
+    d = x.shape[1]
+    w = np.empty((d, d))
+    row = np.empty(d)
+    for b in range(means.shape[0]):
+        s, e = offsets[q0 + b], offsets[q0 + b + 1]
+        if e == s:
+            continue
+        top = max(lam[b, d - 1], 0.0)
+        add = eps if (lam[b, 0] <= ill * top or lam[b, 0] <= 0.0) else 0.0
         for c in range(d):
             k = d - 1 - c  # decreasing eigenvalue order
             big = 0
             for r in range(d):
-                if abs(vec[r, k]) > abs(vec[big, k]):
+                if abs(vec[b, r, k]) > abs(vec[b, big, k]):
                     big = r
-            sign = 1.0 if vec[big, k] >= 0 else -1.0
-            if lam[k] <= null * top:
-                for i in range(m):
-                    out[s + i, c] = 0.0
-                continue
-            scale = sign / np.sqrt(lam[k] + add)
-            for i in range(m):
-                acc = 0.0
-                for r in range(d):
-                    acc += xc[i, r] * vec[r, k]
-                out[s + i, c] = acc * scale
+            if lam[b, k] <= null * top:
+                scale = 0.0
+            else:
+                scale = (1.0 if vec[b, big, k] >= 0 else -1.0) / np.sqrt(lam[b, k] + add)
+            for r in range(d):
+                w[r, c] = vec[b, r, k] * scale
+        for i in range(s, e):
+            for j in range(d):
+                row[j] = x[i, j] - means[b, j]
+                out[i, j] = 0.0
+            for r in range(d):
+                a = row[r]
+                for c in range(d):
+                    out[i, c] += a * w[r, c]
+
+
+#: Queries whitened per batch: their covariance stack stays below about 32 MB.
+_WHITEN_BATCH_VALUES = 4_000_000
 
 
 def standardise_by_query(features: np.ndarray, query_offsets: np.ndarray) -> np.ndarray:
@@ -118,7 +156,19 @@ def whiten_by_query(features: np.ndarray, query_offsets: np.ndarray, *, eps: flo
     x = np.ascontiguousarray(features, dtype=np.float64)
     off = validate_offsets(query_offsets, x.shape[0])
     out = np.zeros_like(x)
-    _whiten(x, off, out, float(eps), ILL_CONDITIONED, NULL_SPACE)
+    n_queries, d = off.shape[0] - 1, x.shape[1]
+    if d == 0:
+        return out.astype(np.float32)
+    step = max(1, _WHITEN_BATCH_VALUES // (d * d))
+    for q0 in range(0, n_queries, step):
+        nq = min(step, n_queries - q0)
+        means = np.empty((nq, d))
+        cov = np.empty((nq, d, d))
+        _centre_cov(x, off, q0, means, cov)
+        # numpy's own LAPACK: numba's np.linalg needs scipy, which the service image does not have
+        lam, vec = np.linalg.eigh(cov)
+        _project(x, off, q0, means, np.ascontiguousarray(lam), np.ascontiguousarray(vec), out,
+                 float(eps), ILL_CONDITIONED, NULL_SPACE)
     return out.astype(np.float32)
 
 

@@ -394,9 +394,7 @@ class ExponentialForecaster(Mixer):
 
     # ------------------------------------------------------------- transform
     def _transform(self, member_scores: Float2D, query_offsets: Offsets) -> Float1D:
-        scaled = self.rescaler_.transform(member_scores, query_offsets)
-        w = self.weights_ / self.weights_.sum()
-        return np.ascontiguousarray(scaled @ w)
+        return self.rescaler_.weighted_sum(member_scores, query_offsets, self.weights_ / self.weights_.sum())
 
     # ---------------------------------------------------- member selection
     def used_members(self) -> npt.NDArray[np.bool_]:

@@ -78,6 +78,27 @@ class MemberRescaler:
             )
         return np.ascontiguousarray(member_scores / self.scale_)
 
+    def weighted_sum(
+        self,
+        member_scores: npt.NDArray[np.float64],
+        query_offsets: npt.NDArray[np.int64],
+        weights: npt.NDArray[np.float64],
+    ) -> npt.NDArray[np.float64]:
+        """``transform(member_scores, query_offsets) @ weights`` (n,), without building the rescaled
+        copy: the per-query modes run one fused kernel (``fusion_kernels.weighted_rescaled_sum``),
+        ``std_global`` folds its scales into the weights. Equal to the two-step form up to rounding."""
+        w = np.ascontiguousarray(weights, dtype=np.float64)
+        if w.shape != (member_scores.shape[1],):
+            raise ValueError(f"weights must have shape ({member_scores.shape[1]},), got {w.shape}")
+        if self.mode in ("zscore_query", "minmax_query"):
+            return fk.weighted_rescaled_sum(member_scores, query_offsets, w,
+                                            0 if self.mode == "zscore_query" else 1)
+        if self.mode == "std_global":
+            if self.scale_ is None or self.scale_.shape[0] != w.shape[0]:
+                return self.transform(member_scores, query_offsets) @ w  # raises the usual errors
+            w = w / self.scale_
+        return np.ascontiguousarray(member_scores @ w)
+
     def to_params(self) -> dict[str, Any]:
         scale = np.zeros(0) if self.scale_ is None else self.scale_.copy()
         return {"rescale": self.mode, "rescale_scale": scale}

@@ -87,8 +87,8 @@ class Uniform(Mixer):
         self.rescaler_ = MemberRescaler(self.rescale).fit(member_scores)
 
     def _transform(self, member_scores: Float2D, query_offsets: Offsets) -> Float1D:
-        scaled = self.rescaler_.transform(member_scores, query_offsets)
-        return np.ascontiguousarray(scaled.mean(axis=1))
+        m = member_scores.shape[1]
+        return self.rescaler_.weighted_sum(member_scores, query_offsets, np.full(m, 1.0 / max(m, 1)))
 
     def _fitted_params(self) -> dict[str, Any]:
         return {"rescale_scale": self.rescaler_.to_params()["rescale_scale"]}

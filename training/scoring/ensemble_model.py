@@ -242,6 +242,11 @@ class EnsembleModel:
         self._step_members = np.array([i for i in range(len(members)) if i not in in_er], dtype=np.int64)
         self._calibration = CalibrationStep([calibrators[i] for i in self._step_members],
                                             [n_classes[i] for i in self._step_members])
+        # the slabs of ``_sums``: checkpoints, then (with linear or ordinal members) a zero slab,
+        # the linear runs' and the ordinal snapshots' slabs
+        n_slabs = len(ck) + (1 + len(linear_runs) + len(self._ordinal) if linear_runs or self._ordinal else 0)
+        self._plan = self._calibration.plan(self._cal_lo[self._step_members], self._cal_hi[self._step_members],
+                                            n_rows=n_slabs, columns=self._step_members, width=len(members))
 
     def _fold_linear(self) -> None:
         """One (wide columns, sum of K_r) matrix and intercept for every linear run a member reads:
@@ -325,12 +330,9 @@ class EnsembleModel:
 
     def _calibrate(self, sums: np.ndarray) -> np.ndarray:
         """Member scores (n, M) from the running sums at the checkpoints (no raw block is built)."""
-        if not self._er_groups:
-            return self._calibration.apply_sums(sums, self._cal_lo, self._cal_hi)
         out = np.empty((sums.shape[0], self.n_members), dtype=np.float64)
         if self._step_members.size:
-            out[:, self._step_members] = self._calibration.apply_sums(
-                sums, self._cal_lo[self._step_members], self._cal_hi[self._step_members])
+            self._calibration.apply_plan(sums, self._plan, out)
         for link, k, idx, relevance in self._er_groups:
             raw = sums[:, self._hi[idx], :k] - sums[:, self._lo[idx], :k]  # (n, members, k)
             flat = raw.reshape(-1, k)
