@@ -30,6 +30,8 @@ class Settings(BaseSettings):
     workers: int = Field(1, ge=1, le=64, description="uvicorn worker processes")
     scoring_threads: int | None = Field(
         None, ge=1, le=256, description="numba threads per worker for scoring (default: all cores / workers)")
+    blas_threads: int = Field(1, ge=1, le=256, description="threads of numpy's OpenBLAS (its idle threads spin "
+                                                         "on the cores numba's scoring threads need)")
     concurrency: int | None = Field(
         None, ge=1, le=256, description="requests one worker scores at once (default: cores / workers)")
     reload_token: str | None = Field(None, description="bearer token of POST /models/reload; unset disables it")

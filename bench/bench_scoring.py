@@ -492,6 +492,9 @@ def main(argv: list[str] | None = None) -> None:
     t_start = time.perf_counter()
     patch = _patch_lleaves()
     env = environment()
+    # as the service does at start-up (TUNEMIX_BLAS_THREADS): OpenBLAS's spinning idle threads
+    # would take the core our second scoring thread needs
+    env["blas_threads_limited_to_1"] = [Path(p).name for p in forest_module.limit_blas_threads(1)]
     set_threads(max(THREADS))
     result: dict[str, Any] = {
         "command": " ".join([".venv/bin/python", "-m", "bench.bench_scoring", *argv_used]),

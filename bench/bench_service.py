@@ -342,8 +342,10 @@ def breakdown(model_path: Path, bodies: dict[int, list[bytes]], quick: bool) -> 
     """
     import numba
 
+    from training.scoring import forest
     from training.scoring.ensemble_model import load_model
 
+    forest.limit_blas_threads(1)  # as the service does at start-up (TUNEMIX_BLAS_THREADS)
     model, _ = load_model(model_path)
     out: dict[str, Any] = {"numba_threads": numba.get_num_threads(), "n_members": model.n_members,
                            "n_bases": model.forest.n_base}

@@ -226,6 +226,11 @@ class EnsembleModel:
             else:
                 calibrators.append(m.calibrator)
                 n_classes.append(k)
+        self._ordinal_groups = [
+            (k, np.array(js, dtype=np.int64), np.array([self._ordinal[j][0] for j in js], dtype=np.int64),
+             np.array([self._ordinal[j][1] for j in js], dtype=np.int64))
+            for k in sorted({k for _, _, k in self._ordinal})
+            for js in [[j for j, o in enumerate(self._ordinal) if o[2] == k]]]
         self._k_max = max([forest.n_outputs] + [runs[r].n_classes for r in linear_runs]
                           + [k + 1 for _, _, k in self._ordinal])
         self._fold_linear()
@@ -285,8 +290,9 @@ class EnsembleModel:
             for j in range(r):
                 c0, c1 = int(self._linear_cols[j]), int(self._linear_cols[j + 1])
                 out[:, c + 1 + j, : c1 - c0] = lin[:, c0:c1]
-        for j, (lo, hi, k) in enumerate(self._ordinal):
-            out[:, c + 1 + r + j, : k + 1] = ordinal_probabilities(out[:, hi, :k] - out[:, lo, :k])
+        for k, slabs, los, his in self._ordinal_groups:  # one transform per class count
+            g = (out[:, his, :k] - out[:, los, :k]).reshape(-1, k)
+            out[:, c + 1 + r + slabs, : k + 1] = ordinal_probabilities(g).reshape(n, slabs.size, k + 1)
         return out
 
     @property

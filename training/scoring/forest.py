@@ -88,8 +88,10 @@ BLOCK_MAJOR_MIN = 4
 
 #: Below this many document-base pairs one thread scores the list: a parallel launch (waking the
 #: pool's threads, which wait passively) costs more than it saves. Measured: 100 documents through
-#: 300 8-leaf trees (30,000 pairs) took 5.2 ns per pair on one thread and 7.4 on two.
-PARALLEL_MIN_WORK = 65_536
+#: 300 8-leaf trees (30,000 pairs) took 5.2 ns per pair on one thread and 7.4 on two; through the
+#: MQ2008 ensemble's 600 bases (60,000 pairs, OpenBLAS held to one thread) 0.43 ms on one thread
+#: and 0.32 on two.
+PARALLEL_MIN_WORK = 40_000
 
 
 @dataclass(frozen=True, eq=False)
@@ -671,6 +673,49 @@ def set_scoring_threads(n: int) -> None:
     if n < 1:
         raise ValueError(f"scoring threads must be >= 1, got {n}")
     _scoring_threads = n
+
+
+#: OpenBLAS's own setters (numpy's wheels rename its symbols: ``scipy_openblas_..64_``).
+_BLAS_SETTERS = ("openblas_set_num_threads", "scipy_openblas_set_num_threads64_",
+                 "scipy_openblas_set_num_threads", "openblas_set_num_threads64_")
+
+
+def limit_blas_threads(n: int = 1) -> list[str]:
+    """Cap the thread pools of the OpenBLAS libraries loaded in this process (numpy's) at ``n``;
+    returns the libraries capped (none where /proc/self/maps or OpenBLAS is absent).
+
+    Scoring calls BLAS only for small products (the linear members, the views' eigendecomposition)
+    that gain nothing from threads, but after such a call OpenBLAS's idle threads spin for a while:
+    on a two-core machine they take the core the next numba parallel pass needs. Measured on the
+    MQ2008 ensemble, 1,000 documents, two scoring threads: the calibration step took 7.8 ms after
+    the views (numpy's eigh) against 4.5 ms with OpenBLAS held to one thread. The service calls
+    this at start-up (``TUNEMIX_BLAS_THREADS``); ``OPENBLAS_NUM_THREADS`` set before numpy loads
+    does the same."""
+    if n < 1:
+        raise ValueError(f"BLAS threads must be >= 1, got {n}")
+    import ctypes
+
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
+            paths = sorted({line.split(maxsplit=5)[-1].strip() for line in fh
+                            if "openblas" in line.lower() and ".so" in line})
+    except OSError:
+        return []
+    done = []
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for name in _BLAS_SETTERS:
+            setter = getattr(lib, name, None)
+            if setter is not None:
+                setter.argtypes = [ctypes.c_int]
+                setter.restype = None
+                setter(int(n))
+                done.append(path)
+                break
+    return done
 
 
 _local = threading.local()  # this Python thread's cap (``single_threaded``)
