@@ -139,7 +139,7 @@ def test_engine_equals_the_per_member_reference_path(tmp_path_factory: pytest.Te
     model = train(load_config(tmp / "uniform.toml", {"run.models_dir": str(tmp / "models")}), progress=False).model
     assert model._calibration.fallback == []
     assert len({type(m.calibrator).__name__ for m in model.members}) >= 5  # every family the types bring
-    assert model._plan.uhi.size < model._step_members.size  # members share their snapshots
+    assert model._plan.uhi.size < model.n_members  # members share their snapshots
     data = make_synthetic_splits(n_queries={"a": 9}, docs_per_query=(1, 40), n_features=6, n_levels=3, seed=8)["a"]
     x, off = data.features, data.query_offsets
     raws = model.raw_scores(x, off)
@@ -294,7 +294,8 @@ def test_ordinal_and_expected_relevance_steps_score_like_the_calibrators_own_tra
                           runs=[RunInfo("raw", "original", per, 0, forest.n_base, {"type": "mcrank"})],
                           members=members, mixer=make_mixer("uniform"))
     assert model._calibration.fallback == []  # nothing left to the calibrators' Python transforms
-    assert sum(idx.size for _, _, idx, _ in model._er_groups) == sum(s.startswith("er:") for s in specs * 2)
+    assert model._calibration.families.count(f"er_{'ordinal' if variant == 'ordinal' else 'softmax'}") == \
+        sum(s.startswith("er:") for s in specs * 2)
     Xt, _ = _three_classes(7, 60)
     off = np.array([0, 25, 60])
     scores = model.member_scores(Xt, off)

@@ -14,6 +14,9 @@ the member's column of the output (``CalibrationStep.plan``: where each member r
 checked once when a model loads):
 
 - ``identity``: v = f_0 (the best single feature, LambdaMART's one score).
+- ``er:<link>:<T>`` (McRank's expected relevance): softmax v = (sum_l T_l e_l) / (sum_l e_l),
+              e_l = exp(f_l - max f); ordinal p_l = max(s(G_l) - s(G_{l-1}), 0) from the K-1
+              cumulative logits (s(G_{-1}) = 0, s(G_{K-1}) = 1), v = (sum_l T_l p_l) / (sum_l p_l).
 - ``shift``:  f'_l = max(0, 1 + f_l / R), p_l = f'_l / sum_l' f'_l', uniform where the sum is 0;
               v = z . p, computed as (sum_l z_l f'_l) / (sum_l f'_l), the mean gain where it is 0.
 - ``cpc``:    p_l = s(y_l) / sum_l' s(y_l'), y_l = a (f_l - b), s(y) = 1 / (1 + exp(-y)); v = z . p,
@@ -61,7 +64,7 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 
 from training.calibration.base import Calibrator
-from training.calibration.expected_relevance import IdentityCalibrator
+from training.calibration.expected_relevance import ExpectedRelevanceCalibrator, IdentityCalibrator
 from training.calibration.regression_calibration import _POLY_CLIP, RegressionCalibrator
 from training.calibration.regression_models import unpack_network
 from training.calibration.shift import ShiftCalibrator
@@ -71,8 +74,8 @@ from training.scoring.forest import _PARALLEL, get_scoring_threads
 Float64Array = npt.NDArray[np.float64]
 Int64Array = npt.NDArray[np.int64]
 
-FAMILIES = ("shift", "cpc", "linear", "logistic", "poly", "nn", "identity")
-SHIFT, CPC, LINEAR, LOGISTIC, POLY, NN, IDENTITY = range(len(FAMILIES))
+FAMILIES = ("shift", "cpc", "linear", "logistic", "poly", "nn", "identity", "er_softmax", "er_ordinal")
+SHIFT, CPC, LINEAR, LOGISTIC, POLY, NN, IDENTITY, ER_SOFTMAX, ER_ORDINAL = range(len(FAMILIES))
 
 #: Documents per block: the block's class-major raw buffer and the polynomials' monomials stay
 #: in the L1/L2 cache while the members stream through.
@@ -94,6 +97,8 @@ _H_FAMILY, _H_COLUMN, _H_K, _H_FLOAT, _H_INT, _H_SIZE = range(6)
 def _family(cal: Calibrator) -> str | None:
     if isinstance(cal, IdentityCalibrator):
         return "identity"
+    if isinstance(cal, ExpectedRelevanceCalibrator) and cal.link in ("softmax", "ordinal"):
+        return f"er_{cal.link}"
     if isinstance(cal, ShiftCalibrator):
         return "shift"
     if isinstance(cal, SigmoidCalibrator):
@@ -133,6 +138,9 @@ def _pack(family: str, cal: Any, k: int) -> tuple[list[float], list[int], int] |
     hidden units of an nn, the monomials of a polynomial); None: use its transform."""
     if family == "identity":
         return [], [], 0
+    if family in ("er_softmax", "er_ordinal"):
+        relevance = [float(t) for t in cal.relevance_]
+        return (relevance, [], 0) if len(relevance) == k + (family == "er_ordinal") else None
     if family == "shift":
         gains = [float(z) for z in cal.gains_]
         mean_gain = 0.0
@@ -272,6 +280,54 @@ def _cpc_block(x, nb, k, fp, p, res, t0, t1, t2, t3):  # pragma: no cover
             t0[j] += w
             t1[j] += z * w
     for j in range(nb):
+        res[j] = t1[j] / t0[j]
+
+
+@njit(cache=True, inline="always", error_model="numpy", fastmath=_CONTRACT)
+def _er_softmax_block(x, nb, k, fp, p, res, t0, t1, t2):  # pragma: no cover
+    """McRank's expected relevance, softmax link: e_l = exp(f_l - max f); v = (sum_l T_l e_l) / (sum_l e_l)."""
+    for j in range(nb):
+        t2[j] = x[0, j]
+    for l in range(1, k):
+        for j in range(nb):
+            t2[j] = max(t2[j], x[l, j])
+    for j in range(nb):
+        t0[j] = 0.0
+        t1[j] = 0.0
+    for l in range(k):
+        rel = fp[p + l]
+        for j in range(nb):
+            e = _exp(x[l, j] - t2[j])
+            t0[j] += e
+            t1[j] += rel * e
+    for j in range(nb):
+        res[j] = t1[j] / t0[j]
+
+
+@njit(cache=True, inline="always", error_model="numpy", fastmath=_CONTRACT)
+def _er_ordinal_block(x, nb, k, fp, p, res, t0, t1, t2):  # pragma: no cover
+    """McRank's expected relevance, ordinal link (k = K - 1 cumulative logits G): c_l = s(G_l),
+    s(y) = 1 / (1 + e) for y >= 0 and e / (1 + e) below, e = exp(-|y|); p_l = max(c_l - c_{l-1}, 0)
+    with c_{-1} = 0 and c_{K-1} = 1; v = (sum_l T_l p_l) / (sum_l p_l)."""
+    for j in range(nb):
+        t0[j] = 0.0
+        t1[j] = 0.0
+        t2[j] = 0.0  # the previous cumulative probability
+    for l in range(k):
+        rel = fp[p + l]
+        for j in range(nb):
+            y = x[l, j]
+            e = _exp(-abs(y))
+            c = (1.0 if y >= 0.0 else e) / (1.0 + e)
+            q = max(c - t2[j], 0.0)
+            t0[j] += q
+            t1[j] += rel * q
+            t2[j] = c
+    rel = fp[p + k]
+    for j in range(nb):
+        q = max(1.0 - t2[j], 0.0)
+        t0[j] += q
+        t1[j] += rel * q
         res[j] = t1[j] / t0[j]
 
 
@@ -421,6 +477,10 @@ def _calibrate_range(src, uhi, ulo, usrc, ocol, head, fp, ip, out, start, stop, 
                 _poly_block(x, nb, k, fp, p, ip, head[g, _H_INT], head[g, _H_SIZE], r, t0, mono)
             elif family == NN:
                 _nn_block(x, nb, k, fp, p, head[g, _H_SIZE], r, t0, t1)
+            elif family == ER_SOFTMAX:
+                _er_softmax_block(x, nb, k, fp, p, r, t0, t1, t2)
+            elif family == ER_ORDINAL:
+                _er_ordinal_block(x, nb, k, fp, p, r, t0, t1, t2)
             else:  # IDENTITY: the first raw column
                 for j in range(nb):
                     r[j] = x[0, j]

@@ -20,10 +20,8 @@ Imports numpy/numba code only (the service uses it). How a posted candidate list
    cumulative models) needs its class probabilities first; each such snapshot's K-vector of
    probabilities (``training.calibration.expected_relevance.ordinal_probabilities``: differences
    of the cumulative sigmoids, clipped and renormalised) is one more slab, and the member's inner
-   calibrator reads it there, in the calibration step's kernels. **The expected-relevance
-   step:** McRank's own ``er:<link>:<T>`` members (sum_k P(k | x) T(k)) are computed a group of
-   members at a time (one softmax or ordinal transform and one product per group), beside the
-   calibration step.
+   calibrator reads it there, in the calibration step's kernels. McRank's own
+   ``er:<link>:<T>`` members (sum_k P(k | x) T(k)) are calibration-step families of their own.
 3. **Calibration.** Each member's calibrator turns its K-vector into one score; all calibrators
    are applied in one numba call that reads the running sums at the checkpoints in place
    (:class:`~training.scoring.calibration_step.CalibrationStep`).
@@ -49,12 +47,7 @@ import numpy.typing as npt
 
 from training.artifact.store import ArtifactError, join_arrays, load_artifact, resolve_artifact, split_arrays
 from training.calibration.base import Calibrator
-from training.calibration.expected_relevance import (
-    ExpectedRelevanceCalibrator,
-    OrdinalCalibrator,
-    ordinal_probabilities,
-    softmax_probabilities,
-)
+from training.calibration.expected_relevance import OrdinalCalibrator, ordinal_probabilities
 from training.calibration.registry import calibrator_from_params
 from training.data.dataset import validate_offsets
 from training.data.normalization import VIEWS, standardise_by_query, whiten_by_query
@@ -234,24 +227,11 @@ class EnsembleModel:
         self._k_max = max([forest.n_outputs] + [runs[r].n_classes for r in linear_runs]
                           + [k + 1 for _, _, k in self._ordinal])
         self._fold_linear()
-        # the expected-relevance step: McRank's er:<link>:<T> members, grouped by (link, raw
-        # columns), computed for a whole group at once; the calibration step does the others
-        groups: dict[tuple[str, int], list[int]] = {}
-        for i, m in enumerate(members):
-            if isinstance(m.calibrator, ExpectedRelevanceCalibrator):
-                groups.setdefault((m.calibrator.link, runs[m.run].n_classes), []).append(i)
-        self._er_groups = [(link, k, np.asarray(idx, dtype=np.int64),
-                            np.array([members[i].calibrator.relevance_ for i in idx], dtype=np.float64))  # type: ignore[attr-defined]
-                           for (link, k), idx in groups.items()]
-        in_er = {i for _, _, idx, _ in self._er_groups for i in idx.tolist()}
-        self._step_members = np.array([i for i in range(len(members)) if i not in in_er], dtype=np.int64)
-        self._calibration = CalibrationStep([calibrators[i] for i in self._step_members],
-                                            [n_classes[i] for i in self._step_members])
+        self._calibration = CalibrationStep(calibrators, n_classes)
         # the slabs of ``_sums``: checkpoints, then (with linear or ordinal members) a zero slab,
         # the linear runs' and the ordinal snapshots' slabs
         n_slabs = len(ck) + (1 + len(linear_runs) + len(self._ordinal) if linear_runs or self._ordinal else 0)
-        self._plan = self._calibration.plan(self._cal_lo[self._step_members], self._cal_hi[self._step_members],
-                                            n_rows=n_slabs, columns=self._step_members, width=len(members))
+        self._plan = self._calibration.plan(self._cal_lo, self._cal_hi, n_rows=n_slabs)
 
     def _fold_linear(self) -> None:
         """One (wide columns, sum of K_r) matrix and intercept for every linear run a member reads:
@@ -336,15 +316,7 @@ class EnsembleModel:
 
     def _calibrate(self, sums: np.ndarray) -> np.ndarray:
         """Member scores (n, M) from the running sums at the checkpoints (no raw block is built)."""
-        out = np.empty((sums.shape[0], self.n_members), dtype=np.float64)
-        if self._step_members.size:
-            self._calibration.apply_plan(sums, self._plan, out)
-        for link, k, idx, relevance in self._er_groups:
-            raw = sums[:, self._hi[idx], :k] - sums[:, self._lo[idx], :k]  # (n, members, k)
-            flat = raw.reshape(-1, k)
-            probs = softmax_probabilities(flat) if link == "softmax" else ordinal_probabilities(flat)
-            out[:, idx] = np.einsum("nmk,mk->nm", probs.reshape(raw.shape[0], idx.size, -1), relevance)
-        return out
+        return self._calibration.apply_plan(sums, self._plan)
 
     def member_scores(self, features: npt.ArrayLike, query_offsets: npt.ArrayLike) -> np.ndarray:
         """Calibrated member scores, (n, n_members), every calibrator family applied at once."""
