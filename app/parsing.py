@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
+import pydantic_core
 from pydantic import BaseModel, ValidationError
 
 from app.errors import ServiceError, input_error, plain_errors, query_label, too_large, validation_message
@@ -147,14 +148,104 @@ def candidate_rows(
         raise input_error(f"{where}: the columnar form needs both {ids_field} and features")
     else:
         raise input_error(f"{where}: no candidates; send documents, or {ids_field} + features")
-    check_unique(out_ids, where, "id")
+    _check_rows(rows, out_ids, where, documents is not None)
+    return rows, out_ids
+
+
+def _check_rows(rows: npt.NDArray[np.float32], ids: Sequence[Any], where: str, documents: bool) -> None:
+    check_unique(ids, where, "id")
     bad = ~np.isfinite(rows)
     if bad.any():
         j, f = (int(v) for v in np.argwhere(bad)[0])
-        field = f"documents[{j}].features" if documents is not None else f"features[{j}]"
+        field = f"documents[{j}].features" if documents else f"features[{j}]"
         raise input_error(f"{where}: {field}: feature {f + 1} is not a finite float32 number "
                           "(NaN, infinity or beyond ±3.4e38)")
-    return rows, out_ids
+
+
+@dataclass(frozen=True)
+class FastRankBody:
+    """A /rank body of the common shape, read without a pydantic object per document."""
+
+    queries: list[tuple[Any, list[Any], npt.NDArray[Any]]]  # (qid, ids, features as parsed)
+    model: str | None
+    version: str | None
+    top_k: int | None
+
+
+_TOP_KEYS = frozenset({"queries", "model", "version", "top_k"})
+_QUERY_KEYS = frozenset({"qid", "documents"})
+_DOC_KEYS = frozenset({"id", "features"})
+
+
+def fast_rank_body(body: bytes) -> FastRankBody | None:
+    """The common /rank body (queries of ``documents`` with dense ``features``) parsed by
+    pydantic-core's JSON reader into plain lists and one numpy conversion per query, or None for
+    any other shape and for anything doubtful (a type, a key, a ragged row): the full validation
+    (``parse_json``) then reads the body and names what is wrong. Accepts only what the full
+    validation accepts, with the same values (numbers and numeric strings as floats; a bool as
+    1.0 or 0.0); about twice as fast on a 1,000-document list, where pydantic builds a model per
+    document."""
+    try:
+        doc = pydantic_core.from_json(body)
+    except ValueError:
+        return None
+    if type(doc) is not dict or not doc.keys() <= _TOP_KEYS:
+        return None
+    queries, model, version, top_k = doc.get("queries"), doc.get("model"), doc.get("version"), doc.get("top_k")
+    if type(queries) is not list or not queries:
+        return None
+    if (model is not None and type(model) is not str) or (version is not None and type(version) is not str):
+        return None
+    if top_k is not None and (type(top_k) is not int or top_k < 1):
+        return None
+    out = []
+    for q in queries:
+        if type(q) is not dict or q.keys() != _QUERY_KEYS or type(q["qid"]) not in (str, int):
+            return None
+        docs = q["documents"]
+        if type(docs) is not list or not docs:
+            return None
+        ids, rows = [], []
+        for x in docs:
+            if type(x) is not dict or x.keys() != _DOC_KEYS or type(x["id"]) not in (str, int):
+                return None
+            feats = x["features"]
+            if type(feats) is not list:
+                return None
+            ids.append(x["id"])
+            rows.append(feats)
+        try:
+            arr: npt.NDArray[Any] = np.array(rows)
+        except (ValueError, TypeError, OverflowError):
+            return None
+        # numbers only (strings, None, objects or ragged rows: the full validation explains);
+        # integers beyond 2^53 would round twice on their way to float32
+        if arr.ndim != 2 or arr.dtype.kind not in "if" or (arr.dtype.kind == "i" and arr.size
+                                                           and np.abs(arr).max() > 2**53):
+            return None
+        out.append((q["qid"], ids, arr))
+    return FastRankBody(queries=out, model=model, version=version, top_k=top_k)
+
+
+def fast_rank_lists(body: FastRankBody, d: int, *, max_queries: int, max_documents: int) -> CandidateLists | None:
+    """``rank_lists`` of a ``fast_rank_body``: the same limits, checks and arrays; None when a
+    query's feature count is not ``d`` (the full validation names the document)."""
+    check_limits(len(body.queries), sum(len(ids) for _, ids, _ in body.queries), max_queries=max_queries,
+                 max_documents=max_documents)
+    if any(arr.shape[1] != d for _, _, arr in body.queries):
+        return None
+    blocks, all_ids, qids = [], [], []
+    for i, (qid, ids, arr) in enumerate(body.queries):
+        with np.errstate(over="ignore"):  # values beyond float32 become inf: rejected below
+            rows = arr.astype(np.float32)
+        _check_rows(rows, ids, query_label(i, qid), True)
+        blocks.append(rows)
+        all_ids.extend(ids)
+        qids.append(qid)
+    offsets = np.zeros(len(blocks) + 1, dtype=np.int64)
+    np.cumsum([b.shape[0] for b in blocks], out=offsets[1:])
+    features = blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=0)
+    return CandidateLists(features=np.ascontiguousarray(features), offsets=offsets, qids=qids, ids=all_ids)
 
 
 def check_unique(ids: Sequence[Any], where: str, what: str, *, scope: str = "within a query") -> None:
@@ -236,5 +327,5 @@ def ranked(scores: npt.NDArray[np.float64], lists: CandidateLists, top_k: int | 
     return out
 
 
-__all__ = ["CandidateLists", "ServiceError", "candidate_rows", "check_limits", "letor_lists", "parse_json",
-           "query_rows", "rank_lists", "ranked"]
+__all__ = ["CandidateLists", "FastRankBody", "ServiceError", "candidate_rows", "check_limits", "fast_rank_body",
+           "fast_rank_lists", "letor_lists", "parse_json", "query_rows", "rank_lists", "ranked"]

@@ -25,7 +25,15 @@ from app.deps import (
     scoring,
 )
 from app.openapi import body_spec
-from app.parsing import CandidateLists, letor_lists, parse_json, rank_lists, ranked
+from app.parsing import (
+    CandidateLists,
+    fast_rank_body,
+    fast_rank_lists,
+    letor_lists,
+    parse_json,
+    rank_lists,
+    ranked,
+)
 from app.registry import ServedModel
 from app.schemas import ErrorResponse, RankRequest, RankResponse
 
@@ -62,6 +70,12 @@ async def rank(
         if text:
             served = resolve_model(registry, model, version)
             return served, letor_lists(body, served.n_features, **limits), top_k
+        fast = fast_rank_body(body)
+        if fast is not None:
+            served = resolve_model(registry, fast.model or model, fast.version or version)
+            lists = fast_rank_lists(fast, served.n_features, **limits)
+            if lists is not None:
+                return served, lists, fast.top_k or top_k
         req = parse_json(RankRequest, body)
         served = resolve_model(registry, req.model or model, req.version or version)
         return served, rank_lists(req.queries, served.n_features, **limits), req.top_k or top_k

@@ -200,3 +200,88 @@ def test_letor_lines_without_docid_among_lines_with_one(client: TestClient) -> N
     r = client.post("/rank", content=text, headers={"Content-Type": "text/plain"})
     assert r.status_code == 200, r.text
     assert sorted(str(d["id"]) for d in r.json()["results"][0]["ranking"]) == ["1", "2", "first"]
+
+
+def _dense_body(x: np.ndarray, sizes: list[int]) -> dict[str, Any]:
+    queries, lo = [], 0
+    for q, n in enumerate(sizes):
+        queries.append({"qid": f"q{q}", "documents": [{"id": f"d{j}", "features": x[lo + j].tolist()}
+                                                      for j in range(n)]})
+        lo += n
+    return {"queries": queries}
+
+
+def _variants() -> list[tuple[str, bytes]]:
+    """Bodies of the fast path's shape, valid and not, as raw JSON text."""
+    import json
+
+    x = features(16)
+    good = _dense_body(x, SIZES)
+    out = [("good", json.dumps(good)), ("top_k", json.dumps({**good, "top_k": 2})),
+           ("model", json.dumps({**good, "model": "default", "version": "v1"}))]
+
+    def edit(name: str, fn: Any) -> None:
+        body = json.loads(json.dumps(good))
+        fn(body)
+        out.append((name, json.dumps(body)))
+
+    d0 = lambda b: b["queries"][0]["documents"][0]  # noqa: E731
+    edit("int ids and qid", lambda b: (b["queries"][1].update(qid=7), d0(b).update(id=3)))
+    edit("ints and bools among floats", lambda b: d0(b)["features"].__setitem__(slice(0, 2), [2, True]))
+    edit("numeric string", lambda b: d0(b)["features"].__setitem__(0, "1.5"))
+    edit("word", lambda b: d0(b)["features"].__setitem__(0, "one"))
+    edit("null value", lambda b: d0(b)["features"].__setitem__(0, None))
+    edit("one feature short", lambda b: d0(b)["features"].pop())
+    edit("one feature too many", lambda b: d0(b)["features"].append(0.5))
+    edit("every row short", lambda b: [doc["features"].pop() for q in b["queries"] for doc in q["documents"]])
+    edit("beyond float32", lambda b: d0(b)["features"].__setitem__(3, 1e39))
+    edit("duplicate id", lambda b: b["queries"][0]["documents"][1].update(id="d0"))
+    edit("empty documents", lambda b: b["queries"][1].update(documents=[]))
+    edit("extra key", lambda b: d0(b).update(score=1.0))
+    edit("bool id", lambda b: d0(b).update(id=True))
+    edit("float qid", lambda b: b["queries"][0].update(qid=1.0))
+    edit("top_k zero", lambda b: b.update(top_k=0))
+    edit("top_k bool", lambda b: b.update(top_k=True))
+    edit("unknown version", lambda b: b.update(version="v9"))
+    edit("sparse document", lambda b: d0(b).update(features={"1": 0.5}))
+    edit("huge integer", lambda b: d0(b)["features"].__setitem__(0, 2**60 + 1))
+    out.append(("NaN token", json.dumps(good).replace(str(x[0, 0].item()), "NaN", 1)))
+    out.append(("not json", "{\"queries\": ["))
+    return [(name, text.encode()) for name, text in out]
+
+
+@pytest.mark.parametrize(("name", "body"), _variants(), ids=[n for n, _ in _variants()])
+def test_fast_json_path_answers_exactly_as_the_full_validation(
+        client: TestClient, monkeypatch: pytest.MonkeyPatch, name: str, body: bytes) -> None:
+    """The fast reader of the common body shape (app.parsing.fast_rank_body) accepts what the
+    full validation accepts, with the same arrays, and leaves the rest to it: every answer (status
+    and body, the server time aside) is the one the full validation alone gives."""
+    from app.routers import rank as rank_module
+
+    headers = {"Content-Type": "application/json"}
+
+    def answer() -> tuple[int, Any]:
+        r = client.post("/rank", content=body, headers=headers)
+        payload = r.json()
+        if isinstance(payload, dict):
+            payload.pop("server_time_ms", None)
+        return r.status_code, payload
+
+    fast = answer()
+    monkeypatch.setattr(rank_module, "fast_rank_body", lambda _body: None)
+    assert answer() == fast
+    assert fast[0] in (200, 413, 422), fast
+
+
+def test_fast_json_path_takes_the_common_body() -> None:
+    import json
+
+    from app.parsing import fast_rank_body, fast_rank_lists
+
+    x = features(16)
+    parsed = fast_rank_body(json.dumps(_dense_body(x, SIZES)).encode())
+    assert parsed is not None
+    lists = fast_rank_lists(parsed, N_FEATURES, max_queries=10, max_documents=100)
+    assert lists is not None
+    np.testing.assert_array_equal(lists.features, x)
+    assert lists.offsets.tolist() == offsets_of(SIZES).tolist() and lists.qids == ["q0", "q1", "q2"]
