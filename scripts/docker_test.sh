@@ -252,6 +252,18 @@ for p in tunemix numba fastapi uvicorn prometheus[-_]client pydantic[-_]settings
 done
 ok "no scipy/matplotlib/dask/tqdm; $(grep -icE '==' <<<"$pkgs") packages: $(grep -iE '^(tunemix|numba|numpy|fastapi|uvicorn|prometheus.client|pydantic.settings)==' <<<"$pkgs" | tr '\n' ' ')"
 
+# every feature view scores in the image: numba's np.linalg needs scipy, which it does not have
+views=$($ENGINE run --rm --entrypoint python "$IMAGE" -c '
+import numpy as np
+from training.data.normalization import apply_view
+x = np.random.default_rng(0).normal(size=(40, 6)).astype(np.float32)
+off = np.array([0, 15, 40])
+w = apply_view(x, off, "raw+white")[15:, 6:].astype(np.float64)
+assert np.allclose(np.cov(w.T, bias=True), np.eye(6), atol=1e-3)
+print(" ".join(v for v in ("raw", "raw+std", "raw+white") if apply_view(x, off, v).shape[0] == 40))
+' 2>"$ERR") || fail "feature views in the image: $(tail -3 "$ERR")"
+ok "feature views without scipy: $views"
+
 # ------------------------------------------------------------------ 3. run the image
 log "run $IMAGE on 127.0.0.1:$PORT (baked-in default model)"
 r0=$SECONDS
