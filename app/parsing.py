@@ -182,9 +182,9 @@ def fast_rank_body(body: bytes) -> FastRankBody | None:
     pydantic-core's JSON reader into plain lists and one numpy conversion per query, or None for
     any other shape and for anything doubtful (a type, a key, a ragged row): the full validation
     (``parse_json``) then reads the body and names what is wrong. Accepts only what the full
-    validation accepts, with the same values (numbers and numeric strings as floats; a bool as
-    1.0 or 0.0); about twice as fast on a 1,000-document list, where pydantic builds a model per
-    document."""
+    validation accepts, with the same values (numbers as floats; a bool among numbers as 1.0 or
+    0.0). Measured interleaved on MQ2008 lists, reading plus arrays: 0.55 against 0.62 ms for 100
+    documents, 6.2 against 8.4 ms for 1,000 (pydantic builds a model per document)."""
     try:
         doc = pydantic_core.from_json(body)
     except ValueError:
@@ -234,18 +234,13 @@ def fast_rank_lists(body: FastRankBody, d: int, *, max_queries: int, max_documen
                  max_documents=max_documents)
     if any(arr.shape[1] != d for _, _, arr in body.queries):
         return None
-    blocks, all_ids, qids = [], [], []
+    checked = []
     for i, (qid, ids, arr) in enumerate(body.queries):
         with np.errstate(over="ignore"):  # values beyond float32 become inf: rejected below
             rows = arr.astype(np.float32)
         _check_rows(rows, ids, query_label(i, qid), True)
-        blocks.append(rows)
-        all_ids.extend(ids)
-        qids.append(qid)
-    offsets = np.zeros(len(blocks) + 1, dtype=np.int64)
-    np.cumsum([b.shape[0] for b in blocks], out=offsets[1:])
-    features = blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=0)
-    return CandidateLists(features=np.ascontiguousarray(features), offsets=offsets, qids=qids, ids=all_ids)
+        checked.append((qid, rows, ids))
+    return _stacked(checked)
 
 
 def check_unique(ids: Sequence[Any], where: str, what: str, *, scope: str = "within a query") -> None:
@@ -261,17 +256,17 @@ def rank_lists(queries: Sequence[RankQuery], d: int, *, max_queries: int, max_do
     """All queries of a /rank body as one feature matrix (see ``CandidateLists``)."""
     sizes = [len(q.documents) if q.documents is not None else len(q.ids or ()) for q in queries]
     check_limits(len(queries), sum(sizes), max_queries=max_queries, max_documents=max_documents)
-    blocks, ids = [], []
-    qids = []
-    for i, q in enumerate(queries):
-        rows, q_ids = query_rows(q, i, d)
-        blocks.append(rows)
-        ids.extend(q_ids)
-        qids.append(q.qid)
-    offsets = np.zeros(len(blocks) + 1, dtype=np.int64)
-    np.cumsum([b.shape[0] for b in blocks], out=offsets[1:])
+    return _stacked([(q.qid, *query_rows(q, i, d)) for i, q in enumerate(queries)])
+
+
+def _stacked(queries: Sequence[tuple[Any, npt.NDArray[np.float32], list[Any]]]) -> CandidateLists:
+    """``CandidateLists`` of checked (qid, features, ids) triples, in order."""
+    offsets = np.zeros(len(queries) + 1, dtype=np.int64)
+    np.cumsum([rows.shape[0] for _, rows, _ in queries], out=offsets[1:])
+    blocks = [rows for _, rows, _ in queries]
     features = blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=0)
-    return CandidateLists(features=np.ascontiguousarray(features), offsets=offsets, qids=qids, ids=ids)
+    return CandidateLists(features=np.ascontiguousarray(features), offsets=offsets, qids=[q for q, _, _ in queries],
+                          ids=[i for _, _, ids in queries for i in ids])
 
 
 def letor_lists(body: bytes, d: int, *, max_queries: int, max_documents: int) -> CandidateLists:

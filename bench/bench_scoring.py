@@ -432,12 +432,12 @@ def ensemble(mq: dict[str, Any] | None, quick: bool) -> dict[str, Any]:
     return out
 
 
-def ensemble_in_fresh_process(quick: bool) -> dict[str, Any]:
+def ensemble_in_fresh_process(mq: dict[str, Any] | None, quick: bool) -> dict[str, Any]:
     """``ensemble`` with the service's settings (OpenBLAS held to one thread), for a process of
-    its own (no peer library loaded)."""
+    its own (no peer library loaded; ``mq``, already read by the parent, comes pickled)."""
     env = forest_module.limit_blas_threads(1)
     set_threads(max(THREADS))
-    out = ensemble(load_mq2008(), quick)
+    out = ensemble(mq, quick)
     out["process"] = {"fresh": True, "blas_threads_limited_to_1": [Path(p).name for p in env]}
     return out
 
@@ -530,7 +530,8 @@ def main(argv: list[str] | None = None) -> None:
     import multiprocessing
 
     with multiprocessing.get_context("spawn").Pool(1) as pool:
-        result["ensemble"] = pool.apply(ensemble_in_fresh_process, (args.quick,))
+        result["ensemble"] = pool.apply(ensemble_in_fresh_process, ({"all_rows": mq["all_rows"]} if mq else None,
+                                                                     args.quick))
     result["targets"] = targets({k: v for k, v in kernels.items() if isinstance(v, dict)}, result["ensemble"])
     try:
         import numba

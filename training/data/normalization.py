@@ -95,8 +95,6 @@ def _centre_cov(x, offsets, q0, means, cov):
                     for c in range(d):
                         cov[b, r, c] += a * row[c]
         for r in range(d):
-            for c in range(r + 1, d):
-                cov[b, c, r] = cov[b, r, c]
             for c in range(r, d):
                 cov[b, r, c] /= m
                 cov[b, c, r] = cov[b, r, c]

@@ -149,6 +149,7 @@ def weighted_rescaled_sum(
     total = np.empty(n_members)
     mn = np.empty(n_members)
     mx = np.empty(n_members)
+    unlike = np.empty(n_members)
     shift = np.empty(n_members)
     coef = np.empty(n_members)
     lanes = np.empty(_LANES)
@@ -163,12 +164,12 @@ def weighted_rescaled_sum(
             # iff that count is 0: the mean of equal values need not equal them after rounding)
             for m in range(n_members):
                 total[m] = member_scores[lo, m]
-                mn[m] = 0.0
+                unlike[m] = 0.0
             for i in range(lo + 1, hi):
                 for m in range(n_members):
                     v = member_scores[i, m]
                     total[m] += v
-                    mn[m] += 1.0 if v != member_scores[lo, m] else 0.0
+                    unlike[m] += 1.0 if v != member_scores[lo, m] else 0.0
             for m in range(n_members):
                 shift[m] = total[m] / size
                 coef[m] = 0.0
@@ -178,7 +179,7 @@ def weighted_rescaled_sum(
                     coef[m] += d * d
             for m in range(n_members):
                 std = np.sqrt(coef[m] / size)
-                coef[m] = weights[m] / std if mn[m] > 0.0 and std > 0.0 else 0.0
+                coef[m] = weights[m] / std if unlike[m] > 0.0 and std > 0.0 else 0.0
         else:
             for m in range(n_members):
                 mn[m] = member_scores[lo, m]

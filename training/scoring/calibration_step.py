@@ -10,8 +10,8 @@ sums[i, lo, :K]`` straight from the forest's running sums; a model's members sha
 snapshots and differ in their calibrators), class-major; then for each member it copies its
 source's rows into a small buffer and applies the member's formula with the documents in the
 innermost loop (parameters stay in registers, the arithmetic vectorises), writing its scores to
-the member's column of the output (``CalibrationStep.plan``: where each member reads and writes,
-checked once when a model loads):
+the member's column of the output (``CalibrationStep.plan``: where each member reads, checked
+once when a model loads):
 
 - ``identity``: v = f_0 (the best single feature, LambdaMART's one score).
 - ``er:<link>:<T>`` (McRank's expected relevance): softmax v = (sum_l T_l e_l) / (sum_l e_l),
@@ -56,7 +56,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numba
 import numpy as np
 import numpy.typing as npt
 from llvmlite import ir
@@ -69,7 +68,7 @@ from training.calibration.regression_calibration import _POLY_CLIP, RegressionCa
 from training.calibration.regression_models import unpack_network
 from training.calibration.shift import ShiftCalibrator
 from training.calibration.sigmoid_calibration import SigmoidCalibrator
-from training.scoring.forest import _PARALLEL, get_scoring_threads
+from training.scoring.forest import run_on_threads
 
 Float64Array = npt.NDArray[np.float64]
 Int64Array = npt.NDArray[np.int64]
@@ -428,13 +427,13 @@ def _nn_block(x, nb, k, fp, p, hidden, res, t0, t1):  # pragma: no cover
 
 
 @njit(cache=True, inline="always", error_model="numpy", fastmath=_CONTRACT)
-def _calibrate_range(src, uhi, ulo, usrc, ocol, head, fp, ip, out, start, stop, k_max, t_max):  # pragma: no cover
+def _calibrate_range(src, uhi, ulo, usrc, head, fp, ip, out, start, stop, k_max, t_max):  # pragma: no cover
     """Documents ``start:stop``, block by block. First each distinct raw source u of the block
     (``src[i, uhi[u], :] - src[i, ulo[u], :]``, or ``src[i, uhi[u], :]`` when ``ulo[u] < 0``; many
     members share a snapshot and differ only in their calibrator) is gathered once, class-major,
     into ``raws[u, l, j]``; then every member of ``head`` in turn copies its source's rows (packed
     row g reads source ``usrc[g]``) and applies its formula; the block's scores go to
-    ``out[i, ocol[g]]``."""
+    ``out[i, m]``, m its member (``head[g, _H_COLUMN]``)."""
     n_src = uhi.shape[0]
     n_members = head.shape[0]
     raws = np.empty((n_src, k_max, DOC_BLOCK))
@@ -487,20 +486,20 @@ def _calibrate_range(src, uhi, ulo, usrc, ocol, head, fp, ip, out, start, stop, 
         for j in range(nb):
             orow = out[i0 + j]
             for g in range(n_members):
-                orow[ocol[g]] = res[g, j]
+                orow[head[g, _H_COLUMN]] = res[g, j]
 
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=_CONTRACT)
-def _calibrate_serial(src, uhi, ulo, usrc, ocol, head, fp, ip, out, k_max, t_max):  # pragma: no cover
-    _calibrate_range(src, uhi, ulo, usrc, ocol, head, fp, ip, out, 0, src.shape[0], k_max, t_max)
+def _calibrate_serial(src, uhi, ulo, usrc, head, fp, ip, out, k_max, t_max):  # pragma: no cover
+    _calibrate_range(src, uhi, ulo, usrc, head, fp, ip, out, 0, src.shape[0], k_max, t_max)
 
 
 @njit(cache=True, nogil=True, parallel=True, error_model="numpy", fastmath=_CONTRACT)
-def _calibrate_parallel(src, uhi, ulo, usrc, ocol, head, fp, ip, out, k_max, t_max, n_tasks):  # pragma: no cover
+def _calibrate_parallel(src, uhi, ulo, usrc, head, fp, ip, out, k_max, t_max, n_tasks):  # pragma: no cover
     """``_calibrate_serial`` on ``n_tasks`` contiguous document ranges, one per thread."""
     n = src.shape[0]
     for t in prange(n_tasks):
-        _calibrate_range(src, uhi, ulo, usrc, ocol, head, fp, ip, out, t * n // n_tasks,
+        _calibrate_range(src, uhi, ulo, usrc, head, fp, ip, out, t * n // n_tasks,
                          (t + 1) * n // n_tasks, k_max, t_max)
 
 
@@ -543,7 +542,6 @@ class CalibrationStep:
         self._ip = np.array(ip, dtype=np.int64)
         self._k_max = max([r[_H_K] for r in rows], default=1)
         self._t_max = max([r[_H_SIZE] for r in rows if r[_H_FAMILY] == POLY], default=1)
-        self._columns = np.arange(self.n_members, dtype=np.int64)
         self._no_base = np.full(self.n_members, -1, dtype=np.int64)
         self._raw_plan: SourcePlan | None = None
 
@@ -554,7 +552,8 @@ class CalibrationStep:
             raise ValueError(f"raw must have shape (n, {self.n_members}, >= {max(self._n_classes, default=0)}), "
                              f"got {raw.shape}")
         if self._raw_plan is None:
-            self._raw_plan = self.plan(self._no_base, self._columns, n_rows=self.n_members)
+            self._raw_plan = self.plan(self._no_base, np.arange(self.n_members, dtype=np.int64),
+                                       n_rows=self.n_members)
         return self.apply_plan(raw, self._raw_plan)
 
     def apply_sums(self, sums: Float64Array, lo: Int64Array, hi: Int64Array) -> Float64Array:
@@ -563,12 +562,10 @@ class CalibrationStep:
         plan = self.plan(lo, hi, n_rows=np.asarray(sums).shape[1] if np.ndim(sums) == 3 else 0)
         return self.apply_plan(sums, plan)
 
-    def plan(self, lo: Int64Array, hi: Int64Array, *, n_rows: int, columns: Int64Array | None = None,
-             width: int | None = None) -> SourcePlan:
+    def plan(self, lo: Int64Array, hi: Int64Array, *, n_rows: int) -> SourcePlan:
         """Where each member reads its raw scores (``sums[:, hi[m]] - sums[:, lo[m]]``, ``lo[m] < 0``:
-        ``sums[:, hi[m]]``, rows below ``n_rows``) and writes its score (column ``columns[m]`` of an
-        output ``width`` wide; default: column m of M), checked once so that a model can reuse it
-        on every call (``apply_plan``). The distinct (hi, lo) pairs are gathered once per block of
+        ``sums[:, hi[m]]``, rows below ``n_rows``), checked once so that a model can reuse it on
+        every call (``apply_plan``). The distinct (hi, lo) pairs are gathered once per block of
         documents: many members share a snapshot and differ only in their calibrator."""
         lo = np.ascontiguousarray(lo, dtype=np.int64)
         hi = np.ascontiguousarray(hi, dtype=np.int64)
@@ -576,68 +573,44 @@ class CalibrationStep:
             raise ValueError(f"lo and hi need one checkpoint per member ({self.n_members})")
         if self.n_members and (hi.min() < 0 or hi.max() >= n_rows or lo.max() >= n_rows):
             raise ValueError(f"checkpoint indices must lie in 0..{n_rows - 1}")
-        if (columns is None) != (width is None):
-            raise ValueError("columns and width go together")
-        if columns is None or width is None:
-            columns, width = self._columns, self.n_members
-        columns = np.ascontiguousarray(columns, dtype=np.int64)
-        if (columns.shape != (self.n_members,) or np.unique(columns).size != self.n_members
-                or (self.n_members and (columns.min() < 0 or columns.max() >= width))):
-            raise ValueError(f"columns must be {self.n_members} distinct indices below {width}")
         members = self._head[:, _H_COLUMN]
         pairs = np.stack([hi[members], np.maximum(lo[members], -1)], axis=1)
         uniq, usrc = np.unique(pairs.reshape(-1, 2), axis=0, return_inverse=True)
-        return SourcePlan(hi=hi, lo=lo, columns=columns, width=int(width), n_rows=int(n_rows),
-                          uhi=np.ascontiguousarray(uniq[:, 0]), ulo=np.ascontiguousarray(uniq[:, 1]),
-                          usrc=np.ascontiguousarray(usrc.reshape(-1), dtype=np.int64),
-                          ocol=np.ascontiguousarray(columns[members]))
+        return SourcePlan(hi=hi, lo=lo, n_rows=int(n_rows), uhi=np.ascontiguousarray(uniq[:, 0]),
+                          ulo=np.ascontiguousarray(uniq[:, 1]),
+                          usrc=np.ascontiguousarray(usrc.reshape(-1), dtype=np.int64))
 
-    def apply_plan(self, sums: Float64Array, plan: SourcePlan, out: Float64Array | None = None) -> Float64Array:
-        """Member scores by ``plan`` from ``sums`` (n, plan's rows, >= K_max): into ``out`` (C-contiguous
-        float64 (n, plan's width), the columns of no member left as they are) or a new array."""
+    def apply_plan(self, sums: Float64Array, plan: SourcePlan) -> Float64Array:
+        """Member scores (n, M) by ``plan`` from ``sums`` (n, plan's rows, >= K_max)."""
         sums = np.ascontiguousarray(sums, dtype=np.float64)
         k_need = max(self._n_classes, default=0)
         if sums.ndim != 3 or sums.shape[1] != plan.n_rows or sums.shape[2] < k_need:
             raise ValueError(f"sums must have shape (n, {plan.n_rows}, >= {k_need}), got {sums.shape}")
         n = sums.shape[0]
-        if out is None:
-            out = np.empty((n, plan.width), dtype=np.float64)
-        elif (out.dtype != np.float64 or out.shape != (n, plan.width) or not out.flags.c_contiguous
-              or not out.flags.writeable):
-            raise ValueError(f"out must be a writable C-contiguous float64 array of shape {(n, plan.width)}")
+        out = np.empty((n, self.n_members), dtype=np.float64)
         if n == 0:
             return out
         if self._head.shape[0]:
-            args = (sums, plan.uhi, plan.ulo, plan.usrc, plan.ocol, self._head, self._fp, self._ip, out,
-                    self._k_max, self._t_max)
-            threads = min(get_scoring_threads(), n)
-            if (threads > 1 and n * self._head.shape[0] >= PARALLEL_MIN_WORK
-                    and _PARALLEL.acquire(blocking=False)):
-                try:
-                    numba.set_num_threads(threads)
-                    _calibrate_parallel(*args, threads)
-                finally:
-                    _PARALLEL.release()
-            else:
-                _calibrate_serial(*args)
+            args = (sums, plan.uhi, plan.ulo, plan.usrc, self._head, self._fp, self._ip, out, self._k_max,
+                    self._t_max)
+            run_on_threads(n, n * self._head.shape[0] >= PARALLEL_MIN_WORK, lambda: _calibrate_serial(*args),
+                           lambda threads: _calibrate_parallel(*args, threads))
         for m in self.fallback:
             k = self._n_classes[m]
             h, lo_m = plan.hi[m], plan.lo[m]
             block = sums[:, h, :k] - sums[:, lo_m, :k] if lo_m >= 0 else sums[:, h, :k]
-            out[:, plan.columns[m]] = self._calibrators[m].transform(np.ascontiguousarray(block))
+            out[:, m] = self._calibrators[m].transform(np.ascontiguousarray(block))
         return out
 
 
 @dataclass(frozen=True, eq=False)
 class SourcePlan:
-    """``CalibrationStep.plan``'s result: the members' sources and output columns, checked."""
+    """``CalibrationStep.plan``'s result: each member's source (``hi``, ``lo``), checked, and the
+    distinct sources (``uhi``, ``ulo``) with each packed row's index among them (``usrc``)."""
 
     hi: Int64Array
     lo: Int64Array
-    columns: Int64Array
-    width: int
     n_rows: int
     uhi: Int64Array
     ulo: Int64Array
     usrc: Int64Array
-    ocol: Int64Array

@@ -219,19 +219,22 @@ class EnsembleModel:
             else:
                 calibrators.append(m.calibrator)
                 n_classes.append(k)
-        self._ordinal_groups = [
-            (k, np.array(js, dtype=np.int64), np.array([self._ordinal[j][0] for j in js], dtype=np.int64),
-             np.array([self._ordinal[j][1] for j in js], dtype=np.int64))
-            for k in sorted({k for _, _, k in self._ordinal})
-            for js in [[j for j, o in enumerate(self._ordinal) if o[2] == k]]]
+        # the ordinal slabs by class count: (k, slab indices, lo checkpoints, hi checkpoints)
+        by_k: dict[int, list[int]] = {}
+        for j, (_, _, k) in enumerate(self._ordinal):
+            by_k.setdefault(k, []).append(j)
+        self._ordinal_groups = []
+        for k, js in sorted(by_k.items()):
+            lo_hi = np.array([self._ordinal[j][:2] for j in js], dtype=np.int64)
+            self._ordinal_groups.append((k, np.array(js, dtype=np.int64), lo_hi[:, 0], lo_hi[:, 1]))
         self._k_max = max([forest.n_outputs] + [runs[r].n_classes for r in linear_runs]
                           + [k + 1 for _, _, k in self._ordinal])
         self._fold_linear()
         self._calibration = CalibrationStep(calibrators, n_classes)
         # the slabs of ``_sums``: checkpoints, then (with linear or ordinal members) a zero slab,
         # the linear runs' and the ordinal snapshots' slabs
-        n_slabs = len(ck) + (1 + len(linear_runs) + len(self._ordinal) if linear_runs or self._ordinal else 0)
-        self._plan = self._calibration.plan(self._cal_lo, self._cal_hi, n_rows=n_slabs)
+        self._n_slabs = len(ck) + (1 + len(linear_runs) + len(self._ordinal) if linear_runs or self._ordinal else 0)
+        self._plan = self._calibration.plan(self._cal_lo, self._cal_hi, n_rows=self._n_slabs)
 
     def _fold_linear(self) -> None:
         """One (wide columns, sum of K_r) matrix and intercept for every linear run a member reads:
@@ -263,7 +266,7 @@ class EnsembleModel:
         if not self._linear_runs and not self._ordinal:
             return sums
         n, c, r = wide.shape[0], self._checkpoints.shape[0], len(self._linear_runs)
-        out = np.zeros((n, c + 1 + r + len(self._ordinal), self._k_max), dtype=np.float64)
+        out = np.zeros((n, self._n_slabs, self._k_max), dtype=np.float64)
         out[:, :c, : sums.shape[2]] = sums
         if r:
             lin = wide.astype(np.float64) @ self._linear_w + self._linear_b

@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -647,19 +647,29 @@ def score_forest(
             forest.base_leaf_start, forest.node_feature, forest.node_threshold, p.vnode, p.vthr, p.vleaf,
             p.base_vstart, p.base_depth, p.base_compact_at, p.chunk_start, forest.leaf_values, ck, ck_chunk,
             ck_first, out, totals, (0,) * forest.n_outputs)
-    threads = get_scoring_threads()
-    if threads > 1 and n * forest.n_base >= PARALLEL_MIN_WORK and _PARALLEL.acquire(blocking=False):
-        try:
-            numba.set_num_threads(threads)
-            _score_parallel(*args)
-        finally:
-            _PARALLEL.release()
-    else:
-        _score_serial(*args)
+    run_on_threads(n, n * forest.n_base >= PARALLEL_MIN_WORK,
+                   lambda: _score_serial(*args), lambda threads: _score_parallel(*args))
     return out
 
 
 _PARALLEL = threading.Lock()
+
+
+def run_on_threads(n_items: int, big_enough: bool, serial: Callable[[], object],
+                   parallel: Callable[[int], object]) -> None:
+    """Run ``parallel(threads)`` on ``get_scoring_threads()`` numba threads (at most ``n_items``)
+    when there are several and the work is ``big_enough``, else ``serial()``. A parallel launch
+    already in progress in another Python thread makes this one run serially instead of waiting
+    (and keeps numba's threading layers safe). The forest pass and the calibration step share it."""
+    threads = min(get_scoring_threads(), n_items)
+    if threads > 1 and big_enough and _PARALLEL.acquire(blocking=False):
+        try:
+            numba.set_num_threads(threads)
+            parallel(threads)
+        finally:
+            _PARALLEL.release()
+    else:
+        serial()
 _scoring_threads = 0  # 0: every numba thread (NUMBA_NUM_THREADS); set by the service per worker
 
 
