@@ -108,12 +108,13 @@ async def scoring(request: Request, fn: Callable[..., T], *args: Any) -> T:
     state.scoring_requests += 1  # on the event loop: no race
     try:
         alone = state.scoring_requests == 1
-        return await anyio.to_thread.run_sync(_score, fn, args, alone, limiter=state.scoring_slots)
+        return await anyio.to_thread.run_sync(score_call, fn, args, alone, limiter=state.scoring_slots)
     finally:
         state.scoring_requests -= 1
 
 
-def _score(fn: Callable[..., T], args: tuple[Any, ...], alone: bool) -> T:
+def score_call(fn: Callable[..., T], args: tuple[Any, ...], alone: bool) -> T:
+    """``fn(*args)``, on one numba thread unless ``alone`` (no other request of the worker scoring)."""
     if alone:
         return fn(*args)
     with single_threaded():

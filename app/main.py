@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.deps import PYTHON_LANES
 from app.errors import ServiceError, plain_errors, validation_message
+from app.fastlane import RankFastLane
 from app.observability import Metrics, MetricsMiddleware
 from app.openapi import install_openapi
 from app.registry import ModelRegistry
@@ -143,6 +144,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     for module in (health, rank, evaluate, fuse, models):
         app.include_router(module.router)
+    rank_route = next(r for r in rank.router.routes if getattr(r, "path", None) == "/rank")
+    app.add_middleware(RankFastLane, state=app.state, route=rank_route)  # inside the metrics: counted
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     install_openapi(app)
     return app

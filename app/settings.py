@@ -34,6 +34,11 @@ class Settings(BaseSettings):
                                                          "on the cores numba's scoring threads need)")
     concurrency: int | None = Field(
         None, ge=1, le=256, description="requests one worker scores at once (default: cores / workers)")
+    inline_budget_ms: float = Field(
+        5.0, ge=0, description="a common /rank request estimated to take at most this long (reading + scoring, "
+                               "from the model's cost measured at load) is answered on the event loop, "
+                               "without thread hops (app/fastlane.py); larger ones go to worker threads. "
+                               "0: every request goes to worker threads")
     reload_token: str | None = Field(None, description="bearer token of POST /models/reload; unset disables it")
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     access_log: bool = Field(False, description="one log line per request (off by default: /metrics counts "
