@@ -25,6 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.deps import PYTHON_LANES
 from app.errors import ServiceError, plain_errors, validation_message
 from app.fastlane import RankFastLane
+from app.feature_scan import scan_body
 from app.observability import Metrics, MetricsMiddleware
 from app.openapi import install_openapi
 from app.registry import ModelRegistry
@@ -41,7 +42,7 @@ Every 4xx body is `{"detail": "<what is wrong, naming the query and field>"}`.""
 
 
 def warm_kernels() -> None:
-    """Compile (or load from numba's cache) the evaluation and fusion kernels."""
+    """Compile (or load from numba's cache) the evaluation and fusion kernels and the body reader's."""
     from training.ensemble.list_fusion import fuse_lists
     from training.evaluation import CONVENTION_NAMES
     from training.evaluation import evaluate as run_evaluate
@@ -53,6 +54,7 @@ def warm_kernels() -> None:
         with contextlib.suppress(ValueError):
             run_evaluate(labels, scores, off, ["ndcg@10", "err", "p@5", "map"], name,
                          docids=np.array(["a", "b", "c", "d"]))
+    scan_body(b'{"features": [1.5, 2e-3, 12345678901234567]}')  # /rank's reader of feature values
     mat = np.array([[1.0, np.nan], [0.5, 2.0], [0.2, 1.0], [np.nan, 0.5]])
     for method in ("rrf", "combsum", "combmnz", "condorcet"):
         fuse_lists(mat, off, method, top_k=1)
