@@ -79,8 +79,7 @@ COPY --from=builder /opt/tunemix/models /opt/tunemix/models
 ENV TUNEMIX_MODELS_DIR=/opt/tunemix/models \
     TUNEMIX_DEFAULT_MODEL=default \
     TUNEMIX_HOST=0.0.0.0 \
-    TUNEMIX_PORT=8000 \
-    TUNEMIX_WORKERS=1
+    TUNEMIX_PORT=8000
 WORKDIR /srv/tunemix
 USER tunemix
 # Warm the numba cache (NUMBA_CACHE_DIR, owned by this user and still writable at run time, e.g.

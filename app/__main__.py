@@ -1,9 +1,10 @@
 """``python -m app``: serve with uvicorn using ``Settings`` (``TUNEMIX_*`` environment variables).
 
-With ``TUNEMIX_WORKERS`` > 1 it prepares what several processes share before uvicorn forks:
-a fresh ``PROMETHEUS_MULTIPROC_DIR`` (metrics summed over workers), a state directory through
-which a reload in one worker reaches the others, and ``TUNEMIX_SCORING_THREADS`` = cores /
-workers unless set (so the workers' numba threads do not oversubscribe the cores).
+It starts ``TUNEMIX_WORKERS`` workers (default: one per usable core) and passes the count on to
+them. With several it prepares what the processes share before uvicorn forks: a fresh
+``PROMETHEUS_MULTIPROC_DIR`` (metrics summed over workers) and a state directory through which a
+reload in one worker reaches the others. Each worker may score a long list on every core; lists
+shorter than ``TUNEMIX_PARALLEL_MIN_DOCUMENTS`` stay on one thread (``app.settings``).
 """
 
 from __future__ import annotations
@@ -22,18 +23,18 @@ def main() -> None:
     settings = Settings()
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     tmp: str | None = None
-    if settings.workers > 1:
+    workers = settings.worker_processes()
+    os.environ["TUNEMIX_WORKERS"] = str(workers)  # the workers' own Settings see the count
+    if workers > 1:
         tmp = tempfile.mkdtemp(prefix="tunemix-")
         metrics_dir = os.path.join(tmp, "metrics")
         os.makedirs(metrics_dir)
         os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", metrics_dir)
         if settings.state_dir is None:
             os.environ["TUNEMIX_STATE_DIR"] = os.path.join(tmp, "state")
-        if settings.scoring_threads is None:
-            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-            os.environ["TUNEMIX_SCORING_THREADS"] = str(max(1, cores // settings.workers))
+    logging.getLogger("app").info("starting %d uvicorn worker(s)", workers)
     try:
-        uvicorn.run("app.main:app", host=settings.host, port=settings.port, workers=settings.workers,
+        uvicorn.run("app.main:app", host=settings.host, port=settings.port, workers=workers,
                     log_level=settings.log_level, access_log=settings.access_log, timeout_keep_alive=5)
     finally:
         if tmp is not None:

@@ -71,6 +71,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
     if settings.scoring_threads is not None:
         forest.set_scoring_threads(settings.scoring_threads)
+    forest.set_parallel_min_documents(settings.parallel_floor())
     forest.limit_blas_threads(settings.blas_threads)
     registry = ModelRegistry(settings.models_dir, settings.default_model,
                              max_cached_versions=settings.max_cached_versions, state_dir=settings.state_dir)

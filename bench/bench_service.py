@@ -7,14 +7,17 @@ plain FastAPI + LightGBM peer, plus where the time goes inside one request.
 
 Writes ``bench/results/service.json``.
 
-1. **Servers.** Ours is the real service, ``python -m app`` (uvicorn, one worker, 127.0.0.1,
-   its default log level), serving the latest ``models/mq2008-fold1/vN`` (trained with
-   ``tunemix train --config configs/mq2008.toml --models-dir models`` first when absent, about
-   5 min). The peer (``bench/peer_lightgbm_service.py``) is a plain FastAPI app under the same
-   uvicorn, ranking with a LightGBM lambdarank ``Booster`` trained here on MQ2008 Fold1 train
-   with as many trees as our forest has bases, 8 leaves, ``num_threads`` = our scoring threads.
-   Both take the same body and answer with the same shape. Each runs in its own process; the
-   benchmark waits (bounded) for ``GET /ready`` == 200.
+1. **Servers.** Ours is the real service, ``python -m app`` (uvicorn, 127.0.0.1, its default
+   worker count, one per usable core, or ``--workers``; its default log level), serving the
+   latest ``models/mq2008-fold1/vN`` (trained with ``tunemix train --config
+   configs/mq2008.toml --models-dir models`` first when absent, about 5 min). The peer
+   (``bench/peer_lightgbm_service.py``) is a plain FastAPI app under the same uvicorn, ranking
+   with a LightGBM lambdarank ``Booster`` trained here on MQ2008 Fold1 train with as many trees
+   as our forest has bases, 8 leaves, under as many uvicorn workers as ours, ``num_threads`` =
+   our scoring threads per worker, and one thread for lists shorter than our workers' parallel
+   floor (``TUNEMIX_PARALLEL_MIN_DOCUMENTS``), as ours. Both take the same body and answer with
+   the same shape. Each runs in its own process group; the benchmark waits (bounded) for
+   ``GET /ready`` == 200 (with several workers, 10 per worker in a row on fresh connections).
 2. **Requests.** Real MQ2008 Fold1 test rows, resampled (without replacement, from the whole
    fold) into candidate lists of 100 and 1,000 documents, one query per request, dense
    ``documents`` form, features as printed in the data file (6 decimals).
@@ -98,20 +101,15 @@ def rounded(x: float | None, nd: int = 3) -> float | None:
 
 
 # ---------------------------------------------------------------------------- model and data
-def service_threads() -> int:
-    """Numba threads per worker of our service with TUNEMIX_WORKERS=1 (its settings' rule)."""
-    env = os.environ.get("TUNEMIX_SCORING_THREADS")
-    if env:
-        return int(env)
-    try:
-        from app.settings import Settings
+def service_config(workers: int | None) -> tuple[int, int, int]:
+    """(workers, numba threads per worker, parallel floor in documents) of our service as
+    ``python -m app`` runs it with ``workers`` (None: its default), by its settings' rules."""
+    from app.settings import Settings, usable_cores
 
-        s = Settings(workers=1)
-        if s.scoring_threads:
-            return int(s.scoring_threads)
-    except Exception:  # the settings module may change; fall back to its documented rule
-        pass
-    return max(1, (os.cpu_count() or 1) // 1)
+    settings = Settings() if workers is None else Settings(workers=workers)
+    n = settings.worker_processes()
+    floor = Settings(workers=n, parallel_min_documents=settings.parallel_min_documents).parallel_floor()
+    return n, settings.scoring_threads or usable_cores(), floor
 
 
 def make_bodies(test: Any, n_docs: int, n_bodies: int, seed: int) -> list[bytes]:
@@ -164,18 +162,25 @@ class Server:
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
 
-    def wait_ready(self, timeout: float) -> float:
+    def wait_ready(self, timeout: float, streak: int = 1) -> float:
+        """Seconds until ``GET /ready`` answered 200 ``streak`` times in a row (each on a fresh
+        connection, which the kernel hands to any worker: each worker turns ready on its own)."""
         import httpx
 
         t0 = time.perf_counter()
+        run = 0
         while time.perf_counter() - t0 < timeout:
             if self.proc.poll() is not None:
                 raise SystemExit(f"{self.name} exited with {self.proc.returncode}; log:\n{self.tail()}")
             try:
                 if httpx.get(self.base + "/ready", timeout=2.0).status_code == 200:
-                    return time.perf_counter() - t0
+                    run += 1
+                    if run >= streak:
+                        return time.perf_counter() - t0
+                    continue
             except httpx.HTTPError:
                 pass
+            run = 0
             time.sleep(0.25)
         raise SystemExit(f"{self.name} not ready after {timeout:.0f} s; log:\n{self.tail()}")
 
@@ -460,6 +465,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate-1000", type=float,
                     help="requests/s of the 1,000-document scenario (default: auto, see RATE_1000_MAX)")
     ap.add_argument("--skip-breakdown", action="store_true", help="HTTP scenarios only")
+    ap.add_argument("--workers", type=int,
+                    help="uvicorn workers of both servers (default: our service's default, one per core)")
     ap.add_argument("--name", default="service", help="results file bench/results/<name>.json (default: service)")
     args = ap.parse_args(argv)
     q = args.quick
@@ -482,13 +489,14 @@ def main(argv: list[str] | None = None) -> int:
     from training.scoring.ensemble_model import load_model
 
     model, manifest = load_model(model_path)
-    threads = service_threads()
+    workers, threads, floor = service_config(args.workers)
     n_trees = model.forest.n_base
     result["model"] = {"path": str(model_path.relative_to(ROOT)), "n_bases": n_trees, "n_members": model.n_members,
                        "n_outputs": model.forest.n_outputs, "views": ["raw", *model.extra_views],
                        "base_kinds": {"trees": int(np.sum(model.forest.base_kind == 0)),
                                       "products": int(np.sum(model.forest.base_kind != 0))},
-                       "created": manifest.get("created"), "scoring_threads": threads}
+                       "created": manifest.get("created"), "workers": workers, "scoring_threads": threads,
+                       "parallel_min_documents": floor}
     train = read_svmlight(fold / "train.txt")
     test = read_svmlight(fold / "test.txt", n_features=train.n_features)
     n_bodies = {100: 16 if q else 64, 1000: 8 if q else 16}
@@ -510,27 +518,30 @@ def main(argv: list[str] | None = None) -> int:
         env.setdefault("NUMBA_CACHE_DIR", str(ROOT / ".venv" / "numba-cache"))  # as `make serve`
         port_ours, port_peer = free_port(), free_port()
         ours_env = {**env, "TUNEMIX_MODELS_DIR": str(MODELS_DIR), "TUNEMIX_DEFAULT_MODEL": MODEL_NAME,
-                    "TUNEMIX_PORT": str(port_ours), "TUNEMIX_WORKERS": "1", "TUNEMIX_HOST": "127.0.0.1"}
-        peer_env = {**env, "PEER_LGB_MODEL": str(peer_file), "PEER_LGB_THREADS": str(threads)}
+                    "TUNEMIX_PORT": str(port_ours), "TUNEMIX_WORKERS": str(workers), "TUNEMIX_HOST": "127.0.0.1"}
+        # the peer's OpenMP waits passively, as ours does (training.scoring.forest)
+        peer_env = {**env, "PEER_LGB_MODEL": str(peer_file), "PEER_LGB_THREADS": str(threads),
+                    "PEER_LGB_MIN_PARALLEL_ROWS": str(floor),
+                    "OMP_WAIT_POLICY": env.get("OMP_WAIT_POLICY", "PASSIVE")}
         servers = {
             "ours": Server("ours (python -m app)", [sys.executable, "-m", "app"], ours_env, port_ours,
                            tmp / "ours.log"),
             "peer": Server("peer (uvicorn bench.peer_lightgbm_service:app)",
                            [sys.executable, "-m", "uvicorn", "bench.peer_lightgbm_service:app", "--host",
-                            "127.0.0.1", "--port", str(port_peer), "--workers", "1"], peer_env, port_peer,
+                            "127.0.0.1", "--port", str(port_peer), "--workers", str(workers)], peer_env, port_peer,
                            tmp / "peer.log"),
         }
         for s in servers.values():
             stack.callback(s.stop)
         result["servers"] = {}
         for key, s in servers.items():
-            secs = s.wait_ready(READY_TIMEOUT_S)
+            secs = s.wait_ready(READY_TIMEOUT_S, streak=1 if workers == 1 else 10 * workers)
             log(f"{s.name} ready on port {s.port} after {secs:.1f} s")
             result["servers"][key] = {"command": " ".join(Path(a).name if a == sys.executable else a
                                                          for a in s.proc.args),  # type: ignore[union-attr]
                                       "ready_after_s": round(secs, 1)}
         result["servers"]["ours"]["env"] = {k: v for k, v in ours_env.items() if k.startswith("TUNEMIX_")}
-        result["servers"]["peer"]["env"] = {k: v for k, v in peer_env.items() if k.startswith("PEER_")}
+        result["servers"]["peer"]["env"] = {k: v for k, v in peer_env.items() if k.startswith(("PEER_", "OMP_"))}
 
         result["scenarios"] = {}
         for si, (tag, nd, rate_arg, duration) in enumerate(scenarios):

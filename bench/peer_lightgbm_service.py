@@ -1,11 +1,12 @@
 """The peer of the service benchmark: a plain FastAPI app ranking with LightGBM.
 
-    PEER_LGB_MODEL=/tmp/model.txt PEER_LGB_THREADS=2 \\
-        python -m uvicorn bench.peer_lightgbm_service:app --host 127.0.0.1 --port 8001
+    PEER_LGB_MODEL=/tmp/model.txt PEER_LGB_THREADS=2 PEER_LGB_MIN_PARALLEL_ROWS=256 \\
+        python -m uvicorn bench.peer_lightgbm_service:app --host 127.0.0.1 --port 8001 --workers 2
 
 One ``POST /rank`` taking the tunemix body (``{"queries": [{"qid", "documents": [{"id",
 "features"}]}]}`` or the columnar ``{"qid", "ids", "features"}``), scoring every posted list
-with ``Booster.predict`` (``num_threads=PEER_LGB_THREADS``) and answering with tunemix's
+with ``Booster.predict`` (``num_threads=PEER_LGB_THREADS``; one thread for lists shorter than
+``PEER_LGB_MIN_PARALLEL_ROWS``, the rule tunemix's workers follow) and answering with tunemix's
 response shape (``model``, ``version``, ``results[].ranking[]`` of ``id``/``score``/``rank``,
 ``server_time_ms``), plus ``GET /ready``. The body is validated from raw bytes by pydantic
 (``model_validate_json``) and the response serialised by pydantic-core, which is what a plain
@@ -82,6 +83,8 @@ def booster() -> Any:
         bst = lgb.Booster(model_file=path)
         _state["booster"] = bst
         _state["threads"] = int(os.environ.get("PEER_LGB_THREADS", "1"))
+        # the same rule as tunemix's TUNEMIX_PARALLEL_MIN_DOCUMENTS: shorter lists on one thread
+        _state["min_parallel_rows"] = int(os.environ.get("PEER_LGB_MIN_PARALLEL_ROWS", "0"))
         _state["n_features"] = bst.num_feature()
         bst.predict(np.zeros((2, bst.num_feature())), num_threads=_state["threads"])  # warm
     return _state["booster"]
@@ -118,7 +121,8 @@ def rank_body(body: bytes, t0: float | None = None) -> bytes:
             ids = list(q.ids or [])
             x = np.array(q.features or [], dtype=np.float64)
         x = x.reshape(len(ids), d)
-        scores = np.asarray(bst.predict(x, num_threads=_state["threads"]), dtype=np.float64)
+        threads = 1 if len(ids) < _state["min_parallel_rows"] else _state["threads"]
+        scores = np.asarray(bst.predict(x, num_threads=threads), dtype=np.float64)
         order = np.argsort(-scores, kind="stable")
         if req.top_k is not None:
             order = order[: req.top_k]

@@ -269,7 +269,7 @@ log "run $IMAGE on 127.0.0.1:$PORT (baked-in default model)"
 r0=$SECONDS
 CID=$($ENGINE run -d --name "$NAME" -p "127.0.0.1:$PORT:8000" -e TUNEMIX_RELOAD_TOKEN=$TOKEN "$IMAGE" 2>"$ERR"); quiet_err
 wait_http "http://127.0.0.1:$PORT/health" 200 60
-wait_http "http://127.0.0.1:$PORT/ready" 200 "$READY_TIMEOUT"
+wait_http "http://127.0.0.1:$PORT/ready" 200 "$READY_TIMEOUT" 10   # one worker per core: each turns ready on its own
 ok "ready $((SECONDS - r0)) s after docker run"
 rank_once "http://127.0.0.1:$PORT"
 $ENGINE exec "$CID" sh -c 'test "$(id -u)" != 0' || fail "the service runs as root"

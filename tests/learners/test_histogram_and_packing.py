@@ -238,3 +238,33 @@ def test_single_threaded_caps_only_the_calling_thread(monkeypatch: pytest.Monkey
     assert forest_module.get_scoring_threads() == 2
     np.testing.assert_array_equal(inside, score_forest(forest, X))
     assert calls
+
+
+def test_lists_below_the_parallel_floor_score_on_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    import numba
+
+    from training.scoring import forest as forest_module
+
+    if int(numba.config.NUMBA_NUM_THREADS) < 2:  # type: ignore[attr-defined]
+        pytest.skip("numba has one thread here")
+    monkeypatch.setattr(forest_module, "_scoring_threads", 2)
+    monkeypatch.setattr(forest_module, "PARALLEL_MIN_WORK", 1)
+    calls: list[int] = []
+    kernel = forest_module._score_parallel
+    monkeypatch.setattr(forest_module, "_score_parallel", lambda *a: (calls.append(1), kernel(*a)))
+    forest = random_forest(3, n_base=40)
+    X = np.random.default_rng(2).normal(size=(150, 6)).astype(np.float32)
+    monkeypatch.setattr(forest_module, "_parallel_min_documents", 0)
+    free = score_forest(forest, X)
+    assert calls == [1]
+    forest_module.set_parallel_min_documents(151)  # monkeypatch restores the module global
+    assert forest_module.get_parallel_min_documents() == 151
+    below = score_forest(forest, X)
+    assert calls == [1], "a list below the floor took the parallel pass"
+    forest_module.set_parallel_min_documents(150)
+    at = score_forest(forest, X)
+    assert calls == [1, 1]
+    np.testing.assert_array_equal(free, below)
+    np.testing.assert_array_equal(free, at)
+    with pytest.raises(ValueError, match="parallel_min_documents"):
+        forest_module.set_parallel_min_documents(-1)

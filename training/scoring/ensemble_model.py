@@ -356,7 +356,8 @@ class EnsembleModel:
         sizes = [4]
         if forest.get_scoring_threads() > 1:
             sizes.append(max(-(-forest.PARALLEL_MIN_WORK // max(self.forest.n_base, 1)),
-                             -(-calibration_step.PARALLEL_MIN_WORK // max(self.n_members, 1)), 8))
+                             -(-calibration_step.PARALLEL_MIN_WORK // max(self.n_members, 1)), 8,
+                             forest.get_parallel_min_documents()))
         for n in sizes:
             x = np.zeros((n, self.n_features), dtype=np.float32)
             x[1::2] = 1.0

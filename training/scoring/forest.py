@@ -660,9 +660,10 @@ def run_on_threads(n_items: int, big_enough: bool, serial: Callable[[], object],
     """Run ``parallel(threads)`` on ``get_scoring_threads()`` numba threads (at most ``n_items``)
     when there are several and the work is ``big_enough``, else ``serial()``. A parallel launch
     already in progress in another Python thread makes this one run serially instead of waiting
-    (and keeps numba's threading layers safe). The forest pass and the calibration step share it."""
+    (and keeps numba's threading layers safe). Lists shorter than ``set_parallel_min_documents``'s
+    floor run serially too. The forest pass and the calibration step share it."""
     threads = min(get_scoring_threads(), n_items)
-    if threads > 1 and big_enough and _PARALLEL.acquire(blocking=False):
+    if threads > 1 and big_enough and n_items >= _parallel_min_documents and _PARALLEL.acquire(blocking=False):
         try:
             numba.set_num_threads(threads)
             parallel(threads)
@@ -671,13 +672,31 @@ def run_on_threads(n_items: int, big_enough: bool, serial: Callable[[], object],
     else:
         serial()
 _scoring_threads = 0  # 0: every numba thread (NUMBA_NUM_THREADS); set by the service per worker
+_parallel_min_documents = 0  # shorter lists score on one thread whatever their work; set by the service
+
+
+def set_parallel_min_documents(n: int) -> None:
+    """Lists of fewer than ``n`` documents score on one thread (0: only the work decides).
+
+    Several uvicorn workers sharing the cores set it: a short list then costs its worker a
+    single core instead of waking a second thread that another worker's request needs, while
+    a long list still takes every core (see ``app.settings.Settings.parallel_min_documents``).
+    """
+    global _parallel_min_documents
+    if n < 0:
+        raise ValueError(f"parallel_min_documents must be >= 0, got {n}")
+    _parallel_min_documents = n
+
+
+def get_parallel_min_documents() -> int:
+    """The floor set by ``set_parallel_min_documents`` (0 by default)."""
+    return _parallel_min_documents
 
 
 def set_scoring_threads(n: int) -> None:
     """Threads ``score_forest`` may use in this process (at most numba's pool size).
 
-    Several uvicorn workers on one machine each take ``cores // workers`` so that they do not
-    oversubscribe the cores; results do not depend on this number.
+    A service sets it per worker process; results do not depend on this number.
     """
     global _scoring_threads
     if n < 1:
