@@ -30,7 +30,8 @@ Writes ``bench/results/service.json``.
    peer, ours for the second, so neither always runs first). Before each measured run: 20
    unmeasured warm-up requests, then a one-at-a-time baseline (the latency with no queueing).
    The machine has 2 cores, shared by the generator, the measured server and anything else
-   running: the CPU seconds of generator and server and the load average around every run are
+   running: the CPU seconds of generator and server, the load average and the machine's phase
+   (``machine_probe_ms``: a fixed Python loop, timed just before and after) around every run are
    recorded with the figures.
 4. **Where the time goes**, in this process, no HTTP: for 100 and 1,000 documents, the median
    time of each step our /rank handler takes (body reading by the fast path of this body
@@ -83,6 +84,24 @@ def log(msg: str) -> None:
 
 def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
+
+
+def machine_probe_ms() -> float:
+    """Median of 5 timings of a fixed pure-Python loop (two million additions): the machine's
+    phase, recorded around every measured run. These shared machines drift by up to about 1.8x
+    within an hour (72 against 141 ms seen the same day); a figure is read against its probe."""
+    def loop() -> int:
+        s = 0
+        for i in range(2_000_000):
+            s += i
+        return s
+
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        loop()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return round(statistics.median(times), 1)
 
 
 def free_port() -> int:
@@ -257,6 +276,7 @@ def run_load(server: Server, bodies_file: Path, rate: float, duration: float, wo
     cmd = [sys.executable, "-m", "bench.loadgen", "--url", server.base + "/rank", "--bodies", str(bodies_file),
            "--rate", str(rate), "--duration", str(duration), "--concurrency", "256", "--timeout", "10",
            "--max-lag", "1.0", "--out", str(out)]
+    probe0 = machine_probe_ms()
     la0, cpu0 = loadavg(), server.cpu_seconds()
     t0 = time.perf_counter()
     subprocess.run(cmd, cwd=ROOT, check=True, timeout=duration + 120)
@@ -268,6 +288,7 @@ def run_load(server: Server, bodies_file: Path, rate: float, duration: float, wo
     res["server_cpu_utilisation"] = (rounded((cpu1 - cpu0) / raw["wall_s"], 3)
                                      if cpu0 is not None and cpu1 is not None else None)
     res["loadavg_before"], res["loadavg_after"] = la0, la1
+    res["machine_probe_ms_before"], res["machine_probe_ms_after"] = probe0, machine_probe_ms()
     res["generator_process_wall_s"] = round(wall, 2)
     return res
 
