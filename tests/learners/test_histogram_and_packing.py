@@ -268,3 +268,62 @@ def test_lists_below_the_parallel_floor_score_on_one_thread(monkeypatch: pytest.
     np.testing.assert_array_equal(free, at)
     with pytest.raises(ValueError, match="parallel_min_documents"):
         forest_module.set_parallel_min_documents(-1)
+
+
+def chain_forest(n_nodes: int, d: int = 4, K: int = 2, seed: int = 0) -> FlatForest:
+    """One lopsided tree: node k's right child is node k + 1 (depth ``n_nodes``), every left
+    child a leaf; then a balanced 7-node tree of depth 3."""
+    rng = np.random.default_rng(seed)
+    left = [-(k + 1) for k in range(n_nodes)]
+    right = [k + 1 for k in range(n_nodes - 1)] + [-(n_nodes + 1)]
+    # balanced: 0 -> (1, 2), 1 -> (3, 4), 2 -> (5, 6), nodes 3..6 -> leaves 0..7
+    left += [1, 3, 5, -1, -3, -5, -7]
+    right += [2, 4, 6, -2, -4, -6, -8]
+    n_all = n_nodes + 7
+    return FlatForest.from_arrays({
+        "base_kind": np.zeros(2, np.int8), "base_node_start": np.array([0, n_nodes, n_all]),
+        "base_leaf_start": np.array([0, n_nodes + 1, n_nodes + 9]),
+        "node_feature": rng.integers(0, d, n_all).astype(np.int32),
+        "node_threshold": rng.normal(size=n_all).astype(np.float32),
+        "node_left": np.array(left, np.int32), "node_right": np.array(right, np.int32),
+        "leaf_values": rng.normal(size=(n_nodes + 9, K)), "n_features": np.array(d),
+    })
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_small_trees_scored_by_table_equal_the_walk(seed: int) -> None:
+    """Trees of at most SMALL_NODES nodes and depth >= SMALL_MIN_DEPTH take the table path: the
+    same leaves as the slow walk on values equal to thresholds, NaN and infinities, for a
+    lopsided chain of 7 nodes (depth 7), a balanced depth-3 tree and random small trees."""
+    from training.scoring import forest as forest_module
+
+    rng = np.random.default_rng(seed)
+    for forest in (chain_forest(forest_module.SMALL_NODES, seed=seed), random_forest(seed + 20, n_base=120)):
+        p = forest.packed
+        small = p.base_small >= 0
+        expected = (forest.base_kind == 0) & (np.diff(forest.base_node_start) <= forest_module.SMALL_NODES) \
+            & (p.base_depth >= forest_module.SMALL_MIN_DEPTH)
+        np.testing.assert_array_equal(small, expected)
+        assert small.sum() >= 2
+        d = forest.n_features
+        X = rng.normal(size=(150, d)).astype(np.float32)
+        thr = forest.node_threshold
+        X[::3] = rng.choice(thr, size=X[::3].shape)  # values equal to thresholds
+        X[1::7, 0] = np.nan
+        X[2::11, -1] = np.inf
+        X[4::13, 1 % d] = -np.inf
+        ck = [0, forest.n_base // 2, forest.n_base]
+        got = score_forest(forest, X, ck)
+        want = naive.score_forest(forest.to_arrays(), X, ck)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    # every mask of the chain's table leads where the walk does
+    forest = chain_forest(forest_module.SMALL_NODES, seed=seed)
+    p = forest.packed
+    for mask in range(1 << forest_module.SMALL_NODES):
+        t = 0
+        while True:
+            c = forest.node_right[t] if (mask >> t) & 1 else forest.node_left[t]
+            if c < 0:
+                break
+            t = c
+        assert p.small_leaf[p.base_small[0], mask] == -c - 1

@@ -82,6 +82,17 @@ CHUNK_NODES = 2048
 COMPACT_AT = 7
 COMPACT_MIN_DEPTH = 9
 
+#: Trees of at most ``SMALL_NODES`` internal nodes (8-leaf trees and smaller) and depth at least
+#: ``SMALL_MIN_DEPTH`` are scored as a table: every node's test is evaluated for the whole block
+#: (one contiguous row of the block per node, no gather), the tests' results form a bit mask per
+#: document (bit k: node k of the tree, in its stored order, says ``>=``), and a table of
+#: ``2**SMALL_NODES`` entries made at load time maps the mask to the leaf the walk would reach.
+#: A lopsided 8-leaf tree (LightGBM's leaf-wise trees reach depth 7) costs 7 vector tests and one
+#: lookup instead of up to 7 dependent gathers. (A per-tree table, not QuickScorer's per-feature
+#: bit vectors.)
+SMALL_NODES = 7
+SMALL_MIN_DEPTH = 3
+
 #: From this many document blocks on, the parallel pass hands each thread whole blocks (every
 #: chunk of them) instead of whole chunks (every block of them); see ``_score_parallel``.
 BLOCK_MAJOR_MIN = 4
@@ -115,6 +126,11 @@ class PackedNodes:
     ``chunk_start`` cuts the bases into chunks of about ``CHUNK_NODES`` nodes (see
     ``score_forest``).
 
+    Small trees (``SMALL_NODES``) are also scored as tables: ``base_small[b]`` is tree b's row
+    in ``small_off`` (node k's feature row offset in a block, ``feature * DOC_BLOCK``),
+    ``small_thr`` (node k's threshold, NaN past the tree's nodes) and ``small_leaf`` (for every
+    mask of node tests, the absolute leaf row the walk reaches), or -1 for a tree that walks.
+
     Example: the module docstring's stump becomes ``vfeat = [2, 0, 0]``, ``vthr = [0.5, NaN,
     NaN]``, ``vleft = [1, 1, 2]``, ``vleaf = [-1, 0, 1]``, with depth 1.
     """
@@ -128,6 +144,10 @@ class PackedNodes:
     base_depth: npt.NDArray[np.int32]
     base_compact_at: npt.NDArray[np.int32]
     chunk_start: npt.NDArray[np.int64]
+    base_small: npt.NDArray[np.int32]
+    small_off: npt.NDArray[np.int64]
+    small_thr: npt.NDArray[np.float32]
+    small_leaf: npt.NDArray[np.int32]
 
     @classmethod
     def from_forest(cls, forest: FlatForest) -> PackedNodes:
@@ -165,8 +185,20 @@ class PackedNodes:
         n_chunks = max(1, round(n_nodes_total / CHUNK_NODES))
         cuts = np.searchsorted(cum, total_cost * np.arange(1, n_chunks) / n_chunks, side="right")
         chunk_start = np.unique(np.concatenate([[0], cuts, [forest.n_base]])).astype(np.int64)
+        # trees scored as a table (SMALL_NODES): their row in the small arrays, else -1
+        small = (kind == KIND_TREE) & (n_nodes <= SMALL_NODES) & (base_depth >= SMALL_MIN_DEPTH)
+        base_small = np.full(forest.n_base, -1, dtype=np.int32)
+        base_small[small] = np.arange(int(small.sum()), dtype=np.int32)
+        n_small = int(small.sum())
+        small_off = np.zeros((n_small, SMALL_NODES), dtype=np.int64)
+        small_thr = np.full((n_small, SMALL_NODES), np.nan, dtype=np.float32)
+        small_leaf = np.zeros((n_small, 1 << SMALL_NODES), dtype=np.int32)
+        _small_tables(np.flatnonzero(small).astype(np.int64), forest.base_node_start, forest.base_leaf_start,
+                      forest.node_feature, forest.node_threshold, forest.node_left, forest.node_right,
+                      small_off, small_thr, small_leaf)
         return cls(vfeat=vfeat, vthr=vthr, vleft=vleft, vleaf=vleaf, vnode=vnode, base_vstart=base_vstart,
-                   base_depth=base_depth, base_compact_at=compact_at, chunk_start=chunk_start)
+                   base_depth=base_depth, base_compact_at=compact_at, chunk_start=chunk_start,
+                   base_small=base_small, small_off=small_off, small_thr=small_thr, small_leaf=small_leaf)
 
 
 @njit(cache=True, nogil=True)
@@ -211,6 +243,30 @@ def _relayout(kind, node_start, leaf_start, feat, thr, left, right, base_vstart,
                 vleaf[r] = ls - c - 1
                 depth = max(depth, level[p])
         base_depth[b] = depth
+
+
+@njit(cache=True, nogil=True)
+def _small_tables(bases, node_start, leaf_start, feat, thr, left, right, small_off, small_thr,
+                  small_leaf):  # pragma: no cover
+    """Fill the table arrays of ``PackedNodes`` for the trees ``bases`` (row s for ``bases[s]``):
+    node k's feature offset in a block (``feature * DOC_BLOCK``) and threshold (NaN, never true,
+    for k past the tree's nodes), and for every mask the absolute leaf row that the walk reaches
+    when node k's test says ``>=`` exactly where bit k is set."""
+    for s in range(bases.shape[0]):
+        b = bases[s]
+        ns = node_start[b]
+        n = node_start[b + 1] - ns
+        for k in range(n):
+            small_off[s, k] = np.int64(feat[ns + k]) * DOC_BLOCK
+            small_thr[s, k] = thr[ns + k]
+        for mask in range(small_leaf.shape[1]):
+            t = 0
+            while True:
+                c = right[ns + t] if (mask >> t) & 1 else left[ns + t]
+                if c < 0:
+                    small_leaf[s, mask] = leaf_start[b] - c - 1
+                    break
+                t = c
 
 
 @dataclass(frozen=True, eq=False)
@@ -444,8 +500,9 @@ def block_features(X: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
 
 @njit(cache=True, inline="always")
 def _score_task(Xb, d_feat, i0, nb, b0, b1, base_kind, base_node_start, base_leaf_start, node_feature,
-                node_threshold, vnode, vthr, vleaf, base_vstart, base_depth, compact_at, leaf_values,
-                checkpoints, ci0, out, total, k_lanes):  # pragma: no cover
+                node_threshold, vnode, vthr, vleaf, base_vstart, base_depth, compact_at, base_small,
+                small_off, small_thr, small_leaf, leaf_values, checkpoints, ci0, out, total,
+                k_lanes):  # pragma: no cover
     """Documents ``i0:i0+nb`` (``i0`` a multiple of ``DOC_BLOCK``) through bases ``b0:b1``,
     summed from zero.
 
@@ -469,7 +526,21 @@ def _score_task(Xb, d_feat, i0, nb, b0, b1, base_kind, base_node_start, base_lea
                 for l in range(K):
                     out[i0 + j, ci, l] = acc[j, l]
             ci += 1
-        if base_kind[b] == 0:
+        if base_kind[b] == 0 and base_small[b] >= 0:
+            # a small tree: every node's test over the block, then the mask's leaf (SMALL_NODES)
+            sm = base_small[b]
+            for j in range(nb):
+                pos[j] = 0
+            for k in range(base_node_start[b + 1] - base_node_start[b]):
+                xk = xbase + small_off[sm, k]
+                tk = small_thr[sm, k]
+                for j in range(nb):
+                    pos[j] |= np.int64(Xb[np.uint64(xk + j)] >= tk) << k
+            for j in range(nb):
+                leaf = small_leaf[sm, np.uint64(pos[j])]
+                for l in range(K):
+                    acc[j, l] += leaf_values[leaf, l]
+        elif base_kind[b] == 0:
             r0 = base_vstart[b]
             depth = base_depth[b]
             if depth == 0:
@@ -553,8 +624,9 @@ def _combine(i, chunk_start, checkpoints, ck_chunk, out, totals, k_lanes):  # pr
 
 @njit(cache=True, nogil=True)
 def _score_serial(Xb, d_feat, base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
-                  vnode, vthr, vleaf, base_vstart, base_depth, compact_at, chunk_start, leaf_values,
-                  checkpoints, ck_chunk, ck_first, out, totals, k_lanes):  # pragma: no cover
+                  vnode, vthr, vleaf, base_vstart, base_depth, compact_at, base_small, small_off, small_thr,
+                  small_leaf, chunk_start, leaf_values, checkpoints, ck_chunk, ck_first, out, totals,
+                  k_lanes):  # pragma: no cover
     """Every (chunk, document block) task in turn, then the ordered combine. Tasks go chunk by
     chunk, so that a chunk's trees stay in cache while every block of documents passes through
     them, and so that an even split of the tasks between threads is an even split of the work
@@ -568,16 +640,17 @@ def _score_serial(Xb, d_feat, base_kind, base_node_start, base_leaf_start, node_
         i0 = blk * DOC_BLOCK
         _score_task(Xb, d_feat, i0, min(DOC_BLOCK, n - i0), chunk_start[ch], chunk_start[ch + 1],
                     base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
-                    vnode, vthr, vleaf, base_vstart, base_depth, compact_at, leaf_values, checkpoints,
-                    ck_first[ch], out, totals[ch], k_lanes)
+                    vnode, vthr, vleaf, base_vstart, base_depth, compact_at, base_small, small_off,
+                    small_thr, small_leaf, leaf_values, checkpoints, ck_first[ch], out, totals[ch], k_lanes)
     for i in range(n):
         _combine(i, chunk_start, checkpoints, ck_chunk, out, totals, k_lanes)
 
 
 @njit(cache=True, nogil=True, parallel=True)
 def _score_parallel(Xb, d_feat, base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
-                    vnode, vthr, vleaf, base_vstart, base_depth, compact_at, chunk_start, leaf_values,
-                    checkpoints, ck_chunk, ck_first, out, totals, k_lanes):  # pragma: no cover
+                    vnode, vthr, vleaf, base_vstart, base_depth, compact_at, base_small, small_off, small_thr,
+                    small_leaf, chunk_start, leaf_values, checkpoints, ck_chunk, ck_first, out, totals,
+                    k_lanes):  # pragma: no cover
     """``_score_serial`` with the tasks and the combine spread over numba's threads (the same
     tasks and the same order of additions: the same result to the last bit)."""
     n = out.shape[0]
@@ -598,8 +671,8 @@ def _score_parallel(Xb, d_feat, base_kind, base_node_start, base_leaf_start, nod
         i0 = blk * DOC_BLOCK
         _score_task(Xb, d_feat, i0, min(DOC_BLOCK, n - i0), chunk_start[ch], chunk_start[ch + 1],
                     base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
-                    vnode, vthr, vleaf, base_vstart, base_depth, compact_at, leaf_values, checkpoints,
-                    ck_first[ch], out, totals[ch], k_lanes)
+                    vnode, vthr, vleaf, base_vstart, base_depth, compact_at, base_small, small_off,
+                    small_thr, small_leaf, leaf_values, checkpoints, ck_first[ch], out, totals[ch], k_lanes)
     for i in prange(n):
         _combine(i, chunk_start, checkpoints, ck_chunk, out, totals, k_lanes)
 
@@ -645,8 +718,9 @@ def score_forest(
     totals = np.empty((n_chunks, n, forest.n_outputs), dtype=np.float64)
     args = (block_features(Xa), np.int64(Xa.shape[1]), forest.base_kind, forest.base_node_start,
             forest.base_leaf_start, forest.node_feature, forest.node_threshold, p.vnode, p.vthr, p.vleaf,
-            p.base_vstart, p.base_depth, p.base_compact_at, p.chunk_start, forest.leaf_values, ck, ck_chunk,
-            ck_first, out, totals, (0,) * forest.n_outputs)
+            p.base_vstart, p.base_depth, p.base_compact_at, p.base_small, p.small_off, p.small_thr,
+            p.small_leaf, p.chunk_start, forest.leaf_values, ck, ck_chunk, ck_first, out, totals,
+            (0,) * forest.n_outputs)
     run_on_threads(n, n * forest.n_base >= PARALLEL_MIN_WORK,
                    lambda: _score_serial(*args), lambda threads: _score_parallel(*args))
     return out
