@@ -67,8 +67,11 @@ _ARRAY_SPEC: dict[str, tuple[type, int]] = {
 }
 
 #: Documents scored together: each tree is walked by the whole block, and the block's running
-#: sums stay in cache while the forest streams through.
-DOC_BLOCK = 64
+#: sums stay in cache while the forest streams through. 128 against 64, interleaved in-process:
+#: a 100-document list is one block instead of a block and a short one, 3.84 against 4.08 ns per
+#: document and tree through a LightGBM 8-leaf forest, 8.96 against 10.24 ns per document and
+#: base through the MQ2008 ensemble (one thread); 1,000 documents the same within 4%.
+DOC_BLOCK = 128
 
 #: The forest is cut once, at load time, into chunks of equal cost, about this many nodes each
 #: (a fixed cut, so that results do not depend on the thread count or the list length). A task is
@@ -630,7 +633,7 @@ def _score_serial(Xb, d_feat, base_kind, base_node_start, base_leaf_start, node_
     """Every (chunk, document block) task in turn, then the ordered combine. Tasks go chunk by
     chunk, so that a chunk's trees stay in cache while every block of documents passes through
     them, and so that an even split of the tasks between threads is an even split of the work
-    even when the last block is short (100 documents are blocks of 64 and 36)."""
+    even when the last block is short (150 documents are blocks of 128 and 22)."""
     n = out.shape[0]
     n_chunks = chunk_start.shape[0] - 1
     n_blocks = (n + DOC_BLOCK - 1) // DOC_BLOCK
