@@ -57,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import ROOT, SHARED_DATA, ensure_model, write_result
+from bench.common import ROOT, SHARED_DATA, ensure_model, machine_probe_ms, write_result
 from training.learners.lightgbm_forest import lightgbm_to_forest
 from training.scoring import forest as forest_module
 from training.scoring.forest import FlatForest, score_forest
@@ -514,6 +514,8 @@ def main(argv: list[str] | None = None) -> None:
     }
     mq = load_mq2008()
     cache_dir = None if args.no_lleaves_cache else args.lleaves_cache
+    # the machine's phase around each part (bench.common.machine_probe_ms)
+    probes: dict[str, float] = {"start": machine_probe_ms()}
     kernels: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench_scoring_") as tmpdir:
         tmp = Path(tmpdir)
@@ -525,6 +527,7 @@ def main(argv: list[str] | None = None) -> None:
         kernels["synthetic_mslr"] = kernels_on("synthetic_mslr", synthetic_mslr(args.quick), tmp, args.quick,
                                                cache_dir)
     result["forest_kernels"] = kernels
+    probes["after_forest_kernels"] = machine_probe_ms()
     # in a fresh process, as the service runs it: LightGBM, loaded above, shares numba's OpenMP
     # runtime (libgomp) and left our two-thread passes no faster than one (measured)
     import multiprocessing
@@ -532,6 +535,9 @@ def main(argv: list[str] | None = None) -> None:
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         result["ensemble"] = pool.apply(ensemble_in_fresh_process, ({"all_rows": mq["all_rows"]} if mq else None,
                                                                      args.quick))
+    probes["after_ensemble"] = machine_probe_ms()
+    result["machine_probe_ms"] = probes
+    print(f"machine probe (ms, a fixed Python loop; lower is a faster phase): {probes}")
     result["targets"] = targets({k: v for k, v in kernels.items() if isinstance(v, dict)}, result["ensemble"])
     try:
         import numba

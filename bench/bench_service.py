@@ -59,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import MODEL_NAME, MODELS_DIR, ROOT, SHARED_DATA, ensure_model, write_result
+from bench.common import MODEL_NAME, MODELS_DIR, ROOT, SHARED_DATA, ensure_model, machine_probe_ms, write_result
 
 TARGETS = {
     "docs_100": {"p50_ms": 5.0, "p99_ms": 20.0, "errors": 0},
@@ -84,24 +84,6 @@ def log(msg: str) -> None:
 
 def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
-
-
-def machine_probe_ms() -> float:
-    """Median of 5 timings of a fixed pure-Python loop (two million additions): the machine's
-    phase, recorded around every measured run. These shared machines drift by up to about 1.8x
-    within an hour (72 against 141 ms seen the same day); a figure is read against its probe."""
-    def loop() -> int:
-        s = 0
-        for i in range(2_000_000):
-            s += i
-        return s
-
-    times = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        loop()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return round(statistics.median(times), 1)
 
 
 def free_port() -> int:

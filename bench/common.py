@@ -37,6 +37,24 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+def machine_probe_ms() -> float:
+    """Median of 5 timings of a fixed pure-Python loop (two million additions): the machine's
+    phase, recorded around measured runs. These shared machines drift by up to about 2x within
+    an hour (65 against 150 ms seen the same day); a figure is read against its probe."""
+    def loop() -> int:
+        s = 0
+        for i in range(2_000_000):
+            s += i
+        return s
+
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        loop()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return round(sorted(times)[2], 1)
+
+
 def best_of(fn: Callable[[], Any], repeat: int = 5) -> float:
     """Smallest wall time of ``repeat`` calls (the least noisy estimate on a shared machine)."""
     best = float("inf")
