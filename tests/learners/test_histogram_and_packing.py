@@ -211,9 +211,9 @@ def test_two_threads_give_the_same_bits_as_one(monkeypatch: pytest.MonkeyPatch, 
     np.testing.assert_allclose(two, naive.score_forest(forest.to_arrays(), X, ck), rtol=1e-12, atol=1e-12)
 
 
-def test_single_threaded_caps_only_the_calling_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    import threading
-
+def two_threads_spied(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Scoring allowed two threads for any list (skipped where numba has one); returns the list
+    that gets an entry per call of the forest's parallel kernel."""
     import numba
 
     from training.scoring import forest as forest_module
@@ -225,6 +225,15 @@ def test_single_threaded_caps_only_the_calling_thread(monkeypatch: pytest.Monkey
     calls: list[int] = []
     kernel = forest_module._score_parallel
     monkeypatch.setattr(forest_module, "_score_parallel", lambda *a: (calls.append(1), kernel(*a)))
+    return calls
+
+
+def test_single_threaded_caps_only_the_calling_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from training.scoring import forest as forest_module
+
+    calls = two_threads_spied(monkeypatch)
     forest = random_forest(3, n_base=40)
     X = np.random.default_rng(1).normal(size=(150, 6)).astype(np.float32)
     seen: list[int] = []
@@ -241,17 +250,9 @@ def test_single_threaded_caps_only_the_calling_thread(monkeypatch: pytest.Monkey
 
 
 def test_lists_below_the_parallel_floor_score_on_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    import numba
-
     from training.scoring import forest as forest_module
 
-    if int(numba.config.NUMBA_NUM_THREADS) < 2:  # type: ignore[attr-defined]
-        pytest.skip("numba has one thread here")
-    monkeypatch.setattr(forest_module, "_scoring_threads", 2)
-    monkeypatch.setattr(forest_module, "PARALLEL_MIN_WORK", 1)
-    calls: list[int] = []
-    kernel = forest_module._score_parallel
-    monkeypatch.setattr(forest_module, "_score_parallel", lambda *a: (calls.append(1), kernel(*a)))
+    calls = two_threads_spied(monkeypatch)
     forest = random_forest(3, n_base=40)
     X = np.random.default_rng(2).normal(size=(150, 6)).astype(np.float32)
     monkeypatch.setattr(forest_module, "_parallel_min_documents", 0)
