@@ -522,6 +522,7 @@ def _score_task(Xb, d_feat, i0, nb, b0, b1, base_kind, base_node_start, base_lea
     acc = np.zeros((nb, K))
     pos = np.empty(nb, dtype=np.int64)
     late = np.empty(nb, dtype=np.int64)
+    mask = np.empty(nb, dtype=np.int32)  # a small tree's node tests, one bit each (SMALL_NODES)
     ci = ci0
     for b in range(b0, b1):
         while ci < n_ck and checkpoints[ci] == b:
@@ -533,14 +534,15 @@ def _score_task(Xb, d_feat, i0, nb, b0, b1, base_kind, base_node_start, base_lea
             # a small tree: every node's test over the block, then the mask's leaf (SMALL_NODES)
             sm = base_small[b]
             for j in range(nb):
-                pos[j] = 0
+                mask[j] = 0
             for k in range(base_node_start[b + 1] - base_node_start[b]):
                 xk = xbase + small_off[sm, k]
                 tk = small_thr[sm, k]
+                bit = np.int32(1 << k)
                 for j in range(nb):
-                    pos[j] |= np.int64(Xb[np.uint64(xk + j)] >= tk) << k
+                    mask[j] |= np.int32(Xb[np.uint64(xk + j)] >= tk) * bit
             for j in range(nb):
-                leaf = small_leaf[sm, np.uint64(pos[j])]
+                leaf = small_leaf[sm, np.uint32(mask[j])]
                 for l in range(K):
                     acc[j, l] += leaf_values[leaf, l]
         elif base_kind[b] == 0:
