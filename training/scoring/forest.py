@@ -533,9 +533,11 @@ def _score_task(Xb, d_feat, i0, nb, b0, b1, base_kind, base_node_start, base_lea
         if base_kind[b] == 0 and base_small[b] >= 0:
             # a small tree: every node's test over the block, then the mask's leaf (SMALL_NODES)
             sm = base_small[b]
+            x0 = xbase + small_off[sm, 0]
+            t0 = small_thr[sm, 0]
             for j in range(nb):
-                mask[j] = 0
-            for k in range(base_node_start[b + 1] - base_node_start[b]):
+                mask[j] = np.int32(Xb[np.uint64(x0 + j)] >= t0)
+            for k in range(1, base_node_start[b + 1] - base_node_start[b]):
                 xk = xbase + small_off[sm, k]
                 tk = small_thr[sm, k]
                 bit = np.int32(1 << k)
