@@ -28,7 +28,9 @@ Writes ``bench/results/service.json``.
    and a ranking of as many entries as posted. Scenarios: 100 documents at 200/s for 60 s and
    1,000 documents at 20/s for 30 s, for ours and the peer (order ours, peer for the first and
    peer, ours for the second, so neither always runs first). Before each measured run: 20
-   unmeasured warm-up requests, then a one-at-a-time baseline (the latency with no queueing).
+   unmeasured warm-up requests, then a one-at-a-time baseline (the latency with no queueing);
+   after it, one at a time again with a pause of 1/rate (at most 0.2 s) before each request,
+   the idle a worker has between requests at that rate (this machine is slower after idle).
    The machine has 2 cores, shared by the generator, the measured server and anything else
    running: the CPU seconds of generator and server, the load average and the machine's phase
    (``machine_probe_ms``: a fixed Python loop, timed just before and after) around every run are
@@ -221,10 +223,12 @@ class Server:
         self._log.close()
 
 
-def sequential(base: str, bodies: list[bytes], n: int, expected: int) -> dict[str, Any]:
-    """``n`` requests one at a time (no queueing): the floor under the loaded latencies. The
-    client is the standard library's ``http.client`` on one keep-alive connection (httpx added
-    about 1 ms for 100 documents and 20 ms for 1,000 to the figure)."""
+def sequential(base: str, bodies: list[bytes], n: int, expected: int, pause_s: float = 0.0) -> dict[str, Any]:
+    """``n`` requests one at a time (no queueing): the floor under the loaded latencies, or with
+    ``pause_s`` of idle before each request, which this machine makes slower on its own (the
+    loaded runs of long lists have such pauses between a worker's requests). The client is the
+    standard library's ``http.client`` on one keep-alive connection (httpx added about 1 ms for
+    100 documents and 20 ms for 1,000 to the figure)."""
     import http.client
     from urllib.parse import urlsplit
 
@@ -233,6 +237,8 @@ def sequential(base: str, bodies: list[bytes], n: int, expected: int) -> dict[st
     lat, st = [], []
     try:
         for i in range(n):
+            if pause_s:
+                time.sleep(pause_s)
             t0 = time.perf_counter()
             conn.request("POST", "/rank", body=bodies[i % len(bodies)], headers={"Content-Type": "application/json"})
             r = conn.getresponse()
@@ -248,8 +254,8 @@ def sequential(base: str, bodies: list[bytes], n: int, expected: int) -> dict[st
             st.append(float(doc.get("server_time_ms", float("nan"))))
     finally:
         conn.close()
-    return {"n": n, "p50_ms": rounded(pct(lat, 50)), "p90_ms": rounded(pct(lat, 90)),
-            "min_ms": rounded(min(lat)), "server_time_p50_ms": rounded(pct(st, 50))}
+    return {"n": n, "pause_ms": round(pause_s * 1e3, 1), "p50_ms": rounded(pct(lat, 50)),
+            "p90_ms": rounded(pct(lat, 90)), "min_ms": rounded(min(lat)), "server_time_p50_ms": rounded(pct(st, 50))}
 
 
 def run_load(server: Server, bodies_file: Path, rate: float, duration: float, workdir: Path,
@@ -570,13 +576,19 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"{tag}: {key} at {rate:g}/s for {duration:g} s (one at a time: p50 {base_line['p50_ms']} ms)")
                 res = run_load(s, bodies_file, rate, duration, tmp, f"{key}-{tag}")
                 res["one_at_a_time"] = base_line
+                # the same with the idle a worker has between requests at this rate (two workers
+                # alternate): tells the machine's idle effect apart from queueing
+                res["one_at_a_time_with_pauses"] = sequential(s.base, bodies[nd], 40 if nd <= 100 else 20, nd,
+                                                              pause_s=min(0.2, 1.0 / rate))
                 if key == "ours" and tag in TARGETS:
                     res["verdict"] = judge(res, TARGETS[tag])
                 entry[key] = res
                 log(f"{tag}: {key}: p50 {res['p50_ms']} p90 {res['p90_ms']} p99 {res['p99_ms']} "
                     f"max {res['max_ms']} ms, "
                     f"errors {res['errors']} {res['errors_by_kind'] or ''}, ok rate {res['achieved_ok_rate']}/s, "
-                    f"server p50 {res['server_time_p50_ms']} ms, server CPU {res['server_cpu_utilisation']}")
+                    f"server p50 {res['server_time_p50_ms']} ms, server CPU {res['server_cpu_utilisation']}; "
+                    f"one at a time after {res['one_at_a_time_with_pauses']['pause_ms']} ms pauses: p50 "
+                    f"{res['one_at_a_time_with_pauses']['p50_ms']} ms")
                 time.sleep(2.0)
             if entry["ours"]["p50_ms"] and entry["peer"]["p50_ms"]:
                 entry["p50_ratio_ours_over_peer"] = round(entry["ours"]["p50_ms"] / entry["peer"]["p50_ms"], 3)
