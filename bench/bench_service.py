@@ -110,9 +110,8 @@ def service_config(workers: int | None) -> tuple[int, int, int]:
     from app.settings import Settings, usable_cores
 
     settings = Settings() if workers is None else Settings(workers=workers)
-    n = settings.worker_processes()
-    floor = Settings(workers=n, parallel_min_documents=settings.parallel_min_documents).parallel_floor()
-    return n, settings.scoring_threads or usable_cores(), floor
+    resolved = settings.model_copy(update={"workers": settings.worker_processes()})  # as its workers see it
+    return resolved.this_process_workers(), settings.scoring_threads or usable_cores(), resolved.parallel_floor()
 
 
 def make_bodies(test: Any, n_docs: int, n_bodies: int, seed: int) -> list[bytes]:
@@ -571,14 +570,15 @@ def main(argv: list[str] | None = None) -> int:
             for key in order:
                 s = servers[key]
                 sequential(s.base, bodies[nd], 20, nd)  # warm-up, not recorded
-                base_line = sequential(s.base, bodies[nd], 40 if nd <= 100 else 20, nd)
+                n_seq = 40 if nd <= 100 else 20
+                base_line = sequential(s.base, bodies[nd], n_seq, nd)
                 time.sleep(1.0)
                 log(f"{tag}: {key} at {rate:g}/s for {duration:g} s (one at a time: p50 {base_line['p50_ms']} ms)")
                 res = run_load(s, bodies_file, rate, duration, tmp, f"{key}-{tag}")
                 res["one_at_a_time"] = base_line
                 # the same with the idle a worker has between requests at this rate (two workers
                 # alternate): tells the machine's idle effect apart from queueing
-                res["one_at_a_time_with_pauses"] = sequential(s.base, bodies[nd], 40 if nd <= 100 else 20, nd,
+                res["one_at_a_time_with_pauses"] = sequential(s.base, bodies[nd], n_seq, nd,
                                                               pause_s=min(0.2, 1.0 / rate))
                 if key == "ours" and tag in TARGETS:
                     res["verdict"] = judge(res, TARGETS[tag])

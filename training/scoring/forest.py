@@ -190,9 +190,9 @@ class PackedNodes:
         chunk_start = np.unique(np.concatenate([[0], cuts, [forest.n_base]])).astype(np.int64)
         # trees scored as a table (SMALL_NODES): their row in the small arrays, else -1
         small = (kind == KIND_TREE) & (n_nodes <= SMALL_NODES) & (base_depth >= SMALL_MIN_DEPTH)
-        base_small = np.full(forest.n_base, -1, dtype=np.int32)
-        base_small[small] = np.arange(int(small.sum()), dtype=np.int32)
         n_small = int(small.sum())
+        base_small = np.full(forest.n_base, -1, dtype=np.int32)
+        base_small[small] = np.arange(n_small, dtype=np.int32)
         small_off = np.zeros((n_small, SMALL_NODES), dtype=np.int64)
         small_thr = np.full((n_small, SMALL_NODES), np.nan, dtype=np.float32)
         small_leaf = np.zeros((n_small, 1 << SMALL_NODES), dtype=np.int32)
@@ -530,8 +530,8 @@ def _score_task(Xb, d_feat, i0, nb, b0, b1, base_kind, base_node_start, base_lea
                 for l in range(K):
                     out[i0 + j, ci, l] = acc[j, l]
             ci += 1
-        if base_kind[b] == 0 and base_small[b] >= 0:
-            # a small tree: every node's test over the block, then the mask's leaf (SMALL_NODES)
+        if base_small[b] >= 0:
+            # a small tree (never a product): every node's test over the block, then the mask's leaf
             sm = base_small[b]
             x0 = xbase + small_off[sm, 0]
             t0 = small_thr[sm, 0]
