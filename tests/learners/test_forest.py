@@ -163,6 +163,28 @@ def test_missing_array_and_bad_inputs_rejected() -> None:
         score_forest(f, np.zeros((2, 3), np.float32), [1, 0])
 
 
+def test_checkpoint_lists_kept_per_forest_stay_right() -> None:
+    """A forest keeps the checkpoint lists it has placed (``PackedNodes.checkpoint_plan``): more
+    lists than it keeps, repeated lists, a list changed by its caller after the call and a bad
+    list after good ones all give the slow walk's sums or the error."""
+    from training.scoring.forest import _CK_PLANS_KEPT
+
+    forest = random_forest(5, n_base=30)
+    X = np.random.default_rng(1).normal(size=(20, forest.n_features)).astype(np.float32)
+    lists = [[c, min(c + 3, 30), 30] for c in range(_CK_PLANS_KEPT + 5)]
+    for ck in lists + lists[::-1]:
+        np.testing.assert_allclose(score_forest(forest, X, ck), naive.score_forest(forest.to_arrays(), X, ck),
+                                   rtol=1e-12, atol=1e-12)
+    ck = np.array([2, 4, 8], dtype=np.int64)
+    first = score_forest(forest, X, ck)
+    ck[0] = 9  # now not non-decreasing: the kept plan must not be the one for [2, 4, 8]
+    with pytest.raises(ValueError, match="non-decreasing"):
+        score_forest(forest, X, ck)
+    np.testing.assert_array_equal(score_forest(forest, X, np.array([2, 4, 8])), first)
+    with pytest.raises(ValueError, match="checkpoints"):
+        score_forest(forest, X, [0, 31])
+
+
 def test_cycle_in_tree_rejected() -> None:
     # two nodes where node 1 points back to node 0
     arrays = {

@@ -295,11 +295,14 @@ def chain_forest(n_nodes: int, d: int = 4, K: int = 2, seed: int = 0) -> FlatFor
 def test_small_trees_scored_by_table_equal_the_walk(seed: int) -> None:
     """Trees of at most SMALL_NODES nodes and depth >= SMALL_MIN_DEPTH take the table path: the
     same leaves as the slow walk on values equal to thresholds, NaN and infinities, for a
-    lopsided chain of 7 nodes (depth 7), a balanced depth-3 tree and random small trees."""
+    lopsided chain of 7 nodes (depth 7), chains of 3 and 5 nodes (the kernel always makes 7
+    tests: the bits past a tree's nodes must not matter), a balanced depth-3 tree and random
+    small trees."""
     from training.scoring import forest as forest_module
 
     rng = np.random.default_rng(seed)
-    for forest in (chain_forest(forest_module.SMALL_NODES, seed=seed), random_forest(seed + 20, n_base=120)):
+    for forest in (chain_forest(forest_module.SMALL_NODES, seed=seed), chain_forest(3, seed=seed),
+                   chain_forest(5, seed=seed), random_forest(seed + 20, n_base=120)):
         p = forest.packed
         small = p.base_small >= 0
         expected = (forest.base_kind == 0) & (np.diff(forest.base_node_start) <= forest_module.SMALL_NODES) \
@@ -317,14 +320,16 @@ def test_small_trees_scored_by_table_equal_the_walk(seed: int) -> None:
         got = score_forest(forest, X, ck)
         want = naive.score_forest(forest.to_arrays(), X, ck)
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
-    # every mask of the chain's table leads where the walk does
-    forest = chain_forest(forest_module.SMALL_NODES, seed=seed)
-    p = forest.packed
-    for mask in range(1 << forest_module.SMALL_NODES):
-        t = 0
-        while True:
-            c = forest.node_right[t] if (mask >> t) & 1 else forest.node_left[t]
-            if c < 0:
-                break
-            t = c
-        assert p.small_leaf[p.base_small[0], mask] == -c - 1
+    # every mask of a chain's table leads where the walk does (a 3-node chain's walk reads bits
+    # 0..2 only: the other bits are the kernel's padding tests)
+    for n_nodes in (forest_module.SMALL_NODES, 3):
+        forest = chain_forest(n_nodes, seed=seed)
+        p = forest.packed
+        for mask in range(1 << forest_module.SMALL_NODES):
+            t = 0
+            while True:
+                c = forest.node_right[t] if (mask >> t) & 1 else forest.node_left[t]
+                if c < 0:
+                    break
+                t = c
+            assert p.small_leaf[p.base_small[0], mask] == -c - 1

@@ -35,7 +35,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numba
@@ -93,7 +93,7 @@ COMPACT_MIN_DEPTH = 9
 #: A lopsided 8-leaf tree (LightGBM's leaf-wise trees reach depth 7) costs 7 vector tests and one
 #: lookup instead of up to 7 dependent gathers. (A per-tree table, not QuickScorer's per-feature
 #: bit vectors.)
-SMALL_NODES = 7
+SMALL_NODES = 7  # the kernel's table pass is written out for exactly 7 tests (``_score_task``)
 SMALL_MIN_DEPTH = 3
 
 #: From this many document blocks on, the parallel pass hands each thread whole blocks (every
@@ -106,6 +106,9 @@ BLOCK_MAJOR_MIN = 4
 #: MQ2008 ensemble's 600 bases (60,000 pairs, OpenBLAS held to one thread) 0.43 ms on one thread
 #: and 0.32 on two.
 PARALLEL_MIN_WORK = 40_000
+
+#: Checkpoint lists a forest keeps checked and placed (``PackedNodes.checkpoint_plan``).
+_CK_PLANS_KEPT = 16
 
 
 @dataclass(frozen=True, eq=False)
@@ -151,6 +154,39 @@ class PackedNodes:
     small_off: npt.NDArray[np.int64]
     small_thr: npt.NDArray[np.float32]
     small_leaf: npt.NDArray[np.int32]
+    #: checkpoint lists already seen (their bytes) -> the checked list and where each falls among
+    #: the chunks (``checkpoint_plan``): a model passes the same list on every call
+    _ck_plans: dict[bytes | None, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]] = \
+        field(default_factory=dict, repr=False)
+
+    def checkpoint_plan(self, n_base: int, checkpoints: Sequence[int] | npt.ArrayLike | None
+                        ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """(checkpoints, ck_chunk, ck_first) for ``score_forest``: the checkpoints checked
+        (base counts in 0..``n_base``, non-decreasing; None: ``[n_base]``), the chunk each falls
+        in (``n_chunks``: after the last base) and each chunk's first checkpoint. Kept per list
+        (at most ``_CK_PLANS_KEPT``), so that a model's repeated calls skip the checks."""
+        ck = None if checkpoints is None else np.ascontiguousarray(checkpoints, dtype=np.int64).reshape(-1)
+        key = None if ck is None else ck.tobytes()
+        plan = self._ck_plans.get(key)
+        if plan is not None:
+            return plan
+        if ck is None:
+            ck = np.array([n_base], dtype=np.int64)
+        elif ck.size and (ck.min() < 0 or ck.max() > n_base):
+            raise ValueError(f"checkpoints must lie in 0..{n_base} (the number of base "
+                             f"classifiers), got {ck.min()}..{ck.max()}")
+        elif np.any(np.diff(ck) < 0):
+            raise ValueError("checkpoints must be non-decreasing")
+        n_chunks = self.chunk_start.shape[0] - 1
+        ck_chunk = np.searchsorted(self.chunk_start[1:], ck, side="right").astype(np.int64)
+        ck_first = np.searchsorted(ck_chunk, np.arange(n_chunks), side="left").astype(np.int64)
+        plan = (ck.copy(), ck_chunk, ck_first)
+        for a in plan:
+            a.flags.writeable = False
+        if len(self._ck_plans) >= _CK_PLANS_KEPT:
+            self._ck_plans.clear()
+        self._ck_plans[key] = plan
+        return plan
 
     @classmethod
     def from_forest(cls, forest: FlatForest) -> PackedNodes:
@@ -252,9 +288,10 @@ def _relayout(kind, node_start, leaf_start, feat, thr, left, right, base_vstart,
 def _small_tables(bases, node_start, leaf_start, feat, thr, left, right, small_off, small_thr,
                   small_leaf):  # pragma: no cover
     """Fill the table arrays of ``PackedNodes`` for the trees ``bases`` (row s for ``bases[s]``):
-    node k's feature offset in a block (``feature * DOC_BLOCK``) and threshold (NaN, never true,
-    for k past the tree's nodes), and for every mask the absolute leaf row that the walk reaches
-    when node k's test says ``>=`` exactly where bit k is set."""
+    node k's feature offset in a block (``feature * DOC_BLOCK``) and threshold (feature 0 and NaN
+    for k past the tree's nodes: the kernel makes all SMALL_NODES tests), and for every mask the
+    absolute leaf row that the walk reaches when node k's test says ``>=`` exactly where bit k
+    is set (the bits past the tree's nodes play no part)."""
     for s in range(bases.shape[0]):
         b = bases[s]
         ns = node_start[b]
@@ -298,6 +335,15 @@ class FlatForest:
     def packed(self) -> PackedNodes:
         """The derived scoring layout (``PackedNodes``), built on first use and kept."""
         return PackedNodes.from_forest(self)
+
+    @cached_property
+    def _kernel_arrays(self) -> tuple[np.ndarray, ...]:
+        """The scoring kernels' forest arguments, in their order (gathered once, not per call)."""
+        p = self.packed
+        return (self.base_kind, self.base_node_start, self.base_leaf_start, self.node_feature,
+                self.node_threshold, p.vnode, p.vthr, p.vleaf, p.base_vstart, p.base_depth,
+                p.base_compact_at, p.base_small, p.small_off, p.small_thr, p.small_leaf, p.chunk_start,
+                self.leaf_values)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """Plain arrays (for an ``.npz``); ``from_arrays`` reads them back."""
@@ -494,11 +540,23 @@ def block_features(X: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     block's values of one feature are contiguous, and a block (``d * DOC_BLOCK`` floats) stays in
     the first-level cache while the trees stream through.
     """
+    return _block_features(np.ascontiguousarray(X, dtype=np.float32))
+
+
+@njit(cache=True, nogil=True)
+def _block_features(X):  # pragma: no cover
+    """``block_features`` of a C-contiguous float32 ``X`` (one pass, no temporary)."""
     n, d = X.shape
     n_blocks = (n + DOC_BLOCK - 1) // DOC_BLOCK
-    padded = np.zeros((n_blocks * DOC_BLOCK, d), dtype=np.float32)
-    padded[:n] = X
-    return np.ascontiguousarray(padded.reshape(n_blocks, DOC_BLOCK, d).transpose(0, 2, 1)).reshape(-1)
+    out = np.zeros(n_blocks * DOC_BLOCK * d, dtype=np.float32)
+    for blk in range(n_blocks):
+        i0 = blk * DOC_BLOCK
+        base = i0 * d
+        for j in range(min(DOC_BLOCK, n - i0)):
+            row = X[i0 + j]
+            for f in range(d):
+                out[base + f * DOC_BLOCK + j] = row[f]
+    return out
 
 
 @njit(cache=True, inline="always")
@@ -531,18 +589,32 @@ def _score_task(Xb, d_feat, i0, nb, b0, b1, base_kind, base_node_start, base_lea
                     out[i0 + j, ci, l] = acc[j, l]
             ci += 1
         if base_small[b] >= 0:
-            # a small tree (never a product): every node's test over the block, then the mask's leaf
+            # a small tree (never a product): SMALL_NODES node tests over the block in one pass
+            # (past the tree's nodes: feature 0 against NaN, bits its table ignores), then the
+            # mask's leaf
             sm = base_small[b]
             x0 = xbase + small_off[sm, 0]
+            x1 = xbase + small_off[sm, 1]
+            x2 = xbase + small_off[sm, 2]
+            x3 = xbase + small_off[sm, 3]
+            x4 = xbase + small_off[sm, 4]
+            x5 = xbase + small_off[sm, 5]
+            x6 = xbase + small_off[sm, 6]
             t0 = small_thr[sm, 0]
+            t1 = small_thr[sm, 1]
+            t2 = small_thr[sm, 2]
+            t3 = small_thr[sm, 3]
+            t4 = small_thr[sm, 4]
+            t5 = small_thr[sm, 5]
+            t6 = small_thr[sm, 6]
             for j in range(nb):
-                mask[j] = np.int32(Xb[np.uint64(x0 + j)] >= t0)
-            for k in range(1, base_node_start[b + 1] - base_node_start[b]):
-                xk = xbase + small_off[sm, k]
-                tk = small_thr[sm, k]
-                bit = np.int32(1 << k)
-                for j in range(nb):
-                    mask[j] |= np.int32(Xb[np.uint64(xk + j)] >= tk) * bit
+                mask[j] = (np.int32(Xb[np.uint64(x0 + j)] >= t0)
+                           | (np.int32(Xb[np.uint64(x1 + j)] >= t1) << 1)
+                           | (np.int32(Xb[np.uint64(x2 + j)] >= t2) << 2)
+                           | (np.int32(Xb[np.uint64(x3 + j)] >= t3) << 3)
+                           | (np.int32(Xb[np.uint64(x4 + j)] >= t4) << 4)
+                           | (np.int32(Xb[np.uint64(x5 + j)] >= t5) << 5)
+                           | (np.int32(Xb[np.uint64(x6 + j)] >= t6) << 6))
             for j in range(nb):
                 leaf = small_leaf[sm, np.uint32(mask[j])]
                 for l in range(K):
@@ -704,30 +776,15 @@ def score_forest(
     Xa = np.ascontiguousarray(X, dtype=np.float32)
     if Xa.ndim != 2 or Xa.shape[1] != forest.n_features:
         raise ValueError(f"X must have shape (n, {forest.n_features}), got {Xa.shape}")
-    if checkpoints is None:
-        ck = np.array([forest.n_base], dtype=np.int64)
-    else:
-        ck = np.ascontiguousarray(checkpoints, dtype=np.int64).reshape(-1)
-        if ck.size and (ck.min() < 0 or ck.max() > forest.n_base):
-            raise ValueError(f"checkpoints must lie in 0..{forest.n_base} (the number of base "
-                             f"classifiers), got {ck.min()}..{ck.max()}")
-        if np.any(np.diff(ck) < 0):
-            raise ValueError("checkpoints must be non-decreasing")
+    p = forest.packed
+    ck, ck_chunk, ck_first = p.checkpoint_plan(forest.n_base, checkpoints)
     n = Xa.shape[0]
     out = np.zeros((n, ck.shape[0], forest.n_outputs), dtype=np.float64)
     if n == 0 or ck.shape[0] == 0:
         return out
-    p = forest.packed
-    n_chunks = p.chunk_start.shape[0] - 1
-    # the chunk a checkpoint falls in (n_chunks: after the last base), and each chunk's first one
-    ck_chunk = np.searchsorted(p.chunk_start[1:], ck, side="right").astype(np.int64)
-    ck_first = np.searchsorted(ck_chunk, np.arange(n_chunks), side="left").astype(np.int64)
-    totals = np.empty((n_chunks, n, forest.n_outputs), dtype=np.float64)
-    args = (block_features(Xa), np.int64(Xa.shape[1]), forest.base_kind, forest.base_node_start,
-            forest.base_leaf_start, forest.node_feature, forest.node_threshold, p.vnode, p.vthr, p.vleaf,
-            p.base_vstart, p.base_depth, p.base_compact_at, p.base_small, p.small_off, p.small_thr,
-            p.small_leaf, p.chunk_start, forest.leaf_values, ck, ck_chunk, ck_first, out, totals,
-            (0,) * forest.n_outputs)
+    totals = np.empty((p.chunk_start.shape[0] - 1, n, forest.n_outputs), dtype=np.float64)
+    args = (_block_features(Xa), np.int64(Xa.shape[1]), *forest._kernel_arrays, ck, ck_chunk, ck_first, out,
+            totals, (0,) * forest.n_outputs)
     run_on_threads(n, n * forest.n_base >= PARALLEL_MIN_WORK,
                    lambda: _score_serial(*args), lambda threads: _score_parallel(*args))
     return out
