@@ -69,8 +69,7 @@ async def _follow_reloads(registry: ModelRegistry, period: float) -> None:
 @contextlib.asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
-    if settings.scoring_threads is not None:
-        forest.set_scoring_threads(settings.scoring_threads)
+    forest.set_scoring_threads(settings.scoring_thread_count())
     forest.set_parallel_min_documents(settings.parallel_floor())
     forest.limit_blas_threads(settings.blas_threads)
     registry = ModelRegistry(settings.models_dir, settings.default_model,

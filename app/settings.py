@@ -66,6 +66,12 @@ class Settings(BaseSettings):
         on; an app served some other way (``uvicorn app.main:app``, tests) counts as one."""
         return self.workers if self.workers is not None else 1
 
+    def scoring_thread_count(self) -> int:
+        """Threads one list may score on: ``scoring_threads``, else every usable core (CPU
+        affinity capped by a cgroup quota, so a container limited by ``--cpus 2`` on a larger
+        host takes 2, not numba's default of every host CPU)."""
+        return self.scoring_threads if self.scoring_threads is not None else usable_cores()
+
     def scoring_concurrency(self) -> int:
         """Requests a worker scores side by side: ``concurrency``, else its share of the cores."""
         if self.concurrency is not None:

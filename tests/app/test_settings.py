@@ -40,6 +40,8 @@ def test_worker_count_and_parallel_floor_defaults(monkeypatch: pytest.MonkeyPatc
     assert unset.this_process_workers() == 1       # an app served some other way is one worker
     assert unset.parallel_floor() == 0
     assert unset.scoring_concurrency() == 4
+    assert unset.scoring_thread_count() == 4      # the cores this process may use, not numba's pool
+    assert Settings(scoring_threads=3).scoring_thread_count() == 3
     two = Settings(workers=2)
     assert two.worker_processes() == 2
     assert two.parallel_floor() == SHARED_PARALLEL_MIN_DOCUMENTS
@@ -60,6 +62,12 @@ def test_the_service_applies_the_floor(monkeypatch: pytest.MonkeyPatch, tmp_path
     from training.scoring import forest
 
     monkeypatch.setattr(forest, "_parallel_min_documents", 0)
+    monkeypatch.setattr(forest, "_scoring_threads", 0)
     app = create_app(Settings(models_dir=tmp_path, default_model="none", workers=2))
     with TestClient(app):
         assert forest.get_parallel_min_documents() == SHARED_PARALLEL_MIN_DOCUMENTS
+        # unset TUNEMIX_SCORING_THREADS: the usable cores (a --cpus limit counts), not numba's pool
+        assert forest._scoring_threads == settings_module.usable_cores()
+    monkeypatch.setattr(settings_module, "usable_cores", lambda: 1)
+    with TestClient(create_app(Settings(models_dir=tmp_path, default_model="none"))):
+        assert forest.get_scoring_threads() == 1
