@@ -8,8 +8,10 @@ candidate list of a query, not pages of it.
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
+import numpy as np
+import pydantic_core
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
@@ -18,10 +20,13 @@ from app.deps import (
     RegistryDep,
     SettingsDep,
     is_text,
+    json_bytes_response,
     json_response,
+    parse_and_score,
     python_work,
     read_body,
     resolve_model,
+    score_call,
     scoring,
 )
 from app.openapi import body_spec
@@ -80,13 +85,27 @@ async def rank(
         served = resolve_model(registry, req.model or model, req.version or version)
         return served, rank_lists(req.queries, served.n_features, **limits), req.top_k or top_k
 
+    def payload(served: ServedModel, lists: CandidateLists, k: int | None, scores: np.ndarray) -> dict[str, Any]:
+        return {
+            "model": served.name,
+            "version": served.version,
+            "results": ranked(scores, lists, k),
+            "server_time_ms": round((time.perf_counter() - start) * 1e3, 3),
+        }
+
+    def whole(alone: bool) -> tuple[ServedModel, CandidateLists, bytes]:
+        served, lists, k = parse()
+        scores = score_call(served.model.score, (lists.features, lists.offsets), alone)
+        return served, lists, pydantic_core.to_json(payload(served, lists, k, scores))
+
+    # an idle worker parses, scores and serialises in one thread hop; a busy one in two, so that
+    # parsing overlaps the other requests' scoring
+    done = await parse_and_score(request, whole)
+    if done is not None:
+        served, lists, content = done
+        metrics.count_documents(served.name, lists.n_documents)
+        return json_bytes_response(content)
     served, lists, k = await python_work(request, parse)
     scores = await scoring(request, served.model.score, lists.features, lists.offsets)
     metrics.count_documents(served.name, lists.n_documents)
-    payload = {
-        "model": served.name,
-        "version": served.version,
-        "results": ranked(scores, lists, k),
-        "server_time_ms": round((time.perf_counter() - start) * 1e3, 3),
-    }
-    return json_response(payload)
+    return json_response(payload(served, lists, k, scores))

@@ -289,3 +289,43 @@ def test_fast_json_path_takes_the_common_body() -> None:
     assert lists is not None
     np.testing.assert_array_equal(lists.features, x)
     assert lists.offsets.tolist() == offsets_of(SIZES).tolist() and lists.qids == ["q0", "q1", "q2"]
+
+
+def test_an_idle_worker_parses_and_scores_in_one_hop_a_busy_one_in_two(
+        client: TestClient, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request the fast lane leaves to the route (here a columnar body) goes to a single thread
+    hop when no other request is scoring or waiting to (``app.deps.parse_and_score``), and to the
+    two hops otherwise (parsing in ``python_work``, then ``scoring``); the answers are the same,
+    and the counter and the scoring slot are given back either way, also after a 422."""
+    from app.routers import rank as rank_module
+
+    hops: list[str] = []
+    for name in ("python_work", "scoring"):
+        original = getattr(rank_module, name)
+
+        async def spy(*args: Any, _original: Any = original, _name: str = name) -> Any:
+            hops.append(_name)
+            return await _original(*args)
+
+        monkeypatch.setattr(rank_module, name, spy)
+    state = client.app.state  # type: ignore[attr-defined]
+    slots = state.scoring_slots.available_tokens
+    x = features(sum(SIZES), seed=4)
+    idle = client.post("/rank", json=rank_body(x, SIZES))
+    assert idle.status_code == 200, idle.text
+    assert hops == []
+    state.scoring_requests = 1  # as if another request were scoring
+    try:
+        busy = client.post("/rank", json=rank_body(x, SIZES))
+    finally:
+        state.scoring_requests = 0
+    assert busy.status_code == 200, busy.text
+    assert hops == ["python_work", "scoring"]
+    assert idle.json()["results"] == busy.json()["results"]
+    for res, want in zip(idle.json()["results"], expected_scores(store, x, SIZES), strict=True):
+        np.testing.assert_allclose([scores_by_id(res)[k] for k in want], list(want.values()), rtol=1e-12, atol=0)
+    bad = rank_body(x, SIZES)
+    bad["queries"][1]["features"][0] = bad["queries"][1]["features"][0][:-1]
+    r = client.post("/rank", json=bad)
+    assert r.status_code == 422 and "q1" in r.text
+    assert state.scoring_requests == 0 and state.scoring_slots.available_tokens == slots
