@@ -16,16 +16,21 @@ its event loop: an anyio limiter must not be shared by two event loops):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import time
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any, TypeVar
 
 import anyio
+import numpy as np
+import numpy.typing as npt
 import pydantic_core
 from fastapi import Depends, Request
 from fastapi.responses import Response
 
 from app.errors import ServiceError, too_large
 from app.observability import Metrics
+from app.parsing import CandidateLists, ranked
 from app.registry import ModelRegistry, ServedModel
 from app.settings import Settings
 from training.scoring.forest import single_threaded
@@ -100,17 +105,25 @@ async def python_work(request: Request, fn: Callable[..., T], *args: Any) -> T:
     return await anyio.to_thread.run_sync(fn, *args, limiter=request.app.state.python_lanes)
 
 
+@contextlib.contextmanager
+def scoring_turn(state: Any) -> Iterator[bool]:
+    """Count a request as scoring or waiting to (``state.scoring_requests``, changed on the event
+    loop only: no race) for as long as the block runs; yields whether it is the worker's only one
+    (then it may score on several threads)."""
+    state.scoring_requests += 1
+    try:
+        yield state.scoring_requests == 1
+    finally:
+        state.scoring_requests -= 1
+
+
 async def scoring(request: Request, fn: Callable[..., T], *args: Any) -> T:
     """A model's scoring in one of the application's scoring slots. A request scores on several
     threads only when no other request of this worker is scoring or waiting to: under load the
     requests score side by side, one thread each (no cycles lost to splitting and joining)."""
     state = request.app.state
-    state.scoring_requests += 1  # on the event loop: no race
-    try:
-        alone = state.scoring_requests == 1
+    with scoring_turn(state) as alone:
         return await anyio.to_thread.run_sync(score_call, fn, args, alone, limiter=state.scoring_slots)
-    finally:
-        state.scoring_requests -= 1
 
 
 async def parse_and_score(request: Request, fn: Callable[[bool], T]) -> T | None:
@@ -130,11 +143,10 @@ async def parse_and_score(request: Request, fn: Callable[[bool], T]) -> T | None
         slots.acquire_nowait()
     except anyio.WouldBlock:
         return None
-    state.scoring_requests += 1
     try:
-        return await anyio.to_thread.run_sync(fn, state.scoring_requests == 1, limiter=state.python_lanes)
+        with scoring_turn(state) as alone:
+            return await anyio.to_thread.run_sync(fn, alone, limiter=state.python_lanes)
     finally:
-        state.scoring_requests -= 1
         slots.release()
 
 
@@ -156,3 +168,15 @@ def json_response(payload: Any) -> Response:
 def json_bytes_response(content: bytes) -> Response:
     """A JSON response of already serialised ``content``."""
     return Response(content=content, media_type="application/json")
+
+
+def rank_json(served: ServedModel, lists: CandidateLists, top_k: int | None, scores: npt.NDArray[np.float64],
+              start: float) -> bytes:
+    """The /rank answer (``RankResponse``) serialised: the model, each query's ranking and the
+    server time since ``start`` (``time.perf_counter()``). The route and the fast lane share it."""
+    return pydantic_core.to_json({
+        "model": served.name,
+        "version": served.version,
+        "results": ranked(scores, lists, top_k),
+        "server_time_ms": round((time.perf_counter() - start) * 1e3, 3),
+    })

@@ -27,11 +27,9 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-import pydantic_core
-
-from app.deps import score_call
+from app.deps import rank_json, score_call, scoring_turn
 from app.errors import ServiceError
-from app.parsing import fast_rank_body, fast_rank_lists, ranked
+from app.parsing import fast_rank_body, fast_rank_lists
 from app.registry import ModelRegistry, ServedModel
 
 log = logging.getLogger(__name__)
@@ -124,24 +122,15 @@ class RankFastLane:
             return None  # the route raises the same error, through the application's handlers
         if lists is None:
             return None
-        state.scoring_requests += 1  # on the event loop, as app.deps.scoring counts
         try:
-            scores = score_call(served.model.score, (lists.features, lists.offsets),
-                                state.scoring_requests == 1)
+            with scoring_turn(state) as alone:  # on the event loop, as app.deps.scoring counts
+                scores = score_call(served.model.score, (lists.features, lists.offsets), alone)
         except Exception:
             state.metrics.count_error("internal")
             log.exception("unhandled error on POST %s", self.path)
             return 500, b'{"detail":"internal error; the server log has the traceback"}'
-        finally:
-            state.scoring_requests -= 1
         state.metrics.count_documents(served.name, lists.n_documents)
-        payload = {
-            "model": served.name,
-            "version": served.version,
-            "results": ranked(scores, lists, fast.top_k),
-            "server_time_ms": round((time.perf_counter() - start) * 1e3, 3),
-        }
-        return 200, pydantic_core.to_json(payload)
+        return 200, rank_json(served, lists, fast.top_k, scores, start)
 
 
 def _loaded(registry: ModelRegistry, name: str | None, version: str | None) -> ServedModel | None:

@@ -107,11 +107,11 @@ def rounded(x: float | None, nd: int = 3) -> float | None:
 def service_config(workers: int | None) -> tuple[int, int, int]:
     """(workers, numba threads per worker, parallel floor in documents) of our service as
     ``python -m app`` runs it with ``workers`` (None: its default), by its settings' rules."""
-    from app.settings import Settings, usable_cores
+    from app.settings import Settings
 
     settings = Settings() if workers is None else Settings(workers=workers)
     resolved = settings.model_copy(update={"workers": settings.worker_processes()})  # as its workers see it
-    return resolved.this_process_workers(), settings.scoring_threads or usable_cores(), resolved.parallel_floor()
+    return resolved.this_process_workers(), resolved.scoring_thread_count(), resolved.parallel_floor()
 
 
 def make_bodies(test: Any, n_docs: int, n_bodies: int, seed: int) -> list[bytes]:

@@ -8,10 +8,8 @@ candidate list of a query, not pages of it.
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import Annotated
 
-import numpy as np
-import pydantic_core
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
@@ -21,9 +19,9 @@ from app.deps import (
     SettingsDep,
     is_text,
     json_bytes_response,
-    json_response,
     parse_and_score,
     python_work,
+    rank_json,
     read_body,
     resolve_model,
     score_call,
@@ -37,7 +35,6 @@ from app.parsing import (
     letor_lists,
     parse_json,
     rank_lists,
-    ranked,
 )
 from app.registry import ServedModel
 from app.schemas import ErrorResponse, RankRequest, RankResponse
@@ -85,18 +82,10 @@ async def rank(
         served = resolve_model(registry, req.model or model, req.version or version)
         return served, rank_lists(req.queries, served.n_features, **limits), req.top_k or top_k
 
-    def payload(served: ServedModel, lists: CandidateLists, k: int | None, scores: np.ndarray) -> dict[str, Any]:
-        return {
-            "model": served.name,
-            "version": served.version,
-            "results": ranked(scores, lists, k),
-            "server_time_ms": round((time.perf_counter() - start) * 1e3, 3),
-        }
-
     def whole(alone: bool) -> tuple[ServedModel, CandidateLists, bytes]:
         served, lists, k = parse()
         scores = score_call(served.model.score, (lists.features, lists.offsets), alone)
-        return served, lists, pydantic_core.to_json(payload(served, lists, k, scores))
+        return served, lists, rank_json(served, lists, k, scores, start)
 
     # an idle worker parses, scores and serialises in one thread hop; a busy one in two, so that
     # parsing overlaps the other requests' scoring
@@ -108,4 +97,4 @@ async def rank(
     served, lists, k = await python_work(request, parse)
     scores = await scoring(request, served.model.score, lists.features, lists.offsets)
     metrics.count_documents(served.name, lists.n_documents)
-    return json_response(payload(served, lists, k, scores))
+    return json_bytes_response(rank_json(served, lists, k, scores, start))

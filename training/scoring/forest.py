@@ -164,10 +164,10 @@ class PackedNodes:
     _ck_plans: dict[bytes | None, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]] = \
         field(default_factory=dict, repr=False)
 
-    def checkpoint_plan(self, n_base: int, checkpoints: Sequence[int] | npt.ArrayLike | None
+    def checkpoint_plan(self, checkpoints: Sequence[int] | npt.ArrayLike | None
                         ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """(checkpoints, ck_chunk, ck_first) for ``score_forest``: the checkpoints checked
-        (base counts in 0..``n_base``, non-decreasing; None: ``[n_base]``), the chunk each falls
+        (base counts in 0..n_base, non-decreasing; None: ``[n_base]``), the chunk each falls
         in (``n_chunks``: after the last base) and each chunk's first checkpoint. Kept per list
         (at most ``_CK_PLANS_KEPT``), so that a model's repeated calls skip the checks."""
         ck = None if checkpoints is None else np.ascontiguousarray(checkpoints, dtype=np.int64).reshape(-1)
@@ -175,6 +175,7 @@ class PackedNodes:
         plan = self._ck_plans.get(key)
         if plan is not None:
             return plan
+        n_base = int(self.chunk_start[-1])  # the chunks end after the last base
         if ck is None:
             ck = np.array([n_base], dtype=np.int64)
         elif ck.size and (ck.min() < 0 or ck.max() > n_base):
@@ -539,20 +540,16 @@ def concatenate(forests: Sequence[FlatForest]) -> FlatForest:
     )
 
 
-def block_features(X: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+@njit(cache=True, nogil=True)
+def block_features(X):  # pragma: no cover
     """``X`` (n, d) re-laid feature-major per block of ``DOC_BLOCK`` documents, flat:
     ``out[(blk * d + f) * DOC_BLOCK + j] = X[blk * DOC_BLOCK + j, f]`` (the last block zero-padded).
 
     A tree step of document j then reads ``out[blk * d * DOC_BLOCK + f * DOC_BLOCK + j]``: a
     block's values of one feature are contiguous, and a block (``d * DOC_BLOCK`` floats) stays in
-    the first-level cache while the trees stream through.
+    the first-level cache while the trees stream through. ``X`` must be C-contiguous float32 (as
+    ``score_forest`` makes it); one pass, no temporary.
     """
-    return _block_features(np.ascontiguousarray(X, dtype=np.float32))
-
-
-@njit(cache=True, nogil=True)
-def _block_features(X):  # pragma: no cover
-    """``block_features`` of a C-contiguous float32 ``X`` (one pass, no temporary)."""
     n, d = X.shape
     n_blocks = (n + DOC_BLOCK - 1) // DOC_BLOCK
     out = np.zeros(n_blocks * DOC_BLOCK * d, dtype=np.float32)
@@ -784,13 +781,13 @@ def score_forest(
     if Xa.ndim != 2 or Xa.shape[1] != forest.n_features:
         raise ValueError(f"X must have shape (n, {forest.n_features}), got {Xa.shape}")
     p = forest.packed
-    ck, ck_chunk, ck_first = p.checkpoint_plan(forest.n_base, checkpoints)
+    ck, ck_chunk, ck_first = p.checkpoint_plan(checkpoints)
     n = Xa.shape[0]
     out = np.zeros((n, ck.shape[0], forest.n_outputs), dtype=np.float64)
     if n == 0 or ck.shape[0] == 0:
         return out
     totals = np.empty((p.chunk_start.shape[0] - 1, n, forest.n_outputs), dtype=np.float64)
-    args = (_block_features(Xa), np.int64(Xa.shape[1]), *forest._kernel_arrays, ck, ck_chunk, ck_first, out,
+    args = (block_features(Xa), np.int64(Xa.shape[1]), *forest._kernel_arrays, ck, ck_chunk, ck_first, out,
             totals, (0,) * forest.n_outputs)
     run_on_threads(n, n * forest.n_base >= PARALLEL_MIN_WORK,
                    lambda: _score_serial(*args), lambda threads: _score_parallel(*args))
