@@ -179,9 +179,9 @@ def test_packed_layout_of_truncated_and_concatenated_forests() -> None:
 
 @pytest.mark.parametrize("n_docs", [DOC_BLOCK + 17, 3 * DOC_BLOCK + 17, 6 * DOC_BLOCK + 5])
 def test_two_threads_give_the_same_bits_as_one(monkeypatch: pytest.MonkeyPatch, n_docs: int) -> None:
-    """The parallel pass (chunks x document blocks over threads, chunk by chunk below 4 blocks and
-    block by block from there, a short last block) adds in the same order as the serial one:
-    equal to the last bit, and equal to the slow walk."""
+    """The parallel pass (chunks x document blocks taken by the threads one task at a time, a
+    short last block) adds in the same order as the serial one: equal to the last bit, and equal
+    to the slow walk."""
     import numba
 
     from training.scoring import forest as forest_module

@@ -42,9 +42,10 @@ the last place; sums over classes, hidden units and monomials run in their index
 may fuse a multiply and an add into one FMA, ``fastmath={"contract"}``, about a fifth faster
 on the MQ2008 ensemble). A calibrator of a kind not listed falls back to its own ``transform``.
 
-Threads: documents are split into one contiguous range per thread (``get_scoring_threads()``,
-numba's ``prange``) when the list is big enough (``PARALLEL_MIN_WORK``). Every document's score
-is computed by the same instructions whatever its range (no sum runs across documents; FMA
+Threads: when the list is big enough (``PARALLEL_MIN_WORK``), ``get_scoring_threads()`` numba
+threads share the blocks of documents, each taking the next block not yet taken. Every
+document's score is computed by the same instructions whatever its block (no sum runs across
+documents; FMA
 contraction is decided at compile time, not per call), so the result is the same to the last bit
 for any thread count.
 """
@@ -68,7 +69,7 @@ from training.calibration.regression_calibration import _POLY_CLIP, RegressionCa
 from training.calibration.regression_models import unpack_network
 from training.calibration.shift import ShiftCalibrator
 from training.calibration.sigmoid_calibration import SigmoidCalibrator
-from training.scoring.forest import run_on_threads
+from training.scoring.forest import claim, run_on_threads
 
 Float64Array = npt.NDArray[np.float64]
 Int64Array = npt.NDArray[np.int64]
@@ -427,13 +428,14 @@ def _nn_block(x, nb, k, fp, p, hidden, res, t0, t1):  # pragma: no cover
 
 
 @njit(cache=True, inline="always", error_model="numpy", fastmath=_CONTRACT)
-def _calibrate_range(src, uhi, ulo, usrc, head, fp, ip, out, start, stop, k_max, t_max):  # pragma: no cover
-    """Documents ``start:stop``, block by block. First each distinct raw source u of the block
-    (``src[i, uhi[u], :] - src[i, ulo[u], :]``, or ``src[i, uhi[u], :]`` when ``ulo[u] < 0``; many
-    members share a snapshot and differ only in their calibrator) is gathered once, class-major,
-    into ``raws[u, l, j]``; then every member of ``head`` in turn copies its source's rows (packed
-    row g reads source ``usrc[g]``) and applies its formula; the block's scores go to
-    ``out[i, m]``, m its member (``head[g, _H_COLUMN]``)."""
+def _calibrate_blocks(src, uhi, ulo, usrc, head, fp, ip, out, k_max, t_max, counter):  # pragma: no cover
+    """Blocks of ``DOC_BLOCK`` documents, each the next one not yet taken (``claim`` on
+    ``counter[0]``; threads sharing the counter share the blocks). Per block, first each distinct
+    raw source u of the block (``src[i, uhi[u], :] - src[i, ulo[u], :]``, or ``src[i, uhi[u], :]``
+    when ``ulo[u] < 0``; many members share a snapshot and differ only in their calibrator) is
+    gathered once, class-major, into ``raws[u, l, j]``; then every member of ``head`` in turn
+    copies its source's rows (packed row g reads source ``usrc[g]``) and applies its formula; the
+    block's scores go to ``out[i, m]``, m its member (``head[g, _H_COLUMN]``)."""
     n_src = uhi.shape[0]
     n_members = head.shape[0]
     raws = np.empty((n_src, k_max, DOC_BLOCK))
@@ -444,8 +446,10 @@ def _calibrate_range(src, uhi, ulo, usrc, head, fp, ip, out, start, stop, k_max,
     t2 = np.empty(DOC_BLOCK)
     t3 = np.empty(DOC_BLOCK)
     mono = np.empty((t_max, DOC_BLOCK))
-    for i0 in range(start, stop, DOC_BLOCK):
-        nb = min(DOC_BLOCK, stop - i0)
+    n = src.shape[0]
+    i0 = claim(counter, 0) * DOC_BLOCK
+    while i0 < n:
+        nb = min(DOC_BLOCK, n - i0)
         for j in range(nb):
             row = src[i0 + j]
             for u in range(n_src):
@@ -487,20 +491,21 @@ def _calibrate_range(src, uhi, ulo, usrc, head, fp, ip, out, start, stop, k_max,
             orow = out[i0 + j]
             for g in range(n_members):
                 orow[head[g, _H_COLUMN]] = res[g, j]
+        i0 = claim(counter, 0) * DOC_BLOCK
 
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=_CONTRACT)
 def _calibrate_serial(src, uhi, ulo, usrc, head, fp, ip, out, k_max, t_max):  # pragma: no cover
-    _calibrate_range(src, uhi, ulo, usrc, head, fp, ip, out, 0, src.shape[0], k_max, t_max)
+    _calibrate_blocks(src, uhi, ulo, usrc, head, fp, ip, out, k_max, t_max, np.zeros(1, dtype=np.int64))
 
 
 @njit(cache=True, nogil=True, parallel=True, error_model="numpy", fastmath=_CONTRACT)
-def _calibrate_parallel(src, uhi, ulo, usrc, head, fp, ip, out, k_max, t_max, n_tasks):  # pragma: no cover
-    """``_calibrate_serial`` on ``n_tasks`` contiguous document ranges, one per thread."""
-    n = src.shape[0]
-    for t in prange(n_tasks):
-        _calibrate_range(src, uhi, ulo, usrc, head, fp, ip, out, t * n // n_tasks,
-                         (t + 1) * n // n_tasks, k_max, t_max)
+def _calibrate_parallel(src, uhi, ulo, usrc, head, fp, ip, out, k_max, t_max, n_tasks, counter):  # pragma: no cover
+    """``_calibrate_serial`` on ``n_tasks`` threads, each taking the next block of documents not
+    yet taken until none is left (a thread that starts late does fewer blocks instead of holding
+    the others up; see ``forest._score_parallel``)."""
+    for _ in prange(n_tasks):
+        _calibrate_blocks(src, uhi, ulo, usrc, head, fp, ip, out, k_max, t_max, counter)
 
 
 class CalibrationStep:
@@ -594,7 +599,7 @@ class CalibrationStep:
             args = (sums, plan.uhi, plan.ulo, plan.usrc, self._head, self._fp, self._ip, out, self._k_max,
                     self._t_max)
             run_on_threads(n, n * self._head.shape[0] >= PARALLEL_MIN_WORK, lambda: _calibrate_serial(*args),
-                           lambda threads: _calibrate_parallel(*args, threads))
+                           lambda threads: _calibrate_parallel(*args, threads, np.zeros(1, dtype=np.int64)))
         for m in self.fallback:
             k = self._n_classes[m]
             h, lo_m = plan.hi[m], plan.lo[m]

@@ -37,11 +37,14 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import numba
 import numpy as np
 import numpy.typing as npt
-from numba import njit, prange
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic
 
 # Numba's OpenMP layer is loaded at the first parallel launch and reads this then. GNU OpenMP's
 # default lets idle threads spin for a while after every launch: with short launches (a request
@@ -100,10 +103,6 @@ SMALL_MIN_DEPTH = 3
 #: one about 1 ns per step of the walk. Counted as walks (4-8 steps), the MQ2008 ensemble's 240
 #: tables made the chunk-by-chunk split uneven: two threads 3-7% slower at 100-1,000 documents.
 SMALL_TABLE_STEPS = 1.5
-
-#: From this many document blocks on, the parallel pass hands each thread whole blocks (every
-#: chunk of them) instead of whole chunks (every block of them); see ``_score_parallel``.
-BLOCK_MAJOR_MIN = 4
 
 #: Below this many document-base pairs one thread scores the list: a parallel launch (waking the
 #: pool's threads, which wait passively) costs more than it saves. Measured: 100 documents through
@@ -729,35 +728,61 @@ def _score_serial(Xb, d_feat, base_kind, base_node_start, base_leaf_start, node_
         _combine(i, chunk_start, checkpoints, ck_chunk, out, totals, k_lanes)
 
 
+def _claim_typing(typingctx, counter, slot):  # pragma: no cover
+    """``counter[slot] += 1`` as one atomic instruction (LLVM ``atomicrmw add``); returns the
+    value before. Threads taking work items by it each get distinct items."""
+    if not (isinstance(counter, types.Array) and counter.dtype == types.int64 and counter.ndim == 1
+            and counter.layout == "C"):
+        return None
+
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        slot_ptr = builder.gep(data, [args[1]])
+        return builder.atomic_rmw("add", slot_ptr, ir.Constant(ir.IntType(64), 1), "monotonic")
+
+    return types.int64(counter, types.int64), codegen
+
+
+# typed Any: mypy sees the typing function's (typingctx, ...), numba calls it with (counter, slot)
+claim: Any = intrinsic(_claim_typing)
+
+#: Documents per work item of the parallel combine.
+COMBINE_BLOCK = 256
+
+
 @njit(cache=True, nogil=True, parallel=True)
 def _score_parallel(Xb, d_feat, base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
                     vnode, vthr, vleaf, base_vstart, base_depth, compact_at, base_small, small_off, small_thr,
                     small_leaf, chunk_start, leaf_values, checkpoints, ck_chunk, ck_first, out, totals,
-                    k_lanes):  # pragma: no cover
-    """``_score_serial`` with the tasks and the combine spread over numba's threads (the same
-    tasks and the same order of additions: the same result to the last bit)."""
+                    k_lanes, threads, counter):  # pragma: no cover
+    """``_score_serial``'s tasks, then its combine, spread over ``threads`` numba threads (the same
+    tasks and the same order of additions: the same result to the last bit). Each thread takes
+    the next task not yet taken (``claim`` on ``counter[0]``, then ``counter[1]`` for the
+    combine's blocks of documents) until none is left, instead of a fixed half of them: a
+    thread that starts late or runs slowly (a vCPU the host has just woken, another process on
+    the core) then costs only the work it does not do, not its whole share. Tasks are taken in
+    ``_score_serial``'s order (chunk by chunk, so both threads read the same chunk's trees)."""
     n = out.shape[0]
     n_chunks = chunk_start.shape[0] - 1
     n_blocks = (n + DOC_BLOCK - 1) // DOC_BLOCK
-    # numba splits the task range into one contiguous part per thread. With a few blocks the
-    # tasks go chunk by chunk (each thread takes every block of half the chunks: a short last
-    # block would otherwise weigh on one thread alone); with many blocks, block by block (each
-    # thread takes every chunk of half the blocks: equal work whatever the chunks cost).
-    block_major = n_blocks >= BLOCK_MAJOR_MIN
-    for t in prange(n_blocks * n_chunks):
-        if block_major:
-            blk = t // n_chunks
-            ch = t - blk * n_chunks
-        else:
+    n_tasks = n_blocks * n_chunks
+    for _ in prange(threads):
+        t = claim(counter, 0)
+        while t < n_tasks:
             ch = t // n_blocks
             blk = t - ch * n_blocks
-        i0 = blk * DOC_BLOCK
-        _score_task(Xb, d_feat, i0, min(DOC_BLOCK, n - i0), chunk_start[ch], chunk_start[ch + 1],
-                    base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
-                    vnode, vthr, vleaf, base_vstart, base_depth, compact_at, base_small, small_off,
-                    small_thr, small_leaf, leaf_values, checkpoints, ck_first[ch], out, totals[ch], k_lanes)
-    for i in prange(n):
-        _combine(i, chunk_start, checkpoints, ck_chunk, out, totals, k_lanes)
+            i0 = blk * DOC_BLOCK
+            _score_task(Xb, d_feat, i0, min(DOC_BLOCK, n - i0), chunk_start[ch], chunk_start[ch + 1],
+                        base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
+                        vnode, vthr, vleaf, base_vstart, base_depth, compact_at, base_small, small_off,
+                        small_thr, small_leaf, leaf_values, checkpoints, ck_first[ch], out, totals[ch], k_lanes)
+            t = claim(counter, 0)
+    for _ in prange(threads):
+        i0 = claim(counter, 1) * COMBINE_BLOCK
+        while i0 < n:
+            for i in range(i0, min(i0 + COMBINE_BLOCK, n)):
+                _combine(i, chunk_start, checkpoints, ck_chunk, out, totals, k_lanes)
+            i0 = claim(counter, 1) * COMBINE_BLOCK
 
 
 def score_forest(
@@ -789,8 +814,8 @@ def score_forest(
     totals = np.empty((p.chunk_start.shape[0] - 1, n, forest.n_outputs), dtype=np.float64)
     args = (block_features(Xa), np.int64(Xa.shape[1]), *forest._kernel_arrays, ck, ck_chunk, ck_first, out,
             totals, (0,) * forest.n_outputs)
-    run_on_threads(n, n * forest.n_base >= PARALLEL_MIN_WORK,
-                   lambda: _score_serial(*args), lambda threads: _score_parallel(*args))
+    run_on_threads(n, n * forest.n_base >= PARALLEL_MIN_WORK, lambda: _score_serial(*args),
+                   lambda threads: _score_parallel(*args, threads, np.zeros(2, dtype=np.int64)))  # type: ignore[call-arg]
     return out
 
 
