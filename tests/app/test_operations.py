@@ -170,15 +170,18 @@ def test_the_service_imports_no_training_only_code() -> None:
 
 def test_loading_a_model_compiles_the_parallel_paths_too(store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """/ready turns 200 only after warm-up: with two scoring threads the warm-up takes the
-    forest's and the calibration step's parallel kernels, so no request compiles them."""
+    views', the forest's and the calibration step's parallel kernels, so no request compiles them
+    (the store's default model has the raw+std view)."""
     import numba
 
+    from training.data import normalization
     from training.scoring import calibration_step, forest
 
     if int(numba.config.NUMBA_NUM_THREADS) < 2:  # type: ignore[attr-defined]
         pytest.skip("numba has one thread here: scoring never takes a parallel path")
     calls: list[str] = []
-    for module, name in ((forest, "_score_parallel"), (calibration_step, "_calibrate_parallel")):
+    for module, name in ((forest, "_score_parallel"), (calibration_step, "_calibrate_parallel"),
+                         (normalization, "_standardise_parallel")):
         kernel = getattr(module, name)
 
         def spy(*args: Any, _kernel: Any = kernel, _name: str = name) -> Any:
@@ -188,4 +191,4 @@ def test_loading_a_model_compiles_the_parallel_paths_too(store: Any, monkeypatch
         monkeypatch.setattr(module, name, spy)
     monkeypatch.setattr(forest, "_scoring_threads", 2)
     registry_module.load_served(store.default_v1.parent.parent, "default", "v1")
-    assert set(calls) == {"_score_parallel", "_calibrate_parallel"}
+    assert set(calls) == {"_score_parallel", "_calibrate_parallel", "_standardise_parallel"}

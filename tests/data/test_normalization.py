@@ -116,3 +116,31 @@ def test_whitening_batches_agree_with_one_query_at_a_time(monkeypatch) -> None:
     whole = whiten_by_query(x, off)
     monkeypatch.setattr(norm, "_WHITEN_BATCH_VALUES", 16)  # one query per batch
     np.testing.assert_array_equal(whiten_by_query(x, off), whole)
+
+
+@pytest.mark.parametrize("parts", [2, 3])
+def test_long_queries_on_several_threads_give_the_same_bits(monkeypatch, parts: int) -> None:
+    """``parts`` > 1: queries from ``PARALLEL_MIN_DOCUMENTS`` on go to the parallel kernels
+    (covariance rows and documents cut into pieces), the others to the serial ones; every value
+    equals the one-thread result to the last bit (constant features, a near-singular direction
+    and ragged piece boundaries included), and the parallel kernels did run."""
+    import numba
+
+    import training.data.normalization as norm
+
+    monkeypatch.setattr(norm, "PARALLEL_MIN_DOCUMENTS", 40)
+    rng = np.random.default_rng(11)
+    sizes = [5, 41, 0, 39, 97, 40, 3]
+    off = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    x = rng.normal(size=(int(off[-1]), 7)).astype(np.float32)
+    x[:, 2] = 1.5  # constant everywhere
+    x[:, 5] = x[:, 0] + 1e-7 * x[:, 1]  # nearly collinear
+    calls: list[str] = []
+    for name in ("_standardise_parallel", "_centre_cov_parallel", "_project_parallel"):
+        kernel = getattr(norm, name)
+        monkeypatch.setattr(norm, name, lambda *a, _k=kernel, _n=name: (calls.append(_n), _k(*a))[1])
+    numba.set_num_threads(min(2, int(numba.config.NUMBA_NUM_THREADS)))  # type: ignore[attr-defined]
+    np.testing.assert_array_equal(whiten_by_query(x, off, parts=parts), whiten_by_query(x, off))
+    np.testing.assert_array_equal(standardise_by_query(x, off, parts=parts), standardise_by_query(x, off))
+    assert calls.count("_centre_cov_parallel") == 3 and calls.count("_project_parallel") == 3
+    assert calls.count("_standardise_parallel") == 3

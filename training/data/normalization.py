@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from training.data.dataset import validate_offsets
 
@@ -38,135 +38,241 @@ ILL_CONDITIONED = 1e-6
 NULL_SPACE = 1e-9
 
 
+@njit(cache=True, inline="always")
+def _standardise_feature(x, s, e, j, out):
+    m = e - s
+    mean = 0.0
+    for i in range(s, e):
+        mean += x[i, j]
+    mean /= m
+    var = 0.0
+    for i in range(s, e):
+        diff = x[i, j] - mean
+        var += diff * diff
+    var /= m
+    std = np.sqrt(var)
+    if std <= 1e-12 * max(1.0, abs(mean)):
+        for i in range(s, e):
+            out[i, j] = 0.0
+    else:
+        for i in range(s, e):
+            out[i, j] = (x[i, j] - mean) / std
+
+
 @njit(cache=True, nogil=True)
-def _standardise(x, offsets, out):
+def _standardise(x, offsets, out, big):
+    """Every query of fewer than ``big`` documents (the others are left to the caller)."""
     d = x.shape[1]
     for q in range(offsets.shape[0] - 1):
         s, e = offsets[q], offsets[q + 1]
-        m = e - s
-        if m == 0:
+        if e == s or e - s >= big:
             continue
         for j in range(d):
-            mean = 0.0
-            for i in range(s, e):
-                mean += x[i, j]
-            mean /= m
-            var = 0.0
-            for i in range(s, e):
-                diff = x[i, j] - mean
-                var += diff * diff
-            var /= m
-            std = np.sqrt(var)
-            if std <= 1e-12 * max(1.0, abs(mean)):
-                for i in range(s, e):
-                    out[i, j] = 0.0
-            else:
-                for i in range(s, e):
-                    out[i, j] = (x[i, j] - mean) / std
+            _standardise_feature(x, s, e, j, out)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _standardise_parallel(x, s, e, out):
+    """One query's features spread over numba's threads (each feature as ``_standardise``)."""
+    for j in prange(x.shape[1]):
+        _standardise_feature(x, s, e, j, out)
+
+
+@njit(cache=True, inline="always")
+def _query_means(x, s, e, mean):
+    for j in range(x.shape[1]):
+        acc = 0.0
+        for i in range(s, e):
+            acc += x[i, j]
+        mean[j] = acc / (e - s)
+
+
+@njit(cache=True, inline="always")
+def _cov_rows(x, s, e, mean, cov, r0, r1, row):
+    """Rows ``r0:r1`` of the (unnormalised) covariance of documents ``s:e``, accumulated
+    document by document: each entry sums its terms in document order, whichever rows a call
+    takes (so that any split of the rows gives the same bits)."""
+    d = x.shape[1]
+    for i in range(s, e):
+        for j in range(d):
+            row[j] = x[i, j] - mean[j]
+        for r in range(r0, r1):
+            a = row[r]
+            if a != 0.0:  # a feature constant on the query adds nothing (MQ2008 has many)
+                for c in range(d):
+                    cov[r, c] += a * row[c]
+
+
+@njit(cache=True, inline="always")
+def _cov_finish(cov, m):
+    """Divide by the query's size, keep the upper triangle and mirror it (exactly symmetric)."""
+    d = cov.shape[0]
+    for r in range(d):
+        for c in range(r, d):
+            cov[r, c] /= m
+            cov[c, r] = cov[r, c]
 
 
 @njit(cache=True, nogil=True)
-def _centre_cov(x, offsets, q0, means, cov):
+def _centre_cov(x, offsets, q0, means, cov, big):
     """Means (Q, d) and population covariances (Q, d, d) of queries ``q0 .. q0 + Q - 1`` (zero for
-    an empty query): the whole square is accumulated document by document (contiguous rows, so
-    the loop vectorises), then its upper triangle is kept and mirrored (exactly symmetric)."""
+    an empty query and for one of ``big`` documents or more, left to the caller): the whole
+    square is accumulated document by document (contiguous rows, so the loop vectorises), then
+    its upper triangle is kept and mirrored (exactly symmetric)."""
     d = x.shape[1]
     row = np.empty(d)
     for b in range(means.shape[0]):
         s, e = offsets[q0 + b], offsets[q0 + b + 1]
-        m = e - s
-        for j in range(d):
-            means[b, j] = 0.0
-            for c in range(d):
-                cov[b, j, c] = 0.0
-        if m == 0:
+        means[b, :] = 0.0
+        cov[b, :, :] = 0.0
+        if e == s or e - s >= big:
             continue
-        for j in range(d):
-            mean = 0.0
-            for i in range(s, e):
-                mean += x[i, j]
-            means[b, j] = mean / m
-        for i in range(s, e):
-            for j in range(d):
-                row[j] = x[i, j] - means[b, j]
-            for r in range(d):
-                a = row[r]
-                if a != 0.0:  # a feature constant on the query adds nothing (MQ2008 has many)
-                    for c in range(d):
-                        cov[b, r, c] += a * row[c]
+        _query_means(x, s, e, means[b])
+        _cov_rows(x, s, e, means[b], cov[b], 0, d, row)
+        _cov_finish(cov[b], e - s)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _centre_cov_parallel(x, s, e, mean, cov, parts):
+    """``_centre_cov`` of one non-empty query, its covariance rows cut into ``parts`` ranges
+    spread over numba's threads (the same bits)."""
+    d = x.shape[1]
+    _query_means(x, s, e, mean)
+    cov[:, :] = 0.0
+    for p in prange(parts):
+        row = np.empty(d)
+        _cov_rows(x, s, e, mean, cov, p * d // parts, (p + 1) * d // parts, row)
+    _cov_finish(cov, e - s)
+
+
+@njit(cache=True, inline="always")
+def _whitening_matrix(lam, vec, eps, ill, null, w):
+    """w (d, d) from one query's eigendecomposition (``lam`` ascending, as ``np.linalg.eigh``
+    returns them): column c is eigenvector ``d - 1 - c``, its sign fixed by its largest-magnitude
+    entry, scaled by 1 / sqrt(lambda + eps), 0 in the null space."""
+    d = lam.shape[0]
+    top = max(lam[d - 1], 0.0)
+    add = eps if (lam[0] <= ill * top or lam[0] <= 0.0) else 0.0
+    for c in range(d):
+        k = d - 1 - c  # decreasing eigenvalue order
+        big = 0
         for r in range(d):
-            for c in range(r, d):
-                cov[b, r, c] /= m
-                cov[b, c, r] = cov[b, r, c]
+            if abs(vec[r, k]) > abs(vec[big, k]):
+                big = r
+        if lam[k] <= null * top:
+            scale = 0.0
+        else:
+            scale = (1.0 if vec[big, k] >= 0 else -1.0) / np.sqrt(lam[k] + add)
+        for r in range(d):
+            w[r, c] = vec[r, k] * scale
+
+
+@njit(cache=True, inline="always")
+def _project_rows(x, s, e, mean, w, out, row):
+    d = x.shape[1]
+    for i in range(s, e):
+        for j in range(d):
+            row[j] = x[i, j] - mean[j]
+            out[i, j] = 0.0
+        for r in range(d):
+            a = row[r]
+            for c in range(d):
+                out[i, c] += a * w[r, c]
 
 
 @njit(cache=True, nogil=True)
-def _project(x, offsets, q0, means, lam, vec, out, eps, ill, null):
-    """Whitened rows of queries ``q0 ..`` from their eigendecompositions (``lam`` ascending, as
-    ``np.linalg.eigh`` returns them): component c is eigenvector ``d - 1 - c``, its sign fixed by
-    its largest-magnitude entry, scaled by 1 / sqrt(lambda + eps), 0 in the null space."""
+def _project(x, offsets, q0, means, lam, vec, out, eps, ill, null, big):
+    """Whitened rows of queries ``q0 ..`` of fewer than ``big`` documents from their
+    eigendecompositions (``_whitening_matrix``)."""
     d = x.shape[1]
     w = np.empty((d, d))
     row = np.empty(d)
     for b in range(means.shape[0]):
         s, e = offsets[q0 + b], offsets[q0 + b + 1]
-        if e == s:
+        if e == s or e - s >= big:
             continue
-        top = max(lam[b, d - 1], 0.0)
-        add = eps if (lam[b, 0] <= ill * top or lam[b, 0] <= 0.0) else 0.0
-        for c in range(d):
-            k = d - 1 - c  # decreasing eigenvalue order
-            big = 0
-            for r in range(d):
-                if abs(vec[b, r, k]) > abs(vec[b, big, k]):
-                    big = r
-            if lam[b, k] <= null * top:
-                scale = 0.0
-            else:
-                scale = (1.0 if vec[b, big, k] >= 0 else -1.0) / np.sqrt(lam[b, k] + add)
-            for r in range(d):
-                w[r, c] = vec[b, r, k] * scale
-        for i in range(s, e):
-            for j in range(d):
-                row[j] = x[i, j] - means[b, j]
-                out[i, j] = 0.0
-            for r in range(d):
-                a = row[r]
-                for c in range(d):
-                    out[i, c] += a * w[r, c]
+        _whitening_matrix(lam[b], vec[b], eps, ill, null, w)
+        _project_rows(x, s, e, means[b], w, out, row)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _project_parallel(x, s, e, mean, lam, vec, out, eps, ill, null, parts):
+    """``_project`` of one non-empty query, its documents cut into ``parts`` ranges spread over
+    numba's threads (each row computed as in ``_project``: the same bits)."""
+    d = x.shape[1]
+    w = np.empty((d, d))
+    _whitening_matrix(lam, vec, eps, ill, null, w)
+    for p in prange(parts):
+        row = np.empty(d)
+        _project_rows(x, s + p * (e - s) // parts, s + (p + 1) * (e - s) // parts, mean, w, out, row)
 
 
 #: Queries whitened per batch: their covariance stack stays below about 32 MB.
 _WHITEN_BATCH_VALUES = 4_000_000
 
 
-def standardise_by_query(features: np.ndarray, query_offsets: np.ndarray) -> np.ndarray:
-    """Per query and feature, (x - mean) / std; constant features give 0. Returns float32."""
+#: With ``parts`` > 1, a query of at least this many documents is normalised by the parallel
+#: kernels (its work cut into ``parts`` pieces for numba's threads); smaller ones stay on one.
+#: Measured on MQ2008 rows (46 features), two threads against one, interleaved: 1,000 documents
+#: whitening 1.73-1.76 -> 1.49-1.53 ms, standardising 0.35 -> 0.27-0.30 ms; 300 documents
+#: whitening 0.78-0.79 -> 0.84 ms (slower: the launches cost more than they save).
+PARALLEL_MIN_DOCUMENTS = 512
+
+_NEVER = np.iinfo(np.int64).max
+
+
+def _big_queries(off: np.ndarray, parts: int) -> tuple[int, list[int]]:
+    """(the size from which the serial kernels leave a query to the parallel ones, those queries)."""
+    if parts <= 1:
+        return _NEVER, []
+    sizes = np.diff(off)
+    return PARALLEL_MIN_DOCUMENTS, np.flatnonzero(sizes >= PARALLEL_MIN_DOCUMENTS).tolist()
+
+
+def standardise_by_query(features: np.ndarray, query_offsets: np.ndarray, *, parts: int = 1) -> np.ndarray:
+    """Per query and feature, (x - mean) / std; constant features give 0. Returns float32.
+    ``parts`` > 1: queries of ``PARALLEL_MIN_DOCUMENTS`` or more spread their features over
+    numba's threads (the caller sets how many); the result is the same to the last bit."""
     x = np.ascontiguousarray(features, dtype=np.float64)
     off = validate_offsets(query_offsets, x.shape[0])
     out = np.empty_like(x)
-    _standardise(x, off, out)
+    big, queries = _big_queries(off, parts)
+    _standardise(x, off, out, big)
+    for q in queries:
+        _standardise_parallel(x, off[q], off[q + 1], out)
     return out.astype(np.float32)
 
 
-def whiten_by_query(features: np.ndarray, query_offsets: np.ndarray, *, eps: float = WHITEN_EPS) -> np.ndarray:
-    """Per query, PCA-whitened features (see module docstring). Returns float32."""
+def whiten_by_query(features: np.ndarray, query_offsets: np.ndarray, *, eps: float = WHITEN_EPS,
+                    parts: int = 1) -> np.ndarray:
+    """Per query, PCA-whitened features (see module docstring). Returns float32. ``parts`` > 1:
+    queries of ``PARALLEL_MIN_DOCUMENTS`` or more cut their covariance rows and their documents
+    into ``parts`` pieces for numba's threads (the caller sets how many); the same bits."""
     x = np.ascontiguousarray(features, dtype=np.float64)
     off = validate_offsets(query_offsets, x.shape[0])
     out = np.zeros_like(x)
     n_queries, d = off.shape[0] - 1, x.shape[1]
     if d == 0:
         return out.astype(np.float32)
-    step = max(1, _WHITEN_BATCH_VALUES // (d * d))
-    for q0 in range(0, n_queries, step):
-        nq = min(step, n_queries - q0)
-        means = np.empty((nq, d))
-        cov = np.empty((nq, d, d))
-        _centre_cov(x, off, q0, means, cov)
-        # numpy's own LAPACK: numba's np.linalg needs scipy, which the service image does not have
-        lam, vec = np.linalg.eigh(cov)
-        _project(x, off, q0, means, np.ascontiguousarray(lam), np.ascontiguousarray(vec), out,
-                 float(eps), ILL_CONDITIONED, NULL_SPACE)
+    big, queries = _big_queries(off, parts)
+    if len(queries) < n_queries:
+        step = max(1, _WHITEN_BATCH_VALUES // (d * d))
+        for q0 in range(0, n_queries, step):
+            nq = min(step, n_queries - q0)
+            means = np.empty((nq, d))
+            cov = np.empty((nq, d, d))
+            _centre_cov(x, off, q0, means, cov, big)
+            # numpy's own LAPACK: numba's np.linalg needs scipy, which the service image does not have
+            lam, vec = np.linalg.eigh(cov)
+            _project(x, off, q0, means, np.ascontiguousarray(lam), np.ascontiguousarray(vec), out,
+                     float(eps), ILL_CONDITIONED, NULL_SPACE, big)
+    for q in queries:
+        mean = np.empty(d)
+        cov_q = np.empty((d, d))
+        _centre_cov_parallel(x, off[q], off[q + 1], mean, cov_q, parts)
+        lam_q, vec_q = np.linalg.eigh(cov_q)
+        _project_parallel(x, off[q], off[q + 1], mean, np.ascontiguousarray(lam_q), np.ascontiguousarray(vec_q),
+                          out, float(eps), ILL_CONDITIONED, NULL_SPACE, parts)
     return out.astype(np.float32)
 
 

@@ -50,12 +50,12 @@ from training.calibration.base import Calibrator
 from training.calibration.expected_relevance import OrdinalCalibrator, ordinal_probabilities
 from training.calibration.registry import calibrator_from_params
 from training.data.dataset import validate_offsets
-from training.data.normalization import VIEWS, standardise_by_query, whiten_by_query
+from training.data.normalization import PARALLEL_MIN_DOCUMENTS, VIEWS, standardise_by_query, whiten_by_query
 from training.ensemble.base import Mixer
 from training.ensemble.registry import mixer_from_params
 from training.scoring import calibration_step, forest
 from training.scoring.calibration_step import CalibrationStep
-from training.scoring.forest import FlatForest, score_forest
+from training.scoring.forest import FlatForest, run_on_threads, score_forest
 
 EXTRA_VIEWS = ("raw+std", "raw+white")
 
@@ -293,10 +293,18 @@ class EnsembleModel:
         return x, validate_offsets(query_offsets, x.shape[0])
 
     def _wide(self, x: np.ndarray, off: np.ndarray) -> np.ndarray:
+        if not self.extra_views:
+            return x
         blocks = [x]
-        for view in self.extra_views:
-            blocks.append(standardise_by_query(x, off) if view == "raw+std" else whiten_by_query(x, off))
-        return np.hstack(blocks) if len(blocks) > 1 else x
+
+        def views(parts: int) -> None:
+            for view in self.extra_views:
+                blocks.append(standardise_by_query(x, off, parts=parts) if view == "raw+std"
+                              else whiten_by_query(x, off, parts=parts))
+
+        # a long query's views on the scoring threads (the same bits as on one)
+        run_on_threads(x.shape[0], x.shape[0] >= PARALLEL_MIN_DOCUMENTS, lambda: views(1), views)
+        return np.hstack(blocks)
 
     def wide_features(self, features: npt.ArrayLike, query_offsets: npt.ArrayLike) -> np.ndarray:
         """The raw features followed by each extra view's block (the forest's input)."""
@@ -351,13 +359,15 @@ class EnsembleModel:
     def warm_up(self) -> None:
         """Compile (or load from numba's cache) every kernel scoring can reach: the one-thread
         paths with a short list, and, when scoring may use several threads, the parallel paths of
-        the forest and the calibration step with a list long enough to take them. A service calls
+        the views, the forest and the calibration step with a list long enough to take them. A service calls
         this before it says it is ready, so that no request pays for compilation."""
         sizes = [4]
         if forest.get_scoring_threads() > 1:
             sizes.append(max(-(-forest.PARALLEL_MIN_WORK // max(self.forest.n_base, 1)),
                              -(-calibration_step.PARALLEL_MIN_WORK // max(self.n_members, 1)), 8,
-                             forest.get_parallel_min_documents()))
+                             forest.get_parallel_min_documents(),
+                             # two queries of PARALLEL_MIN_DOCUMENTS: the views' parallel kernels
+                             2 * PARALLEL_MIN_DOCUMENTS if self.extra_views else 0))
         for n in sizes:
             x = np.zeros((n, self.n_features), dtype=np.float32)
             x[1::2] = 1.0
