@@ -19,6 +19,7 @@ BENCHMARKS = [
     ("bench.bench_evaluation", ["--queries", "20000"]),
     ("bench.bench_adaboost", ["--quick"]),
     ("bench.bench_scoring", ["--quick"]),
+    ("bench.bench_idle", ["--calls", "10", "--rounds", "1"]),
     ("bench.bench_service", ["--quick"]),
 ]
 
