@@ -45,9 +45,8 @@ on the MQ2008 ensemble). A calibrator of a kind not listed falls back to its own
 Threads: when the list is big enough (``PARALLEL_MIN_WORK``), ``get_scoring_threads()`` numba
 threads share the blocks of documents, each taking the next block not yet taken. Every
 document's score is computed by the same instructions whatever its block (no sum runs across
-documents; FMA
-contraction is decided at compile time, not per call), so the result is the same to the last bit
-for any thread count.
+documents; FMA contraction is decided at compile time, not per call), so the result is the same
+to the last bit for any thread count.
 """
 
 from __future__ import annotations

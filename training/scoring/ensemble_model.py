@@ -302,8 +302,10 @@ class EnsembleModel:
                 blocks.append(standardise_by_query(x, off, parts=parts) if view == "raw+std"
                               else whiten_by_query(x, off, parts=parts))
 
-        # a long query's views on the scoring threads (the same bits as on one)
-        run_on_threads(x.shape[0], x.shape[0] >= PARALLEL_MIN_DOCUMENTS, lambda: views(1), views)
+        # a long query's views on the scoring threads (the same bits as on one); lists of short
+        # queries only stay off them
+        longest = int(np.diff(off).max(initial=0))
+        run_on_threads(x.shape[0], longest >= PARALLEL_MIN_DOCUMENTS, lambda: views(1), views)
         return np.hstack(blocks)
 
     def wide_features(self, features: npt.ArrayLike, query_offsets: npt.ArrayLike) -> np.ndarray:
@@ -359,8 +361,8 @@ class EnsembleModel:
     def warm_up(self) -> None:
         """Compile (or load from numba's cache) every kernel scoring can reach: the one-thread
         paths with a short list, and, when scoring may use several threads, the parallel paths of
-        the views, the forest and the calibration step with a list long enough to take them. A service calls
-        this before it says it is ready, so that no request pays for compilation."""
+        the views, the forest and the calibration step with a list long enough to take them. A
+        service calls this before it says it is ready, so that no request pays for compilation."""
         sizes = [4]
         if forest.get_scoring_threads() > 1:
             sizes.append(max(-(-forest.PARALLEL_MIN_WORK // max(self.forest.n_base, 1)),

@@ -704,30 +704,6 @@ def _combine(i, chunk_start, checkpoints, ck_chunk, out, totals, k_lanes):  # pr
                 run[l] += totals[ch, i, l]
 
 
-@njit(cache=True, nogil=True)
-def _score_serial(Xb, d_feat, base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
-                  vnode, vthr, vleaf, base_vstart, base_depth, compact_at, base_small, small_off, small_thr,
-                  small_leaf, chunk_start, leaf_values, checkpoints, ck_chunk, ck_first, out, totals,
-                  k_lanes):  # pragma: no cover
-    """Every (chunk, document block) task in turn, then the ordered combine. Tasks go chunk by
-    chunk, so that a chunk's trees stay in cache while every block of documents passes through
-    them, and so that an even split of the tasks between threads is an even split of the work
-    even when the last block is short (150 documents are blocks of 128 and 22)."""
-    n = out.shape[0]
-    n_chunks = chunk_start.shape[0] - 1
-    n_blocks = (n + DOC_BLOCK - 1) // DOC_BLOCK
-    for t in range(n_blocks * n_chunks):
-        ch = t // n_blocks
-        blk = t - ch * n_blocks
-        i0 = blk * DOC_BLOCK
-        _score_task(Xb, d_feat, i0, min(DOC_BLOCK, n - i0), chunk_start[ch], chunk_start[ch + 1],
-                    base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
-                    vnode, vthr, vleaf, base_vstart, base_depth, compact_at, base_small, small_off,
-                    small_thr, small_leaf, leaf_values, checkpoints, ck_first[ch], out, totals[ch], k_lanes)
-    for i in range(n):
-        _combine(i, chunk_start, checkpoints, ck_chunk, out, totals, k_lanes)
-
-
 def _claim_typing(typingctx, counter, slot):  # pragma: no cover
     """``counter[slot] += 1`` as one atomic instruction (LLVM ``atomicrmw add``); returns the
     value before. Threads taking work items by it each get distinct items."""
@@ -746,8 +722,57 @@ def _claim_typing(typingctx, counter, slot):  # pragma: no cover
 # typed Any: mypy sees the typing function's (typingctx, ...), numba calls it with (counter, slot)
 claim: Any = intrinsic(_claim_typing)
 
-#: Documents per work item of the parallel combine.
+#: Documents per work item of the combine.
 COMBINE_BLOCK = 256
+
+
+@njit(cache=True, inline="always")
+def _take_tasks(Xb, d_feat, base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
+                vnode, vthr, vleaf, base_vstart, base_depth, compact_at, base_small, small_off, small_thr,
+                small_leaf, chunk_start, leaf_values, checkpoints, ck_first, out, totals, k_lanes,
+                counter):  # pragma: no cover
+    """The (chunk, document block) tasks, each the next one not yet taken (``claim`` on
+    ``counter[0]``; threads sharing the counter share the tasks) until none is left. Tasks are
+    numbered chunk by chunk, so that a chunk's trees stay in cache while the blocks of documents
+    pass through them (and both threads read the same chunk's trees)."""
+    n = out.shape[0]
+    n_blocks = (n + DOC_BLOCK - 1) // DOC_BLOCK
+    n_tasks = n_blocks * (chunk_start.shape[0] - 1)
+    t = claim(counter, 0)
+    while t < n_tasks:
+        ch = t // n_blocks
+        blk = t - ch * n_blocks
+        i0 = blk * DOC_BLOCK
+        _score_task(Xb, d_feat, i0, min(DOC_BLOCK, n - i0), chunk_start[ch], chunk_start[ch + 1],
+                    base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
+                    vnode, vthr, vleaf, base_vstart, base_depth, compact_at, base_small, small_off,
+                    small_thr, small_leaf, leaf_values, checkpoints, ck_first[ch], out, totals[ch], k_lanes)
+        t = claim(counter, 0)
+
+
+@njit(cache=True, inline="always")
+def _take_combines(chunk_start, checkpoints, ck_chunk, out, totals, k_lanes, counter):  # pragma: no cover
+    """The ordered combine (``_combine``) of every document, ``COMBINE_BLOCK`` documents at a
+    time, each block the next one not yet taken (``claim`` on ``counter[1]``)."""
+    n = out.shape[0]
+    i0 = claim(counter, 1) * COMBINE_BLOCK
+    while i0 < n:
+        for i in range(i0, min(i0 + COMBINE_BLOCK, n)):
+            _combine(i, chunk_start, checkpoints, ck_chunk, out, totals, k_lanes)
+        i0 = claim(counter, 1) * COMBINE_BLOCK
+
+
+@njit(cache=True, nogil=True)
+def _score_serial(Xb, d_feat, base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
+                  vnode, vthr, vleaf, base_vstart, base_depth, compact_at, base_small, small_off, small_thr,
+                  small_leaf, chunk_start, leaf_values, checkpoints, ck_chunk, ck_first, out, totals,
+                  k_lanes):  # pragma: no cover
+    """Every task in turn (``_take_tasks`` alone on its counter), then the ordered combine."""
+    counter = np.zeros(2, dtype=np.int64)
+    _take_tasks(Xb, d_feat, base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
+                vnode, vthr, vleaf, base_vstart, base_depth, compact_at, base_small, small_off, small_thr,
+                small_leaf, chunk_start, leaf_values, checkpoints, ck_first, out, totals, k_lanes, counter)
+    _take_combines(chunk_start, checkpoints, ck_chunk, out, totals, k_lanes, counter)
 
 
 @njit(cache=True, nogil=True, parallel=True)
@@ -755,34 +780,17 @@ def _score_parallel(Xb, d_feat, base_kind, base_node_start, base_leaf_start, nod
                     vnode, vthr, vleaf, base_vstart, base_depth, compact_at, base_small, small_off, small_thr,
                     small_leaf, chunk_start, leaf_values, checkpoints, ck_chunk, ck_first, out, totals,
                     k_lanes, threads, counter):  # pragma: no cover
-    """``_score_serial``'s tasks, then its combine, spread over ``threads`` numba threads (the same
-    tasks and the same order of additions: the same result to the last bit). Each thread takes
-    the next task not yet taken (``claim`` on ``counter[0]``, then ``counter[1]`` for the
-    combine's blocks of documents) until none is left, instead of a fixed half of them: a
-    thread that starts late or runs slowly (a vCPU the host has just woken, another process on
-    the core) then costs only the work it does not do, not its whole share. Tasks are taken in
-    ``_score_serial``'s order (chunk by chunk, so both threads read the same chunk's trees)."""
-    n = out.shape[0]
-    n_chunks = chunk_start.shape[0] - 1
-    n_blocks = (n + DOC_BLOCK - 1) // DOC_BLOCK
-    n_tasks = n_blocks * n_chunks
+    """``_score_serial`` on ``threads`` numba threads sharing one counter: the same tasks and the
+    same order of additions, so the same result to the last bit. Each thread takes the next
+    task not yet taken, instead of a fixed half of them: a thread that starts late or runs
+    slowly (a vCPU the host has just woken, another process on the core) then costs only the
+    work it does not do, not its whole share."""
     for _ in prange(threads):
-        t = claim(counter, 0)
-        while t < n_tasks:
-            ch = t // n_blocks
-            blk = t - ch * n_blocks
-            i0 = blk * DOC_BLOCK
-            _score_task(Xb, d_feat, i0, min(DOC_BLOCK, n - i0), chunk_start[ch], chunk_start[ch + 1],
-                        base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
-                        vnode, vthr, vleaf, base_vstart, base_depth, compact_at, base_small, small_off,
-                        small_thr, small_leaf, leaf_values, checkpoints, ck_first[ch], out, totals[ch], k_lanes)
-            t = claim(counter, 0)
+        _take_tasks(Xb, d_feat, base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
+                    vnode, vthr, vleaf, base_vstart, base_depth, compact_at, base_small, small_off, small_thr,
+                    small_leaf, chunk_start, leaf_values, checkpoints, ck_first, out, totals, k_lanes, counter)
     for _ in prange(threads):
-        i0 = claim(counter, 1) * COMBINE_BLOCK
-        while i0 < n:
-            for i in range(i0, min(i0 + COMBINE_BLOCK, n)):
-                _combine(i, chunk_start, checkpoints, ck_chunk, out, totals, k_lanes)
-            i0 = claim(counter, 1) * COMBINE_BLOCK
+        _take_combines(chunk_start, checkpoints, ck_chunk, out, totals, k_lanes, counter)
 
 
 def score_forest(
