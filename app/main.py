@@ -25,9 +25,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.deps import PYTHON_LANES
 from app.errors import ServiceError, plain_errors, validation_message
 from app.fastlane import RankFastLane
-from app.feature_scan import scan_body
 from app.observability import Metrics, MetricsMiddleware
 from app.openapi import install_openapi
+from app.rank_reader import read_body
 from app.registry import ModelRegistry
 from app.routers import evaluate, fuse, health, models, rank
 from app.settings import Settings, get_settings
@@ -54,7 +54,7 @@ def warm_kernels() -> None:
         with contextlib.suppress(ValueError):
             run_evaluate(labels, scores, off, ["ndcg@10", "err", "p@5", "map"], name,
                          docids=np.array(["a", "b", "c", "d"]))
-    scan_body(b'{"features": [1.5, 2e-3, 12345678901234567]}')  # /rank's reader of feature values
+    read_body(b'{"queries": [{"qid": 1, "documents": [{"id": "a", "features": [1.5, 2e-3, 12345678901234567]}]}]}')
     mat = np.array([[1.0, np.nan], [0.5, 2.0], [0.2, 1.0], [np.nan, 0.5]])
     for method in ("rrf", "combsum", "combmnz", "condorcet"):
         fuse_lists(mat, off, method, top_k=1)

@@ -293,12 +293,15 @@ def test_fast_json_path_takes_the_common_body() -> None:
 
 def test_an_idle_worker_parses_and_scores_in_one_hop_a_busy_one_in_two(
         client: TestClient, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A request the fast lane leaves to the route (here a columnar body) goes to a single thread
-    hop when no other request is scoring or waiting to (``app.deps.parse_and_score``), and to the
-    two hops otherwise (parsing in ``python_work``, then ``scoring``); the answers are the same,
-    and the counter and the scoring slot are given back either way, also after a 422."""
+    """A request the fast lane leaves to the route (here every request: the lane is told it cannot
+    read the body) goes to a single thread hop when no other request is scoring or waiting to
+    (``app.deps.parse_and_score``), and to the two hops otherwise (parsing in ``python_work``,
+    then ``scoring``); the answers are the same, and the counter and the scoring slot are given
+    back either way, also after a 422."""
+    from app import fastlane as fastlane_module
     from app.routers import rank as rank_module
 
+    monkeypatch.setattr(fastlane_module, "fast_rank_body", lambda _body: None)
     hops: list[str] = []
     for name in ("python_work", "scoring"):
         original = getattr(rank_module, name)
