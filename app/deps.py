@@ -30,7 +30,8 @@ from fastapi.responses import Response
 
 from app.errors import ServiceError, too_large
 from app.observability import Metrics
-from app.parsing import CandidateLists, ranked
+from app.parsing import CandidateLists
+from app.ranking_json import ranked_json
 from app.registry import ModelRegistry, ServedModel
 from app.settings import Settings
 from training.scoring.forest import single_threaded
@@ -174,9 +175,7 @@ def rank_json(served: ServedModel, lists: CandidateLists, top_k: int | None, sco
               start: float) -> bytes:
     """The /rank answer (``RankResponse``) serialised: the model, each query's ranking and the
     server time since ``start`` (``time.perf_counter()``). The route and the fast lane share it."""
-    return pydantic_core.to_json({
-        "model": served.name,
-        "version": served.version,
-        "results": ranked(scores, lists, top_k),
-        "server_time_ms": round((time.perf_counter() - start) * 1e3, 3),
-    })
+    head = pydantic_core.to_json({"model": served.name, "version": served.version})
+    results = ranked_json(scores, lists.offsets, lists.qids, lists.ids, top_k)
+    tail = pydantic_core.to_json(round((time.perf_counter() - start) * 1e3, 3))
+    return b"".join((head[:-1], b',"results":', results, b',"server_time_ms":', tail, b"}"))

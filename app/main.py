@@ -28,6 +28,7 @@ from app.fastlane import RankFastLane
 from app.observability import Metrics, MetricsMiddleware
 from app.openapi import install_openapi
 from app.rank_reader import read_body
+from app.ranking_json import ranked_json
 from app.registry import ModelRegistry
 from app.routers import evaluate, fuse, health, models, rank
 from app.settings import Settings, get_settings
@@ -42,7 +43,8 @@ Every 4xx body is `{"detail": "<what is wrong, naming the query and field>"}`.""
 
 
 def warm_kernels() -> None:
-    """Compile (or load from numba's cache) the evaluation and fusion kernels and the body reader's."""
+    """Compile (or load from numba's cache) the evaluation and fusion kernels, the body reader's and
+    the answer writer's."""
     from training.ensemble.list_fusion import fuse_lists
     from training.evaluation import CONVENTION_NAMES
     from training.evaluation import evaluate as run_evaluate
@@ -55,6 +57,7 @@ def warm_kernels() -> None:
             run_evaluate(labels, scores, off, ["ndcg@10", "err", "p@5", "map"], name,
                          docids=np.array(["a", "b", "c", "d"]))
     read_body(b'{"queries": [{"qid": 1, "documents": [{"id": "a", "features": [1.5, 2e-3, 12345678901234567]}]}]}')
+    ranked_json(np.array([0.5]), np.array([0, 1], dtype=np.int64), ["q"], ["a"], None)  # /rank's answer writer
     mat = np.array([[1.0, np.nan], [0.5, 2.0], [0.2, 1.0], [np.nan, 0.5]])
     for method in ("rrf", "combsum", "combmnz", "condorcet"):
         fuse_lists(mat, off, method, top_k=1)
