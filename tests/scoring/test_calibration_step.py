@@ -218,3 +218,34 @@ def test_running_sums_equal_the_gathered_raw_block(members) -> None:
         step.apply_sums(sums, lo[:-1], hi)
     with pytest.raises(ValueError, match="shape"):
         step.apply(raw[:, :-1])
+
+
+def test_polynomials_of_one_source_share_their_monomials_with_the_same_bits() -> None:
+    """Regression calibrators fitted on the same member standardise its scores alike: the plan
+    puts the polynomials (degrees 2 to 5, two targets) of one source and one standardisation in
+    one group, whose monomials are the union of theirs. Each member's scores are those it gets
+    alone (to the bit) and its transform's; a second source makes a second group, and a
+    polynomial fitted on other data (another standardisation) one of its own."""
+    specs = ["rbc:poly2:gain", "rbc:poly3:ndcg", "rbc:linear:gain", "rbc:poly5:gain", "rbc:poly4:ndcg",
+             "rbc:poly2:ndcg", "cpc:ls", "rbc:poly4:gain"]
+    raw_fit, labels, off, gains = synthetic_member(12, 10, 3, margin=1.0, noise=1.5, seed=21)
+    cals = [make_calibrator(spec).fit(raw_fit, labels, off, gains) for spec in specs]
+    cals.append(_fitted("rbc:poly3:gain", 3, seed=22))
+    ks = [3] * len(cals)
+    step = CalibrationStep(cals, ks)
+    rng = np.random.default_rng(5)
+    n, c = 150, 4
+    sums = np.cumsum(rng.normal(0.0, 3.0, size=(n, c, 3)), axis=1)
+    sums[rng.random(n) < 0.1] *= 1e4  # beyond the clip
+    lo = np.array([0] * 5 + [1] * 4)  # two sources among the first eight
+    hi = np.array([2] * 5 + [3] * 4)
+    plan = step.plan(lo, hi, n_rows=c)
+    poly_rows = [g for g in range(plan.head.shape[0]) if step.families[plan.head[g, 1]].startswith("poly")]
+    groups = {int(plan.ip[plan.head[g, 4]]) for g in poly_rows}
+    assert len(poly_rows) == 7 and len(groups) == 3
+    got = step.apply_plan(sums, plan)
+    raw = sums[:, hi, :] - sums[:, lo, :]
+    for m, cal in enumerate(cals):
+        alone = CalibrationStep([cal], [3]).apply(np.ascontiguousarray(raw[:, m:m + 1, :]))[:, 0]
+        np.testing.assert_array_equal(got[:, m], alone, err_msg=cal.name)
+        np.testing.assert_allclose(got[:, m], cal.transform(np.ascontiguousarray(raw[:, m, :])), **TOL)

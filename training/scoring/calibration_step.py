@@ -28,7 +28,10 @@ once when a model loads):
               = 1 / (1 + e) for eta >= 0 and e / (1 + e) below, e = exp(-|eta|); poly
               g = phi(clip(x)) . w + c, each monomial of total degree 1..D the product of a
               monomial of degree one less (its parent, computed before it) and one clipped input;
-              nn g = tanh(x W1^T + b1) . w2 + b2; v = offset + out_scale * g.
+              nn g = tanh(x W1^T + b1) . w2 + b2; v = offset + out_scale * g. The polynomials of
+              one source fitted on the same data (degrees 2 to 4, two targets: six per source in
+              the MQ2008 ensemble) share x; the plan groups them, and a block computes the
+              union of their monomials once (``CalibrationStep._poly_groups``).
 - ``exp(x)``: x = k ln 2 + r, |r| <= ln(2) / 2; exp(r) - 1 by its Taylor polynomial of degree 13;
               2^k from its exponent bits; x clamped to [-708, 709]. Within 1 ulp of ``np.exp``,
               branch-free and call-free, so the document loops vectorise (numba calls libm's
@@ -365,35 +368,57 @@ def _linear_block(x, nb, k, fp, p, res, logistic, t0):  # pragma: no cover
 
 
 @njit(cache=True, inline="always", error_model="numpy", fastmath=_CONTRACT)
-def _poly_block(x, nb, k, fp, p, ip, q, n_terms, res, t0, mono):  # pragma: no cover
-    """Monomial t = its parent's monomial times one clipped input (``ip[q:]``: the terms in
-    evaluation order, then their parents, then their inputs); g = sum_t w_t phi_t + c."""
+def _poly_monomials(x, nb, k, fp, p, ip, q, mono):  # pragma: no cover
+    """A polynomial group's monomials (``ip[q:]``: group id, size G, then the G terms in evaluation
+    order, their parents and their inputs): monomial t = its parent's monomial times one clipped
+    standardised input (the group's members share the standardisation and the clip)."""
     _standardise(x, nb, k, fp, p)
-    r = p + 2 * k
-    intercept = fp[r]
-    offset = fp[r + 1]
-    out_scale = fp[r + 2]
-    clip = fp[r + 3]
-    c = r + 4
+    clip = fp[p + 2 * k + 3]
     for l in range(k):
         for j in range(nb):
             x[l, j] = min(max(x[l, j], -clip), clip)
-    for u in range(n_terms):
-        t = ip[q + u]
-        parent = ip[q + n_terms + u]
-        var = ip[q + 2 * n_terms + u]
+    size = ip[q + 1]
+    for u in range(size):
+        t = ip[q + 2 + u]
+        parent = ip[q + 2 + size + u]
+        var = ip[q + 2 + 2 * size + u]
         if parent < 0:
             for j in range(nb):
                 mono[t, j] = x[var, j]
         else:
             for j in range(nb):
                 mono[t, j] = mono[parent, j] * x[var, j]
+
+
+@njit(cache=True, inline="always", error_model="numpy", fastmath=_CONTRACT)
+def _poly_block(nb, k, fp, p, ip, q, n_terms, res, t0, mono):  # pragma: no cover
+    """g = sum_t w_t phi_t + c over the member's terms in their index order, phi_t its group's
+    monomial ``ip[q + 2 + 3 G + t]`` (``_poly_monomials``); four terms per pass over the
+    documents (the partial sum stays in a register; the additions keep their order)."""
+    r = p + 2 * k
+    intercept = fp[r]
+    offset = fp[r + 1]
+    out_scale = fp[r + 2]
+    c = r + 4
+    to_group = q + 2 + 3 * ip[q + 1]
     for j in range(nb):
         t0[j] = 0.0
-    for t in range(n_terms):
-        w = fp[c + t]
+    t = 0
+    while t + 4 <= n_terms:
+        w0, w1, w2, w3 = fp[c + t], fp[c + t + 1], fp[c + t + 2], fp[c + t + 3]
+        m0, m1, m2, m3 = ip[to_group + t], ip[to_group + t + 1], ip[to_group + t + 2], ip[to_group + t + 3]
         for j in range(nb):
-            t0[j] += mono[t, j] * w
+            v = t0[j] + mono[m0, j] * w0
+            v = v + mono[m1, j] * w1
+            v = v + mono[m2, j] * w2
+            t0[j] = v + mono[m3, j] * w3
+        t += 4
+    while t < n_terms:
+        w = fp[c + t]
+        m = ip[to_group + t]
+        for j in range(nb):
+            t0[j] += mono[m, j] * w
+        t += 1
     for j in range(nb):
         res[j] = offset + out_scale * (t0[j] + intercept)
 
@@ -449,6 +474,7 @@ def _calibrate_blocks(src, uhi, ulo, usrc, head, fp, ip, out, k_max, t_max, coun
     i0 = claim(counter, 0) * DOC_BLOCK
     while i0 < n:
         nb = min(DOC_BLOCK, n - i0)
+        group = -1  # the polynomial group whose monomials ``mono`` holds for this block
         for j in range(nb):
             row = src[i0 + j]
             for u in range(n_src):
@@ -476,7 +502,11 @@ def _calibrate_blocks(src, uhi, ulo, usrc, head, fp, ip, out, k_max, t_max, coun
             elif family == LINEAR or family == LOGISTIC:
                 _linear_block(x, nb, k, fp, p, r, family == LOGISTIC, t0)
             elif family == POLY:
-                _poly_block(x, nb, k, fp, p, ip, head[g, _H_INT], head[g, _H_SIZE], r, t0, mono)
+                q = head[g, _H_INT]
+                if ip[q] != group:
+                    _poly_monomials(x, nb, k, fp, p, ip, q, mono)
+                    group = ip[q]
+                _poly_block(nb, k, fp, p, ip, q, head[g, _H_SIZE], r, t0, mono)
             elif family == NN:
                 _nn_block(x, nb, k, fp, p, head[g, _H_SIZE], r, t0, t1)
             elif family == ER_SOFTMAX:
@@ -545,7 +575,6 @@ class CalibrationStep:
         self._fp = np.array(fp, dtype=np.float64)
         self._ip = np.array(ip, dtype=np.int64)
         self._k_max = max([r[_H_K] for r in rows], default=1)
-        self._t_max = max([r[_H_SIZE] for r in rows if r[_H_FAMILY] == POLY], default=1)
         self._no_base = np.full(self.n_members, -1, dtype=np.int64)
         self._raw_plan: SourcePlan | None = None
 
@@ -580,9 +609,51 @@ class CalibrationStep:
         members = self._head[:, _H_COLUMN]
         pairs = np.stack([hi[members], np.maximum(lo[members], -1)], axis=1)
         uniq, usrc = np.unique(pairs.reshape(-1, 2), axis=0, return_inverse=True)
+        usrc = usrc.reshape(-1).astype(np.int64)
+        head, ip, group, t_max = self._poly_groups(usrc)
+        # a group's members one after the other, so that a block computes its monomials once
+        order = np.array(sorted(range(head.shape[0]), key=lambda g: (usrc[g], head[g, _H_FAMILY], group[g], g)),
+                         dtype=np.int64).reshape(-1)
         return SourcePlan(hi=hi, lo=lo, n_rows=int(n_rows), uhi=np.ascontiguousarray(uniq[:, 0]),
-                          ulo=np.ascontiguousarray(uniq[:, 1]),
-                          usrc=np.ascontiguousarray(usrc.reshape(-1), dtype=np.int64))
+                          ulo=np.ascontiguousarray(uniq[:, 1]), usrc=np.ascontiguousarray(usrc[order]),
+                          head=np.ascontiguousarray(head[order]), ip=ip, t_max=t_max)
+
+    def _poly_groups(self, usrc: Int64Array) -> tuple[Int64Array, Int64Array, list[int], int]:
+        """The packed program with the polynomials in groups: members reading the same source with
+        the same standardisation and clip share their monomials (a group's are the union of its
+        members' exponent rows, each computed as in any member: its parent times one input, so
+        with the same bits). Returns (head, ints, group of each packed row or -1, the largest
+        group); a polynomial row's ints become (group, size G, the group's G terms, parents and
+        inputs, then the group's index of each of the member's terms)."""
+        head = self._head.copy()
+        ints = [int(v) for v in self._ip]
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        for g in np.flatnonzero(head[:, _H_FAMILY] == POLY).tolist():
+            k, p = int(head[g, _H_K]), int(head[g, _H_FLOAT])
+            key = (int(usrc[g]), k, self._fp[p:p + 2 * k].tobytes(), float(self._fp[p + 2 * k + 3]))
+            groups.setdefault(key, []).append(g)
+        group = [-1] * head.shape[0]
+        t_max = 1
+        for gid, rows in enumerate(groups.values()):
+            tables: dict[int, list[tuple[int, ...]]] = {}
+            for g in rows:
+                cal = self._calibrators[int(head[g, _H_COLUMN])]
+                assert isinstance(cal, RegressionCalibrator)
+                tables[g] = [tuple(int(e) for e in r) for r in np.asarray(cal.exponents_)]
+            index: dict[tuple[int, ...], int] = {}
+            for table in tables.values():
+                for r in table:
+                    index.setdefault(r, len(index))
+            plan = _poly_plan(np.array(list(index), dtype=np.int64))
+            if plan is None:  # each member's table has every parent, so their union has too
+                raise AssertionError("a polynomial group without a plan")
+            terms, parents, inputs = plan
+            for g in rows:
+                group[g] = gid
+                head[g, _H_INT] = len(ints)
+                ints += [gid, len(index), *terms, *parents, *inputs, *(index[r] for r in tables[g])]
+            t_max = max(t_max, len(index))
+        return head, np.array(ints, dtype=np.int64), group, t_max
 
     def apply_plan(self, sums: Float64Array, plan: SourcePlan) -> Float64Array:
         """Member scores (n, M) by ``plan`` from ``sums`` (n, plan's rows, >= K_max)."""
@@ -594,10 +665,9 @@ class CalibrationStep:
         out = np.empty((n, self.n_members), dtype=np.float64)
         if n == 0:
             return out
-        if self._head.shape[0]:
-            args = (sums, plan.uhi, plan.ulo, plan.usrc, self._head, self._fp, self._ip, out, self._k_max,
-                    self._t_max)
-            run_on_threads(n, n * self._head.shape[0] >= PARALLEL_MIN_WORK, lambda: _calibrate_serial(*args),
+        if plan.head.shape[0]:
+            args = (sums, plan.uhi, plan.ulo, plan.usrc, plan.head, self._fp, plan.ip, out, self._k_max, plan.t_max)
+            run_on_threads(n, n * plan.head.shape[0] >= PARALLEL_MIN_WORK, lambda: _calibrate_serial(*args),
                            lambda threads: _calibrate_parallel(*args, threads, np.zeros(1, dtype=np.int64)))
         for m in self.fallback:
             k = self._n_classes[m]
@@ -609,8 +679,10 @@ class CalibrationStep:
 
 @dataclass(frozen=True, eq=False)
 class SourcePlan:
-    """``CalibrationStep.plan``'s result: each member's source (``hi``, ``lo``), checked, and the
-    distinct sources (``uhi``, ``ulo``) with each packed row's index among them (``usrc``)."""
+    """``CalibrationStep.plan``'s result: each member's source (``hi``, ``lo``), checked, the
+    distinct sources (``uhi``, ``ulo``) with each packed row's index among them (``usrc``), and
+    the program the kernel runs: the packed rows in their order (``head``) and integers (``ip``)
+    with the polynomials in groups (``CalibrationStep._poly_groups``), ``t_max`` monomials at most."""
 
     hi: Int64Array
     lo: Int64Array
@@ -618,3 +690,6 @@ class SourcePlan:
     uhi: Int64Array
     ulo: Int64Array
     usrc: Int64Array
+    head: Int64Array
+    ip: Int64Array
+    t_max: int
