@@ -22,12 +22,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app import rank_reader
 from app.deps import PYTHON_LANES
 from app.errors import ServiceError, plain_errors, validation_message
 from app.fastlane import RankFastLane
 from app.observability import Metrics, MetricsMiddleware
 from app.openapi import install_openapi
-from app.rank_reader import read_body
 from app.ranking_json import ranked_json
 from app.registry import ModelRegistry
 from app.routers import evaluate, fuse, health, models, rank
@@ -56,7 +56,7 @@ def warm_kernels() -> None:
         with contextlib.suppress(ValueError):
             run_evaluate(labels, scores, off, ["ndcg@10", "err", "p@5", "map"], name,
                          docids=np.array(["a", "b", "c", "d"]))
-    read_body(b'{"queries": [{"qid": 1, "documents": [{"id": "a", "features": [1.5, 2e-3, 12345678901234567]}]}]}')
+    rank_reader.warm_up()
     ranked_json(np.array([0.5]), np.array([0, 1], dtype=np.int64), ["q"], ["a"], None)  # /rank's answer writer
     mat = np.array([[1.0, np.nan], [0.5, 2.0], [0.2, 1.0], [np.nan, 0.5]])
     for method in ("rrf", "combsum", "combmnz", "condorcet"):

@@ -36,6 +36,16 @@ value (``-0`` is 0, as pydantic-core reads it); ``-0.0`` is -0.0.
 
 The body is copied into a buffer with ``PAD`` zero bytes after it, so every loop stops at a zero
 byte (not valid JSON anywhere: a string or number ending there gives up) without a bounds test.
+
+A body of ``PARALLEL_MIN_BYTES`` or more is read in two passes when the scoring threads are
+several: the structure on one thread, which reads the first feature row (it sets the width) and
+only locates the others (the first ']' after their '[', eight bytes at a time), then the rows
+on the scoring threads, each thread taking the next ``ROW_BLOCK`` rows not yet taken, each row
+exactly ``width`` numbers or the body is given up. A row that held anything but numbers (a ']'
+inside a string, say) fails its own reading, so the first pass may stop at a wrong ']' only in
+a body that is given up anyway. The values are those of the one-pass reading (the same
+``_number``). Measured in-process, 20 MQ2008 bodies of 1,000 documents x 5 rounds, interleaved:
+1.75 ms on one thread, 1.22 ms on two.
 """
 
 from __future__ import annotations
@@ -46,10 +56,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from llvmlite import ir
-from numba import njit, types
+from numba import njit, prange, types
 from numba.extending import intrinsic
 
 from training.scoring.calibration_step import _float_bits
+from training.scoring.forest import claim, get_scoring_threads, run_on_threads
 
 OK = 0
 #: statuses other than OK: the caller falls back to the reference path
@@ -103,6 +114,17 @@ def _digits_typing(typingctx, buf, i):  # pragma: no cover
 
 
 _digits: Any = intrinsic(_digits_typing)
+
+
+def _trailing_zeros_typing(typingctx, v):  # pragma: no cover
+    """The number of trailing zero bits of a uint64 (64 for 0)."""
+    def codegen(context, builder, signature, args):
+        return builder.cttz(args[0], ir.Constant(ir.IntType(1), 0))
+
+    return types.int64(v), codegen
+
+
+_trailing_zeros: Any = intrinsic(_trailing_zeros_typing)
 _POW10_INT = np.array([10 ** i for i in range(9)], dtype=np.int64)
 
 
@@ -299,11 +321,46 @@ def _number_slow(buf, i, pow10):  # pragma: no cover
     return OK, i, -v if neg else v
 
 
+def _load8_typing(typingctx, buf, i):  # pragma: no cover
+    """``buf[i:i + 8]`` as one little-endian uint64 (an unaligned load; the caller guarantees the
+    8 bytes)."""
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        ptr = builder.gep(ary.data, [args[1]])
+        return builder.load(builder.bitcast(ptr, _I64.as_pointer()), align=1)
+
+    return types.uint64(buf, types.intp), codegen
+
+
+_load8: Any = intrinsic(_load8_typing)
+_ONES = np.uint64(0x0101010101010101)
+_HIGHS = np.uint64(0x8080808080808080)
+_BRACKETS = np.uint64(0x5D5D5D5D5D5D5D5D)  # ']' in every byte
+
+
 @njit(cache=True, inline="always")
-def _row(buf, i, pow10, pow10_int, values, r, width):  # pragma: no cover
+def _row_end(buf, i):  # pragma: no cover
+    """The index of the first ']' or zero byte (the padding) after ``i``, eight bytes at a time:
+    a byte b of v is zero where (v - 0x01..) & ~v & 0x80.. flags it; a borrow can only flag bytes
+    above a zero byte, so the lowest flag is exact (for either test, hence for their union)."""
+    i += 1
+    while True:
+        v = _load8(buf, i)
+        b = v ^ _BRACKETS
+        found = ((b - _ONES) & ~b & _HIGHS) | ((v - _ONES) & ~v & _HIGHS)
+        if found != 0:
+            return i + _trailing_zeros(found) // 8
+        i += 8
+
+
+@njit(cache=True, inline="always")
+def _row(buf, i, pow10, pow10_int, values, r, width, row_at, defer):  # pragma: no cover
     """The array of numbers at ``i`` (``buf[i]`` is '[') as feature row ``r``: ``values[r * width:]``
     (every row as long as the first, ``width`` < 0 before it). Returns (status, index past it,
     width); an empty array gives up."""
+    row_at[r] = i
+    if defer and width >= 0:  # read later (``read_rows``): find its end
+        return OK, _row_end(buf, i) + 1, width
     start = r * width if width > 0 else 0
     nv = start
     i = _ws(buf, i + 1)
@@ -387,7 +444,7 @@ def _next_member(buf, i, close):  # pragma: no cover
 
 
 @njit(cache=True, inline="always")
-def _document(buf, i, pow10, pow10_int, values, r, width, id_kind, id_a, id_b):  # pragma: no cover
+def _document(buf, i, pow10, pow10_int, values, r, width, row_at, defer, id_kind, id_a, id_b):  # pragma: no cover
     """The document object at ``i``: its ``id`` to id slot ``r``, its ``features`` as row ``r``.
     Returns (status, index past it, width)."""
     if buf[i] != 123:  # '{'
@@ -406,7 +463,7 @@ def _document(buf, i, pow10, pow10_int, values, r, width, id_kind, id_a, id_b): 
                 return GIVE_UP_SHAPE, i, width
         elif _is(buf, key, k, _FEATURES) and not has_row and buf[i] == 91:
             has_row = True
-            status, i, width = _row(buf, i, pow10, pow10_int, values, r, width)
+            status, i, width = _row(buf, i, pow10, pow10_int, values, r, width, row_at, defer)
             if status != OK:
                 return status, i, width
         else:
@@ -419,7 +476,8 @@ def _document(buf, i, pow10, pow10_int, values, r, width, id_kind, id_a, id_b): 
 
 
 @njit(cache=True, inline="always")
-def _query(buf, i, pow10, pow10_int, values, r, width, id_kind, id_a, id_b, q_kind, q_a, q_b, q):  # pragma: no cover
+def _query(buf, i, pow10, pow10_int, values, r, width, row_at, defer, id_kind, id_a, id_b, q_kind, q_a, q_b,
+           q):  # pragma: no cover
     """The query object at ``i``: its ``qid`` to query slot ``q``, its ``documents`` (or ``ids`` and
     ``features``) from row ``r`` on. Returns (status, index past it, rows so far, width)."""
     if buf[i] != 123:
@@ -441,7 +499,8 @@ def _query(buf, i, pow10, pow10_int, values, r, width, id_kind, id_a, id_b, q_ki
             has_docs = True
             i = _list_start(buf, i)
             while i >= 0:
-                status, i, width = _document(buf, i, pow10, pow10_int, values, r, width, id_kind, id_a, id_b)
+                status, i, width = _document(buf, i, pow10, pow10_int, values, r, width, row_at, defer, id_kind, id_a,
+                                                  id_b)
                 if status != OK:
                     return status, i, r, width
                 r += 1
@@ -468,7 +527,7 @@ def _query(buf, i, pow10, pow10_int, values, r, width, id_kind, id_a, id_b, q_ki
             while i >= 0:
                 if buf[i] != 91:
                     return GIVE_UP_SHAPE, i, r, width
-                status, i, width = _row(buf, i, pow10, pow10_int, values, r, width)
+                status, i, width = _row(buf, i, pow10, pow10_int, values, r, width, row_at, defer)
                 if status != OK:
                     return status, i, r, width
                 r += 1
@@ -517,7 +576,7 @@ def _optional(buf, i, top, t, string):  # pragma: no cover
 
 
 @njit(cache=True)
-def read_rank(buf, n, pow10, pow10_int, values, id_kind, id_a, id_b, q_first, q_kind, q_a, q_b,
+def read_rank(buf, n, pow10, pow10_int, values, row_at, defer, id_kind, id_a, id_b, q_first, q_kind, q_a, q_b,
               top):  # pragma: no cover
     """Read the body ``buf[:n]`` (``PAD`` zero bytes after it). Feature rows go to ``values``
     (row r: ``values[r * width:(r + 1) * width]``), the ids of the rows to ``id_kind``/``id_a``/
@@ -546,8 +605,8 @@ def read_rank(buf, n, pow10, pow10_int, values, id_kind, id_a, id_b, q_first, q_
             i = _list_start(buf, i)
             while i >= 0:
                 q_first[q] = r
-                status, i, r, width = _query(buf, i, pow10, pow10_int, values, r, width, id_kind, id_a, id_b,
-                                             q_kind, q_a, q_b, q)
+                status, i, r, width = _query(buf, i, pow10, pow10_int, values, r, width, row_at, defer, id_kind,
+                                             id_a, id_b, q_kind, q_a, q_b, q)
                 if status != OK:
                     return status, 0, 0, 0
                 q += 1
@@ -573,6 +632,69 @@ def read_rank(buf, n, pow10, pow10_int, values, id_kind, id_a, id_b, q_first, q_
     if not has_queries or i != n:
         return GIVE_UP_SHAPE, 0, 0, 0
     return OK, q, r, width
+
+
+@njit(cache=True, inline="always")
+def _row_exact(buf, i, pow10, pow10_int, values, start, width):  # pragma: no cover
+    """The array of numbers at ``i`` ('[') into ``values[start:start + width]``: OK only if it
+    holds exactly ``width`` numbers (nothing is written past them)."""
+    i = _ws(buf, i + 1)
+    nv = start
+    end = start + width
+    while True:
+        if nv == end:
+            return GIVE_UP_SHAPE
+        status, i, v = _number(buf, i, pow10, pow10_int)
+        if status != OK:
+            return status
+        values[nv] = v
+        nv += 1
+        i = _ws(buf, i)
+        c = buf[i]
+        if c == 44:
+            i = _ws(buf, i + 1)
+        elif c == 93:
+            return OK if nv == end else GIVE_UP_SHAPE
+        else:
+            return GIVE_UP_SYNTAX
+
+
+#: Rows a thread takes at a time in ``_read_rows_parallel``.
+ROW_BLOCK = 32
+
+
+@njit(cache=True, inline="always")
+def _take_rows(buf, row_at, n_rows, pow10, pow10_int, values, width, status, counter):  # pragma: no cover
+    """Rows 1 .. n_rows - 1 (row 0 was read with the structure), ``ROW_BLOCK`` at a time, each
+    block the next one not yet taken; a block's status goes to ``status[block]``."""
+    b = claim(counter, 0)
+    while b * ROW_BLOCK + 1 < n_rows:
+        r0 = b * ROW_BLOCK + 1
+        worst = OK
+        for r in range(r0, min(r0 + ROW_BLOCK, n_rows)):
+            st = _row_exact(buf, row_at[r], pow10, pow10_int, values, r * width, width)
+            if st != OK:
+                worst = st
+                break
+        status[b] = worst
+        b = claim(counter, 0)
+
+
+@njit(cache=True, nogil=True)
+def _read_rows_serial(buf, row_at, n_rows, pow10, pow10_int, values, width, status):  # pragma: no cover
+    _take_rows(buf, row_at, n_rows, pow10, pow10_int, values, width, status, np.zeros(1, dtype=np.int64))
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _read_rows_parallel(buf, row_at, n_rows, pow10, pow10_int, values, width, status, n_tasks,
+                        counter):  # pragma: no cover
+    for _ in prange(n_tasks):
+        _take_rows(buf, row_at, n_rows, pow10, pow10_int, values, width, status, counter)
+
+
+#: A body of at least this many bytes reads its feature rows on the scoring threads, after the
+#: structure (on one thread, which reads the first row and only locates the others).
+PARALLEL_MIN_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -610,6 +732,17 @@ def _values(kind: npt.NDArray[np.int8], a: npt.NDArray[np.int64], b: npt.NDArray
     return out
 
 
+def _read_rows(buf: npt.NDArray[np.uint8], row_at: npt.NDArray[np.int64], n_rows: int,
+               values: npt.NDArray[np.float32], width: int) -> bool:
+    """Read the rows ``read_rank`` located (all but the first) on the scoring threads (one if
+    another request holds them); False if one is not ``width`` numbers."""
+    status = np.zeros(max(1, (n_rows + ROW_BLOCK - 1) // ROW_BLOCK), dtype=np.int64)
+    args = (buf, row_at, n_rows, _POW10, _POW10_INT, values, width, status)
+    run_on_threads(n_rows, True, lambda: _read_rows_serial(*args),
+                   lambda threads: _read_rows_parallel(*args, threads, np.zeros(1, dtype=np.int64)))
+    return not status.any()
+
+
 def read_body(body: bytes) -> RankArrays | None:
     """The arrays of a /rank body of the common shape, or None when ``read_rank`` gives up (see the
     module docstring) or a string is not UTF-8."""
@@ -627,9 +760,12 @@ def read_body(body: bytes) -> RankArrays | None:
     q_a = np.empty(n_q, dtype=np.int64)
     q_b = np.empty(n_q, dtype=np.int64)
     top = np.empty(9, dtype=np.int64)
-    status, nq, nr, width = read_rank(buf, n, _POW10, _POW10_INT, values, id_kind, id_a, id_b, q_first, q_kind, q_a,
-                                      q_b, top)
-    if status != OK:
+    row_at = np.empty(n // 4 + 2, dtype=np.int64)
+    # many rows: the structure first (rows after the first only located), then the rows in parallel
+    defer = n >= PARALLEL_MIN_BYTES and get_scoring_threads() > 1
+    status, nq, nr, width = read_rank(buf, n, _POW10, _POW10_INT, values, row_at, defer, id_kind, id_a, id_b, q_first,
+                                      q_kind, q_a, q_b, top)
+    if status != OK or (defer and not _read_rows(buf, row_at, nr, values, width)):
         return None
     text = body.decode("ascii") if body.isascii() else None
     try:
@@ -644,3 +780,11 @@ def read_body(body: bytes) -> RankArrays | None:
     offsets[nq] = nr
     return RankArrays(features=values[:nr * width].reshape(nr, width), offsets=offsets, qids=qids, ids=ids,
                       model=model, version=version, top_k=int(top[TOP_K + 1]) if top[TOP_K] == 1 else None)
+
+
+def warm_up() -> None:
+    """Compile (or load from numba's cache) the reader's kernels: a small body, and one of
+    ``PARALLEL_MIN_BYTES`` that reads its rows on the scoring threads (when there are several)."""
+    read_body(b'{"queries": [{"qid": 1, "documents": [{"id": "a", "features": [1.5, 2e-3, 12345678901234567]}]}]}')
+    docs = b",".join(b'{"id":%d,"features":[0.25,1,-3.5]}' % j for j in range(PARALLEL_MIN_BYTES // 30))
+    read_body(b'{"queries":[{"qid":"q","documents":[' + docs + b"]}]}")

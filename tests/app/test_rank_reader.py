@@ -331,3 +331,71 @@ def test_generated_bodies_agree_with_the_full_validation(queries: list[Any], ext
             out.append({"qid": qid, "documents": [{"id": i, "features": r} for i, r in zip(ids, x, strict=True)]})
     body = json.dumps({"queries": out, **extra}, ensure_ascii=ascii_only).encode()
     agree(body, width)
+
+
+@pytest.fixture
+def deferred(monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Every body read as a big one: the structure first, then the rows after the first (on two
+    threads where numba has them: ``rank_reader.PARALLEL_MIN_BYTES``)."""
+    from app import rank_reader
+    from training.scoring import forest
+
+    monkeypatch.setattr(rank_reader, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(forest, "_scoring_threads", 2)
+    return forest.get_scoring_threads() > 1
+
+
+def test_rows_read_after_the_structure_are_read_alike(deferred: bool) -> None:
+    if not deferred:
+        pytest.skip("numba has one thread here: no body is read in two passes")
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((700, 5)).round(6).astype(np.float32)
+    queries = [{"qid": "a", "documents": [{"id": j, "features": x[j].tolist()} for j in range(300)]},
+               {"qid": "b", "ids": [f"d{j}" for j in range(300, 700)], "features": x[300:].tolist()}]
+    body = json.dumps({"queries": queries}).encode()
+    read = read_body(body)
+    assert read is not None
+    np.testing.assert_array_equal(read.features, x)
+    assert agree(body, 5) is not None
+    text = body.decode()
+    for bad in (
+        text.replace(json.dumps(x[450].tolist()), json.dumps(x[450].tolist()[:4])),  # a short row, late
+        text.replace(json.dumps(x[650].tolist()), json.dumps([*x[650].tolist(), 1.0])),  # a long one
+        text.replace(json.dumps(x[500].tolist()), json.dumps([*x[500].tolist()[:4], "]"])),  # a string with ']'
+        text.replace(json.dumps(x[520].tolist()), json.dumps([*x[520].tolist()[:4], True])),
+        text.replace(json.dumps(x[699].tolist()), json.dumps(x[699].tolist())[:-1]),  # unclosed
+        text[:text.index(json.dumps(x[600].tolist())) + 3],  # the body ends inside a row
+    ):
+        assert read_body(bad.encode()) is None
+        agree(bad.encode(), 5)
+
+
+def test_mutated_bodies_read_in_two_passes(deferred: bool) -> None:
+    if not deferred:
+        pytest.skip("numba has one thread here: no body is read in two passes")
+    rng = random.Random(4)
+    rows = [[f"{v:.3f}" for v in np.random.default_rng(j).standard_normal(3)] for j in range(40)]
+    body = body_of(rows)
+    taken = 0
+    for mutated in _mutations(body, rng, 1500):
+        taken += agree(mutated, 3) is not None
+    assert taken > 100
+
+
+def test_the_warm_up_compiles_the_parallel_row_reader(deferred: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    from app import rank_reader
+    from app.main import warm_kernels
+
+    monkeypatch.setattr(rank_reader, "PARALLEL_MIN_BYTES", 64 * 1024)
+    if not deferred:
+        pytest.skip("numba has one thread here: no body is read in two passes")
+    calls: list[int] = []
+    kernel = rank_reader._read_rows_parallel
+
+    def spy(*args: Any) -> Any:
+        calls.append(1)
+        return kernel(*args)
+
+    monkeypatch.setattr(rank_reader, "_read_rows_parallel", spy)
+    warm_kernels()
+    assert calls
