@@ -88,19 +88,38 @@ def _query_means(x, s, e, mean):
 
 
 @njit(cache=True, inline="always")
-def _cov_rows(x, s, e, mean, cov, r0, r1, row):
+def _cov_rows(x, s, e, mean, cov, r0, r1, rows):
     """Rows ``r0:r1`` of the (unnormalised) covariance of documents ``s:e``, accumulated
     document by document: each entry sums its terms in document order, whichever rows a call
-    takes (so that any split of the rows gives the same bits)."""
+    takes (so that any split of the rows gives the same bits). Four documents per pass over an
+    entry (``rows``: their centred rows): the entry is read and written once for four terms,
+    added in the same order. A zero term leaves an entry as it is (the features are finite and
+    a sum is never -0), so a row whose four terms are zero is skipped (a feature constant on the
+    query: MQ2008 has many) and the others add theirs whether zero or not: the same bits as
+    one document at a time."""
     d = x.shape[1]
-    for i in range(s, e):
-        for j in range(d):
-            row[j] = x[i, j] - mean[j]
+    i = s
+    while i < e:
+        m = min(4, e - i)
+        for t in range(m):
+            for j in range(d):
+                rows[t, j] = x[i + t, j] - mean[j]
         for r in range(r0, r1):
-            a = row[r]
-            if a != 0.0:  # a feature constant on the query adds nothing (MQ2008 has many)
-                for c in range(d):
-                    cov[r, c] += a * row[c]
+            if m == 4:
+                a0, a1, a2, a3 = rows[0, r], rows[1, r], rows[2, r], rows[3, r]
+                if a0 != 0.0 or a1 != 0.0 or a2 != 0.0 or a3 != 0.0:
+                    for c in range(d):
+                        v = cov[r, c] + a0 * rows[0, c]
+                        v = v + a1 * rows[1, c]
+                        v = v + a2 * rows[2, c]
+                        cov[r, c] = v + a3 * rows[3, c]
+            else:
+                for t in range(m):
+                    a = rows[t, r]
+                    if a != 0.0:
+                        for c in range(d):
+                            cov[r, c] += a * rows[t, c]
+        i += m
 
 
 @njit(cache=True, inline="always")
@@ -120,7 +139,7 @@ def _centre_cov(x, offsets, q0, means, cov, big):
     square is accumulated document by document (contiguous rows, so the loop vectorises), then
     its upper triangle is kept and mirrored (exactly symmetric)."""
     d = x.shape[1]
-    row = np.empty(d)
+    rows = np.empty((4, d))
     for b in range(means.shape[0]):
         s, e = offsets[q0 + b], offsets[q0 + b + 1]
         means[b, :] = 0.0
@@ -128,7 +147,7 @@ def _centre_cov(x, offsets, q0, means, cov, big):
         if e == s or e - s >= big:
             continue
         _query_means(x, s, e, means[b])
-        _cov_rows(x, s, e, means[b], cov[b], 0, d, row)
+        _cov_rows(x, s, e, means[b], cov[b], 0, d, rows)
         _cov_finish(cov[b], e - s)
 
 
@@ -140,8 +159,8 @@ def _centre_cov_parallel(x, s, e, mean, cov, parts):
     _query_means(x, s, e, mean)
     cov[:, :] = 0.0
     for p in prange(parts):
-        row = np.empty(d)
-        _cov_rows(x, s, e, mean, cov, p * d // parts, (p + 1) * d // parts, row)
+        rows = np.empty((4, d))
+        _cov_rows(x, s, e, mean, cov, p * d // parts, (p + 1) * d // parts, rows)
     _cov_finish(cov, e - s)
 
 
@@ -169,15 +188,28 @@ def _whitening_matrix(lam, vec, eps, ill, null, w):
 
 @njit(cache=True, inline="always")
 def _project_rows(x, s, e, mean, w, out, row):
+    """out[i] = (x[i] - mean) @ w for documents ``s:e``, each entry summing its terms in the order
+    of w's rows; four rows of w per pass over an output row (read and written once for four
+    terms, added in the same order)."""
     d = x.shape[1]
     for i in range(s, e):
         for j in range(d):
             row[j] = x[i, j] - mean[j]
             out[i, j] = 0.0
-        for r in range(d):
+        r = 0
+        while r + 4 <= d:
+            a0, a1, a2, a3 = row[r], row[r + 1], row[r + 2], row[r + 3]
+            for c in range(d):
+                v = out[i, c] + a0 * w[r, c]
+                v = v + a1 * w[r + 1, c]
+                v = v + a2 * w[r + 2, c]
+                out[i, c] = v + a3 * w[r + 3, c]
+            r += 4
+        while r < d:
             a = row[r]
             for c in range(d):
                 out[i, c] += a * w[r, c]
+            r += 1
 
 
 @njit(cache=True, nogil=True)
