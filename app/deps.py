@@ -127,7 +127,7 @@ async def scoring(request: Request, fn: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(score_call, fn, args, alone, limiter=state.scoring_slots)
 
 
-async def parse_and_score(request: Request, fn: Callable[[bool], T]) -> T | None:
+async def parse_and_score(state: Any, fn: Callable[[bool], T]) -> T | None:
     """``fn(alone)`` (parse, score and serialise one request) in a single thread hop, holding a
     Python lane and a scoring slot, when the worker is idle: no request scoring or waiting to,
     and a lane and a slot free. None otherwise: the caller then takes the two hops
@@ -136,7 +136,6 @@ async def parse_and_score(request: Request, fn: Callable[[bool], T]) -> T | None
     A hop costs a cross-thread wake-up each way: measured with anyio on this 2-core VM, 0.17 ms
     back to back and 0.5 ms after 50 ms of idle, the gap a worker has between 1,000-document
     requests at 20/s."""
-    state = request.app.state
     if state.scoring_requests or not state.python_lanes.available_tokens:
         return None
     slots = state.scoring_slots

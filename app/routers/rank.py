@@ -89,7 +89,7 @@ async def rank(
 
     # an idle worker parses, scores and serialises in one thread hop; a busy one in two, so that
     # parsing overlaps the other requests' scoring
-    done = await parse_and_score(request, whole)
+    done = await parse_and_score(request.app.state, whole)
     if done is not None:
         served, lists, content = done
         metrics.count_documents(served.name, lists.n_documents)

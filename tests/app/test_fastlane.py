@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import anyio
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
@@ -73,7 +74,13 @@ def _call(lane: RankFastLane, body: bytes, *, chunk: int | None = None, query: b
     async def send(m: dict[str, Any]) -> None:
         sent.append(m)
 
-    asyncio.run(lane(scope, receive, send))
+    async def run() -> None:
+        # the application's limiters, made on the event loop that uses them (as its lifespan does)
+        lane.state.python_lanes = anyio.CapacityLimiter(2)
+        lane.state.scoring_slots = anyio.CapacityLimiter(1)
+        await lane(scope, receive, send)
+
+    asyncio.run(run())
     return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:]), scope
 
 
@@ -88,7 +95,7 @@ def test_the_lane_answers_the_common_body_itself(served_dir: Path) -> None:
 
 
 @pytest.mark.parametrize("case", ["query string", "text body", "over the budget", "budget off", "doubtful body",
-                                  "other version", "unloaded model", "bad feature count", "chunked over the limit"])
+                                  "other version", "unloaded model", "bad feature count", "big body, busy worker"])
 def test_the_lane_passes_on_the_body_intact(served_dir: Path, case: str) -> None:
     body = _body(20)
     kwargs: dict[str, Any] = {}
@@ -109,17 +116,39 @@ def test_the_lane_passes_on_the_body_intact(served_dir: Path, case: str) -> None
         body = _body(20, model="wide")
     elif case == "bad feature count":
         body = body.replace(b"]}", b", 1.0]}", 1)
-    elif case == "chunked over the limit":
-        # 0.01 ms of reading budget is 500 bytes: the lane stops reading there and replays
+    elif case == "big body, busy worker":
+        # 0.01 ms of reading budget is 500 bytes: a worker thread's, which another request holds
         settings["inline_budget_ms"] = 0.01
         kwargs.update(chunk=300, length=False)
     lane, inner, state = _lane(served_dir, **settings)
+    if case == "big body, busy worker":
+        state.scoring_requests = 1
     if case == "over the budget":
         served = state.registry.current("default")
         state.registry.install(dataclasses.replace(served, ns_per_document=1e6))
     status, content, _ = _call(lane, body, **kwargs)
     assert (status, content) == (299, b"inner")
     assert inner.bodies == [body]
+
+
+def test_a_body_too_big_to_read_inline_is_answered_from_a_worker_thread(served_dir: Path) -> None:
+    """0.01 ms of reading budget is 500 bytes: the lane reads the whole body (here in pieces,
+    without a length) and parses, scores and answers it in one worker thread, with the answer
+    it gives inline; a body it cannot take there goes on to the framework intact."""
+    body = _body(20, top_k=5)
+    inline, _, _ = _lane(served_dir)
+    lane, inner, state = _lane(served_dir, inline_budget_ms=0.01)
+    answers = []
+    for one in (inline, lane):
+        status, content, _ = _call(one, body, chunk=300, length=False)
+        assert status == 200
+        answer = json.loads(content)
+        answer.pop("server_time_ms")
+        answers.append(answer)
+    assert answers[0] == answers[1] and len(answers[1]["results"][0]["ranking"]) == 5
+    assert inner.bodies == [] and state.scoring_requests == 0
+    doubtful = body.replace(b'"qid": "q"', b'"qid": 1.5')
+    assert _call(lane, doubtful)[:2] == (299, b"inner") and inner.bodies == [doubtful]
 
 
 def test_a_client_gone_mid_body_is_not_answered_as_a_short_body(served_dir: Path) -> None:
