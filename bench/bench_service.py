@@ -346,13 +346,15 @@ def median_ms(fn: Callable[[], Any], repeat: int, warm: int = 3) -> float:
 def breakdown(model_path: Path, bodies: dict[int, list[bytes]], quick: bool) -> dict[str, Any]:
     """Our /rank handler's steps in this process (median ms), the way ``app.routers.rank`` runs them.
 
-    ``steps``: body validation (``parse_json``), arrays (``rank_lists``), ``model.score``,
-    ranking (``ranked``) and serialisation (``pydantic_core.to_json``, as ``json_response``);
-    ``whole_handler_ms`` runs them in a row. ``model_stages`` splits ``model.score`` by its own
-    ``timings`` (views, forest pass, calibration step, mixer). ``model_cumulative`` times the
-    public methods, each including the previous (wide_features < raw_scores < member_scores <
-    score), a cross-check that does not depend on the model's internals. Also the columnar body
-    form's validation and arrays.
+    ``steps``: reading the body (``fast_rank_body``: ``app.rank_reader``), checks and arrays
+    (``fast_rank_lists``), ``model.score``, ranking and serialisation (``ranked_json``, as
+    ``app.deps.rank_json``); ``whole_handler_ms`` runs them in a row. ``dict_per_document`` times
+    the ranking and serialisation the handler used before (``ranked`` + ``pydantic_core.to_json``).
+    ``model_stages`` splits ``model.score`` by its own ``timings`` (views, forest pass,
+    calibration step, mixer). ``model_cumulative`` times the public methods, each including the
+    previous (wide_features < raw_scores < member_scores < score), a cross-check that does not
+    depend on the model's internals. Also the full validation's reading and arrays (any other
+    body shape), for the row form and the columnar form.
     """
     import numba
 
@@ -376,6 +378,7 @@ def breakdown_one(model: Any, body: bytes, rep: int) -> dict[str, Any]:
     import pydantic_core
 
     from app.parsing import fast_rank_body, fast_rank_lists, parse_json, rank_lists, ranked
+    from app.ranking_json import ranked_json
     from app.schemas import RankRequest
 
     d = model.n_features
@@ -397,18 +400,19 @@ def breakdown_one(model: Any, body: bytes, rep: int) -> dict[str, Any]:
         cl = fast_rank_lists(fb, d, **limits)
         assert cl is not None
         sc = model.score(cl.features, cl.offsets)
-        p = {"model": "m", "version": "v1", "results": ranked(sc, cl, fb.top_k), "server_time_ms": 1.0}
-        return pydantic_core.to_json(p)
+        return ranked_json(sc, cl.offsets, cl.qids, cl.ids, fb.top_k)
 
     steps = {
-        "validate_json_ms": median_ms(lambda: fast_rank_body(body), rep),
+        "read_body_ms": median_ms(lambda: fast_rank_body(body), rep),
         "to_arrays_ms": median_ms(lambda: fast_rank_lists(fast, d, **limits), rep),
         "model_score_ms": median_ms(lambda: model.score(x, off), rep),
-        "rank_ms": median_ms(lambda: ranked(scores, lists, None), rep),
-        "serialise_ms": median_ms(lambda: pydantic_core.to_json(payload), rep),
+        "rank_and_serialise_ms": median_ms(lambda: ranked_json(scores, lists.offsets, lists.qids, lists.ids, None),
+                                           rep),
     }
     entry: dict[str, Any] = {"steps": steps, "sum_of_steps_ms": round(sum(steps.values()), 4),
                              "whole_handler_ms": median_ms(whole, rep), "response_bytes": len(whole())}
+    entry["dict_per_document"] = {"rank_ms": median_ms(lambda: ranked(scores, lists, None), rep),
+                                  "serialise_ms": median_ms(lambda: pydantic_core.to_json(payload), rep)}
     # the model's own stages (EnsembleModel.score's ``timings``): median of each over the calls
     samples: dict[str, list[float]] = {}
     for _ in range(rep):
