@@ -2,10 +2,10 @@
 plain FastAPI + LightGBM peer, plus where the time goes inside one request.
 
     python -m bench.bench_service              # full run (~8 min after the model exists)
-    python -m bench.bench_service --quick      # smoke test (~1 min)
+    python -m bench.bench_service --quick      # smoke test (~1 min; bench/results/service_quick.json)
     python -m bench.bench_service --duration 20 --rate 100 --rate-1000 10
 
-Writes ``bench/results/service.json``.
+Writes ``bench/results/service.json`` (``--name``: another name; ``--quick``: ``service_quick.json``).
 
 1. **Servers.** Ours is the real service, ``python -m app`` (uvicorn, 127.0.0.1, its default
    worker count, one per usable core, or ``--workers``; its default log level), serving the
@@ -479,7 +479,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-breakdown", action="store_true", help="HTTP scenarios only")
     ap.add_argument("--workers", type=int,
                     help="uvicorn workers of both servers (default: our service's default, one per core)")
-    ap.add_argument("--name", default="service", help="results file bench/results/<name>.json (default: service)")
+    ap.add_argument("--name", help="results file bench/results/<name>.json (default: service, with --quick "
+                                   "service_quick, so that a smoke test never replaces the committed figures)")
     args = ap.parse_args(argv)
     q = args.quick
     scenarios = [
@@ -607,7 +608,7 @@ def main(argv: list[str] | None = None) -> int:
     result["targets"] = TARGETS
     result["verdict"] = {tag: result["scenarios"][tag]["ours"].get("verdict", {}).get("pass")
                          for tag in result["scenarios"]}
-    path = write_result(args.name, result)
+    path = write_result(args.name or ("service_quick" if q else "service"), result)
     log(f"wrote {path}")
     return 0
 
