@@ -238,6 +238,15 @@ def _number(buf, i, pow10, pow10_int):  # pragma: no cover
     return OK, j, -v if neg & (dot | (w != 0)) else v
 
 
+@njit(cache=True, inline="always")
+def _push_digit(w, digits, c):  # pragma: no cover
+    """``w`` (uint64) with the digit byte ``c`` appended, and the digit count; a 20th digit is not
+    taken (the count becomes 20 and the caller gives up: w stays below 10^19 < 2^64)."""
+    if digits >= 19:
+        return w, 20
+    return w * np.uint64(10) + np.uint64(c - 48), digits + 1
+
+
 @njit(cache=True)
 def _number_slow(buf, i, pow10):  # pragma: no cover
     """``_number`` one digit at a time: any number of digits, an exponent, leading zeros of a
@@ -257,10 +266,9 @@ def _number_slow(buf, i, pow10):  # pragma: no cover
             return GIVE_UP_SYNTAX, i, 0.0
     else:
         while 48 <= buf[i] <= 57:
-            if digits >= 19:
+            w, digits = _push_digit(w, digits, buf[i])
+            if digits > 19:
                 return GIVE_UP_NUMBER, i, 0.0
-            w = w * np.uint64(10) + np.uint64(buf[i] - 48)
-            digits += 1
             i += 1
     integer = True
     if buf[i] == 46:  # '.'
@@ -272,10 +280,9 @@ def _number_slow(buf, i, pow10):  # pragma: no cover
             if w == 0 and buf[i] == 48:
                 exp10 -= 1  # leading zeros of the fraction carry no digit
             else:
-                if digits >= 19:
+                w, digits = _push_digit(w, digits, buf[i])
+                if digits > 19:
                     return GIVE_UP_NUMBER, i, 0.0
-                w = w * np.uint64(10) + np.uint64(buf[i] - 48)
-                digits += 1
                 exp10 -= 1
             i += 1
     if buf[i] == 101 or buf[i] == 69:  # 'e', 'E'
@@ -444,6 +451,14 @@ def _next_member(buf, i, close):  # pragma: no cover
 
 
 @njit(cache=True, inline="always")
+def _array_next(buf, i):  # pragma: no cover
+    """After an array element: (index of the next element, True), (index past the ']', False),
+    or (-1, False) for anything else."""
+    i, end = _next_member(buf, i, 93)  # ']'
+    return (i if end >= 0 else -1), end == 0
+
+
+@njit(cache=True, inline="always")
 def _document(buf, i, pow10, pow10_int, values, r, width, row_at, defer, id_kind, id_a, id_b):  # pragma: no cover
     """The document object at ``i``: its ``id`` to id slot ``r``, its ``features`` as row ``r``.
     Returns (status, index past it, width)."""
@@ -504,9 +519,8 @@ def _query(buf, i, pow10, pow10_int, values, r, width, row_at, defer, id_kind, i
                 if status != OK:
                     return status, i, r, width
                 r += 1
-                i, end = _next_member(buf, i, 93)
-                if end != 0:
-                    i = i if end == 1 else -1
+                i, more = _array_next(buf, i)
+                if not more:
                     break
             n_ids = r
         elif _is(buf, key, k, _IDS) and not has_ids:
@@ -517,9 +531,8 @@ def _query(buf, i, pow10, pow10_int, values, r, width, row_at, defer, id_kind, i
                 if i < 0:
                     break
                 n_ids += 1
-                i, end = _next_member(buf, i, 93)
-                if end != 0:
-                    i = i if end == 1 else -1
+                i, more = _array_next(buf, i)
+                if not more:
                     break
         elif _is(buf, key, k, _FEATURES) and not has_rows:
             has_rows = True
@@ -531,9 +544,8 @@ def _query(buf, i, pow10, pow10_int, values, r, width, row_at, defer, id_kind, i
                 if status != OK:
                     return status, i, r, width
                 r += 1
-                i, end = _next_member(buf, i, 93)
-                if end != 0:
-                    i = i if end == 1 else -1
+                i, more = _array_next(buf, i)
+                if not more:
                     break
         else:
             return GIVE_UP_SHAPE, i, r, width
@@ -610,9 +622,8 @@ def read_rank(buf, n, pow10, pow10_int, values, row_at, defer, id_kind, id_a, id
                 if status != OK:
                     return status, 0, 0, 0
                 q += 1
-                i, end = _next_member(buf, i, 93)
-                if end != 0:
-                    i = i if end == 1 else -1
+                i, more = _array_next(buf, i)
+                if not more:
                     break
         elif _is(buf, key, k, _MODEL):
             i = _optional(buf, i, top, TOP_MODEL, True)
