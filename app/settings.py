@@ -43,8 +43,9 @@ class Settings(BaseSettings):
     inline_budget_ms: float = Field(
         5.0, ge=0, description="a common /rank request estimated to take at most this long (reading + scoring, "
                                "from the model's cost measured at load) is answered on the event loop, "
-                               "without thread hops (app/fastlane.py); larger ones go to worker threads. "
-                               "0: every request goes to worker threads")
+                               "without thread hops (app/fastlane.py); larger ones go to worker threads "
+                               "(a body too big to read within it: one thread hop, without the framework, "
+                               "when the worker is idle). 0: every request goes through FastAPI's route")
     reload_token: str | None = Field(None, description="bearer token of POST /models/reload; unset disables it")
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     access_log: bool = Field(False, description="one log line per request (off by default: /metrics counts "
