@@ -677,12 +677,18 @@ ROW_BLOCK = 32
 @njit(cache=True, inline="always")
 def _take_rows(buf, row_at, n_rows, pow10, pow10_int, values, width, status, counter):  # pragma: no cover
     """Rows 1 .. n_rows - 1 (row 0 was read with the structure), ``ROW_BLOCK`` at a time, each
-    block the next one not yet taken; a block's status goes to ``status[block]``."""
+    block the next one not yet taken; a block's status goes to ``status[block]``. Row r's slot
+    ``values[r * width:(r + 1) * width]`` is checked against the buffer first: the rows were only
+    located, so short rows after a long first one could place a slot beyond it (the body is then
+    given up)."""
     b = claim(counter, 0)
     while b * ROW_BLOCK + 1 < n_rows:
         r0 = b * ROW_BLOCK + 1
         worst = OK
         for r in range(r0, min(r0 + ROW_BLOCK, n_rows)):
+            if (r + 1) * width > values.shape[0]:
+                worst = GIVE_UP_SHAPE
+                break
             st = _row_exact(buf, row_at[r], pow10, pow10_int, values, r * width, width)
             if st != OK:
                 worst = st

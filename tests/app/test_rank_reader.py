@@ -370,6 +370,18 @@ def test_rows_read_after_the_structure_are_read_alike(deferred: bool) -> None:
         agree(bad.encode(), 5)
 
 
+def test_short_rows_after_a_long_first_one_are_given_up_within_the_buffer(deferred: bool) -> None:
+    """The second pass places row r at r * width of the first row: 4,000 one-number rows after a
+    row of 400 would reach far beyond the values the body holds; each slot is checked first."""
+    if not deferred:
+        pytest.skip("numba has one thread here: no body is read in two passes")
+    rows = [[str(v) for v in range(400)]] + [["1"]] * 4000
+    body = json.dumps({"queries": [{"qid": "q", "ids": list(range(len(rows))),
+                                    "features": [[int(v) for v in r] for r in rows]}]}).encode()
+    assert read_body(body) is None
+    agree(body, 400)
+
+
 def test_mutated_bodies_read_in_two_passes(deferred: bool) -> None:
     if not deferred:
         pytest.skip("numba has one thread here: no body is read in two passes")
