@@ -35,7 +35,7 @@ from typing import Any
 
 from app.deps import parse_and_score, rank_json, score_call, scoring_turn
 from app.errors import ServiceError
-from app.parsing import fast_rank_body, fast_rank_lists
+from app.parsing import CandidateLists, FastRankBody, fast_rank_body, fast_rank_lists
 from app.registry import ModelRegistry, ServedModel
 
 log = logging.getLogger(__name__)
@@ -110,17 +110,21 @@ class RankFastLane:
                 return bool(value.split(b";")[0].strip().lower() != b"text/plain")
         return True
 
-    def _answer(self, body: bytes, size: int, budget_ns: float, start: float) -> tuple[int, bytes] | None:
-        """(status, JSON body) of the request, or None when the framework should take it."""
+    def _read(self, body: bytes, size: int = 0, budget_ns: float | None = None) -> \
+            tuple[FastRankBody, ServedModel, CandidateLists] | None:
+        """The body read (``fast_rank_body``), its model and its checked arrays, or None when the
+        route should take it: no model warm yet, another shape, a model not loaded, a problem the
+        route's full validation names, or (with ``budget_ns``) reading and scoring estimated over
+        the budget."""
         state = self.state
         registry: ModelRegistry = state.registry
         if not registry.warm:
             return None
         fast = fast_rank_body(body)
-        if fast is None:
+        served = None if fast is None else _loaded(registry, fast.model, fast.version)
+        if fast is None or served is None:
             return None
-        served = _loaded(registry, fast.model, fast.version)
-        if served is None or served.ns_per_document * fast.n_documents + READ_NS_PER_BYTE * size > budget_ns:
+        if budget_ns is not None and served.ns_per_document * fast.n_documents + READ_NS_PER_BYTE * size > budget_ns:
             return None
         settings = state.settings
         try:
@@ -128,56 +132,49 @@ class RankFastLane:
                                     max_documents=settings.max_documents)
         except ServiceError:
             return None  # the route raises the same error, through the application's handlers
-        if lists is None:
+        return None if lists is None else (fast, served, lists)
+
+    def _internal_error(self) -> tuple[int, bytes]:
+        self.state.metrics.count_error("internal")
+        log.exception("unhandled error on POST %s", self.path)
+        return 500, b'{"detail":"internal error; the server log has the traceback"}'
+
+    def _answer(self, body: bytes, size: int, budget_ns: float, start: float) -> tuple[int, bytes] | None:
+        """(status, JSON body) of the request, or None when the framework should take it."""
+        read = self._read(body, size, budget_ns)
+        if read is None:
             return None
+        fast, served, lists = read
         try:
-            with scoring_turn(state) as alone:  # on the event loop, as app.deps.scoring counts
+            with scoring_turn(self.state) as alone:  # on the event loop, as app.deps.scoring counts
                 scores = score_call(served.model.score, (lists.features, lists.offsets), alone)
         except Exception:
-            state.metrics.count_error("internal")
-            log.exception("unhandled error on POST %s", self.path)
-            return 500, b'{"detail":"internal error; the server log has the traceback"}'
-        state.metrics.count_documents(served.name, lists.n_documents)
+            return self._internal_error()
+        self.state.metrics.count_documents(served.name, lists.n_documents)
         return 200, rank_json(served, lists, fast.top_k, scores, start)
-
 
     async def _answer_in_thread(self, body: bytes, start: float) -> tuple[int, bytes] | None:
         """(status, JSON body) of a request too big to read on the event loop, read, scored and
         serialised in one worker thread when the worker is idle (``app.deps.parse_and_score``,
         as the route does), or None: the worker is busy (the route then parses and scores in two
-        hops, overlapping other requests), or the body is not the common shape, names another
-        model, or has a problem the route's full validation will name."""
-        state = self.state
-        registry: ModelRegistry = state.registry
-        if not registry.warm:
-            return None
-        settings = state.settings
+        hops, overlapping other requests), or ``_read`` leaves the body to the route."""
 
         def whole(alone: bool) -> tuple[ServedModel, int, bytes] | None:
-            fast = fast_rank_body(body)
-            served = None if fast is None else _loaded(registry, fast.model, fast.version)
-            if fast is None or served is None:
+            read = self._read(body)
+            if read is None:
                 return None
-            try:
-                lists = fast_rank_lists(fast, served.n_features, max_queries=settings.max_queries,
-                                        max_documents=settings.max_documents)
-            except ServiceError:
-                return None
-            if lists is None:
-                return None
+            fast, served, lists = read
             scores = score_call(served.model.score, (lists.features, lists.offsets), alone)
             return served, lists.n_documents, rank_json(served, lists, fast.top_k, scores, start)
 
         try:
-            done = await parse_and_score(state, whole)
+            done = await parse_and_score(self.state, whole)
         except Exception:
-            state.metrics.count_error("internal")
-            log.exception("unhandled error on POST %s", self.path)
-            return 500, b'{"detail":"internal error; the server log has the traceback"}'
+            return self._internal_error()
         if done is None:
             return None
         served, n_documents, content = done
-        state.metrics.count_documents(served.name, n_documents)
+        self.state.metrics.count_documents(served.name, n_documents)
         return 200, content
 
 

@@ -20,7 +20,7 @@ import pydantic_core
 from pydantic import BaseModel, ValidationError
 
 from app.errors import ServiceError, input_error, plain_errors, query_label, too_large, validation_message
-from app.rank_reader import RankArrays, read_body
+from app.rank_reader import FastRankBody, read_body
 from app.schemas import Document, RankQuery
 from training.data.svmlight import DataFormatError, parse_svmlight
 
@@ -163,9 +163,6 @@ def _check_rows(rows: npt.NDArray[np.float32], ids: Sequence[Any], where: str, d
                           "(NaN, infinity or beyond ±3.4e38)")
 
 
-#: a /rank body of the common shape, read without a pydantic object per document
-FastRankBody = RankArrays
-
 _TOP_KEYS = frozenset({"queries", "model", "version", "top_k"})
 _QUERY_KEYS = frozenset({"qid", "documents"})
 _DOC_KEYS = frozenset({"id", "features"})
@@ -256,12 +253,14 @@ def fast_rank_lists(body: FastRankBody, d: int, *, max_queries: int, max_documen
     if body.features.shape[1] != d:
         return None
     off = body.offsets.tolist()
-    bad = ~np.isfinite(body.features)
+    # the reader's values are always finite; pydantic-core's (documents form) may overflow float32
+    finite = bool(np.isfinite(body.features).all())
     for i, qid in enumerate(body.qids):
-        where = query_label(i, qid)
-        check_unique(body.ids[off[i]:off[i + 1]], where, "id")
-        if bad[off[i]:off[i + 1]].any():
-            _check_rows(body.features[off[i]:off[i + 1]], [], where, True)
+        where, ids = query_label(i, qid), body.ids[off[i]:off[i + 1]]
+        if finite:
+            check_unique(ids, where, "id")
+        else:
+            _check_rows(body.features[off[i]:off[i + 1]], ids, where, True)
     return CandidateLists(features=body.features, offsets=body.offsets, qids=body.qids, ids=body.ids)
 
 

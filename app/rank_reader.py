@@ -80,6 +80,22 @@ _MARGIN = 8
 _I64 = ir.IntType(64)
 
 
+def _emit_load8(context: Any, builder: Any, signature: Any, args: Any) -> Any:  # pragma: no cover
+    """LLVM: ``buf[i:i + 8]`` (``args``: the uint8 array, the index) as one little-endian i64,
+    an unaligned load (the caller guarantees the 8 bytes)."""
+    ary = context.make_array(signature.args[0])(context, builder, args[0])
+    ptr = builder.gep(ary.data, [args[1]])
+    return builder.load(builder.bitcast(ptr, _I64.as_pointer()), align=1)
+
+
+def _load8_typing(typingctx, buf, i):  # pragma: no cover
+    """``buf[i:i + 8]`` as one little-endian uint64 (``_emit_load8``)."""
+    return types.uint64(buf, types.intp), _emit_load8
+
+
+_load8: Any = intrinsic(_load8_typing)
+
+
 def _digits_typing(typingctx, buf, i):  # pragma: no cover
     """The decimal digits at ``buf[i:]`` read eight bytes at a time (SWAR, one unaligned load; the
     caller guarantees 8 readable bytes): ``k + (value << 8)`` where ``k`` (0..8) is how many of the
@@ -92,9 +108,7 @@ def _digits_typing(typingctx, buf, i):  # pragma: no cover
     2-digit, 4-digit, then 8-digit numbers by three multiplications (fast_float's
     ``parse_eight_digits_unrolled``)."""
     def codegen(context, builder, signature, args):
-        ary = context.make_array(signature.args[0])(context, builder, args[0])
-        ptr = builder.gep(ary.data, [args[1]])
-        x = builder.load(builder.bitcast(ptr, _I64.as_pointer()), align=1)
+        x = _emit_load8(context, builder, signature, args)
 
         def c(v: int) -> ir.Constant:
             return ir.Constant(_I64, v)
@@ -142,6 +156,11 @@ KIND_STRING, KIND_INT = 0, 1
 
 
 @njit(cache=True, inline="always")
+def _is_digit(c):  # pragma: no cover
+    return 48 <= c <= 57  # '0' .. '9'
+
+
+@njit(cache=True, inline="always")
 def _ws(buf, i):  # pragma: no cover
     """The index of the first byte at or after ``i`` that is not JSON whitespace."""
     while True:
@@ -185,20 +204,20 @@ def _integer(buf, i):  # pragma: no cover
     if neg:
         i += 1
     c = buf[i]
-    if not 48 <= c <= 57:
+    if not _is_digit(c):
         return -1, 0
     v = 0
     if c == 48:  # a leading 0 stands alone
         i += 1
     else:
         start = i
-        while 48 <= buf[i] <= 57:
+        while _is_digit(buf[i]):
             if i - start >= 18:
                 return -1, 0
             v = v * 10 + (buf[i] - 48)
             i += 1
     c = buf[i]
-    if 48 <= c <= 57 or c == 46 or c == 101 or c == 69:  # a digit after 0, '.', 'e', 'E'
+    if _is_digit(c) or c == 46 or c == 101 or c == 69:  # a digit after 0, '.', 'e', 'E'
         return -1, 0
     return i, -v if neg else v
 
@@ -255,17 +274,17 @@ def _number_slow(buf, i, pow10):  # pragma: no cover
     if buf[i] == 45:  # '-'
         neg = True
         i += 1
-    if not 48 <= buf[i] <= 57:
+    if not _is_digit(buf[i]):
         return GIVE_UP_SYNTAX, i, 0.0
     w = np.uint64(0)
     digits = 0
     exp10 = 0
     if buf[i] == 48:  # a leading 0 stands alone
         i += 1
-        if 48 <= buf[i] <= 57:
+        if _is_digit(buf[i]):
             return GIVE_UP_SYNTAX, i, 0.0
     else:
-        while 48 <= buf[i] <= 57:
+        while _is_digit(buf[i]):
             w, digits = _push_digit(w, digits, buf[i])
             if digits > 19:
                 return GIVE_UP_NUMBER, i, 0.0
@@ -274,9 +293,9 @@ def _number_slow(buf, i, pow10):  # pragma: no cover
     if buf[i] == 46:  # '.'
         integer = False
         i += 1
-        if not 48 <= buf[i] <= 57:
+        if not _is_digit(buf[i]):
             return GIVE_UP_SYNTAX, i, 0.0
-        while 48 <= buf[i] <= 57:
+        while _is_digit(buf[i]):
             if w == 0 and buf[i] == 48:
                 exp10 -= 1  # leading zeros of the fraction carry no digit
             else:
@@ -292,10 +311,10 @@ def _number_slow(buf, i, pow10):  # pragma: no cover
         if buf[i] == 43 or buf[i] == 45:
             eneg = buf[i] == 45
             i += 1
-        if not 48 <= buf[i] <= 57:
+        if not _is_digit(buf[i]):
             return GIVE_UP_SYNTAX, i, 0.0
         e = 0
-        while 48 <= buf[i] <= 57:
+        while _is_digit(buf[i]):
             if e < 100000:
                 e = e * 10 + (buf[i] - 48)
             i += 1
@@ -328,18 +347,6 @@ def _number_slow(buf, i, pow10):  # pragma: no cover
     return OK, i, -v if neg else v
 
 
-def _load8_typing(typingctx, buf, i):  # pragma: no cover
-    """``buf[i:i + 8]`` as one little-endian uint64 (an unaligned load; the caller guarantees the
-    8 bytes)."""
-    def codegen(context, builder, signature, args):
-        ary = context.make_array(signature.args[0])(context, builder, args[0])
-        ptr = builder.gep(ary.data, [args[1]])
-        return builder.load(builder.bitcast(ptr, _I64.as_pointer()), align=1)
-
-    return types.uint64(buf, types.intp), codegen
-
-
-_load8: Any = intrinsic(_load8_typing)
 _ONES = np.uint64(0x0101010101010101)
 _HIGHS = np.uint64(0x8080808080808080)
 _BRACKETS = np.uint64(0x5D5D5D5D5D5D5D5D)  # ']' in every byte
@@ -715,7 +722,7 @@ PARALLEL_MIN_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
-class RankArrays:
+class FastRankBody:
     """A /rank body of the common shape: row r of ``features`` is the document ``ids[r]``, query
     q's rows are ``offsets[q]:offsets[q + 1]``; not yet checked against a model."""
 
@@ -760,7 +767,7 @@ def _read_rows(buf: npt.NDArray[np.uint8], row_at: npt.NDArray[np.int64], n_rows
     return not status.any()
 
 
-def read_body(body: bytes) -> RankArrays | None:
+def read_body(body: bytes) -> FastRankBody | None:
     """The arrays of a /rank body of the common shape, or None when ``read_rank`` gives up (see the
     module docstring) or a string is not UTF-8."""
     n = len(body)
@@ -795,7 +802,7 @@ def read_body(body: bytes) -> RankArrays | None:
     offsets = np.empty(nq + 1, dtype=np.int64)
     offsets[:nq] = q_first[:nq]
     offsets[nq] = nr
-    return RankArrays(features=values[:nr * width].reshape(nr, width), offsets=offsets, qids=qids, ids=ids,
+    return FastRankBody(features=values[:nr * width].reshape(nr, width), offsets=offsets, qids=qids, ids=ids,
                       model=model, version=version, top_k=int(top[TOP_K + 1]) if top[TOP_K] == 1 else None)
 
 

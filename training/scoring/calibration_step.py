@@ -3,8 +3,9 @@
 At scoring time member m's raw K-vector (``training.scoring.ensemble_model``) becomes one score
 per document through its own calibrator (Tune and mix, Sect. 5). Calling 90 calibrators one by
 one costs milliseconds of Python overhead for a 100-document list; here every calibrator's
-parameters are packed once, when the model loads, into one flat float and one flat integer
-array with a header row per member, and one kernel walks blocks of documents. Per block it
+parameters are packed once, when the model loads, into one flat float array with a header row
+per member (the polynomials' integer program is written by the model's plan, once, as it groups
+them), and one kernel walks blocks of documents. Per block it
 first gathers each distinct raw source once (``raw[i, m, :K]``, or ``sums[i, hi, :K] -
 sums[i, lo, :K]`` straight from the forest's running sums; a model's members share a few dozen
 snapshots and differ in their calibrators), class-major; then for each member it copies its
@@ -135,36 +136,36 @@ def _poly_plan(exponents: Int64Array) -> tuple[list[int], list[int], list[int]] 
     return terms, parents, inputs
 
 
-def _pack(family: str, cal: Any, k: int) -> tuple[list[float], list[int], int] | None:
-    """(float params, int params, size) of one calibrator in its kernel's layout (``size``: the
-    hidden units of an nn, the monomials of a polynomial); None: use its transform."""
+def _pack(family: str, cal: Any, k: int) -> tuple[list[float], int] | None:
+    """(float params, size) of one calibrator in its kernel's layout (``size``: the hidden units of
+    an nn, the monomials of a polynomial, whose integer program the plan writes:
+    ``CalibrationStep._poly_groups``); None: use its transform."""
     if family == "identity":
-        return [], [], 0
+        return [], 0
     if family in ("er_softmax", "er_ordinal"):
         relevance = [float(t) for t in cal.relevance_]
-        return (relevance, [], 0) if len(relevance) == k + (family == "er_ordinal") else None
+        return (relevance, 0) if len(relevance) == k + (family == "er_ordinal") else None
     if family == "shift":
         gains = [float(z) for z in cal.gains_]
         mean_gain = 0.0
         for z in gains:
             mean_gain += z * (1.0 / k)
-        return [float(cal.scale_), mean_gain, *gains], [], 0
+        return [float(cal.scale_), mean_gain, *gains], 0
     if family == "cpc":
-        return [float(cal.a_), float(cal.b_), *(float(z) for z in cal.gains_)], [], 0
+        return [float(cal.a_), float(cal.b_), *(float(z) for z in cal.gains_)], 0
     head = [*(float(v) for v in cal.mean_), *(float(v) for v in cal.scale_)]
     tail = [float(cal.intercept_), float(cal.output_offset_), float(cal.output_scale_)]
     coef = [float(v) for v in np.asarray(cal.coef_, dtype=np.float64)]
     if family in ("linear", "logistic"):
-        return [*head, *coef, *tail], [], 0
+        return [*head, *coef, *tail], 0
     if family == "poly":
         plan = _poly_plan(np.asarray(cal.exponents_, dtype=np.int64))
         if plan is None:
             return None
-        terms, parents, inputs = plan
-        return [*head, *tail, float(_POLY_CLIP), *coef], [*terms, *parents, *inputs], len(terms)
+        return [*head, *tail, float(_POLY_CLIP), *coef], len(plan[0])
     w1, b1, w2, b2 = unpack_network(np.asarray(cal.coef_, dtype=np.float64), k, int(cal.hidden))
     return ([*head, *(float(v) for v in w1.ravel()), *(float(v) for v in b1), *(float(v) for v in w2),
-             float(b2), float(cal.output_offset_), float(cal.output_scale_)], [], int(w1.shape[0]))
+             float(b2), float(cal.output_offset_), float(cal.output_scale_)], int(w1.shape[0]))
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -554,7 +555,6 @@ class CalibrationStep:
         self.families: list[str | None] = []
         rows: list[list[int]] = []
         fp: list[float] = []
-        ip: list[int] = []
         for m, (cal, k) in enumerate(zip(self._calibrators, self._n_classes, strict=True)):
             fitted_k = getattr(cal, "gains_", np.zeros(k)).shape[0]
             if fitted_k != k:
@@ -566,14 +566,12 @@ class CalibrationStep:
                 self.fallback.append(m)
                 self.families.append(None)
                 continue
-            floats, ints, size = packed
-            rows.append([FAMILIES.index(family), m, k, len(fp), len(ip), size])
+            floats, size = packed
+            rows.append([FAMILIES.index(family), m, k, len(fp), -1, size])  # ints: the plan's
             fp += floats
-            ip += ints
             self.families.append(family)
         self._head = np.array(rows, dtype=np.int64).reshape(len(rows), 6)
         self._fp = np.array(fp, dtype=np.float64)
-        self._ip = np.array(ip, dtype=np.int64)
         self._k_max = max([r[_H_K] for r in rows], default=1)
         self._no_base = np.full(self.n_members, -1, dtype=np.int64)
         self._raw_plan: SourcePlan | None = None
@@ -626,7 +624,7 @@ class CalibrationStep:
         group); a polynomial row's ints become (group, size G, the group's G terms, parents and
         inputs, then the group's index of each of the member's terms)."""
         head = self._head.copy()
-        ints = [int(v) for v in self._ip]
+        ints: list[int] = []
         groups: dict[tuple[Any, ...], list[int]] = {}
         for g in np.flatnonzero(head[:, _H_FAMILY] == POLY).tolist():
             k, p = int(head[g, _H_K]), int(head[g, _H_FLOAT])
