@@ -17,21 +17,16 @@ its event loop: an anyio limiter must not be shared by two event loops):
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any, TypeVar
 
 import anyio
-import numpy as np
-import numpy.typing as npt
 import pydantic_core
 from fastapi import Depends, Request
 from fastapi.responses import Response
 
 from app.errors import ServiceError, too_large
 from app.observability import Metrics
-from app.parsing import CandidateLists
-from app.ranking_json import ranked_json
 from app.registry import ModelRegistry, ServedModel
 from app.settings import Settings
 from training.scoring.forest import single_threaded
@@ -61,18 +56,28 @@ RegistryDep = Annotated[ModelRegistry, Depends(get_registry)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refusing (HTTP 413) more than ``limit`` bytes before reading it all."""
+async def read_body(request: Request, settings: Settings, limit: int | None = None) -> bytes:
+    """The request body: at most ``limit`` bytes (default ``max_body_bytes``; HTTP 413, refused
+    from the declared length before reading when there is one, else as soon as the chunks add up
+    to more), all of it within ``body_timeout_s`` seconds (HTTP 408, and the connection closed:
+    a client that sends a byte a second holds no worker past that)."""
+    limit = settings.max_body_bytes if limit is None else limit
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise too_large(f"the body has {int(declared)} bytes; the limit is {limit} (TUNEMIX_MAX_BODY_BYTES)")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_large(f"the body exceeds {limit} bytes (TUNEMIX_MAX_BODY_BYTES)")
-        chunks.append(chunk)
+    try:
+        with anyio.fail_after(settings.body_timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise too_large(f"the body exceeds {limit} bytes (TUNEMIX_MAX_BODY_BYTES)")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise ServiceError(408, f"the body did not arrive within {settings.body_timeout_s:g} s "
+                                f"({size} bytes received; TUNEMIX_BODY_TIMEOUT_S)", kind="body_timeout",
+                           headers={"Connection": "close"}) from None
     return b"".join(chunks)
 
 
@@ -86,9 +91,24 @@ def resolve_model(registry: ModelRegistry, name: str | None, version: str | None
         raise
 
 
-def is_text(request: Request) -> bool:
-    """True for a LETOR/SVMlight body (``Content-Type: text/plain``)."""
-    return request.headers.get("content-type", "").split(";")[0].strip().lower() == "text/plain"
+JSON_TYPES = frozenset({"application/json"})
+TEXT_TYPES = frozenset({"text/plain"})
+
+
+def body_kind(request: Request, *, text: bool = True) -> str:
+    """``"json"`` for ``Content-Type: application/json`` (or ``application/<x>+json``), ``"text"``
+    for ``text/plain`` (a LETOR/SVMlight body) where the endpoint takes one; HTTP 415 with a hint
+    for anything else, a missing type included (a LETOR body read as JSON would get a misleading
+    error)."""
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype in JSON_TYPES or (ctype.startswith("application/") and ctype.endswith("+json")):
+        return "json"
+    if text and ctype in TEXT_TYPES:
+        return "text"
+    accepted = "application/json, or text/plain for LETOR lines" if text else "application/json"
+    got = f"Content-Type {ctype!r}" if ctype else "no Content-Type"
+    raise ServiceError(415, f"{request.url.path} takes {accepted}; the request has {got} "
+                            "(curl: -H 'Content-Type: application/json')", kind="unsupported_media_type")
 
 
 #: Threads for GIL-bound request work (see the module docstring): two, so that one large body
@@ -168,13 +188,3 @@ def json_response(payload: Any) -> Response:
 def json_bytes_response(content: bytes) -> Response:
     """A JSON response of already serialised ``content``."""
     return Response(content=content, media_type="application/json")
-
-
-def rank_json(served: ServedModel, lists: CandidateLists, top_k: int | None, scores: npt.NDArray[np.float64],
-              start: float) -> bytes:
-    """The /rank answer (``RankResponse``) serialised: the model, each query's ranking and the
-    server time since ``start`` (``time.perf_counter()``). The route and the fast lane share it."""
-    head = pydantic_core.to_json({"model": served.name, "version": served.version})
-    results = ranked_json(scores, lists.offsets, lists.qids, lists.ids, top_k)
-    tail = pydantic_core.to_json(round((time.perf_counter() - start) * 1e3, 3))
-    return b"".join((head[:-1], b',"results":', results, b',"server_time_ms":', tail, b"}"))

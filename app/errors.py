@@ -18,8 +18,9 @@ class ServiceError(Exception):
     """An error answered with ``status`` and ``{"detail": message}`` (never logged as a crash)."""
 
     def __init__(self, status: int, message: str, *, kind: str = "bad_request",
-                 errors: list[dict[str, Any]] | None = None) -> None:
+                 errors: list[dict[str, Any]] | None = None, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
+        self.headers = headers
         self.status = status
         self.message = message
         self.kind = kind

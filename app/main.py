@@ -22,13 +22,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app import rank_reader
 from app.deps import PYTHON_LANES
 from app.errors import ServiceError, plain_errors, validation_message
-from app.fastlane import RankFastLane
 from app.observability import Metrics, MetricsMiddleware
 from app.openapi import install_openapi
-from app.ranking_json import ranked_json
 from app.registry import ModelRegistry
 from app.routers import evaluate, fuse, health, models, rank
 from app.settings import Settings, get_settings
@@ -43,8 +40,7 @@ Every 4xx body is `{"detail": "<what is wrong, naming the query and field>"}`.""
 
 
 def warm_kernels() -> None:
-    """Compile (or load from numba's cache) the evaluation and fusion kernels, the body reader's and
-    the answer writer's."""
+    """Compile (or load from numba's cache) the evaluation and fusion kernels."""
     from training.ensemble.list_fusion import fuse_lists
     from training.evaluation import CONVENTION_NAMES
     from training.evaluation import evaluate as run_evaluate
@@ -56,8 +52,6 @@ def warm_kernels() -> None:
         with contextlib.suppress(ValueError):
             run_evaluate(labels, scores, off, ["ndcg@10", "err", "p@5", "map"], name,
                          docids=np.array(["a", "b", "c", "d"]))
-    rank_reader.warm_up()
-    ranked_json(np.array([0.5]), np.array([0, 1], dtype=np.int64), ["q"], ["a"], None)  # /rank's answer writer
     mat = np.array([[1.0, np.nan], [0.5, 2.0], [0.2, 1.0], [np.nan, 0.5]])
     for method in ("rrf", "combsum", "combmnz", "condorcet"):
         fuse_lists(mat, off, method, top_k=1)
@@ -123,7 +117,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         body: dict[str, Any] = {"detail": exc.message}
         if exc.errors:
             body["errors"] = exc.errors
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else exc.headers
         return JSONResponse(body, status_code=exc.status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
@@ -149,8 +143,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     for module in (health, rank, evaluate, fuse, models):
         app.include_router(module.router)
-    rank_route = next(r for r in rank.router.routes if getattr(r, "path", None) == "/rank")
-    app.add_middleware(RankFastLane, state=app.state, route=rank_route)  # inside the metrics: counted
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     install_openapi(app)
     return app

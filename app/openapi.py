@@ -1,17 +1,20 @@
-"""OpenAPI for endpoints that read their body themselves (JSON validated by pydantic-core from
-the raw bytes, or a LETOR text body): ``body_spec`` documents the body, ``install_openapi``
-adds the body models to ``components/schemas``."""
+"""OpenAPI for endpoints that read their body themselves (JSON decoded by msgspec or validated by
+pydantic-core from the raw bytes, or a LETOR text body): ``body_spec`` (a pydantic model) and
+``msgspec_body_spec`` (msgspec structs: the schema comes from the very types that decode the
+body) document the body; ``install_openapi`` adds the body types to ``components/schemas``."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
 REF = "#/components/schemas/{model}"
 _BODY_MODELS: list[type[BaseModel]] = []
+_BODY_STRUCTS: list[type[msgspec.Struct]] = []
 
 
 def body_spec(model: type[BaseModel], *, text: str | None = None, required: bool = True) -> dict[str, Any]:
@@ -21,6 +24,17 @@ def body_spec(model: type[BaseModel], *, text: str | None = None, required: bool
     if text is not None:
         content["text/plain"] = {"schema": {"type": "string", "description": text}}
     return {"requestBody": {"required": required, "content": content}}
+
+
+def msgspec_body_spec(struct: type[msgspec.Struct], example: dict[str, Any], *,
+                      text: str | None = None) -> dict[str, Any]:
+    """``openapi_extra`` for a POST whose JSON body the msgspec ``struct`` decodes."""
+    _BODY_STRUCTS.append(struct)
+    content: dict[str, Any] = {"application/json": {"schema": {"$ref": REF.format(model=struct.__name__)},
+                                                    "example": example}}
+    if text is not None:
+        content["text/plain"] = {"schema": {"type": "string", "description": text}}
+    return {"requestBody": {"required": True, "content": content}}
 
 
 def install_openapi(app: FastAPI) -> None:
@@ -34,6 +48,9 @@ def install_openapi(app: FastAPI) -> None:
             for name, sub in js.pop("$defs", {}).items():
                 comps.setdefault(name, sub)
             comps[model.__name__] = js
+        _, struct_comps = msgspec.json.schema_components(_BODY_STRUCTS, ref_template=REF.replace("model", "name"))
+        for name, sub in struct_comps.items():
+            comps.setdefault(name, sub)
         app.openapi_schema = schema
         return schema
 

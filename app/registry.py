@@ -12,9 +12,11 @@ Several worker processes follow one another's reloads through ``state_dir/served
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import re
 import tempfile
 import threading
 import time
@@ -23,12 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from app.errors import ServiceError
 from training.artifact.store import ArtifactError, check_name, list_versions
 from training.scoring.ensemble_model import EnsembleModel, load_model
-from training.scoring.forest import single_threaded
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +44,6 @@ class ServedModel:
     model: EnsembleModel
     manifest: dict[str, Any]
     loaded_at: float = field(default_factory=time.time)
-    #: scoring time per document on one thread, measured once after warm-up (the fast lane's
-    #: estimate of how long a request would hold the event loop; ``app.fastlane``)
-    ns_per_document: float = float("inf")
 
     @property
     def n_features(self) -> int:
@@ -79,15 +75,44 @@ class ServedModel:
         return out
 
 
+_VERSION = re.compile(r"v[0-9]{1,9}")
+
+
+def available_models(models_dir: Path) -> list[str]:
+    """Names under ``models_dir`` with at least one complete version."""
+    try:
+        children = sorted(p.name for p in models_dir.iterdir() if p.is_dir())
+    except OSError:
+        return []
+    out = []
+    for child in children:
+        with contextlib.suppress(ValueError, OSError):
+            if list_versions(models_dir, child):
+                out.append(child)
+    return out
+
+
+def _without_paths(message: str, models_dir: Path) -> str:
+    """An error message with the server's directories taken out (clients see model/version)."""
+    for root in {str(models_dir.resolve()), str(models_dir)}:
+        message = message.replace(root + "/", "").replace(root, "<models>")
+    return message
+
+
 def load_served(models_dir: Path, name: str, version: str | None = None) -> ServedModel:
     """Load (latest or ``version``) and warm model ``name``; ServiceError 404/422 naming the problem."""
     try:
         check_name(name)
     except ValueError as exc:
         raise ServiceError(422, f"model: {exc}", kind="unknown_model") from None
+    if version is not None and not _VERSION.fullmatch(version):
+        raise ServiceError(422, f"version: {version[:40]!r} is not a version name (v1, v2, ...)",
+                           kind="unknown_version")
     versions = list_versions(models_dir, name)
     if not versions:
-        raise ServiceError(404, f"model {name!r} has no trained version in {models_dir}", kind="unknown_model")
+        known = available_models(models_dir)
+        raise ServiceError(404, f"model {name!r} has no trained version; available: "
+                                f"{', '.join(known) if known else 'none'}", kind="unknown_model")
     if version is None:
         version = versions[-1]
     elif version not in versions:
@@ -97,34 +122,11 @@ def load_served(models_dir: Path, name: str, version: str | None = None) -> Serv
     try:
         model, manifest = load_model(path)
         model.warm_up()
-        ns_per_document = scoring_cost(model)
-    except ArtifactError as exc:
-        raise ServiceError(422, f"model {name!r} {version} cannot be loaded: {exc}", kind="corrupt_model") from None
-    except (OSError, ValueError) as exc:
-        raise ServiceError(422, f"model {name!r} {version} cannot be loaded: {exc}", kind="corrupt_model") from None
-    return ServedModel(name=name, version=version, path=path, model=model, manifest=manifest,
-                       ns_per_document=ns_per_document)
-
-
-#: the list measured by ``scoring_cost``: long enough that the per-call overhead is small, short
-#: enough to take a few milliseconds on a large model
-COST_DOCUMENTS = 64
-
-
-def scoring_cost(model: EnsembleModel, repeats: int = 3) -> float:
-    """Nanoseconds per document of ``model.score`` on one thread: the best of ``repeats`` calls
-    on one list of ``COST_DOCUMENTS`` varied documents (a warm cache; a request that finds the
-    cache cold takes up to about 1.5 times as long)."""
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((COST_DOCUMENTS, model.n_features)).astype(np.float32)
-    offsets = np.array([0, COST_DOCUMENTS], dtype=np.int64)
-    best = float("inf")
-    with single_threaded():
-        for _ in range(repeats):
-            t0 = time.perf_counter_ns()
-            model.score(x, offsets)
-            best = min(best, time.perf_counter_ns() - t0)
-    return best / COST_DOCUMENTS
+    except (ArtifactError, OSError, ValueError) as exc:
+        log.error("model %s %s cannot be loaded: %s", name, version, exc)
+        raise ServiceError(503, f"model {name!r} {version} cannot be loaded: {_without_paths(str(exc), models_dir)}",
+                           kind="corrupt_model") from None
+    return ServedModel(name=name, version=version, path=path, model=model, manifest=manifest)
 
 
 class ModelRegistry:
@@ -140,6 +142,9 @@ class ModelRegistry:
         self._cache: OrderedDict[tuple[str, str], ServedModel] = OrderedDict()
         self._lock = threading.RLock()
         self._state_mtime: float | None = None
+        #: versions that failed to load, with the manifest's mtime then: asked again, they answer
+        #: the same error without reading the disk until the manifest changes
+        self._failed: dict[tuple[str, str], tuple[float, ServiceError]] = {}
         self.load_error: str | None = None
         self.warm = False  # evaluation and fusion kernels compiled (set by the start-up loader)
 
@@ -157,6 +162,7 @@ class ModelRegistry:
     def get(self, name: str | None = None, version: str | None = None) -> ServedModel:
         """The model a request asked for; loads a model or version not yet in memory."""
         name = name or self.default_model
+        version = version or None  # "" is no version, as an absent one
         served = self._current.get(name)
         if served is not None and (version is None or version == served.version):
             return served
@@ -166,19 +172,38 @@ class ModelRegistry:
                                    + (f": {self.load_error}" if self.load_error else ""), kind="not_ready")
             with self._lock:
                 if name not in self._current:
-                    self._current[name] = load_served(self.models_dir, name)
+                    self._current[name] = self._load_once(name, None)
                 return self._current[name]
         key = (name, version or "")
         with self._lock:
             hit = self._cache.get(key)
             if hit is None:
-                hit = load_served(self.models_dir, name, version)  # version is set on this path
+                hit = self._load_once(name, version)
                 self._cache[key] = hit
                 while len(self._cache) > self.max_cached:
                     self._cache.popitem(last=False)
             else:
                 self._cache.move_to_end(key)
             return hit
+
+    def _load_once(self, name: str, version: str | None) -> ServedModel:
+        """``load_served``, remembering a version that cannot be loaded until its manifest changes."""
+        stamp = -1.0
+        if version is None:
+            with contextlib.suppress(OSError, ValueError):
+                version = next(reversed(list_versions(self.models_dir, name)), None)
+        if version is not None:
+            with contextlib.suppress(OSError, ValueError):
+                stamp = (self.models_dir / name / version / "manifest.json").stat().st_mtime
+            failed = self._failed.get((name, version))
+            if failed is not None and failed[0] == stamp:
+                raise failed[1]
+        try:
+            return load_served(self.models_dir, name, version)
+        except ServiceError as exc:
+            if version is not None and exc.kind == "corrupt_model":
+                self._failed[(name, version)] = (stamp, exc)
+            raise
 
     # ------------------------------------------------------------------ loading
     def load_initial(self, names: list[str]) -> None:

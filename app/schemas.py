@@ -1,7 +1,8 @@
 """Request and response models: the OpenAPI contract of the service.
 
-Bodies are validated from raw JSON bytes by pydantic-core (``Model.model_validate_json``), then
-turned into the project's array layout by ``app.parsing``. Feature ids in the sparse form are
+The /rank body is decoded by msgspec structs (``app.routers.rank``); the other bodies are
+validated from raw JSON bytes by pydantic-core (``Model.model_validate_json``), strictly (no
+coercion), then turned into the project's array layout by ``app.parsing``. Feature ids in the sparse form are
 1-based, as in LETOR files (``{"7": 0.31}`` is column 6); absent sparse features are 0.
 """
 
@@ -16,7 +17,8 @@ Qid = Annotated[str | int, Field(description="the query id (echoed back as given
 DenseFeatures = list[float]
 SparseFeatures = dict[str, float]
 
-_STRICT = ConfigDict(extra="forbid")
+#: unknown fields refused; no coercion (``true`` or ``"2"`` is not a number, ``2.0`` not an integer)
+_STRICT = ConfigDict(extra="forbid", strict=True)
 
 
 class Document(BaseModel):
@@ -24,34 +26,6 @@ class Document(BaseModel):
     id: Id
     features: DenseFeatures | SparseFeatures = Field(
         description="dense list of n_features values, or sparse {\"<1-based feature id>\": value}")
-
-
-class RankQuery(BaseModel):
-    """One candidate list: ``documents``, or the columnar ``ids`` + ``features`` for long lists."""
-
-    model_config = _STRICT
-    qid: Qid
-    documents: list[Document] | None = None
-    ids: list[Id] | None = None
-    features: list[DenseFeatures] | None = Field(None, description="columnar form: one row per id")
-
-
-_RANK_EXAMPLE: dict[str, Any] = {
-    "queries": [
-        {"qid": "q1", "documents": [{"id": "d1", "features": [0.1, 0.5, 0.0]},
-                                    {"id": "d2", "features": {"2": 0.9}}]},
-        {"qid": "q2", "ids": ["d7", "d9"], "features": [[0.3, 0.2, 0.1], [0.0, 0.0, 1.0]]},
-    ],
-    "top_k": 10,
-}
-
-
-class RankRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [_RANK_EXAMPLE]})
-    queries: list[RankQuery] = Field(min_length=1)
-    model: str | None = Field(None, description="model name (default: the served default)")
-    version: str | None = Field(None, description="model version, e.g. 'v3' (default: the current one)")
-    top_k: int | None = Field(None, ge=1, description="return only the best top_k documents per query")
 
 
 class RankedDocument(BaseModel):
@@ -101,7 +75,7 @@ _EVAL_EXAMPLE: dict[str, Any] = {
 
 
 class EvaluateRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [_EVAL_EXAMPLE]})
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [_EVAL_EXAMPLE]})
     queries: list[EvalQuery] = Field(min_length=1)
     metrics: list[str] = Field(default_factory=lambda: ["ndcg@10"], min_length=1,
                                description="ndcg@k, dcg@k, err, err@k, err@k:top=L, p@k, map, meanndcg")
@@ -153,7 +127,7 @@ _FUSE_EXAMPLE: dict[str, Any] = {
 
 
 class FuseRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [_FUSE_EXAMPLE]})
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [_FUSE_EXAMPLE]})
     queries: list[FuseQuery] = Field(min_length=1)
     method: Literal["rrf", "combsum", "combmnz", "condorcet"] = "rrf"
     k: float = Field(60.0, gt=0, allow_inf_nan=False, description="RRF constant")

@@ -40,19 +40,22 @@ class Settings(BaseSettings):
                                                          "on the cores numba's scoring threads need)")
     concurrency: int | None = Field(
         None, ge=1, le=256, description="requests one worker scores at once (default: cores / workers)")
-    inline_budget_ms: float = Field(
-        5.0, ge=0, description="a common /rank request estimated to take at most this long (reading + scoring, "
-                               "from the model's cost measured at load) is answered on the event loop, "
-                               "without thread hops (app/fastlane.py); larger ones go to worker threads "
-                               "(a body too big to read within it: one thread hop, without the framework, "
-                               "when the worker is idle). 0: every request goes through FastAPI's route")
     reload_token: str | None = Field(None, description="bearer token of POST /models/reload; unset disables it")
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     access_log: bool = Field(False, description="one log line per request (off by default: /metrics counts "
                                                 "requests, and a line costs the event loop about 0.1 ms)")
     max_documents: int = Field(100_000, ge=1, description="documents per request (more: HTTP 413)")
     max_queries: int = Field(10_000, ge=1, description="queries per request (more: HTTP 413)")
-    max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="request body size (more: HTTP 413)")
+    max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024,
+                                description="request body size, chunked or not (more: HTTP 413). A JSON body "
+                                            "decodes to Python objects of up to about 16 times its size "
+                                            "(a body of '0,' repeated) while it is checked")
+    body_timeout_s: float = Field(30.0, gt=0, le=3600,
+                                  description="seconds a client has to send the whole body of a request "
+                                              "(more: HTTP 408 and the connection is closed)")
+    max_id_length: int = Field(256, ge=1, description="characters of a document id or qid (more: HTTP 422)")
+    max_fuse_systems: int = Field(64, ge=1, description="/fuse: systems per query (more: HTTP 413)")
+    max_fuse_ids: int = Field(10_000, ge=1, description="/fuse: ids per system (more: HTTP 413)")
     max_cached_versions: int = Field(4, ge=1, description="older versions kept loaded for explicit requests")
     state_dir: Path | None = Field(None, description="shared directory through which workers follow reloads "
                                                       "(set by `python -m app` when workers > 1)")

@@ -22,7 +22,7 @@ from app.deps import (
     MetricsDep,
     RegistryDep,
     SettingsDep,
-    is_text,
+    body_kind,
     json_response,
     python_work,
     read_body,
@@ -30,11 +30,20 @@ from app.deps import (
     scoring,
 )
 from app.errors import input_error, query_label
+from app.letor import letor_lists
 from app.openapi import body_spec
-from app.parsing import candidate_rows, check_limits, check_unique, letor_lists, parse_json
+from app.parsing import (
+    check_ids,
+    check_limits,
+    check_sparse_keys_once,
+    check_unique,
+    finite_rows,
+    parse_json,
+    sparse_rows,
+)
 from app.registry import ModelRegistry, ServedModel
 from app.routers.rank import ERRORS
-from app.schemas import EvalQuery, EvaluateRequest, EvaluateResponse
+from app.schemas import Document, EvalQuery, EvaluateRequest, EvaluateResponse
 from app.settings import Settings
 from training.evaluation import CONVENTION_NAMES, EvaluationInputError, Measure, evaluate
 from training.evaluation.evaluate import MAX_LABEL
@@ -103,8 +112,7 @@ def _query_scores(q: EvalQuery, where: str, n: int) -> npt.NDArray[np.float64]:
 
 
 def _json_batch(req: EvaluateRequest, served: ServedModel | None, settings: Settings) -> _Batch:
-    check_limits(len(req.queries), sum(len(q.labels) for q in req.queries),
-                 max_queries=settings.max_queries, max_documents=settings.max_documents)
+    check_limits(len(req.queries), sum(len(q.labels) for q in req.queries), settings)
     labels: list[int] = []
     sizes, qids = [], []
     docids: list[str] = []
@@ -124,8 +132,8 @@ def _json_batch(req: EvaluateRequest, served: ServedModel | None, settings: Sett
         if has_features:
             if served is None:
                 raise input_error(f"{where}: features need a model to score them; set \"model\"")
-            r, ids = candidate_rows(q.documents, q.docids, q.features, served.n_features, where,
-                                    ids_field="docids", ids_required=False)
+            r, ids = _candidate_rows(q.documents, q.docids, q.features, served.n_features, where)
+            check_ids(ids, where, "docid", settings.max_id_length)
             if r.shape[0] != n:
                 raise input_error(f"{where}: {r.shape[0]} documents but {n} labels")
             rows.append(r)
@@ -137,7 +145,7 @@ def _json_batch(req: EvaluateRequest, served: ServedModel | None, settings: Sett
                 raise input_error(f"{where}: every query must be scored the same way (features or scores)")
             scores.append(_query_scores(q, where, n))
             if q.docids is not None:
-                check_unique(q.docids, where, "docid")
+                check_ids(q.docids, where, "docid", settings.max_id_length)
                 any_docids = True
                 docids.extend(str(x) for x in q.docids)
             else:
@@ -149,7 +157,7 @@ def _json_batch(req: EvaluateRequest, served: ServedModel | None, settings: Sett
         labels.extend(q.labels)
         sizes.append(n)
         qids.append(str(q.qid))
-    check_unique(qids, "queries", "qid", scope="in a request")
+    check_ids([q.qid for q in req.queries], "queries", "qid", settings.max_id_length, scope="in a request")
     offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
     np.cumsum(sizes, out=offsets[1:])
     batch = _Batch(labels=np.asarray(labels, dtype=np.int64), offsets=offsets, qids=qids,
@@ -159,6 +167,26 @@ def _json_batch(req: EvaluateRequest, served: ServedModel | None, settings: Sett
     else:
         batch.scores = np.concatenate(scores)
     return batch
+
+
+def _candidate_rows(documents: list[Document] | None, docids: list[Any] | None, features: list[list[float]] | None,
+                    d: int, where: str) -> tuple[npt.NDArray[np.float32], list[Any]]:
+    """(features (m, d), ids) of one query given as documents, or as columnar features (with
+    optional docids: without them the ids are 0..m-1)."""
+    if documents is not None:
+        if features is not None or docids is not None:
+            raise input_error(f"{where}: send either documents or docids + features, not both")
+        if not documents:
+            raise input_error(f"{where}: documents is empty; a query needs at least one candidate")
+        feats = [doc.features for doc in documents]
+        return sparse_rows(feats, d, where, "documents[{j}].features"), [doc.id for doc in documents]
+    assert features is not None
+    if docids is not None and len(docids) != len(features):
+        raise input_error(f"{where}: docids has {len(docids)} entries but features has {len(features)} rows")
+    if not features:
+        raise input_error(f"{where}: features is empty; a query needs at least one candidate")
+    return finite_rows(features, d, where, "features[{j}]"), list(docids) if docids is not None else list(
+        range(len(features)))
 
 
 def _results(batch: _Batch, measures: list[str], convention: str, per_query: bool) -> list[dict[str, Any]]:
@@ -203,8 +231,8 @@ async def evaluate_endpoint(
     per_query: Annotated[bool, Query()] = False,
 ) -> Response:
     start = time.perf_counter()
-    body = await read_body(request, settings.max_body_bytes)
-    text = is_text(request)
+    text = body_kind(request) == "text"
+    body = await read_body(request, settings)
 
     def parse() -> tuple[_Batch, list[str], str, bool, ServedModel | None]:
         if text:
@@ -213,15 +241,15 @@ async def evaluate_endpoint(
             if model is None:
                 raise input_error("model: a LETOR body is scored by a model; pass ?model=<name>")
             served = _get(registry, model, version)
-            lists = letor_lists(body, served.n_features, max_queries=settings.max_queries,
-                                max_documents=settings.max_documents)
+            lists = letor_lists(body, served.n_features, settings)
             assert lists.labels is not None
             ids = [str(x) for x in lists.ids]
             b = _Batch(labels=lists.labels.astype(np.int64), offsets=lists.offsets,
                        qids=[str(q) for q in lists.qids], docids=ids, features=lists.features)
-            check_unique(b.qids, "body", "qid", scope="in a request")
             return b, _measures(metrics.split(",")), convention, per_query, served
         req = parse_json(EvaluateRequest, body)
+        if any(isinstance(d.features, dict) for q in req.queries for d in q.documents or ()):
+            check_sparse_keys_once(body)
         name = req.model or model
         chosen = _get(registry, name, req.version or version) if name else None
         return _json_batch(req, chosen, settings), _measures(req.metrics), req.convention, req.per_query, chosen

@@ -15,12 +15,13 @@ import numpy.typing as npt
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from app.deps import SettingsDep, json_response, python_work, read_body
-from app.errors import input_error, query_label
+from app.deps import SettingsDep, body_kind, json_bytes_response, python_work, read_body
+from app.errors import input_error, query_label, too_large
 from app.openapi import body_spec
-from app.parsing import CandidateLists, check_limits, check_unique, parse_json, ranked
-from app.routers.rank import ERRORS
-from app.schemas import FuseRequest, FuseResponse
+from app.parsing import CandidateLists, check_ids, check_limits, parse_json
+from app.routers.rank import ENCODER, ranked
+from app.schemas import ErrorResponse, FuseRequest, FuseResponse
+from app.settings import Settings
 from training.ensemble.list_fusion import fuse_lists
 
 router = APIRouter(tags=["fusion"])
@@ -29,72 +30,129 @@ router = APIRouter(tags=["fusion"])
 CONDORCET_MAX_DOCS = 5_000
 
 
-def _matrix(req: FuseRequest, max_queries: int, max_documents: int) -> tuple[CandidateLists, npt.NDArray[np.float64]]:
-    n_entries = sum(len(s.ids) for q in req.queries for s in q.systems)
-    check_limits(len(req.queries), n_entries, max_queries=max_queries, max_documents=max_documents)
-    n_sys = max(len(q.systems) for q in req.queries)
-    blocks: list[npt.NDArray[np.float64]] = []
+def _entries(req: FuseRequest, settings: Settings) -> tuple[CandidateLists, list[npt.NDArray[np.int64]],
+                                                            list[npt.NDArray[np.float64]]]:
+    """The posted entries, system by system: each system's documents as indices into its query's
+    distinct ids (``lists``) and its scores (a ranking scores n - position). Memory in proportion
+    to the entries posted, whatever the number of systems."""
+    check_limits(len(req.queries), sum(len(s.ids) for q in req.queries for s in q.systems), settings)
     ids: list[Any] = []
-    qids = []
+    sizes: list[int] = []
+    where_docs: list[npt.NDArray[np.int64]] = []
+    values: list[npt.NDArray[np.float64]] = []
     for i, q in enumerate(req.queries):
         where = query_label(i, q.qid)
+        if len(q.systems) > settings.max_fuse_systems:
+            raise too_large(f"{where}: {len(q.systems)} systems; the limit is {settings.max_fuse_systems} "
+                            "(TUNEMIX_MAX_FUSE_SYSTEMS)")
         index: dict[str, int] = {}
-        q_ids: list[Any] = []
-        for s in q.systems:
-            for d in s.ids:
-                if str(d) not in index:
-                    index[str(d)] = len(q_ids)
-                    q_ids.append(d)
-        if req.method == "condorcet" and len(q_ids) > CONDORCET_MAX_DOCS:
-            raise input_error(f"{where}: condorcet compares every pair of documents; at most "
-                              f"{CONDORCET_MAX_DOCS} distinct ids per query, got {len(q_ids)}")
-        mat = np.full((len(q_ids), n_sys), np.nan)
         for m, s in enumerate(q.systems):
-            check_unique(s.ids, f"{where}: systems[{m}]", "id")
-            if s.scores is not None:
-                if len(s.scores) != len(s.ids):
-                    raise input_error(f"{where}: systems[{m}] has {len(s.ids)} ids but {len(s.scores)} scores")
-                vals = np.asarray(s.scores, dtype=np.float64)
-                if not np.all(np.isfinite(vals)):
-                    j = int(np.argmax(~np.isfinite(vals)))
-                    raise input_error(f"{where}: systems[{m}].scores[{j}] is not a finite number")
-                with np.errstate(over="ignore"):
-                    spread = np.ptp(vals)
-                if not np.isfinite(spread):
-                    # the spread overflows float64 (e.g. -1e308 and 1e308), and min-max normalisation
-                    # with it; every method is invariant to scaling a system's scores by a power of two
-                    vals = vals * 0.25
-            else:
+            if len(s.ids) > settings.max_fuse_ids:
+                raise too_large(f"{where}: systems[{m}] has {len(s.ids)} ids; the limit is {settings.max_fuse_ids} "
+                                "(TUNEMIX_MAX_FUSE_IDS)")
+            check_ids(s.ids, f"{where}: systems[{m}]", "id", settings.max_id_length)
+            if s.scores is None:
                 vals = np.arange(len(s.ids), 0, -1, dtype=np.float64)
-            mat[[index[str(d)] for d in s.ids], m] = vals
-        blocks.append(mat)
-        ids.extend(q_ids)
-        qids.append(q.qid)
-    offsets = np.zeros(len(blocks) + 1, dtype=np.int64)
-    np.cumsum([b.shape[0] for b in blocks], out=offsets[1:])
-    lists = CandidateLists(features=np.zeros((offsets[-1], 0), np.float32), offsets=offsets, qids=qids, ids=ids)
-    return lists, np.concatenate(blocks, axis=0)
+            elif len(s.scores) != len(s.ids):
+                raise input_error(f"{where}: systems[{m}] has {len(s.ids)} ids but {len(s.scores)} scores")
+            else:
+                vals = _finite_scores(s.scores, f"{where}: systems[{m}]")
+            rows = []
+            for d in s.ids:
+                j = index.get(str(d))
+                if j is None:
+                    j = index[str(d)] = len(ids)
+                    ids.append(d)
+                rows.append(j)
+            where_docs.append(np.asarray(rows, dtype=np.int64))
+            values.append(vals)
+        if req.method == "condorcet" and len(index) > CONDORCET_MAX_DOCS:
+            raise input_error(f"{where}: condorcet compares every pair of documents; at most "
+                              f"{CONDORCET_MAX_DOCS} distinct ids per query, got {len(index)}")
+        sizes.append(len(index))
+    offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    lists = CandidateLists(features=np.zeros((len(ids), 0), np.float32), offsets=offsets,
+                           qids=[q.qid for q in req.queries], ids=ids)
+    return lists, where_docs, values
+
+
+def _finite_scores(scores: list[float], where: str) -> npt.NDArray[np.float64]:
+    vals = np.asarray(scores, dtype=np.float64)
+    if not np.all(np.isfinite(vals)):
+        raise input_error(f"{where}.scores[{int(np.argmax(~np.isfinite(vals)))}] is not a finite number")
+    with np.errstate(over="ignore"):
+        spread = np.ptp(vals)
+    if not np.isfinite(spread):
+        # the spread overflows float64 (e.g. -1e308 and 1e308), and min-max normalisation with it;
+        # every method is invariant to scaling a system's scores by a power of two
+        vals = vals * 0.25
+    return vals
+
+
+def fuse_entries(req: FuseRequest, settings: Settings) -> tuple[CandidateLists, npt.NDArray[np.float64]]:
+    """The fused score of every distinct id of every query (``training.ensemble.list_fusion``).
+
+    RRF, CombSUM and CombMNZ add one term per system that retrieved a document, so each system
+    is fused as a list of its own (one kernel call for all of them: every system is a group of
+    the offsets) and the terms are added per document in the systems' order: the same sums, to
+    the bit, as the dense documents x systems matrix, without its memory. Condorcet compares
+    documents pairwise and takes each query's matrix (bounded by ``CONDORCET_MAX_DOCS``)."""
+    lists, rows, values = _entries(req, settings)
+    top_k = None if req.top_k is None else min(req.top_k, max(lists.n_documents, 1))
+    fused = np.zeros(lists.n_documents, dtype=np.float64)
+    if req.method == "condorcet":
+        off = lists.offsets
+        first = 0
+        for q, query in enumerate(req.queries):
+            lo, hi = int(off[q]), int(off[q + 1])
+            mat = np.full((hi - lo, len(query.systems)), np.nan)
+            for m in range(len(query.systems)):
+                mat[rows[first + m] - lo, m] = values[first + m]
+            fused[lo:hi] = fuse_lists(mat, np.array([0, hi - lo], dtype=np.int64), "condorcet")
+            first += len(query.systems)
+        return lists, fused
+    group = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum([r.shape[0] for r in rows], out=group[1:])
+    column = np.concatenate(values)[:, None]
+    method = "rrf" if req.method == "rrf" else "combsum"
+    terms = fuse_lists(column, group, method, k=req.k, top_k=top_k)
+    docs = np.concatenate(rows)
+    np.add.at(fused, docs, terms)  # in the entries' order: system by system, as the dense sum
+    if req.method == "combmnz":
+        counted = np.ones(docs.shape[0], dtype=bool) if top_k is None else _in_top(column[:, 0], group, top_k)
+        fused *= np.bincount(docs[counted], minlength=fused.shape[0])
+    return lists, fused
+
+
+def _in_top(values: npt.NDArray[np.float64], group: npt.NDArray[np.int64], top_k: int) -> npt.NDArray[np.bool_]:
+    """Whether each entry is in its group's top_k: 1 + the number of strictly higher values <= top_k."""
+    out = np.empty(values.shape[0], dtype=bool)
+    for lo, hi in zip(group[:-1].tolist(), group[1:].tolist(), strict=True):
+        col = values[lo:hi]
+        higher = col.shape[0] - np.searchsorted(np.sort(col), col, side="right")
+        out[lo:hi] = higher + 1 <= top_k
+    return out
 
 
 @router.post(
     "/fuse",
     summary="Fuse several systems' rankings or scores per query",
     response_model=FuseResponse,
-    responses=ERRORS,  # type: ignore[arg-type]
+    responses={413: {"model": ErrorResponse, "description": "more bytes, queries, systems or ids than the limits"},
+               422: {"model": ErrorResponse, "description": "the message names the query and the field"}},
     openapi_extra=body_spec(FuseRequest),
 )
 async def fuse(request: Request, settings: SettingsDep) -> Response:
     start = time.perf_counter()
-    body = await read_body(request, settings.max_body_bytes)
+    body_kind(request, text=False)
+    body = await read_body(request, settings)
 
-    def work() -> dict[str, Any]:
+    def work() -> bytes:
         req = parse_json(FuseRequest, body)
-        lists, mat = _matrix(req, settings.max_queries, settings.max_documents)
-        # a top_k beyond the longest list changes nothing (and may not fit the kernels' 64-bit ints)
+        lists, fused = fuse_entries(req, settings)
         top_k = None if req.top_k is None else min(req.top_k, max(lists.n_documents, 1))
-        fused = fuse_lists(mat, lists.offsets, req.method, k=req.k, top_k=top_k)
-        return {"method": req.method, "results": ranked(fused, lists, top_k)}
+        return ENCODER.encode({"method": req.method, "results": ranked(fused, lists, top_k),
+                               "server_time_ms": round((time.perf_counter() - start) * 1e3, 3)})
 
-    payload = await python_work(request, work)
-    payload["server_time_ms"] = round((time.perf_counter() - start) * 1e3, 3)
-    return json_response(payload)
+    return json_bytes_response(await python_work(request, work))

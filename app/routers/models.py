@@ -71,7 +71,7 @@ async def reload_model(
     if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), settings.reload_token.encode()):
         raise ServiceError(401, "missing or wrong bearer token (Authorization: Bearer <TUNEMIX_RELOAD_TOKEN>)",
                            kind="unauthorized")
-    body = await read_body(request, 64 * 1024)
+    body = await read_body(request, settings, limit=64 * 1024)
     req = parse_json(ReloadRequest, body) if body.strip() else ReloadRequest()
     new, old = await in_thread(registry.reload, req.model, req.version)
     metrics.set_model(new.name, new.version, old.version if old else None)

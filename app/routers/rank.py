@@ -1,4 +1,23 @@
-"""``POST /rank``: score posted candidate lists (JSON or a LETOR text body) and rank them.
+"""``POST /rank``: score posted candidate lists and rank them, best first.
+
+The whole route, top to bottom:
+
+1. **Read** the body (``app.deps.read_body``): at most ``TUNEMIX_MAX_BODY_BYTES`` bytes, chunked
+   or not, within ``TUNEMIX_BODY_TIMEOUT_S`` seconds (413 / 408 otherwise).
+2. **Decode** it with msgspec into the typed structs below (``RankRequest``): a JSON body, or a
+   LETOR/SVMlight text body (``Content-Type: text/plain``, ``app.letor``). msgspec is the only
+   thing that reads the JSON bytes; a body it refuses is a 422 naming the JSON path.
+3. **Check and stack** the queries into the project's array layout (``CandidateLists``: float32
+   features (n, d), int64 query offsets): the request's limits, every row of exactly the model's
+   feature count, finite float32 values, canonical sparse keys, ids of bounded length and unique
+   within their query. Each error is a 4xx naming the query and the field.
+4. **Score** with the model's kernels (``EnsembleModel.score``), which see only arrays whose
+   shapes were checked in step 3.
+5. **Rank and encode**: one stable sort per query (ties keep the posted order), the answer
+   encoded by msgspec.
+
+An idle worker runs steps 2-5 in one thread hop; a busy one in two (``app.deps``), so that
+decoding overlaps other requests' scoring.
 
 Query-wise feature views (``raw+std``, ``raw+white``) standardise each feature over the posted
 list, so a document's score depends on the other documents posted with it: post the whole
@@ -8,8 +27,11 @@ candidate list of a query, not pages of it.
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
+import msgspec
+import numpy as np
+import numpy.typing as npt
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
@@ -17,42 +39,173 @@ from app.deps import (
     MetricsDep,
     RegistryDep,
     SettingsDep,
-    is_text,
+    body_kind,
     json_bytes_response,
     parse_and_score,
     python_work,
-    rank_json,
     read_body,
     resolve_model,
     score_call,
     scoring,
 )
-from app.openapi import body_spec
+from app.errors import input_error, query_label
+from app.letor import letor_lists
+from app.openapi import msgspec_body_spec
 from app.parsing import (
     CandidateLists,
-    fast_rank_body,
-    fast_rank_lists,
-    letor_lists,
-    parse_json,
-    rank_lists,
+    check_ids,
+    check_limits,
+    check_sparse_keys_once,
+    decode_json,
+    finite_rows,
+    sparse_rows,
 )
 from app.registry import ServedModel
-from app.schemas import ErrorResponse, RankRequest, RankResponse
+from app.schemas import ErrorResponse, RankResponse
+from app.settings import Settings
 
 router = APIRouter(tags=["ranking"])
 
-ERRORS = {413: {"model": ErrorResponse, "description": "too many documents, queries or bytes"},
-          422: {"model": ErrorResponse, "description": "the message names the query and the field"},
-          503: {"model": ErrorResponse, "description": "no model loaded yet"}}
+# ---------------------------------------------------------------------------- 2. the body's types
+#: an id as posted: a string, or an integer within 64 bits (echoed back as given)
+Id = str | Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
+
+class Document(msgspec.Struct, forbid_unknown_fields=True):
+    """One candidate: its id and its features, dense (a list of exactly ``n_features`` numbers) or
+    sparse (``{"<1-based feature id>": value}``, absent features 0, as in LETOR files)."""
+
+    id: Id
+    features: list[float] | dict[str, float]
+
+
+class RankQuery(msgspec.Struct, forbid_unknown_fields=True):
+    """One candidate list: ``documents``, or the columnar ``ids`` + ``features`` (one row per id,
+    the cheaper form for long lists)."""
+
+    qid: Id
+    documents: list[Document] | None = None
+    ids: list[Id] | None = None
+    features: list[list[float]] | None = None
+
+
+_EXAMPLE = {
+    "queries": [
+        {"qid": "q1", "documents": [{"id": "d1", "features": [0.1, 0.5, 0.0, 0.2, 0.7]},
+                                    {"id": "d2", "features": {"2": 0.9, "5": 0.1}}]},
+        {"qid": "q2", "ids": ["d7", "d9"], "features": [[0.3, 0.2, 0.1, 0.0, 0.4], [0.0, 0.0, 1.0, 0.5, 0.5]]},
+    ],
+    "top_k": 10,
+}
+
+
+class RankRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """The /rank JSON body."""
+
+    queries: Annotated[list[RankQuery], msgspec.Meta(min_length=1)]
+    model: str | None = None
+    version: str | None = None
+    top_k: Annotated[int, msgspec.Meta(ge=1)] | None = None
+
+
+DECODER = msgspec.json.Decoder(RankRequest)
+
+
+# ---------------------------------------------------------------------------- 3. checks and arrays
+def rank_lists(req: RankRequest, d: int, settings: Settings) -> CandidateLists:
+    """Every query of ``req`` checked and stacked into one (n, d) float32 matrix."""
+    sizes = [len(q.documents) if q.documents is not None else len(q.features or ()) for q in req.queries]
+    check_limits(len(req.queries), sum(sizes), settings)
+    blocks: list[npt.NDArray[np.float32]] = []
+    ids: list[Any] = []
+    for i, q in enumerate(req.queries):
+        where = query_label(i, q.qid)
+        rows, q_ids = _query_rows(q, d, where)
+        check_ids(q_ids, where, "id", settings.max_id_length)
+        blocks.append(rows)
+        ids.extend(q_ids)
+    qids = [q.qid for q in req.queries]
+    check_ids(qids, "queries", "qid", settings.max_id_length, scope="in a request")
+    offsets = np.zeros(len(blocks) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    features = blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=0)
+    return CandidateLists(features=np.ascontiguousarray(features), offsets=offsets, qids=qids, ids=ids)
+
+
+def _query_rows(q: RankQuery, d: int, where: str) -> tuple[npt.NDArray[np.float32], list[Any]]:
+    if q.documents is not None:
+        if q.ids is not None or q.features is not None:
+            raise input_error(f"{where}: send either documents or ids + features, not both")
+        if not q.documents:
+            raise input_error(f"{where}: documents is empty; a query needs at least one candidate")
+        feats = [doc.features for doc in q.documents]
+        ids = [doc.id for doc in q.documents]
+        if all(type(f) is list for f in feats):
+            return finite_rows(feats, d, where, "documents[{j}].features"), ids  # type: ignore[arg-type]
+        return sparse_rows(feats, d, where, "documents[{j}].features"), ids
+    if q.features is None or q.ids is None:
+        raise input_error(f"{where}: no candidates; send documents, or ids + features (both)")
+    if len(q.ids) != len(q.features):
+        raise input_error(f"{where}: ids has {len(q.ids)} entries but features has {len(q.features)} rows")
+    if not q.features:
+        raise input_error(f"{where}: features is empty; a query needs at least one candidate")
+    return finite_rows(q.features, d, where, "features[{j}]"), q.ids
+
+
+# ---------------------------------------------------------------------------- 5. ranking and the answer
+class RankedDocument(msgspec.Struct):
+    id: Id
+    score: float
+    rank: int
+
+
+class RankedQuery(msgspec.Struct):
+    qid: Id
+    n_documents: int
+    ranking: list[RankedDocument]
+
+
+class RankAnswer(msgspec.Struct):
+    model: str
+    version: str
+    results: list[RankedQuery]
+    server_time_ms: float
+
+
+ENCODER = msgspec.json.Encoder()
+
+
+def ranked(scores: npt.NDArray[np.float64], lists: CandidateLists, top_k: int | None) -> list[RankedQuery]:
+    """Each query's documents best first (a stable sort: ties keep the posted order; NaN last)."""
+    out = []
+    off = lists.offsets.tolist()
+    for q, qid in enumerate(lists.qids):
+        lo, hi = off[q], off[q + 1]
+        s = scores[lo:hi]
+        order = np.argsort(-s, kind="stable")[:top_k]
+        ids = lists.ids
+        out.append(RankedQuery(qid=qid, n_documents=hi - lo, ranking=[
+            RankedDocument(id=ids[lo + j], score=v, rank=r)
+            for r, (j, v) in enumerate(zip(order.tolist(), s[order].tolist(), strict=True), start=1)]))
+    return out
+
+
+# ---------------------------------------------------------------------------- the route
+#: the error answers of the endpoints that score posted documents (/rank, /evaluate)
+ERRORS = {408: {"model": ErrorResponse, "description": "the body did not arrive within TUNEMIX_BODY_TIMEOUT_S"},
+          413: {"model": ErrorResponse, "description": "more bytes, queries or documents than the limits"},
+          415: {"model": ErrorResponse, "description": "neither application/json nor text/plain"},
+          422: {"model": ErrorResponse, "description": "the message names the query and the field"},
+          503: {"model": ErrorResponse, "description": "no model loaded yet, or the model cannot be loaded"}}
 
 @router.post(
     "/rank",
     summary="Rank the candidate documents of one or many queries",
     response_model=RankResponse,
     responses=ERRORS,  # type: ignore[arg-type]
-    openapi_extra=body_spec(RankRequest, text="LETOR/SVMlight lines `label qid:Q 1:v 2:v ... # docid = X` "
-                                              "(labels ignored); model, version and top_k as query parameters"),
+    openapi_extra=msgspec_body_spec(RankRequest, _EXAMPLE,
+                                    text="LETOR/SVMlight lines `label qid:Q 1:v 2:v ... # docid = X` "
+                                         "(labels ignored); model, version and top_k as query parameters"),
 )
 async def rank(
     request: Request,
@@ -64,37 +217,35 @@ async def rank(
     top_k: Annotated[int | None, Query(ge=1, description="best top_k per query (text bodies)")] = None,
 ) -> Response:
     start = time.perf_counter()
-    body = await read_body(request, settings.max_body_bytes)
-    text = is_text(request)
+    kind = body_kind(request)
+    body = await read_body(request, settings)
 
-    def parse() -> tuple[ServedModel, CandidateLists, int | None]:
-        limits = {"max_queries": settings.max_queries, "max_documents": settings.max_documents}
-        if text:
+    def decode() -> tuple[ServedModel, CandidateLists, int | None]:
+        if kind == "text":
             served = resolve_model(registry, model, version)
-            return served, letor_lists(body, served.n_features, **limits), top_k
-        fast = fast_rank_body(body)
-        if fast is not None:
-            served = resolve_model(registry, fast.model or model, fast.version or version)
-            lists = fast_rank_lists(fast, served.n_features, **limits)
-            if lists is not None:
-                return served, lists, fast.top_k or top_k
-        req = parse_json(RankRequest, body)
+            return served, letor_lists(body, served.n_features, settings), top_k
+        req = decode_json(DECODER, body, "/rank")
         served = resolve_model(registry, req.model or model, req.version or version)
-        return served, rank_lists(req.queries, served.n_features, **limits), req.top_k or top_k
+        lists = rank_lists(req, served.n_features, settings)
+        if any(type(d.features) is dict for q in req.queries for d in q.documents or ()):
+            check_sparse_keys_once(body)
+        return served, lists, req.top_k or top_k
+
+    def answer(served: ServedModel, lists: CandidateLists, k: int | None, scores: npt.NDArray[np.float64]) -> bytes:
+        return ENCODER.encode(RankAnswer(model=served.name, version=served.version, results=ranked(scores, lists, k),
+                                         server_time_ms=round((time.perf_counter() - start) * 1e3, 3)))
 
     def whole(alone: bool) -> tuple[ServedModel, CandidateLists, bytes]:
-        served, lists, k = parse()
+        served, lists, k = decode()
         scores = score_call(served.model.score, (lists.features, lists.offsets), alone)
-        return served, lists, rank_json(served, lists, k, scores, start)
+        return served, lists, answer(served, lists, k, scores)
 
-    # an idle worker parses, scores and serialises in one thread hop; a busy one in two, so that
-    # parsing overlaps the other requests' scoring
     done = await parse_and_score(request.app.state, whole)
     if done is not None:
         served, lists, content = done
-        metrics.count_documents(served.name, lists.n_documents)
-        return json_bytes_response(content)
-    served, lists, k = await python_work(request, parse)
-    scores = await scoring(request, served.model.score, lists.features, lists.offsets)
+    else:
+        served, lists, k = await python_work(request, decode)
+        scores = await scoring(request, served.model.score, lists.features, lists.offsets)
+        content = answer(served, lists, k, scores)
     metrics.count_documents(served.name, lists.n_documents)
-    return json_bytes_response(rank_json(served, lists, k, scores, start))
+    return json_bytes_response(content)

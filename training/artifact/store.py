@@ -105,7 +105,7 @@ def json_safe(obj: Any) -> Any:
 
 # ---------------------------------------------------------------------------- versions
 def check_name(name: str) -> str:
-    if not _NAME_RE.match(name):
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise ValueError(
             f"model name {name!r} must start with a letter or digit and contain only letters, digits, '.', '_', '-'"
         )
@@ -119,7 +119,7 @@ def list_versions(models_dir: str | os.PathLike[str], name: str) -> list[str]:
         return []
     found = []
     for child in root.iterdir():
-        m = _VERSION_RE.match(child.name)
+        m = _VERSION_RE.fullmatch(child.name)
         if m and (child / MANIFEST).is_file():
             found.append((int(m.group(1)), child.name))
     return [v for _, v in sorted(found)]
@@ -214,6 +214,29 @@ def resolve_artifact(path_or_dir: str | os.PathLike[str], name: str | None = Non
     raise ArtifactError(f"{p} is not a model version directory (no {MANIFEST})")
 
 
+#: the type of each field every manifest has (``arrays`` holds file, sha256, bytes and keys)
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {"schema_version": (int,), "name": (str,), "version": (str,),
+                                             "n_features": (int,), "arrays": (dict,)}
+_ARRAYS_TYPES: dict[str, tuple[type, ...]] = {"file": (str,), "sha256": (str,), "bytes": (int,), "keys": (list,)}
+
+
+def _check_manifest_types(manifest: dict[str, Any], mpath: Path) -> None:
+    """ArtifactError naming the first field of a wrong type (``"arrays": "broken"``,
+    ``"n_features": null``), before anything reads it."""
+    where = f"{mpath.parent.parent.name}/{mpath.parent.name}/{MANIFEST}"
+    for key, types in _FIELD_TYPES.items():
+        value = manifest[key]
+        if not isinstance(value, types) or isinstance(value, bool):
+            raise ArtifactError(f"{where}: field {key!r} must be {types[0].__name__}, not {type(value).__name__}")
+    if manifest["n_features"] < 1:
+        raise ArtifactError(f"{where}: field 'n_features' must be at least 1, not {manifest['n_features']}")
+    for key, types in _ARRAYS_TYPES.items():
+        value = manifest["arrays"].get(key)
+        if not isinstance(value, types) or isinstance(value, bool):
+            raise ArtifactError(f"{where}: field 'arrays.{key}' must be {types[0].__name__}, "
+                                f"not {type(value).__name__}")
+
+
 def load_artifact(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Read and check a version directory; return (manifest, arrays). Never unpickles."""
     d = Path(path)
@@ -229,6 +252,7 @@ def load_artifact(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[st
     missing = [k for k in REQUIRED_KEYS if k not in manifest]
     if missing:
         raise ArtifactError(f"{mpath}: missing field(s) {', '.join(missing)}")
+    _check_manifest_types(manifest, mpath)
     if manifest["schema_version"] not in READABLE_SCHEMA_VERSIONS:
         raise ArtifactError(
             f"{mpath}: schema version {manifest['schema_version']!r} is not supported "

@@ -503,9 +503,16 @@ def load_model(path: str | Path, name: str | None = None) -> tuple[EnsembleModel
     """
     version_dir = resolve_artifact(path, name)
     manifest, arrays = load_artifact(version_dir)
-    if "model" not in manifest:
-        raise ArtifactError(f"{version_dir}: the manifest has no 'model' section")
-    model = EnsembleModel.from_artifact(manifest["model"], arrays)
+    where = f"{version_dir.parent.name}/{version_dir.name}"
+    if not isinstance(manifest.get("model"), dict):
+        raise ArtifactError(f"{where}: the manifest has no 'model' section (an object)")
+    try:
+        model = EnsembleModel.from_artifact(manifest["model"], arrays)
+    except ArtifactError:
+        raise
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
+        # a manifest that parses but does not describe a model (a field missing or of a wrong type)
+        raise ArtifactError(f"{where}: the model section cannot be read ({type(exc).__name__}: {exc})") from None
     if model.n_features != int(manifest["n_features"]):
         raise ArtifactError(f"{version_dir}: n_features {manifest['n_features']} disagrees with the model's "
                             f"{model.n_features}")

@@ -1,0 +1,118 @@
+"""LETOR/SVMlight text bodies (``Content-Type: text/plain``) as candidate lists.
+
+One document a line, as in the LETOR files the trainer reads::
+
+    2 qid:10002 1:0.007477 2:0 5:0.31 #docid = GX008-86-4444840
+
+Untrusted bytes are read only by Python's own UTF-8 decoder, ``str.split`` and the ``re`` module
+(one anchored pattern per line), then ``float``/``int`` on tokens the pattern has already
+checked: no byte-level code of ours touches them. The rules:
+
+- the label is a non-negative integer (``2`` or ``2.0``; /rank ignores it, /evaluate uses it);
+- ``qid:Q`` follows it; a query's lines are contiguous (a qid that reappears after another is an
+  error);
+- features are ``id:value`` with ``id`` a canonical 1-based integer no larger than the model's
+  feature count (absent features are 0), each id at most once per line, ``value`` a plain
+  decimal number (no ``nan``, ``inf``, hex or ``_``) that is finite in float32;
+- a comment ``# ... docid = X ...`` names the document; without one its id is its 0-based
+  position in its query.
+
+Errors name the line: ``body:3: feature id 47 is out of range 1..46``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from app.errors import input_error
+from app.parsing import CandidateLists, check_ids, check_limits
+from app.settings import Settings
+
+#: a plain decimal number; one way to match any text (no nested choices: linear time on any line)
+_NUMBER = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+_PAIR = re.compile(rf"([^\s:]+):({_NUMBER})(?=\s|$)", re.ASCII)
+_LINE = re.compile(rf"\s*(?:[^\s:]+:{_NUMBER}(?:\s+|$))*", re.ASCII)
+_FID = re.compile(r"[1-9][0-9]{0,9}", re.ASCII)
+_LABEL = re.compile(_NUMBER, re.ASCII)
+_DOCID = re.compile(r"docid\s*=\s*(\S+)")
+
+#: the largest label a LETOR body may carry (the evaluation kernels' gain tables stop there)
+MAX_LABEL = 2**31 - 1
+
+
+def letor_lists(body: bytes, d: int, settings: Settings) -> CandidateLists:
+    """A LETOR/SVMlight text body as candidate lists (labels kept for /evaluate)."""
+    if not body.strip():
+        raise input_error("the request body is empty; send LETOR lines 'label qid:Q 1:v 2:v ...'")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise input_error(f"body: invalid UTF-8 at byte {exc.start}") from None
+    labels: list[int] = []
+    qids: list[str] = []
+    ids: list[Any] = []
+    rows: list[int] = []
+    fids: list[int] = []
+    values: list[str] = []
+    starts: list[int] = []  # the first row of each query
+    for line_no, line in enumerate(text.split("\n"), start=1):
+        content, _, comment = line.partition("#")
+        head = content.split(None, 2)
+        if not head:
+            continue
+        where = f"body:{line_no}"
+        if len(labels) >= settings.max_documents:
+            check_limits(0, len(labels) + 1, settings)
+        label = head[0]
+        if not _LABEL.fullmatch(label) or float(label) != int(float(label)) or not 0 <= float(label) <= MAX_LABEL:
+            raise input_error(f"{where}: the label {label[:40]!r} is not an integer 0..{MAX_LABEL}")
+        if len(head) < 2 or not head[1].startswith("qid:") or len(head[1]) == 4:
+            raise input_error(f"{where}: 'qid:<query id>' must follow the label")
+        qid = head[1][4:]
+        rest = head[2] if len(head) == 3 else ""
+        if not _LINE.fullmatch(rest):
+            bad = next(t for t in rest.split() if not _PAIR.fullmatch(t))
+            raise input_error(f"{where}: {bad[:40]!r} is not a feature 'id:value' (value a plain decimal number)")
+        row = len(labels)
+        if not qids or qids[-1] != qid:
+            starts.append(row)
+            qids.append(qid)
+            position = 0
+        else:
+            position = row - starts[-1]
+        pairs = _PAIR.findall(rest)
+        for fid, _ in pairs:
+            if not _FID.fullmatch(fid) or int(fid) > d:
+                raise input_error(f"{where}: feature id {fid[:20]!r} is not in 1..{d} (the model's features, 1-based)")
+        line_fids = [int(f) for f, _ in pairs]
+        if len(set(line_fids)) != len(line_fids):
+            raise input_error(f"{where}: a feature id appears twice on the line")
+        rows.extend([row] * len(pairs))
+        fids.extend(line_fids)
+        values.extend(v for _, v in pairs)
+        labels.append(int(float(label)))
+        match = _DOCID.search(comment)
+        ids.append(match.group(1) if match else position)
+    if not labels:
+        raise input_error("body: no data lines (LETOR lines 'label qid:Q 1:v 2:v ...')")
+    check_limits(len(qids), len(labels), settings)
+    if len(set(qids)) != len(qids):
+        qid = next(q for i, q in enumerate(qids) if q in qids[:i])
+        raise input_error(f"body: qid {qid!r} appears in two separate blocks; a query's lines must be contiguous")
+    features = np.zeros((len(labels), d), dtype=np.float32)
+    with np.errstate(over="ignore"):
+        features[np.asarray(rows, dtype=np.int64), np.asarray(fids, dtype=np.int64) - 1] = np.asarray(
+            [float(v) for v in values], dtype=np.float64)
+    if not np.isfinite(features).all():
+        row, f = (int(v) for v in np.argwhere(~np.isfinite(features))[0])
+        raise input_error(f"body: document {row} (0-based): feature {f + 1} is not a finite float32 number "
+                          "(within ±3.4e38)")
+    offsets = np.append(np.asarray(starts, dtype=np.int64), len(labels))
+    for q, qid in enumerate(qids):
+        check_ids(ids[offsets[q]:offsets[q + 1]], f"query {qid!r}", "docid", settings.max_id_length)
+    check_ids(qids, "body", "qid", settings.max_id_length, scope="in a request")
+    return CandidateLists(features=features, offsets=offsets, qids=qids, ids=ids,
+                          labels=np.asarray(labels, dtype=np.int32))
