@@ -58,6 +58,7 @@ def letor_lists(body: bytes, d: int, settings: Settings) -> CandidateLists:
     fids: list[int] = []
     values: list[str] = []
     starts: list[int] = []  # the first row of each query
+    start_lines: list[int] = []  # and its line number
     for line_no, line in enumerate(text.split("\n"), start=1):
         content, _, comment = line.partition("#")
         head = content.split(None, 2)
@@ -75,10 +76,12 @@ def letor_lists(body: bytes, d: int, settings: Settings) -> CandidateLists:
         rest = head[2] if len(head) == 3 else ""
         if not _LINE.fullmatch(rest):
             bad = next(t for t in rest.split() if not _PAIR.fullmatch(t))
-            raise input_error(f"{where}: {bad[:40]!r} is not a feature 'id:value' (value a plain decimal number)")
+            raise input_error(f"{where}: {bad[:40]!r} is not a feature 'id:value' (the value a plain decimal number: "
+                              "no NaN, inf or hex)")
         row = len(labels)
         if not qids or qids[-1] != qid:
             starts.append(row)
+            start_lines.append(line_no)
             qids.append(qid)
             position = 0
         else:
@@ -86,7 +89,8 @@ def letor_lists(body: bytes, d: int, settings: Settings) -> CandidateLists:
         pairs = _PAIR.findall(rest)
         for fid, _ in pairs:
             if not _FID.fullmatch(fid) or int(fid) > d:
-                raise input_error(f"{where}: feature id {fid[:20]!r} is not in 1..{d} (the model's features, 1-based)")
+                raise input_error(f"{where}: feature id {fid[:20]!r} is not in 1..{d} (the model takes {d} features, "
+                                  "ids 1-based)")
         line_fids = [int(f) for f, _ in pairs]
         if len(set(line_fids)) != len(line_fids):
             raise input_error(f"{where}: a feature id appears twice on the line")
@@ -100,8 +104,9 @@ def letor_lists(body: bytes, d: int, settings: Settings) -> CandidateLists:
         raise input_error("body: no data lines (LETOR lines 'label qid:Q 1:v 2:v ...')")
     check_limits(len(qids), len(labels), settings)
     if len(set(qids)) != len(qids):
-        qid = next(q for i, q in enumerate(qids) if q in qids[:i])
-        raise input_error(f"body: qid {qid!r} appears in two separate blocks; a query's lines must be contiguous")
+        again = next(i for i, q in enumerate(qids) if q in qids[:i])
+        raise input_error(f"body:{start_lines[again]}: qid {qids[again]} appears in two separate blocks (the first "
+                          f"starts at line {start_lines[qids.index(qids[again])]}); a query's lines must be contiguous")
     features = np.zeros((len(labels), d), dtype=np.float32)
     with np.errstate(over="ignore"):
         features[np.asarray(rows, dtype=np.int64), np.asarray(fids, dtype=np.int64) - 1] = np.asarray(

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 REF = "#/components/schemas/{model}"
 _BODY_MODELS: list[type[BaseModel]] = []
-_BODY_STRUCTS: list[type[msgspec.Struct]] = []
+_BODY_STRUCTS: dict[type[msgspec.Struct], dict[str, Any]] = {}  # each with its example
 
 
 def body_spec(model: type[BaseModel], *, text: str | None = None, required: bool = True) -> dict[str, Any]:
@@ -29,7 +29,7 @@ def body_spec(model: type[BaseModel], *, text: str | None = None, required: bool
 def msgspec_body_spec(struct: type[msgspec.Struct], example: dict[str, Any], *,
                       text: str | None = None) -> dict[str, Any]:
     """``openapi_extra`` for a POST whose JSON body the msgspec ``struct`` decodes."""
-    _BODY_STRUCTS.append(struct)
+    _BODY_STRUCTS[struct] = example
     content: dict[str, Any] = {"application/json": {"schema": {"$ref": REF.format(model=struct.__name__)},
                                                     "example": example}}
     if text is not None:
@@ -48,9 +48,11 @@ def install_openapi(app: FastAPI) -> None:
             for name, sub in js.pop("$defs", {}).items():
                 comps.setdefault(name, sub)
             comps[model.__name__] = js
-        _, struct_comps = msgspec.json.schema_components(_BODY_STRUCTS, ref_template=REF.replace("model", "name"))
+        _, struct_comps = msgspec.json.schema_components(list(_BODY_STRUCTS), ref_template=REF.replace("model", "name"))
         for name, sub in struct_comps.items():
             comps.setdefault(name, sub)
+        for struct, example in _BODY_STRUCTS.items():
+            comps[struct.__name__]["examples"] = [example]
         app.openapi_schema = schema
         return schema
 

@@ -68,18 +68,19 @@ def qid_at(body: bytes, index: int) -> Any:
         return None
 
 
-_PATH_PART = re.compile(r"\.([A-Za-z_]\w*)|\[(\d+)\]|\[\.\.\.\]")
+_PATH_PART = re.compile(r"\.([A-Za-z_]\w*)|\[(\d{1,18})\]|\[(\.\.\.)\]")
 
 
 def _json_path(path: str) -> list[str | int]:
-    """``$.queries[3].documents[0].features[7]`` -> ["queries", 3, "documents", 0, "features", 7]."""
-    return [name if name else int(index) for name, index in _PATH_PART.findall(path.removeprefix("$"))]
+    """``$.queries[3].documents[0].features[7]`` -> ["queries", 3, "documents", 0, "features", 7]
+    (a key of a JSON object, which msgspec writes ``[...]``, stays ``"[...]"``)."""
+    return [name or (int(index) if index else "[...]") for name, index, _ in _PATH_PART.findall(path.removeprefix("$"))]
 
 
 def _where(parts: Sequence[str | int], body: bytes) -> str:
     """``query 'q7' (queries[3]): documents[0].features[7]`` for a path into a /rank-like body."""
     def path(ps: Sequence[str | int]) -> str:
-        return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in ps).lstrip(".")
+        return "".join(f"[{p}]" if isinstance(p, int) else p if p == "[...]" else f".{p}" for p in ps).lstrip(".")
     if len(parts) >= 2 and parts[0] == "queries" and isinstance(parts[1], int):
         return f"{query_label(parts[1], qid_at(body, parts[1]))}: {path(parts[2:]) or 'the query'}"
     return path(parts) or "body"
@@ -95,9 +96,18 @@ def decode_json(decoder: msgspec.json.Decoder[T], body: bytes, endpoint: str) ->
         msg, _, at = str(exc).partition(" - at `")
         raise input_error(f"{_where(_json_path(at.rstrip('`')), body)}: {msg}") from None
     except msgspec.DecodeError as exc:
-        raise input_error(f"body: {exc} (not valid JSON)") from None
+        raise input_error(f"body: {exc}{_near(body, str(exc))} (NaN, Infinity and comments are not JSON)") from None
     except UnicodeDecodeError as exc:
         raise input_error(f"body: invalid UTF-8 at byte {exc.start}") from None
+
+
+def _near(body: bytes, message: str) -> str:
+    """`` near '...'``: the body's text around the byte a decoder's message names."""
+    found = re.search(r"\(byte (\d+)\)", message)
+    if not found:
+        return ""
+    at = int(found.group(1))
+    return f" near {body[max(0, at - 12):at + 12].decode('utf-8', 'replace')!r}"
 
 
 def parse_json(model: type[M], body: bytes) -> M:
@@ -172,7 +182,7 @@ def finite_rows(rows: Sequence[Sequence[float]], d: int, where: str, field: str)
 
 
 #: a sparse feature key: a canonical positive decimal integer, ASCII digits only
-_SPARSE_KEY = re.compile(r"[1-9][0-9]{0,9}")
+_SPARSE_KEY = re.compile(r"[1-9][0-9]*")
 
 
 def sparse_rows(feats: Sequence[Sequence[float] | dict[str, float]], d: int, where: str,
@@ -191,11 +201,10 @@ def sparse_rows(feats: Sequence[Sequence[float] | dict[str, float]], d: int, whe
                 if not _SPARSE_KEY.fullmatch(key):
                     raise input_error(f"{where}: {field.format(j=j)}: sparse key {key!r} is not a feature id "
                                       "(a 1-based integer written plainly: \"7\", not \"07\" or \" 7\")")
-                fid = int(key)
-                if fid > d:
-                    raise input_error(f"{where}: {field.format(j=j)}: feature id {fid} is out of range 1..{d} "
+                if len(key) > 10 or int(key) > d:
+                    raise input_error(f"{where}: {field.format(j=j)}: feature id {key[:20]} is out of range 1..{d} "
                                       "(ids are 1-based, as in LETOR files)")
-                out[j, fid - 1] = value
+                out[j, int(key) - 1] = value
     _check_finite(out, where, field)
     return out
 

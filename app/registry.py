@@ -124,7 +124,7 @@ def load_served(models_dir: Path, name: str, version: str | None = None) -> Serv
         model.warm_up()
     except (ArtifactError, OSError, ValueError) as exc:
         log.error("model %s %s cannot be loaded: %s", name, version, exc)
-        raise ServiceError(503, f"model {name!r} {version} cannot be loaded: {_without_paths(str(exc), models_dir)}",
+        raise ServiceError(422, f"model {name!r} {version} cannot be loaded: {_without_paths(str(exc), models_dir)}",
                            kind="corrupt_model") from None
     return ServedModel(name=name, version=version, path=path, model=model, manifest=manifest)
 
