@@ -130,10 +130,10 @@ async def python_work(request: Request, fn: Callable[..., T], *args: Any) -> T:
 def scoring_turn(state: Any) -> Iterator[bool]:
     """Count a request as scoring or waiting to (``state.scoring_requests``, changed on the event
     loop only: no race) for as long as the block runs; yields whether it is the worker's only one
-    (then it may score on several threads)."""
+    and the parallel kernels are warm (then it may score on several threads)."""
     state.scoring_requests += 1
     try:
-        yield state.scoring_requests == 1
+        yield state.scoring_requests == 1 and state.registry.parallel_warm
     finally:
         state.scoring_requests -= 1
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -57,6 +58,23 @@ def warm_kernels() -> None:
         fuse_lists(mat, off, method, top_k=1)
 
 
+def warm_in_background(registry: ModelRegistry) -> None:
+    """After readiness: the served models' parallel scoring paths (until they are warm, requests
+    score on one thread), then the evaluation and fusion kernels (an /evaluate or /fuse request
+    before that compiles what it needs itself). Each step is logged with its time."""
+    started = time.perf_counter()
+    if forest.get_scoring_threads() > 1:
+        for name in registry.names():
+            served = registry.current(name)
+            if served is not None:
+                served.model.warm_up(serial=False, parallel=True)
+        log.info("parallel scoring kernels warm in %.1f s", time.perf_counter() - started)
+    registry.parallel_warm = True
+    started = time.perf_counter()
+    warm_kernels()
+    log.info("evaluation and fusion kernels warm in %.1f s", time.perf_counter() - started)
+
+
 async def _follow_reloads(registry: ModelRegistry, period: float) -> None:
     while True:
         await asyncio.sleep(period)
@@ -80,15 +98,17 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     metrics: Metrics = app.state.metrics
 
     def start_up() -> None:
+        started = time.perf_counter()
         registry.load_initial(settings.preload)
         for name in registry.names():
             served = registry.current(name)
             if served is not None:
                 metrics.set_model(served.name, served.version, None)
-        warm_kernels()
         registry.warm = True
-        log.info("ready: %s", ", ".join(f"{n} {registry.current(n).version}"  # type: ignore[union-attr]
-                                        for n in registry.names()) or "no model")
+        log.info("ready in %.1f s: %s", time.perf_counter() - started,
+                 ", ".join(f"{n} {registry.current(n).version}"  # type: ignore[union-attr]
+                           for n in registry.names()) or "no model")
+        warm_in_background(registry)
 
     tasks = [asyncio.create_task(anyio.to_thread.run_sync(start_up))]
     if settings.state_dir is not None:

@@ -121,7 +121,9 @@ def load_served(models_dir: Path, name: str, version: str | None = None) -> Serv
     path = models_dir / name / version
     try:
         model, manifest = load_model(path)
-        model.warm_up()
+        started = time.perf_counter()
+        model.warm_up(parallel=False)  # the parallel paths: after readiness (app.main.warm_in_background)
+        log.info("model %s %s: one-thread scoring kernels warm in %.1f s", name, version, time.perf_counter() - started)
     except (ArtifactError, OSError, ValueError) as exc:
         log.error("model %s %s cannot be loaded: %s", name, version, exc)
         raise ServiceError(422, f"model {name!r} {version} cannot be loaded: {_without_paths(str(exc), models_dir)}",
@@ -146,7 +148,10 @@ class ModelRegistry:
         #: the same error without reading the disk until the manifest changes
         self._failed: dict[tuple[str, str], tuple[float, ServiceError]] = {}
         self.load_error: str | None = None
-        self.warm = False  # evaluation and fusion kernels compiled (set by the start-up loader)
+        self.warm = False  # set by the start-up loader once the default model scores on one thread
+        #: set once the parallel scoring paths are compiled too: until then every request scores
+        #: on one thread (``app.deps.scoring_turn``)
+        self.parallel_warm = False
 
     # ------------------------------------------------------------------ lookup
     @property

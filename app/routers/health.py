@@ -28,8 +28,10 @@ async def ready(registry: RegistryDep) -> JSONResponse:
     return JSONResponse({"status": "ready", "model": served.name, "version": served.version})
 
 
-@router.get("/metrics", summary="Prometheus metrics (text exposition format)",
-            responses={501: {"description": "prometheus-client is not installed"}})
+@router.get("/metrics", summary="Prometheus metrics (text exposition format)", response_class=Response,
+            responses={200: {"description": "the Prometheus text exposition format",
+                             "content": {"text/plain; version=0.0.4; charset=utf-8": {"schema": {"type": "string"}}}},
+                       501: {"description": "prometheus-client is not installed"}})
 async def metrics(m: MetricsDep) -> Response:
     if not m.enabled:
         return JSONResponse({"detail": "metrics need prometheus-client: pip install 'tunemix[serve]'"},

@@ -38,7 +38,6 @@ from training.scoring.ensemble_model import EnsembleModel, load_model
 ROOT = Path(__file__).resolve().parents[2]
 N_FEATURES = 5
 WIDE_FEATURES = 7
-READY_TIMEOUT_S = 120.0
 
 CONFIG = """
 name = "{name}"
@@ -118,19 +117,17 @@ def served_dir(store: Store, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-def wait_ready(client: TestClient | httpx.Client, timeout: float = READY_TIMEOUT_S) -> dict[str, Any]:
-    """Poll ``/ready`` until 200; the body of the first 200."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
+def wait_ready(client: TestClient | httpx.Client) -> dict[str, Any]:
+    """Poll ``/ready`` until it answers 200 (the body of that answer) or says the start-up failed.
+    No deadline: a slow machine only makes it wait longer; the suite's timeout is the only limit."""
+    while True:
         r = client.get("/ready")
         if r.status_code == 200:
             body: dict[str, Any] = r.json()
             return body
-        last = r
+        if r.json().get("status") == "failed":
+            raise AssertionError(f"the service could not start: {r.text}")
         time.sleep(0.05)
-    status = f"{last.status_code} {last.text}" if last else "no answer"
-    raise AssertionError(f"not ready after {timeout} s: {status}")
 
 
 @pytest.fixture(scope="session")
@@ -190,8 +187,7 @@ def start_server(models_dir: Path, token: str, log_path: Path, **env_extra: str)
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )
     server = LiveServer(url=f"http://127.0.0.1:{port}", port=port, models_dir=models_dir, token=token, proc=proc)
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    with httpx.Client(base_url=server.url, timeout=5.0) as c:
+    with httpx.Client(base_url=server.url, timeout=None) as c:
         while True:
             if proc.poll() is not None:
                 raise AssertionError(f"uvicorn exited with {proc.returncode}: {log_path.read_text()[-2000:]}")
@@ -200,9 +196,6 @@ def start_server(models_dir: Path, token: str, log_path: Path, **env_extra: str)
                     return server
             except httpx.TransportError:
                 pass
-            if time.monotonic() > deadline:
-                stop_server(server)
-                raise AssertionError(f"uvicorn not ready: {log_path.read_text()[-2000:]}")
             time.sleep(0.1)
 
 

