@@ -52,7 +52,8 @@ def bad_bodies() -> list[tuple[str, bytes]]:
         ("ragged rows (documents)", json.dumps(_rank(documents=[{"id": "a", "features": ROW},
                                                                {"id": "b", "features": ROW[:2]}])).encode()),
         ("the row locator's overflow", b'{"queries":[{"qid":1,"features":[[1]' + b",[]" * 21_900 + b"]}]}"),
-        ("short rows after a long one", b'{"queries":[{"qid":1,"ids":[1,2,3],"features":[[1,2,3,4,5,6,7,8,9],[1],[2]]}]}'),
+        ("short rows after a long one",
+         b'{"queries":[{"qid":1,"ids":[1,2,3],"features":[[1,2,3,4,5,6,7,8,9],[1],[2]]}]}'),
         ("invalid UTF-8 in a string", good.replace(b'"a"', b'"\xff\xfe"', 1)),
         ("invalid UTF-8 outside strings", good + b"\xff"),
         ("lone surrogate escape", good.replace(b'"a"', b'"\\ud800"', 1)),
@@ -250,7 +251,8 @@ def test_an_empty_version_is_no_version(client: TestClient) -> None:
     body = _rank(ids=["a", "b"], features=[ROW, ROW[::-1]])
     want = client.post("/rank", json=body).json()
     for r in (client.post("/rank", json={**body, "version": ""}),
-              client.post("/rank?version=", content=b"0 qid:q1 1:1 # docid = a\n", headers={"Content-Type": "text/plain"})):
+              client.post("/rank?version=", content=b"0 qid:q1 1:1 # docid = a\n",
+                          headers={"Content-Type": "text/plain"})):
         assert r.status_code == 200, r.text
         assert r.json()["version"] == want["version"]
 
