@@ -7,7 +7,7 @@ MODEL  ?= default
 PORT   ?= 8000
 export NUMBA_CACHE_DIR ?= $(CURDIR)/.venv/numba-cache
 
-.PHONY: serve test lint typecheck pytest bench train-default clean help docker-test
+.PHONY: serve test lint typecheck pytest bench train-default clean help docker-test fuzz test-boundscheck
 
 help:
 	@echo "make serve   - install, train the default model if models/ has none, serve it on :$(PORT)"
@@ -43,7 +43,18 @@ typecheck: $(VENV)/.stamp-dev
 pytest: $(VENV)/.stamp-dev
 	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 $(VENV)/bin/pytest -q
 
-test: lint typecheck pytest
+test: lint typecheck pytest test-boundscheck
+
+# The scoring, evaluation and service tests once more with numba's bounds checks on (an index out of
+# range raises instead of reading past an array), in a cache of their own.
+test-boundscheck: $(VENV)/.stamp-dev
+	NUMBA_BOUNDSCHECK=1 NUMBA_CACHE_DIR=$(CURDIR)/.venv/numba-cache-boundscheck TUNEMIX_FUZZ_SECONDS=0 \
+	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 \
+	$(VENV)/bin/pytest -q tests/scoring tests/evaluation tests/app -k "not schema_fuzz and not survives_the_fuzzer"
+
+# The coverage-guided fuzzer over /rank's decode-check-score path for ten minutes (the suite runs it for 60 s).
+fuzz: $(VENV)/.stamp-dev
+	TUNEMIX_FUZZ_SECONDS=$${TUNEMIX_FUZZ_SECONDS:-600} $(VENV)/bin/pytest -q -s tests/app/test_fuzz.py
 
 bench: $(VENV)/.stamp-dev
 	$(PY) -m bench.run_all

@@ -35,6 +35,7 @@ from app.settings import Settings
 _NUMBER = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 _PAIR = re.compile(rf"([^\s:]+):({_NUMBER})(?=\s|$)", re.ASCII)
 _LINE = re.compile(rf"\s*(?:[^\s:]+:{_NUMBER}(?:\s+|$))*", re.ASCII)
+_SPACE = re.compile(r"\s+", re.ASCII)  # the separators of _LINE (str.split also splits at \x1c-\x1f, U+00A0...)
 _FID = re.compile(r"[1-9][0-9]{0,9}", re.ASCII)
 _LABEL = re.compile(_NUMBER, re.ASCII)
 _DOCID = re.compile(r"docid\s*=\s*(\S+)")
@@ -68,14 +69,15 @@ def letor_lists(body: bytes, d: int, settings: Settings) -> CandidateLists:
         if len(labels) >= settings.max_documents:
             check_limits(0, len(labels) + 1, settings)
         label = head[0]
-        if not _LABEL.fullmatch(label) or float(label) != int(float(label)) or not 0 <= float(label) <= MAX_LABEL:
+        value = float(label) if _LABEL.fullmatch(label) else -1.0
+        if not value.is_integer() or not 0 <= value <= MAX_LABEL:
             raise input_error(f"{where}: the label {label[:40]!r} is not an integer 0..{MAX_LABEL}")
         if len(head) < 2 or not head[1].startswith("qid:") or len(head[1]) == 4:
             raise input_error(f"{where}: 'qid:<query id>' must follow the label")
         qid = head[1][4:]
         rest = head[2] if len(head) == 3 else ""
         if not _LINE.fullmatch(rest):
-            bad = next(t for t in rest.split() if not _PAIR.fullmatch(t))
+            bad = next((t for t in _SPACE.split(rest) if t and not _PAIR.fullmatch(t)), rest)
             raise input_error(f"{where}: {bad[:40]!r} is not a feature 'id:value' (the value a plain decimal number: "
                               "no NaN, inf or hex)")
         row = len(labels)
@@ -97,7 +99,7 @@ def letor_lists(body: bytes, d: int, settings: Settings) -> CandidateLists:
         rows.extend([row] * len(pairs))
         fids.extend(line_fids)
         values.extend(v for _, v in pairs)
-        labels.append(int(float(label)))
+        labels.append(int(value))
         match = _DOCID.search(comment)
         ids.append(match.group(1) if match else position)
     if not labels:

@@ -30,7 +30,7 @@ from app.openapi import install_openapi
 from app.registry import ModelRegistry
 from app.routers import evaluate, fuse, health, models, rank
 from app.settings import Settings, get_settings
-from training.scoring import forest
+from training.scoring import forest, runtime
 
 log = logging.getLogger("app")
 
@@ -84,9 +84,9 @@ async def _follow_reloads(registry: ModelRegistry, period: float) -> None:
 @contextlib.asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
-    forest.set_scoring_threads(settings.scoring_thread_count())
-    forest.set_parallel_min_documents(settings.parallel_floor())
-    forest.limit_blas_threads(settings.blas_threads)
+    log.info("scoring runtime: %s", runtime.configure(
+        scoring_threads=settings.scoring_thread_count(), parallel_min_documents=settings.parallel_floor(),
+        blas_threads=settings.blas_threads))
     registry = ModelRegistry(settings.models_dir, settings.default_model,
                              max_cached_versions=settings.max_cached_versions, state_dir=settings.state_dir)
     app.state.registry = registry

@@ -44,9 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--docs", type=int, default=1000)
     args = ap.parse_args(argv)
 
-    from training.scoring import forest
+    from training.scoring import forest, runtime
 
-    forest.limit_blas_threads(1)
+    runtime.limit_blas_threads(1)
     from training.data.svmlight import read_svmlight
     from training.scoring.ensemble_model import load_model
 

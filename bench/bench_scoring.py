@@ -60,6 +60,7 @@ import numpy as np
 from bench.common import ROOT, SHARED_DATA, ensure_model, machine_probe_ms, write_result
 from training.learners.lightgbm_forest import lightgbm_to_forest
 from training.scoring import forest as forest_module
+from training.scoring import runtime
 from training.scoring.forest import FlatForest, score_forest
 
 N_TREES = 300
@@ -435,7 +436,7 @@ def ensemble(mq: dict[str, Any] | None, quick: bool) -> dict[str, Any]:
 def ensemble_in_fresh_process(mq: dict[str, Any] | None, quick: bool) -> dict[str, Any]:
     """``ensemble`` with the service's settings (OpenBLAS held to one thread), for a process of
     its own (no peer library loaded; ``mq``, already read by the parent, comes pickled)."""
-    env = forest_module.limit_blas_threads(1)
+    env = runtime.limit_blas_threads(1)
     set_threads(max(THREADS))
     out = ensemble(mq, quick)
     out["process"] = {"fresh": True, "blas_threads_limited_to_1": [Path(p).name for p in env]}
@@ -505,7 +506,7 @@ def main(argv: list[str] | None = None) -> None:
     env = environment()
     # as the service does at start-up (TUNEMIX_BLAS_THREADS): OpenBLAS's spinning idle threads
     # would take the core our second scoring thread needs
-    env["blas_threads_limited_to_1"] = [Path(p).name for p in forest_module.limit_blas_threads(1)]
+    env["blas_threads_limited_to_1"] = [Path(p).name for p in runtime.limit_blas_threads(1)]
     set_threads(max(THREADS))
     result: dict[str, Any] = {
         "command": " ".join([".venv/bin/python", "-m", "bench.bench_scoring", *argv_used]),

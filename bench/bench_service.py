@@ -346,22 +346,20 @@ def median_ms(fn: Callable[[], Any], repeat: int, warm: int = 3) -> float:
 def breakdown(model_path: Path, bodies: dict[int, list[bytes]], quick: bool) -> dict[str, Any]:
     """Our /rank handler's steps in this process (median ms), the way ``app.routers.rank`` runs them.
 
-    ``steps``: reading the body (``fast_rank_body``: ``app.rank_reader``), checks and arrays
-    (``fast_rank_lists``), ``model.score``, ranking and serialisation (``ranked_json``, as
-    ``app.deps.rank_json``); ``whole_handler_ms`` runs them in a row. ``dict_per_document`` times
-    the ranking and serialisation the handler used before (``ranked`` + ``pydantic_core.to_json``).
-    ``model_stages`` splits ``model.score`` by its own ``timings`` (views, forest pass,
+    ``steps``: decoding the body (msgspec, ``decode_json``), checks and arrays (``rank_lists``),
+    ``model.score``, ranking and encoding (``ranked`` + msgspec); ``whole_handler_ms`` runs them
+    in a row; ``decode_and_arrays_ms`` is the decoding cost per request the route pays for
+    safety. ``model_stages`` splits ``model.score`` by its own ``timings`` (views, forest pass,
     calibration step, mixer). ``model_cumulative`` times the public methods, each including the
     previous (wide_features < raw_scores < member_scores < score), a cross-check that does not
-    depend on the model's internals. Also the full validation's reading and arrays (any other
-    body shape), for the row form and the columnar form.
+    depend on the model's internals. Also the columnar form's decoding and arrays.
     """
     import numba
 
-    from training.scoring import forest
+    from training.scoring import runtime
     from training.scoring.ensemble_model import load_model
 
-    forest.limit_blas_threads(1)  # as the service does at start-up (TUNEMIX_BLAS_THREADS)
+    runtime.limit_blas_threads(1)  # as the service does at start-up (TUNEMIX_BLAS_THREADS)
     model, _ = load_model(model_path)
     out: dict[str, Any] = {"numba_threads": numba.get_num_threads(), "n_members": model.n_members,
                            "n_bases": model.forest.n_base}
@@ -375,44 +373,36 @@ def breakdown(model_path: Path, bodies: dict[int, list[bytes]], quick: bool) -> 
 
 
 def breakdown_one(model: Any, body: bytes, rep: int) -> dict[str, Any]:
-    import pydantic_core
-
-    from app.parsing import fast_rank_body, fast_rank_lists, parse_json, rank_lists, ranked
-    from app.ranking_json import ranked_json
-    from app.schemas import RankRequest
+    from app.parsing import decode_json
+    from app.routers.rank import DECODER, ENCODER, RankAnswer, rank_lists, ranked
+    from app.settings import Settings
 
     d = model.n_features
-    limits = {"max_queries": 10_000, "max_documents": 100_000}
-    # the handler's path for this (common) body shape: app.parsing's fast reader
-    fast = fast_rank_body(body)
-    if fast is None or fast_rank_lists(fast, d, **limits) is None:
-        raise RuntimeError("the benchmark body does not take the handler's fast path")
-    lists = fast_rank_lists(fast, d, **limits)
-    assert lists is not None
+    settings = Settings()
+    req = decode_json(DECODER, body, "/rank")
+    lists = rank_lists(req, d, settings)
     x, off = lists.features, lists.offsets
     scores = model.score(x, off)
-    payload = {"model": "m", "version": "v1", "results": ranked(scores, lists, None), "server_time_ms": 1.0}
-    req = parse_json(RankRequest, body)
+
+    def answer(sc: Any, cl: Any, k: Any) -> bytes:
+        return bytes(ENCODER.encode(RankAnswer(model="m", version="v1", results=ranked(sc, cl, k),
+                                               server_time_ms=1.0)))
 
     def whole() -> bytes:
-        fb = fast_rank_body(body)
-        assert fb is not None
-        cl = fast_rank_lists(fb, d, **limits)
-        assert cl is not None
-        sc = model.score(cl.features, cl.offsets)
-        return ranked_json(sc, cl.offsets, cl.qids, cl.ids, fb.top_k)
+        r = decode_json(DECODER, body, "/rank")
+        cl = rank_lists(r, d, settings)
+        return answer(model.score(cl.features, cl.offsets), cl, r.top_k)
 
-    steps = {
-        "read_body_ms": median_ms(lambda: fast_rank_body(body), rep),
-        "to_arrays_ms": median_ms(lambda: fast_rank_lists(fast, d, **limits), rep),
+    steps = {  # the route's steps (app/routers/rank.py), as the handler runs them
+        "decode_ms": median_ms(lambda: decode_json(DECODER, body, "/rank"), rep),
+        "to_arrays_ms": median_ms(lambda: rank_lists(req, d, settings), rep),
         "model_score_ms": median_ms(lambda: model.score(x, off), rep),
-        "rank_and_serialise_ms": median_ms(lambda: ranked_json(scores, lists.offsets, lists.qids, lists.ids, None),
-                                           rep),
+        "rank_and_encode_ms": median_ms(lambda: answer(scores, lists, None), rep),
     }
     entry: dict[str, Any] = {"steps": steps, "sum_of_steps_ms": round(sum(steps.values()), 4),
+                             "decode_and_arrays_ms": median_ms(lambda: rank_lists(decode_json(DECODER, body, "/rank"),
+                                                                                  d, settings), rep),
                              "whole_handler_ms": median_ms(whole, rep), "response_bytes": len(whole())}
-    entry["dict_per_document"] = {"rank_ms": median_ms(lambda: ranked(scores, lists, None), rep),
-                                  "serialise_ms": median_ms(lambda: pydantic_core.to_json(payload), rep)}
     # the model's own stages (EnsembleModel.score's ``timings``): median of each over the calls
     samples: dict[str, list[float]] = {}
     for _ in range(rep):
@@ -430,16 +420,10 @@ def breakdown_one(model: Any, body: bytes, rep: int) -> dict[str, Any]:
         "member_scores_ms": median_ms(lambda: model.member_scores(x, off), rep),
         "score_ms": median_ms(lambda: model.score(x, off), rep),
     }
-    entry["full_validation"] = {  # the path of any other body shape (pydantic models)
-        "validate_json_ms": median_ms(lambda: parse_json(RankRequest, body), rep),
-        "to_arrays_ms": median_ms(lambda: rank_lists(req.queries, d, **limits), rep),
-    }
     cbody = columnar(body)
-    creq = parse_json(RankRequest, cbody)
     entry["columnar_form"] = {
         "body_bytes": len(cbody),
-        "validate_json_ms": median_ms(lambda: parse_json(RankRequest, cbody), rep),
-        "to_arrays_ms": median_ms(lambda: rank_lists(creq.queries, d, **limits), rep),
+        "decode_and_arrays_ms": median_ms(lambda: rank_lists(decode_json(DECODER, cbody, "/rank"), d, settings), rep),
     }
     return entry
 

@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from training.scoring.runtime import set_openmp_wait_policy
+
+    set_openmp_wait_policy()  # before numba's first parallel launch (training.scoring.runtime)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",

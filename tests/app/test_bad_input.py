@@ -137,6 +137,9 @@ TEXT_CASES: list[tuple[str, bytes, list[str]]] = [
     ("/rank", b"0 qid:1 1:1\xff\n", ["UTF-8"]),
     ("/rank", b"-1 qid:1 1:1\n", ["body:1", "label"]),
     ("/rank", b"0 1:1\n", ["body:1", "qid"]),
+    # found by the fuzzer (tests/app/fuzz_rank.py): a label beyond float64, a separator str.split knows
+    ("/rank", b"222001E2040\n", ["body:1", "label"]),
+    ("/rank", b"0 qid:1 1:0.4\x1d2:0.5\n", ["body:1", "1:0.4"]),
     ("/rank", b"0 qid:1 1:1e39\n", ["body", "float32"]),
     ("/rank", b"0 qid:1 1:0.5 # docid = a\n1 qid:1 2:0.5 # docid = a\n", ["query '1'", "duplicate docid 'a'"]),
     ("/rank", b"0 qid:1 1:1\n0 qid:2 1:1\n0 qid:1 1:1\n", ["body:3", "qid 1"]),

@@ -32,7 +32,6 @@ Example: one stump on feature 2 at 0.5 with alpha 0.3 and votes (+1, -1)::
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -46,13 +45,8 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-# Numba's OpenMP layer is loaded at the first parallel launch and reads this then. GNU OpenMP's
-# default lets idle threads spin for a while after every launch: with short launches (a request
-# scores in a millisecond or two) on a machine whose other core is busy (a second worker, the
-# event loop, a load generator), the spinning thread steals the core its partner needs.
-# Measured on the MQ2008 ensemble, 100 documents, two threads, the other core loaded: median
-# 16.0 ms spinning against 1.57 ms passive (1 thread: 2.08 ms). A user's own setting wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# The OpenMP wait policy, BLAS threads and scoring threads are set once per process by
+# ``training.scoring.runtime.configure``; nothing here writes the environment.
 
 KIND_TREE = 0
 KIND_PRODUCT = 1
@@ -877,49 +871,6 @@ def set_scoring_threads(n: int) -> None:
     if n < 1:
         raise ValueError(f"scoring threads must be >= 1, got {n}")
     _scoring_threads = n
-
-
-#: OpenBLAS's own setters (numpy's wheels rename its symbols: ``scipy_openblas_..64_``).
-_BLAS_SETTERS = ("openblas_set_num_threads", "scipy_openblas_set_num_threads64_",
-                 "scipy_openblas_set_num_threads", "openblas_set_num_threads64_")
-
-
-def limit_blas_threads(n: int = 1) -> list[str]:
-    """Cap the thread pools of the OpenBLAS libraries loaded in this process (numpy's) at ``n``;
-    returns the libraries capped (none where /proc/self/maps or OpenBLAS is absent).
-
-    Scoring calls BLAS only for small products (the linear members, the views' eigendecomposition)
-    that gain nothing from threads, but after such a call OpenBLAS's idle threads spin for a while:
-    on a two-core machine they take the core the next numba parallel pass needs. Measured on the
-    MQ2008 ensemble, 1,000 documents, two scoring threads: the calibration step took 7.8 ms after
-    the views (numpy's eigh) against 4.5 ms with OpenBLAS held to one thread. The service calls
-    this at start-up (``TUNEMIX_BLAS_THREADS``); ``OPENBLAS_NUM_THREADS`` set before numpy loads
-    does the same."""
-    if n < 1:
-        raise ValueError(f"BLAS threads must be >= 1, got {n}")
-    import ctypes
-
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
-            paths = sorted({line.split(maxsplit=5)[-1].strip() for line in fh
-                            if "openblas" in line.lower() and ".so" in line})
-    except OSError:
-        return []
-    done = []
-    for path in paths:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for name in _BLAS_SETTERS:
-            setter = getattr(lib, name, None)
-            if setter is not None:
-                setter.argtypes = [ctypes.c_int]
-                setter.restype = None
-                setter(int(n))
-                done.append(path)
-                break
-    return done
 
 
 _local = threading.local()  # this Python thread's cap (``single_threaded``)
