@@ -126,6 +126,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 def create_app(settings: Settings | None = None) -> FastAPI:
     """A new application (tests pass their own ``Settings``)."""
     settings = settings or get_settings()
+    # each uvicorn worker process imports this module afresh: without a handler of its own the
+    # service's lines (model loads, warm-up, readiness, reloads) would not reach the log
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = FastAPI(title="tunemix", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
     app.state.settings = settings
     metrics = Metrics()

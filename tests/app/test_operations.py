@@ -168,9 +168,10 @@ def test_the_service_imports_no_training_only_code() -> None:
     assert proc.stdout.strip() == "[]"
 
 
-def test_loading_a_model_compiles_the_parallel_paths_too(store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """/ready turns 200 only after warm-up: with two scoring threads the warm-up takes the
-    views', the forest's and the calibration step's parallel kernels, so no request compiles them
+def test_the_parallel_paths_are_warmed_after_readiness(store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading a model warms its one-thread paths only (/ready turns 200 after them); the
+    background warm-up then takes the views', the forest's and the calibration step's parallel
+    kernels with two scoring threads, and only then lets requests score on several threads
     (the store's default model has the raw+std view)."""
     import numba
 
@@ -190,5 +191,11 @@ def test_loading_a_model_compiles_the_parallel_paths_too(store: Any, monkeypatch
 
         monkeypatch.setattr(module, name, spy)
     monkeypatch.setattr(forest, "_scoring_threads", 2)
-    registry_module.load_served(store.default_v1.parent.parent, "default", "v1")
+    registry = registry_module.ModelRegistry(store.default_v1.parent.parent, "default")
+    registry.install(registry_module.load_served(store.default_v1.parent.parent, "default", "v1"))
+    assert calls == [] and not registry.parallel_warm
+    from app.main import warm_in_background
+
+    warm_in_background(registry)
     assert set(calls) == {"_score_parallel", "_calibrate_parallel", "_standardise_parallel"}
+    assert registry.parallel_warm

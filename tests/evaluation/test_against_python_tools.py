@@ -159,6 +159,47 @@ def test_xgboost(seed: int) -> None:
             _assert_close(ours.per_query[om], np.array(per_query[tm]), f"xgboost {om} seed {seed}")
 
 
+def test_xgboost_uncut_ndcg_is_ndcg_at_32() -> None:
+    """XGBoost's ``ndcg`` without ``@k`` stops at 32 (LambdaRankParam::TopK, DefaultK() = 32): a
+    query of 33 documents whose only relevant one is ranked last scores 0, not 1/log2(34)."""
+    pytest.importorskip("xgboost")
+    labels = np.zeros(33, dtype=np.int32)
+    labels[-1] = 1
+    scores = -np.arange(33, dtype=np.float64)
+    ours = evaluate(labels, scores, np.array([0, 33]), ["ndcg", "ndcg@33"], "xgboost")
+    tool = _xgb_means(labels, scores, [33], ["ndcg", "ndcg@33"])
+    assert ours.mean["ndcg"] == tool["ndcg"] == 0.0
+    assert ours.mean["ndcg@33"] == pytest.approx(tool["ndcg@33"], abs=TOL) and tool["ndcg@33"] > 0.19
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_xgboost_uncut_ndcg_on_lists_around_32(seed: int) -> None:
+    """Lists shorter and longer than the truncation, with ties at the boundary (few distinct
+    scores), both gains and both empty rules, per query and mean."""
+    labels, scores, sizes = random_batch(300 + seed, n_queries=10, sizes=(20, 31, 32, 33, 34, 40, 64))
+    rng = np.random.default_rng(seed)
+    scores = np.round(scores * 2) / 2 if rng.random() < 0.5 else scores  # ties across position 32
+    for exp_gain, suffix in ((True, ""), (False, ":gain=linear")):
+        ours = evaluate(labels, scores, _offsets(sizes), [f"ndcg{suffix}", f"ndcg{suffix}:empty=0"], "xgboost")
+        means = _xgb_means(labels, scores, sizes, ["ndcg", "ndcg-"], exp_gain)
+        per_query: dict[str, list[float]] = {"ndcg": [], "ndcg-": []}
+        for lab, sc in zip(_split(labels, sizes), _split(scores, sizes), strict=True):
+            one = _xgb_means(lab, sc, [lab.shape[0]], ["ndcg", "ndcg-"], exp_gain)
+            for m in per_query:
+                per_query[m].append(one[m])
+        for tm, om in (("ndcg", f"ndcg{suffix}"), ("ndcg-", f"ndcg{suffix}:empty=0")):
+            assert ours.mean[om] == pytest.approx(means[tm], abs=TOL), (om, tm)
+            _assert_close(ours.per_query[om], np.array(per_query[tm]), f"xgboost {om} seed {seed}")
+
+
+def test_lightgbm_uncut_ndcg_is_our_extension() -> None:
+    """LightGBM has no NDCG without a cut-off: ours is flagged derived and says why."""
+    labels, scores, sizes = random_batch(7, n_queries=4)
+    res = evaluate(labels, scores, _offsets(sizes), ["ndcg", "ndcg@5"], "lightgbm")
+    assert res.derived["ndcg"] and not res.derived["ndcg@5"]
+    assert any("no NDCG without a cut-off" in w for w in res.warnings)
+
+
 def test_xgboost_label_limit() -> None:
     pytest.importorskip("xgboost")
     xgb_error = pytest.importorskip("xgboost.core").XGBoostError

@@ -1,6 +1,6 @@
 """The ten evaluation conventions: each reproduces one public tool, as flags of one kernel.
 
-Specification: ``docs/conventions.md`` (written from the tools' source code). Names:
+Names (the rules: ``docs/conventions.md``):
 
 ========  =========================================================================
 letor3    LETOR 3.0 ``Eval-Score-3.0.pl``
@@ -19,59 +19,10 @@ ranx      ranx's ``ndcg@k``, ``ndcg_burges@k``, ``dcg@k``, ``dcg_burges@k``, ``m
 A :class:`Convention` is an ir_measures-style *provider*: it says which measures the tool
 has natively (the others are *derived*: same formula with the convention's gain and tie order,
 flagged in the result), which cutoffs it supports, and it turns itself into the plain lookup
-tables and integer flags that :mod:`training.evaluation.kernels` consumes:
+tables and integer flags that :mod:`training.evaluation.kernels` consumes.
 
-- gain g(l): a table (LETOR: 0->0, 1->1, 2->3, other labels 0; MSLR: up to 4->15, >= 5 -> 0),
-  exponential 2^l - 1 (yahoo, ranklib, lightgbm, xgboost) or linear l (trec, sklearn, ranx); a
-  measure may ask for the other one (``ndcg@10:gain=exp``: native where the tool offers it);
-- weight of rank r: LETOR 1 for r = 1, 2 then 1/log2(r); the others 1/log2(r + 1);
-- ideal DCG: the gains of all n labels sorted descending, top k (the LETOR scripts sort by gain,
-  so a label their table maps to 0 never counts in the ideal);
-- value of NDCG when idealDCG@k = 0: 1.0 under yahoo, lightgbm and xgboost (``ndcg@k``), 0
-  elsewhere (and XGBoost's ``ndcg@k-``, spelt ``ndcg@k:empty=0``);
-- short-list rule for DCG/NDCG@k when n < k: letor3 no value (NaN; the mean adds 0 and divides
-  by all queries), letor4/mslr 0, the others sum to n "by definition";
-- P@k: relevance threshold (LETOR labels 1..2, MSLR 2..4, others >= 1), divisor k or min(k, n)
-  (ranklib), letor3 no value when n < k;
-- scores: float64, or rounded to float32 first (trec, xgboost: the tools store C floats);
-- ties: stable input order (letor*, mslr, yahoo, ranklib, lightgbm, xgboost, sklearn), trec
-  (docid descending strcmp order), ranx (numba's unstable quicksort of the negated scores, in
-  input order), and sklearn averages every rank's gain over its tie group;
-- ERR: R = (2^l - 1)/16 (yahoo, ranklib; derived the same under lightgbm and xgboost); derived
-  R = g(l)/g(top) elsewhere; an explicit top
-  label t gives R = g_exp(l)/2^t (the Tune-and-mix ERR, Busa-Fekete et al. 2013).
-
-Notes checked against the tools' source (tests/evaluation/test_conventions_quirks.py,
-tests/evaluation/test_against_trec_eval.py):
-
-- MeanNDCG (letor4, mslr): the scripts call ``NDCG($#rates + 1, @rates)``, i.e. NDCG@j at every
-  position j = 1..n of the query (not only the ten they print), and divide the sum by n. No
-  position after n enters, so a short query is not padded with zeros here (unlike its printed
-  NDCG@k for k > n, which is 0).
-- letor3: a query with n < k has no NDCG@k / P@k column of its own and adds 0 to the mean. When
-  *no* query reaches k the script prints no column k at all; we report a mean of 0 then.
-- letor3/letor4 key a query's documents by ``#docid``: a repeated id keeps only its last line
-  there (we evaluate every line and warn); the MSLR script keys by line number.
-- trec follows trec_eval 9.x (to 9.0.8, and the copy bundled with pytrec-eval-terrier), whose
-  run scores are C floats: ``atof`` rounds them to float32 before ranking. trec_eval 10.0
-  (release candidates) stores them as doubles (usnistgov/trec_eval PR #38) and would not round.
-
-The four learner/library conventions, checked by running them
-(tests/evaluation/test_against_python_tools.py):
-
-- lightgbm (4.x): ``DCGCalculator`` sorts a query by score with ``std::stable_sort`` (ties in
-  input order) over double scores; k > n sums to n; a query whose max DCG is 0 scores 1; labels
-  must be below ``len(label_gain)`` = 31, otherwise training stops ("Label 31 is not less than
-  the number of label mappings"): we refuse such labels under lightgbm NDCG/DCG.
-- xgboost (2.x, 3.x): predictions are float32 (``base_margin`` is stored as float), so scores
-  that are equal as float32 tie; ties in input order; k > n sums to n; an empty query scores 1
-  (``ndcg@k``) or 0 (``ndcg@k-``); with the exponential gain labels above 31 are refused.
-- sklearn: gain is the label itself; ``ndcg_score`` refuses a single-document query (and
-  ``dcg_score`` one of 1 column): we give the value of sklearn's own per-sample formula
-  (``_ndcg_sample_scores``: NDCG 1 if the label is positive, else 0; DCG the label) and warn.
-- ranx (0.3): gains l (``ndcg``) or 2^l - 1 (``ndcg_burges``); the ideal DCG is over the judged
-  relevant documents (label >= 1), top min(k, #relevant); P@k divides by k; AP by the number of
-  relevant documents; an empty query scores 0 everywhere.
+Every rule, every tool's quirks, the versions checked and the source lines each rule comes from:
+``docs/conventions.md`` (its summary table is ``conventions_table()``, kept equal by a test).
 """
 
 from __future__ import annotations
@@ -136,6 +87,23 @@ class Convention:
     native_empty: frozenset[int] = frozenset()
     #: labels above this make the tool refuse NDCG/DCG with the exponential gain (None: no limit)
     exp_label_limit: int | None = None
+    #: the cut-off the tool applies to NDCG asked for without one (XGBoost: 32), None: the whole list
+    uncut_ndcg_cutoff: int | None = None
+    #: whether the tool has NDCG without a cut-off at all (LightGBM has not: ours is an extension)
+    has_uncut_ndcg: bool = True
+
+    def ndcg_cutoff(self, measure: Measure) -> int | None:
+        """The cut-off the kernels apply to ``measure`` (``uncut_ndcg_cutoff`` for an uncut NDCG)."""
+        if measure.name == "ndcg" and measure.cutoff is None:
+            return self.uncut_ndcg_cutoff
+        return measure.cutoff
+
+    def extension_note(self, measure: Measure) -> str | None:
+        """A warning when ``measure`` is our extension of the tool rather than something it has."""
+        if measure.name == "ndcg" and measure.cutoff is None and not self.has_uncut_ndcg:
+            return (f"{self.name}: {self.tool} has no NDCG without a cut-off (ndcg_eval_at defaults to 1..5); "
+                    f"'{measure}' is our extension: the whole list under its rules (flagged derived)")
+        return None
 
     # ----------------------------------------------------------------- tables
     def gain_values(self, max_label: int) -> npt.NDArray[np.float64]:
@@ -233,7 +201,7 @@ class Convention:
         ):
             return False
         if name == "ndcg" and measure.cutoff is None:
-            return self.max_cutoff is None and name in self.native
+            return self.max_cutoff is None and self.has_uncut_ndcg and name in self.native
         return name in self.native
 
     def unsupported_reason(self, measure: Measure) -> str | None:
@@ -411,6 +379,7 @@ CONVENTIONS: Final[dict[str, Convention]] = {
         err_native="none",
         native=frozenset({"ndcg"}),
         exp_label_limit=30,
+        has_uncut_ndcg=False,
     ),
     "xgboost": Convention(
         name="xgboost",
@@ -435,6 +404,7 @@ CONVENTIONS: Final[dict[str, Convention]] = {
         native_gains=frozenset({"linear"}),
         native_empty=frozenset({0}),
         exp_label_limit=31,
+        uncut_ndcg_cutoff=32,
     ),
     "sklearn": Convention(
         name="sklearn",
@@ -495,3 +465,25 @@ def get_convention(name: str | Convention) -> Convention:
             f"unknown convention {name!r}; expected one of {', '.join(CONVENTION_NAMES)}"
         )
     return conv
+
+
+def conventions_table() -> str:
+    """The rules of every convention as a Markdown table (docs/conventions.md holds a copy that a
+    test compares with this, so the page cannot drift from the code)."""
+    gains = {"table": "table", "exponential": "2^l - 1", "linear": "l"}
+    head = ("| convention | tool | gain | weight of rank r | ideal DCG | NDCG, no relevant | n < k | "
+            "uncut NDCG | P@k divides by | cut-offs | ties | float32 scores | native measures |")
+    rows = [head, "|" + "---|" * head.count(" | ") + "---|"]
+    for c in CONVENTIONS.values():
+        gain = gains[c.gain_kind] + (f" {c.gain_table}" if c.gain_table else "")
+        weight = "1, 1, then 1/log2(r)" if c.discount == "letor" else "1/log2(r + 1)"
+        uncut = ("the whole list" if c.uncut_ndcg_cutoff is None else f"@{c.uncut_ndcg_cutoff}") + (
+            "" if c.has_uncut_ndcg and c.max_cutoff is None else " (derived: the tool has none)")
+        p_div = {"k": "k", "min": "min(k, n)", "nan": "k (no value when n < k)"}[c.p_rule]
+        ties = {"stable": "input order", "trec": "docid, descending strcmp", "quicksort": "numba quicksort"}[
+            c.tie_rule] + (", averaged" if c.average_ties else "")
+        short = {"nan": "no value (the mean adds 0)", "zero": "0", "truncate": "sums stop at n"}[c.short_list]
+        rows.append(f"| {c.name} | {c.tool} | {gain} | {weight} | {c.ideal_rule} | {c.empty_ndcg:g} | "
+                    f"{short} | {uncut} | {p_div} | {'1..' + str(c.max_cutoff) if c.max_cutoff else 'any'} | "
+                    f"{ties} | {'yes' if c.float32_scores else 'no'} | {', '.join(sorted(c.native))} |")
+    return "\n".join(rows) + "\n"

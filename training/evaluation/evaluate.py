@@ -390,7 +390,7 @@ def _values(prep: _Prepared, conv: Convention, measure: Measure) -> npt.NDArray[
         conv.average_ties,
         prep.offsets,
         METRIC_CODES[measure.name],
-        measure.cutoff or 0,
+        conv.ndcg_cutoff(measure) or 0,
         conv.short_code(),
         conv.p_code(),
         conv.measure_empty_value(measure),
@@ -455,6 +455,9 @@ def evaluate(
     derived: dict[str, bool] = {}
     for m in ms:
         key = str(m)
+        note = conv.extension_note(m)
+        if note is not None:
+            warnings.append(note)
         vals = _values(prep, conv, m)
         per_query[key] = vals
         mean[key] = float(kernels.mean_of_values(vals))
