@@ -35,7 +35,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_to_ready(models_dir: Path, model: str, cache: Path, workers: int, extra_env: dict[str, str]) -> dict[str, Any]:
+def start_to_ready(models_dir: Path, model: str, cache: Path, workers: int,
+                   extra_env: dict[str, str]) -> dict[str, Any]:
     port = free_port()
     env = dict(os.environ, TUNEMIX_MODELS_DIR=str(models_dir), TUNEMIX_DEFAULT_MODEL=model, TUNEMIX_PORT=str(port),
                TUNEMIX_HOST="127.0.0.1", TUNEMIX_WORKERS=str(workers), TUNEMIX_LOG_LEVEL="info",
@@ -131,7 +132,8 @@ def main() -> int:
             for name, cpu in (("host", None), ("generic", "generic")):
                 speeds[name].append(scoring_speed(version, work / f"speed-{name}", cpu, 30))
         result["scoring_speed_one_thread"] = {
-            name: {k: round(statistics.median(s[k] for s in runs), 4) for k in runs[0]} for name, runs in speeds.items()}
+            name: {k: round(statistics.median(s[k] for s in runs), 4) for k in runs[0]}
+            for name, runs in speeds.items()}
         result["probe_ms_end"] = machine_probe_ms()
         write_result(args.name, result)
         print(result["median_ready_s"], result["scoring_speed_one_thread"], flush=True)
