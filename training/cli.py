@@ -1,4 +1,5 @@
-"""The ``tunemix`` command line: ``data``, ``evaluate``, ``train``, ``demo``.
+"""The ``tunemix`` command line: ``data``, ``evaluate``, ``train``, ``demo``, ``predict``,
+``serve``, ``models``.
 
 Errors in the user's input (a malformed file, a bad option value) are printed to stderr as one
 line naming the file and line where there is one, with exit code 2.
@@ -18,6 +19,7 @@ _SUBCOMMANDS = (
     "training.data.cli",
     "training.evaluation.cli",
     "training.pipeline.cli",
+    "training.serving_cli",
 )
 
 

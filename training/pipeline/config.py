@@ -51,6 +51,7 @@ was made. Example (see ``configs/`` for complete files)::
 
 from __future__ import annotations
 
+import copy
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -189,8 +190,9 @@ def _require(cond: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-def validate(cfg: TrainConfig) -> TrainConfig:
-    """Check the values a run depends on before any work starts."""
+def validate(cfg: TrainConfig, *, require_data: bool = True) -> TrainConfig:
+    """Check the values a run depends on before any work starts (``require_data`` False: the
+    data come in memory, ``tunemix.TuneMixRanker.fit``)."""
     from training.artifact.store import check_name
     from training.evaluation import CONVENTIONS, Measure
 
@@ -199,7 +201,8 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     except ValueError as exc:
         raise ConfigError(f"name: {exc}") from None
     d = cfg.data
-    _require(d.synthetic is not None or d.train is not None, "[data] needs train (a file) or a [data.synthetic] table")
+    _require(not require_data or d.synthetic is not None or d.train is not None,
+             "[data] needs train (a file) or a [data.synthetic] table")
     _require(not (d.synthetic is not None and d.train is not None), "[data]: give train files or synthetic, not both")
     if d.synthetic is not None:
         _require(len(d.synthetic.queries) == 3, "[data.synthetic] queries needs 3 numbers (train, vali, test)")
@@ -259,9 +262,11 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     return cfg
 
 
-def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:
-    """Read a TOML file (or start from defaults), apply dotted ``overrides``, validate."""
-    raw: dict[str, Any] = {}
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None, *,
+                tables: dict[str, Any] | None = None, require_data: bool = True) -> TrainConfig:
+    """Read a TOML file (or take ``tables``, the file's tables as a dict, or start from defaults),
+    apply dotted ``overrides``, validate."""
+    raw: dict[str, Any] = copy.deepcopy(tables) if tables is not None else {}
     if path is not None:
         p = Path(path)
         try:
@@ -290,4 +295,4 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         cfg = _build(TrainConfig, raw, "")
     except TypeError as exc:
         raise ConfigError(str(exc)) from None
-    return validate(cfg)
+    return validate(cfg, require_data=require_data)

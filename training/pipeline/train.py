@@ -67,7 +67,7 @@ RECORD_MEASURES = [*(f"ndcg@{k}" for k in range(1, 11)), "err", "p@10", "map"]
 
 @dataclass
 class TrainOutcome:
-    path: Path
+    path: Path | None  # None when the model was not saved
     record: dict[str, Any]
     model: EnsembleModel
 
@@ -282,13 +282,17 @@ def evaluate_model(prep: Prepared, model: EnsembleModel, mixing: Mixing) -> dict
     return out
 
 
-def train(cfg: TrainConfig, *, progress: bool = True) -> TrainOutcome:
-    """Train, mix, evaluate and save a model as configured; return where it went and the record."""
+def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingData] | None = None,
+          save: bool = True) -> TrainOutcome:
+    """Train, mix, evaluate and (``save``) save a model as configured; return where it went (None
+    when not saved) and the record. ``sets`` (train, vali, optionally test) replace the config's
+    data."""
     clock = _Clock()
-    sets = records = None
+    records = None
     if "all" in cfg.members.label_groupings:  # the groupings of the data's label count: read it first
         with clock("read_and_split_s"):
-            sets, records = load_data(cfg)
+            if sets is None:
+                sets, records = load_data(cfg)
         n_labels = label_count(sets["train"])
         cfg = dataclasses.replace(cfg, members=dataclasses.replace(
             cfg.members, label_groupings=groupings_for(list(cfg.members.label_groupings), n_labels)))
@@ -321,7 +325,7 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> TrainOutcome:
     record = build_record(cfg, prep, runs, members, failures, model, full_size, mixing, evaluation, clock.timings)
     record["mix_by_member_type"] = by_type
     record["best_feature"] = baseline
-    path = _save(cfg, model, record)
+    path = _save(cfg, model, record) if save else None
     return TrainOutcome(path=path, record=record, model=model)
 
 
@@ -427,6 +431,12 @@ def _versions() -> dict[str, str]:
 
         out["scipy"] = scipy.__version__
     return out
+
+
+def save_model(cfg: TrainConfig, model: EnsembleModel, record: dict[str, Any]) -> Path:
+    """Write ``model`` and its training record as the next version of ``cfg.name`` under
+    ``cfg.run.models_dir``; the version directory."""
+    return _save(cfg, model, record)
 
 
 def _save(cfg: TrainConfig, model: EnsembleModel, record: dict[str, Any]) -> Path:

@@ -1,0 +1,147 @@
+"""``TuneMixRanker``: the scikit-learn estimator of the tunemix method, as LightGBM's ``LGBMRanker``."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from training.data.dataset import RankingData
+from tunemix._inputs import features_matrix, grades, query_offsets
+from tunemix.model import Model, PathLike, load
+
+#: the share of the training queries held out to tune the calibration and the mix when ``fit``
+#: gets no ``eval_set``
+HOLDOUT_FRACTION = 0.2
+
+
+def _default_tables() -> dict[str, Any]:
+    """The packaged default configuration (``training/pipeline/default.toml``) without its data."""
+    text = resources.files("training.pipeline").joinpath("default.toml").read_text()
+    tables = tomllib.loads(text)
+    tables.pop("data", None)
+    return tables
+
+
+class TuneMixRanker:
+    """Calibrated multi-class ensembles mixed by an exponentially weighted forecaster.
+
+    ``config`` is a training TOML file (its ``[data]`` table is ignored: the data come to
+    ``fit``) or a dict of its tables; None takes the packaged default (the model ``make serve``
+    trains). Parameters are stored unchanged; ``fit`` learns ``model_`` (a :class:`Model` in
+    memory), ``record_`` (the training record: members, mixer, validation figures) and
+    ``n_features_in_``.
+
+    >>> ranker = TuneMixRanker(n_jobs=2).fit(X, y, group=[20, 35, 12])      # doctest: +SKIP
+    >>> ranker.predict(X_new, group=[40])                                     # doctest: +SKIP
+    """
+
+    def __init__(self, config: PathLike | dict[str, Any] | None = None, *, n_jobs: int | None = None,
+                 random_state: int = 0, time_budget_s: float | None = None, progress: bool = True) -> None:
+        self.config = config
+        self.n_jobs = n_jobs
+        self.random_state = random_state
+        self.time_budget_s = time_budget_s
+        self.progress = progress
+
+    # ------------------------------------------------------------------ scikit-learn's contract
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        return {"config": self.config, "n_jobs": self.n_jobs, "random_state": self.random_state,
+                "time_budget_s": self.time_budget_s, "progress": self.progress}
+
+    def set_params(self, **params: Any) -> TuneMixRanker:
+        valid = self.get_params()
+        for key, value in params.items():
+            if key not in valid:
+                raise ValueError(f"invalid parameter {key!r} for TuneMixRanker; valid: {', '.join(valid)}")
+            setattr(self, key, value)
+        return self
+
+    def __repr__(self) -> str:
+        changed = {k: v for k, v in self.get_params().items() if v != TuneMixRanker().get_params()[k]}
+        return f"TuneMixRanker({', '.join(f'{k}={v!r}' for k, v in changed.items())})"
+
+    # ------------------------------------------------------------------ training
+    def _config(self) -> Any:
+        from training.pipeline.config import load_config
+
+        if self.config is None:
+            tables = _default_tables()
+        elif isinstance(self.config, dict):
+            tables = dict(self.config)
+            tables.pop("data", None)
+        else:
+            path = Path(self.config)
+            tables = tomllib.loads(path.read_text())
+            tables.pop("data", None)
+        overrides: dict[str, Any] = {"seed": self.random_state}
+        if self.n_jobs is not None:
+            overrides["run.n_jobs"] = self.n_jobs
+        if self.time_budget_s is not None:
+            overrides["run.time_budget_s"] = self.time_budget_s
+        return load_config(None, overrides, tables=tables, require_data=False)
+
+    def fit(self, X: Any, y: Any, group: Any, eval_set: list[tuple[Any, Any]] | None = None,
+            eval_group: list[Any] | None = None) -> TuneMixRanker:
+        """Train on ``X`` (n, d; dense or scipy CSR), integer grades ``y`` and query sizes
+        ``group``. The first ``eval_set`` pair (with its ``eval_group``) tunes the calibration and
+        the mix; without one, ``HOLDOUT_FRACTION`` of the training queries is held out for it."""
+        from training.data.splits import split_by_query
+        from training.pipeline.train import train
+
+        cfg = self._config()
+        train_set = _ranking_data(X, y, group, "X", "y", "group")
+        if eval_set:
+            if not eval_group or len(eval_group) < 1:
+                raise ValueError("eval_set needs eval_group: the query sizes of each evaluation set")
+            xv, yv = eval_set[0]
+            vali = _ranking_data(xv, yv, eval_group[0], "eval_set[0][0]", "eval_set[0][1]", "eval_group[0]",
+                                 n_features=train_set.n_features)
+        else:
+            if train_set.n_queries < 2:
+                raise ValueError("fit needs at least 2 queries to hold some out (or pass eval_set)")
+            train_set, vali = split_by_query(train_set, fraction=1.0 - HOLDOUT_FRACTION, seed=self.random_state)
+        outcome = train(cfg, progress=self.progress, sets={"train": train_set, "vali": vali}, save=False)
+        self._cfg_ = cfg
+        self.record_ = outcome.record
+        self.model_ = Model(ensemble=outcome.model, manifest={"name": cfg.name, "version": "unsaved",
+                                                              "n_features": outcome.model.n_features},
+                            path=Path("."))
+        self.n_features_in_ = outcome.model.n_features
+        return self
+
+    def _check_fitted(self) -> Model:
+        model = getattr(self, "model_", None)
+        if model is None:
+            raise AttributeError("this TuneMixRanker is not fitted yet: call fit(X, y, group) first")
+        return model
+
+    def predict(self, X: Any, group: Any = None) -> npt.NDArray[np.float64]:
+        """One ranking score per row (higher first); ``group`` as in ``fit`` (None: one query)."""
+        return self._check_fitted().predict(X, group)
+
+    def save(self, models_dir: PathLike, name: str) -> Path:
+        """Write the fitted model as the next version of ``name`` under ``models_dir`` (the
+        artifact ``tunemix serve`` and ``tunemix.load`` read); the version directory."""
+        from training.pipeline.train import save_model
+
+        model = self._check_fitted()
+        cfg = dataclasses.replace(self._cfg_, name=name,
+                                  run=dataclasses.replace(self._cfg_.run, models_dir=os.fspath(models_dir)))
+        path = save_model(cfg, model.ensemble, self.record_)
+        self.model_ = load(path)
+        return path
+
+
+def _ranking_data(X: Any, y: Any, group: Any, xn: str, yn: str, gn: str, n_features: int | None = None) -> RankingData:
+    x = features_matrix(X, n_features, xn)
+    labels = grades(y, x.shape[0], yn)
+    off = query_offsets(group, x.shape[0], gn)
+    return RankingData(features=x, labels=labels, query_offsets=off,
+                       qids=np.arange(off.shape[0] - 1).astype(np.str_))
