@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 #: a small configuration: one member type, a few iterations (seconds to train)
 TABLES: dict[str, Any] = {
     "name": "api",
-    "members": {"views": ["raw", "raw+std"], "label_groupings": ["original"], "calibrators": ["shift", "rbc:linear:gain"],
+    "members": {"views": ["raw", "raw+std"], "label_groupings": ["original"],
+                "calibrators": ["shift", "rbc:linear:gain"],
                 "adaboost": [{"base": "tree", "n_leaves": 3, "n_iterations": 8, "checkpoints": [4, 8]}]},
     "mixer": {"compare": ["one_best"]},
     "run": {"backend": "sequential", "report_plots": False},
