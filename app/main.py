@@ -72,6 +72,7 @@ def warm_in_background(registry: ModelRegistry) -> None:
     registry.parallel_warm = True
     started = time.perf_counter()
     warm_kernels()
+    registry.all_warm = True
     log.info("evaluation and fusion kernels warm in %.1f s", time.perf_counter() - started)
 
 

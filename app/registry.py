@@ -61,7 +61,7 @@ class ServedModel:
             "views": ["raw", *self.model.extra_views],
             "mixer": self.model.mixer.name,
             "created": m.get("created"),
-            "loaded_at": self.loaded_at,
+            "loaded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.loaded_at)),  # ISO-8601, as created
         }
         if detail:
             out["members"] = [mem.name for mem in self.model.members]
@@ -152,6 +152,7 @@ class ModelRegistry:
         #: set once the parallel scoring paths are compiled too: until then every request scores
         #: on one thread (``app.deps.scoring_turn``)
         self.parallel_warm = False
+        self.all_warm = False  # and the evaluation and fusion kernels (app.main.warm_in_background)
 
     # ------------------------------------------------------------------ lookup
     @property

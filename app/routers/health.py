@@ -25,7 +25,9 @@ async def ready(registry: RegistryDep) -> JSONResponse:
         if registry.load_error:
             body["detail"] = registry.load_error
         return JSONResponse(body, status_code=503)
-    return JSONResponse({"status": "ready", "model": served.name, "version": served.version})
+    # "kernels": "warming" while the parallel, evaluation and fusion kernels compile after readiness
+    kernels = "warm" if registry.all_warm else "warming"
+    return JSONResponse({"status": "ready", "model": served.name, "version": served.version, "kernels": kernels})
 
 
 @router.get("/metrics", summary="Prometheus metrics (text exposition format)", response_class=Response,

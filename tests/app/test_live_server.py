@@ -21,7 +21,7 @@ BIG_DOCS = 60_000
 
 def raw_request(server: LiveServer, path: str, body: bytes, content_type: str = "application/json") -> socket.socket:
     """Send a whole POST on a fresh socket (returns once the kernel has taken every byte)."""
-    sock = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+    sock = socket.create_connection(("127.0.0.1", server.port))
     head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
     sock.sendall(head + body)
@@ -64,11 +64,11 @@ def test_health_answers_while_a_large_request_is_processed(live_server: LiveServ
 
 
 def test_a_stalled_client_blocks_nobody(live_server: LiveServer) -> None:
-    stalled = socket.create_connection(("127.0.0.1", live_server.port), timeout=30)
+    stalled = socket.create_connection(("127.0.0.1", live_server.port))
     try:
         stalled.sendall(b"POST /rank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                         b"Content-Length: 100000\r\n\r\n{\"queries\": [")
-        half = socket.create_connection(("127.0.0.1", live_server.port), timeout=30)
+        half = socket.create_connection(("127.0.0.1", live_server.port))
         half.sendall(b"GET /heal")  # a request line that never finishes
         with httpx.Client(base_url=live_server.url, timeout=None) as c:
             assert c.get("/health").status_code == 200

@@ -44,6 +44,6 @@ def fuzz_server(store: Store, tmp_path_factory: pytest.TempPathFactory) -> Itera
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large,
                                  HealthCheck.function_scoped_fixture])
 def test_no_server_error(case: schemathesis.Case, fuzz_server: LiveServer) -> None:
-    response = case.call(base_url=fuzz_server.url, timeout=30)
+    response = case.call(base_url=fuzz_server.url)
     case.validate_response(response, checks=[not_a_server_error])
     assert response.status_code < 500, (response.status_code, response.text[:500])

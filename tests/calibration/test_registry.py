@@ -149,6 +149,6 @@ def test_transforms_load_and_run_without_scipy(member, tmp_path):
     )
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True,
-                          text=True, timeout=120)
+                          text=True)
     assert done.returncode == 0, done.stderr
     assert len(done.stdout.splitlines()) == 4

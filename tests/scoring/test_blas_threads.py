@@ -22,7 +22,7 @@ def test_limit_blas_threads_caps_numpys_openblas() -> None:
         "get.restype = ctypes.c_int\n"
         "print(get())\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={"OPENBLAS_NUM_THREADS": "2", "PATH": ""})
     if "no OpenBLAS found" in proc.stderr:
         pytest.skip("numpy is not linked against OpenBLAS here")
