@@ -275,14 +275,40 @@ def test_rank_answers_every_variant_of_the_body(client: TestClient, store: Store
             np.testing.assert_allclose([scores_by_id(res)[k] for k in exp], list(exp.values()), rtol=1e-12, atol=0)
 
 
+def test_a_small_body_is_answered_on_the_event_loop(client: TestClient, store: Store,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """No thread hop for a small body when the worker is idle; the same answer as through the
+    threads (the same functions run)."""
+    from app import deps
+    from app.routers import rank as rank_module
+
+    x = features(sum(SIZES), seed=5)
+    threads = client.post("/rank", json=rank_body(x, SIZES), params={})  # inline_max_bytes default: inline
+    calls: list[str] = []
+
+    async def no_hop(*args: Any) -> Any:
+        calls.append("hop")
+        return await deps.parse_and_score(*args)
+
+    monkeypatch.setattr(rank_module, "parse_and_score", no_hop)
+    inline = client.post("/rank", json=rank_body(x, SIZES))
+    assert inline.status_code == 200 and calls == []
+    monkeypatch.setattr(client.app.state.settings, "inline_max_bytes", 0)  # type: ignore[attr-defined]
+    hopped = client.post("/rank", json=rank_body(x, SIZES))
+    assert calls == ["hop"]
+    assert inline.json()["results"] == hopped.json()["results"] == threads.json()["results"]
+
+
 def test_an_idle_worker_parses_and_scores_in_one_hop_a_busy_one_in_two(
         client: TestClient, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     """A request goes to a single thread hop when no other request is scoring or waiting to
     (``app.deps.parse_and_score``), and to the two hops otherwise (parsing in ``python_work``,
     then ``scoring``); the answers are the same, and the counter and the scoring slot are given
-    back either way, also after a 422."""
+    back either way, also after a 422. (Bodies up to ``inline_max_bytes`` are answered on the
+    event loop instead: set to 0 here.)"""
     from app.routers import rank as rank_module
 
+    monkeypatch.setattr(client.app.state.settings, "inline_max_bytes", 0)  # type: ignore[attr-defined]
     hops: list[str] = []
     for name in ("python_work", "scoring"):
         original = getattr(rank_module, name)
