@@ -62,6 +62,7 @@ FROM base AS wheel
 COPY pyproject.toml README.md /tmp/build/src/
 COPY training /tmp/build/src/training
 COPY app /tmp/build/src/app
+COPY tunemix /tmp/build/src/tunemix
 RUN pip wheel --no-deps --wheel-dir /tmp/wheels /tmp/build/src
 
 # ------------------------------------------------------------------------------------ runtime
