@@ -82,6 +82,7 @@ def test_the_python_walkthrough(workdir: Path, monkeypatch: pytest.MonkeyPatch) 
         "X_train": sets["train"].features, "y_train": sets["train"].labels,
         "sizes_train": np.diff(sets["train"].query_offsets),
         "X_vali": sets["vali"].features, "y_vali": sets["vali"].labels,
+        "sizes_vali": np.diff(sets["vali"].query_offsets),
         "X_test": x, "y_test": sets["test"].labels, "sizes_test": np.diff(sets["test"].query_offsets),
     }
     code = PYTHON.replace("tunemix.TuneMixRanker()", "tunemix.TuneMixRanker(progress=False)")

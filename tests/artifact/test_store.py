@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -71,12 +72,22 @@ def test_bad_manifests(tmp_path: Path) -> None:
     with pytest.raises(ArtifactError, match="corrupt manifest"):
         load_artifact(v)
     (v / "manifest.json").write_text(json.dumps({"schema_version": 99, "name": "d", "version": "v1",
-                                                 "n_features": 1, "arrays": {}}))
+                                                 "n_features": 1, "arrays": {"file": "arrays.npz", "sha256": "",
+                                                                             "bytes": 0, "keys": []}}))
     with pytest.raises(ArtifactError, match="schema version 99"):
         load_artifact(v)
     (v / "manifest.json").write_text(json.dumps({"schema_version": 1}))
     with pytest.raises(ArtifactError, match="missing field"):
         load_artifact(v)
+    for field, value, words in (("arrays", "broken", "'arrays' must be dict, not str"),
+                                ("n_features", None, "'n_features' must be int, not NoneType"),
+                                ("n_features", 0, "'n_features' must be at least 1"),
+                                ("name", 7, "'name' must be str")):
+        good = {"schema_version": 2, "name": "d", "version": "v1", "n_features": 1,
+                "arrays": {"file": "arrays.npz", "sha256": "", "bytes": 0, "keys": []}}
+        (v / "manifest.json").write_text(json.dumps({**good, field: value}))
+        with pytest.raises(ArtifactError, match=re.escape(words)):
+            load_artifact(v)
     with pytest.raises(ArtifactError, match=r"no manifest\.json"):
         load_artifact(tmp_path)
 

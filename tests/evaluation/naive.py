@@ -153,6 +153,8 @@ def query_value(
     ranked_scores = [scores[i] for i in order]
     n = len(ranked)
     k = cutoff if cutoff is not None else n
+    if name == "ndcg" and cutoff is None and convention == "xgboost":
+        k = min(n, 32)  # XGBoost's uncut ndcg: LambdaRankParam::TopK() = DefaultK() = 32
     if name in ("ndcg", "dcg"):
         return ndcg_at(ranked, k, convention, dcg_only=name == "dcg", ranked_scores=ranked_scores,
                        variant=variant, empty=empty)
