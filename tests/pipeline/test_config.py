@@ -57,3 +57,28 @@ def test_relative_paths_resolve_against_the_config(tmp_path: Path) -> None:
 def test_config_errors_name_the_key(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(write(tmp_path, text))
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ('seed = "zero"\n', ["cfg.toml", "seed must be int", "str 'zero'"]),
+    ('[members]\nviews = "raw"\n', ["cfg.toml", "[members] views must be list of str"]),
+    ("[run]\nn_jobs = 2.5\n", ["[run] n_jobs must be int", "float 2.5"]),
+    ("[run]\nn_jobs = true\n", ["[run] n_jobs must be int", "bool"]),
+    ('[mixer]\nrescale = 3\n', ["[mixer] rescale must be str or null"]),
+    ("[data.synthetic]\nqueries = [1, 2, 'x']\n", ["[data.synthetic] queries must be list of int"]),
+    ("colour = 1\n", ["cfg.toml", "unknown key(s) in [top level]: colour"]),
+])
+def test_a_wrong_type_names_the_key_the_type_and_the_file(tmp_path: Path, text: str, words: list[str]) -> None:
+    """No traceback from deep inside the trainer: the key, the expected type and the file."""
+    path = tmp_path / "cfg.toml"
+    path.write_text(text + '[data.synthetic]\nfeatures = 5\n' if "data.synthetic" not in text else text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    for w in words:
+        assert w in str(err.value), (w, str(err.value))
+
+
+def test_numbers_fit_float_fields(tmp_path: Path) -> None:
+    path = tmp_path / "cfg.toml"
+    path.write_text("[data.synthetic]\nnoise = 1\n[run]\ncalibration_fraction = 0.25\n")
+    assert load_config(path).data.synthetic.noise == 1  # type: ignore[union-attr]

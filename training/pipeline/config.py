@@ -52,7 +52,10 @@ was made. Example (see ``configs/`` for complete files)::
 from __future__ import annotations
 
 import copy
+import dataclasses
 import tomllib
+import types
+import typing
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -167,21 +170,65 @@ class TrainConfig:
         return get_member_type("adaboost").grid(self)
 
 
-def _build(cls: type, raw: Any, where: str) -> Any:
+def _type_name(hint: Any) -> str:
+    """``int``, ``list of str``, ``number or null`` ...: a TOML user's words for a field's type."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (types.UnionType, typing.Union):
+        return " or ".join(_type_name(a) for a in args)
+    if origin is list:
+        return f"list of {_type_name(args[0])}" if args else "list"
+    if origin is dict or hint is dict:
+        return "table"
+    if hint is type(None):
+        return "null (leave it out)"
+    if hint is float:
+        return "number"
+    return getattr(hint, "__name__", str(hint))
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether a TOML value fits a field's annotation (an int is a float; a bool is no number)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin in (types.UnionType, typing.Union):
+        return any(_fits(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if origin is list:
+        return isinstance(value, list) and (not args or all(_fits(v, args[0]) for v in value))
+    if origin is dict or hint is dict:
+        return isinstance(value, dict)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(hint, type):
+        return isinstance(value, hint) or (dataclasses.is_dataclass(hint) and isinstance(value, dict))
+    return True
+
+
+def _build(cls: type, raw: Any, where: str, source: str = "config") -> Any:
     if not isinstance(raw, dict):
-        raise ConfigError(f"[{where}] must be a table")
+        raise ConfigError(f"{source}: [{where}] must be a table")
     known = {f.name: f for f in fields(cls)}
     unknown = sorted(set(raw) - set(known))
     if unknown:
-        raise ConfigError(f"unknown key(s) in [{where}]: {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        raise ConfigError(f"{source}: unknown key(s) in [{where or 'top level'}]: {', '.join(unknown)}; "
+                          f"known: {', '.join(sorted(known))}")
+    hints = typing.get_type_hints(cls)
     kwargs = {}
     nested = {"data": DataConfig, "members": MembersConfig, "mixer": MixerConfig, "run": RunConfig,
               "synthetic": SyntheticData}
     for key, value in raw.items():
         if key in nested and isinstance(value, dict):
-            kwargs[key] = _build(nested[key], value, f"{where}.{key}" if where else key)
-        else:
-            kwargs[key] = value
+            kwargs[key] = _build(nested[key], value, f"{where}.{key}" if where else key, source)
+            continue
+        if not _fits(value, hints[key]):
+            table = f"[{where}] " if where else ""
+            raise ConfigError(f"{source}: {table}{key} must be {_type_name(hints[key])}, "
+                              f"got {type(value).__name__} {value!r}")
+        kwargs[key] = value
     return cls(**kwargs)
 
 
@@ -292,7 +339,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
             node = node.setdefault(part, {})
         node[parts[-1]] = value
     try:
-        cfg = _build(TrainConfig, raw, "")
+        cfg = _build(TrainConfig, raw, "", str(path) if path is not None else "config")
     except TypeError as exc:
         raise ConfigError(str(exc)) from None
     return validate(cfg, require_data=require_data)
