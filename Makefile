@@ -33,10 +33,10 @@ serve: train-default
 	TUNEMIX_MODELS_DIR=models TUNEMIX_DEFAULT_MODEL=$(MODEL) TUNEMIX_PORT=$(PORT) $(PY) -m app
 
 lint: $(VENV)/.stamp-dev
-	$(VENV)/bin/ruff check app training tests bench
+	$(VENV)/bin/ruff check app training tunemix tests bench
 
 typecheck: $(VENV)/.stamp-dev
-	$(VENV)/bin/mypy app training
+	$(VENV)/bin/mypy app training tunemix
 
 # One BLAS thread per process: the suite's many small solves are several times slower when
 # OpenBLAS threads fight over 2 cores.
