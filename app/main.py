@@ -30,6 +30,7 @@ from app.openapi import install_openapi
 from app.registry import ModelRegistry
 from app.routers import evaluate, fuse, health, models, rank
 from app.settings import Settings, get_settings
+from training import __version__
 from training.scoring import forest, runtime
 
 log = logging.getLogger("app")
@@ -130,7 +131,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # each uvicorn worker process imports this module afresh: without a handler of its own the
     # service's lines (model loads, warm-up, readiness, reloads) would not reach the log
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = FastAPI(title="tunemix", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
+    app = FastAPI(title="tunemix", version=__version__, description=DESCRIPTION, lifespan=lifespan)
     app.state.settings = settings
     metrics = Metrics()
     app.state.metrics = metrics

@@ -1,9 +1,9 @@
-"""Scoring engine speed (issue 8): our forest kernel against LightGBM and lleaves, and the whole
+"""Scoring engine speed: our forest kernel against LightGBM and lleaves, and the whole
 ``EnsembleModel.score`` on the MQ2008 ensemble.
 
     .venv/bin/python -m bench.bench_scoring [--quick]
 
-Writes ``bench/results/scoring.json`` (machine, versions, the command, every figure, the issue's
+Writes ``bench/results/scoring.json`` (machine, versions, the command, every figure, the
 targets with pass/fail). Every peer is measured in the same run, interleaved, on 1 and 2 threads.
 
 1. Forest kernels. LightGBM trains forests of 300 trees with 8 and with 64 leaves (lambdarank,
@@ -26,7 +26,7 @@ targets with pass/fail). Every peer is measured in the same run, interleaved, on
    for one query of 1, 10, 100, 1,000 and 10,000 documents (rows drawn without repetition from
    all 15,211 MQ2008 documents), on 1 and 2 threads interleaved, with the medians of the
    ``timings`` breakdown (views, forest, calibrators, mixer) and of the wall time of the call.
-3. The targets of issue 8 with booleans.
+3. The targets with booleans.
 
 lleaves 1.3 still calls llvmlite's legacy pass manager, removed in llvmlite 0.45 (numba 0.68
 needs llvmlite 0.50): ``_patch_lleaves`` ports its optimisation step to the new pass manager

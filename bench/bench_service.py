@@ -69,7 +69,7 @@ TARGETS = {
 }
 READY_TIMEOUT_S = 240.0
 # The 1,000-document rate by default: what keeps our server busy RATE_UTILISATION of one core
-# one-at-a-time (so queueing stays moderate on 2 shared cores), at most the 20/s.
+# one-at-a-time (so queueing stays moderate on 2 shared cores), at most the 20/s of the target.
 RATE_UTILISATION = 0.5
 RATE_1000_MIN, RATE_1000_MAX = 2.0, 20.0
 

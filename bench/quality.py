@@ -1,6 +1,6 @@
 """Five-fold quality benchmark: the "Tune and mix" MQ2008 table reproduced, our choices measured.
 
-One command, resumable, JSON + markdown table + PNG (issue 10)::
+One command, resumable, JSON + markdown table + PNG ::
 
     .venv/bin/python -m bench.quality                      # MQ2008, folds 1-5, full and 60-query
     .venv/bin/python -m bench.quality --folds 1 --sizes full --quick   # a smoke run
@@ -16,13 +16,13 @@ Two stages per cell (data set x fold x training size):
    scores on the calibration part, the validation and the test queries, saved as arrays
    (``.npz``, loaded with ``allow_pickle=False``) plus a JSON of the member metadata. For the
    review's before/after rows the same cell also holds the binary-grouping members calibrated
-   with class-gain targets (finding 5, before) and raw+white runs with the old whitening
-   (finding 6, before). The peers (``bench.quality_peers``) are trained here too.
+   with class-gain targets (the class-gain targets, before) and raw+white runs with the old whitening
+   (the old whitening, before). The peers (``bench.quality_peers``) are trained here too.
 2. *Mixes* (fast, recomputed on every run): every row of the table is a member subset and a
    mixer, fitted on the validation queries (or the calibration part) and scored on test.
 
 A cell's training set is the fold's ``train.txt``, or (size ``60``) 60 of its queries drawn
-with a fixed seed, so that a gain is not an artefact of one size (the hidden set of the issue
+with a fixed seed, so that a gain is not an artefact of one size (small real data sets have
 has about 60 training queries per fold). Validation and test are always the fold's own.
 
 The table reports mean and sample SD over folds of the test NDCG@10 and ERR (``err:top=2``,
@@ -63,7 +63,7 @@ NEW_POOL = (
     "rbc:nn:gain", "rbc:nn:ndcg",
 )
 POOL = tuple(dict.fromkeys([*OLD_POOL, *NEW_POOL]))
-#: the calibrators whose targets are gains (finding 5's before/after)
+#: the calibrators whose targets are gains (the own-gain targets' before/after)
 GAIN_TARGET = tuple(c for c in POOL if c.startswith("rbc:") or c.startswith("cpc:sndcg"))
 #: the six tools of docs/conventions.md (the JSON holds all ten)
 SIX = ("letor3", "letor4", "mslr", "yahoo", "ranklib", "trec")
@@ -156,7 +156,7 @@ def subsample_queries(data: Any, n_queries: int, seed: int) -> Any:
 
 @contextlib.contextmanager
 def old_whitening() -> Iterator[None]:
-    """The whitening before review finding 6: null-space components left as rounding noise."""
+    """The whitening before null-space zeroing: null-space components left as rounding noise."""
     from training.data import normalization
 
     saved = normalization.NULL_SPACE
@@ -208,7 +208,7 @@ def _members(cfg: Any, sets: dict[str, Any], *, progress: bool, own_gains_runs: 
     """Train ``cfg``'s AdaBoost.MH runs (and ``others``' runs of the other member types) on
     ``sets`` through the pipeline's stages; member metadata and the member scores on the
     calibration part, validation and test. ``own_gains_runs="legacy"`` adds the binary-grouping
-    members calibrated with class-gain targets (finding 5, before)."""
+    members calibrated with class-gain targets (the class-gain targets, before)."""
     import dataclasses
 
     from training.pipeline import train as tr
@@ -398,7 +398,7 @@ def mix(cell: Cell, select: Select, *, mixer: str = "exp_forecaster", snapshots:
 
 
 def held_out(cell: Cell, select: Select, **options: Any) -> tuple[float, float] | None:
-    """A small validation set (the hidden set of the issue has about 20 validation queries): the
+    """A small validation set (small real data sets have has about 20 validation queries): the
     mix tuned on ``SMALL_VALI`` validation queries, ``SMALL_VALI_DRAWS`` draws, measured on the
     other validation queries and on test (means over the draws); None with fewer than twice
     ``SMALL_VALI`` validation queries. ``options`` go to ``mix``."""

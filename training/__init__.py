@@ -4,4 +4,9 @@ The serving path imports only ``training.data``, ``training.scoring``, ``trainin
 and ``training.artifact``; see docs/architecture.md.
 """
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("tunemix")  # the one version string: pyproject.toml's
+except PackageNotFoundError:  # a source tree that was not installed
+    __version__ = "0+unknown"

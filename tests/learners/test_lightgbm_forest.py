@@ -145,7 +145,7 @@ def test_mcrank_and_lambdamart_snapshots_equal_lightgbm() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("leaves", [4, 16, 64])
 def test_mq2008_fold1_converted_scores_equal_lightgbm_raw_predictions(mq2008_fold1: Any, leaves: int) -> None:
-    """The issue's twin: McRank (both variants) and LambdaMART on MQ2008 Fold1 train, the converted
+    """The slow twin: McRank (both variants) and LambdaMART on MQ2008 Fold1 train, the converted
     forest against LightGBM's raw predictions on Fold1 test, to 1e-6, at every snapshot."""
     from training.data.svmlight import read_svmlight
     from training.learners.lambdamart import LambdaMART

@@ -28,7 +28,7 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-#: Version 2 (issue 9): runs have a ``kind`` ("forest" or "linear"; linear runs store
+#: Version 2: runs have a ``kind`` ("forest" or "linear"; linear runs store
 #: ``linear/<run>/{weights,intercept,mean,scale}``) and calibrators may be of the kinds ``er``,
 #: ``ordinal`` and ``identity``. Version 1 artifacts (forest runs only) still load.
 SCHEMA_VERSION = 2

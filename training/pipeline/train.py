@@ -191,7 +191,7 @@ def calibrate_runs(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], n_jo
                    progress: bool, *, own_gains: bool = True) -> list[CalibrationResult]:
     """Every run's snapshots scored on the calibration part, then one calibration job per snapshot.
     Regression and SNDCG targets are the documents' own gains (``own_gains=False``: their class
-    gains, the behaviour before review finding 5, kept for the before/after measurement)."""
+    gains, the behaviour before the own-gain targets, kept for the before/after measurement)."""
     cal_part = prep.cal_part
     doc_gains = np.exp2(cal_part.labels.astype(np.float64)) - 1.0 if own_gains else None
     tasks = []
