@@ -21,6 +21,7 @@ import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.deps import PYTHON_LANES
@@ -131,7 +132,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # each uvicorn worker process imports this module afresh: without a handler of its own the
     # service's lines (model loads, warm-up, readiness, reloads) would not reach the log
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = FastAPI(title="tunemix", version=__version__, description=DESCRIPTION, lifespan=lifespan)
+    # Swagger UI and ReDoc from packaged assets (fastapi-offline): the docs pages work offline
+    app = FastAPIOffline(title="tunemix", version=__version__, description=DESCRIPTION, lifespan=lifespan)
     app.state.settings = settings
     metrics = Metrics()
     app.state.metrics = metrics

@@ -201,3 +201,13 @@ def test_the_parallel_paths_are_warmed_after_readiness(store: Any, monkeypatch: 
     warm_in_background(registry)
     assert set(calls) == {"_score_parallel", "_calibrate_parallel", "_standardise_parallel"}
     assert registry.parallel_warm
+
+
+@pytest.mark.parametrize(("page", "asset"), [("/docs", "swagger-ui-bundle.js"), ("/redoc", "redoc.standalone.js")])
+def test_the_docs_pages_work_offline(client: TestClient, page: str, asset: str) -> None:
+    """Swagger UI and ReDoc load their scripts from the service itself, never from a CDN."""
+    html = client.get(page)
+    assert html.status_code == 200 and f"/static-offline-docs/{asset}" in html.text
+    assert "cdn.jsdelivr" not in html.text and "unpkg.com" not in html.text
+    script = client.get(f"/static-offline-docs/{asset}")
+    assert script.status_code == 200 and len(script.content) > 100_000
