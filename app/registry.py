@@ -32,6 +32,7 @@ from training.scoring.ensemble_model import EnsembleModel, load_model
 log = logging.getLogger(__name__)
 
 STATE_FILE = "served.json"
+WORKER_PREFIX = "worker-"
 #: what ``GET /models/{name}`` shows of the manifest's training record
 TRAINING_SUMMARY_KEYS = ("config", "data", "served", "mixer", "best_member", "evaluation", "timings", "versions")
 
@@ -230,6 +231,7 @@ class ModelRegistry:
             if served.name == self.default_model:
                 self.load_error = None
         log.info("serving %s %s (was %s)", served.name, served.version, old.version if old else "nothing")
+        self.publish_self()
         return old
 
     def reload(self, name: str | None = None, version: str | None = None) -> tuple[ServedModel, ServedModel | None]:
@@ -256,6 +258,43 @@ class ModelRegistry:
             json.dump(state, fh)
         os.replace(tmp, self.state_dir / STATE_FILE)
         self._state_mtime = (self.state_dir / STATE_FILE).stat().st_mtime
+
+    def publish_self(self) -> None:
+        """Write what this worker serves to ``state_dir/worker-<pid>.json`` (with several workers:
+        the worker that takes a reload reads them to know when every worker serves it)."""
+        if self.state_dir is None:
+            return
+        state = {n: s.version for n, s in self._current.items()}
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.state_dir, prefix=".worker-")
+        with os.fdopen(fd, "w") as fh:
+            json.dump(state, fh)
+        os.replace(tmp, self.state_dir / f"{WORKER_PREFIX}{os.getpid()}.json")
+
+    def workers_serving(self, name: str, version: str) -> tuple[int, list[int]]:
+        """(workers serving ``name`` at ``version``, pids of the live workers that do not yet), from
+        the workers' own files (a file of a process that no longer runs is removed)."""
+        if self.state_dir is None:
+            return 1, []
+        serving, lagging = 0, []
+        for path in self.state_dir.glob(f"{WORKER_PREFIX}*.json"):
+            try:
+                pid = int(path.stem.removeprefix(WORKER_PREFIX))
+                os.kill(pid, 0)
+            except (ValueError, ProcessLookupError):
+                path.unlink(missing_ok=True)
+                continue
+            except PermissionError:
+                pass
+            try:
+                state = json.loads(path.read_text())
+            except (OSError, ValueError):
+                state = {}
+            if state.get(name) == version:
+                serving += 1
+            else:
+                lagging.append(pid)
+        return serving, sorted(lagging)
 
     def follow_state(self) -> None:
         """Adopt versions another worker published (called periodically)."""

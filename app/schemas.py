@@ -149,9 +149,14 @@ class ReloadRequest(BaseModel):
 
 
 class ReloadResponse(BaseModel):
-    model: str
-    version: str
-    previous_version: str | None
+    model: str = Field(description="the model reloaded", examples=["default"])
+    version: str = Field(description="the version it now serves", examples=["v3"])
+    previous_version: str | None = Field(description="the version it served before", examples=["v2"])
+    workers_serving: int = Field(1, description="worker processes serving the new version when this answer "
+                                                "was sent (the answer waits up to TUNEMIX_RELOAD_WAIT_S for all)")
+    workers_total: int = Field(1, description="worker processes of the service")
+    workers_lagging: list[int] = Field(default_factory=list,
+                                       description="pids of the workers that did not serve it yet (empty: all do)")
 
 
 class ModelSummary(BaseModel):

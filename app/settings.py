@@ -64,6 +64,9 @@ class Settings(BaseSettings):
     max_cached_versions: int = Field(4, ge=1, description="older versions kept loaded for explicit requests")
     state_dir: Path | None = Field(None, description="shared directory through which workers follow reloads "
                                                       "(set by `python -m app` when workers > 1)")
+    reload_wait_s: float = Field(60.0, ge=0, description="POST /models/reload waits up to this long for every "
+                                                         "worker to serve the new version before it answers "
+                                                         "(the answer says which have not)")
     state_poll_s: float = Field(1.0, gt=0, description="how often a worker checks state_dir for reloads")
 
     def worker_processes(self) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hmac
 from typing import Annotated, Any
 
+import anyio
 from fastapi import APIRouter, Header, Request
 
 from app.deps import MetricsDep, RegistryDep, SettingsDep, in_thread, read_body
@@ -75,4 +76,13 @@ async def reload_model(
     req = parse_json(ReloadRequest, body) if body.strip() else ReloadRequest()
     new, old = await in_thread(registry.reload, req.model, req.version)
     metrics.set_model(new.name, new.version, old.version if old else None)
-    return {"model": new.name, "version": new.version, "previous_version": old.version if old else None}
+    total = settings.this_process_workers()
+    serving, lagging = registry.workers_serving(new.name, new.version)
+    waited = 0.0
+    while (serving < total or lagging) and waited < settings.reload_wait_s:  # the others follow within a poll
+        await anyio.sleep(0.05)
+        waited += 0.05
+        serving, lagging = registry.workers_serving(new.name, new.version)
+    return {"model": new.name, "version": new.version, "previous_version": old.version if old else None,
+            "workers_serving": serving, "workers_total": max(total, serving + len(lagging)),
+            "workers_lagging": lagging}

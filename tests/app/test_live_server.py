@@ -137,7 +137,8 @@ def test_reload_under_load_loses_no_request(live_server: LiveServer, store: Stor
             r = c.post("/models/reload", headers={"Authorization": f"Bearer {live_server.token}"})
             t_reloaded = time.monotonic()
             assert r.status_code == 200, r.text
-            assert r.json() == {"model": "default", "version": "v2", "previous_version": "v1"}
+            assert r.json() == {"model": "default", "version": "v2", "previous_version": "v1",
+                                "workers_serving": 1, "workers_total": 1, "workers_lagging": []}
         n_at_reload = count()
         while count() < n_at_reload + 30:
             time.sleep(0.01)

@@ -74,7 +74,8 @@ def test_a_good_reload_serves_the_new_version(reloadable: TestClient, models_dir
     assert served(reloadable)["version"] == "v1"  # nothing changes before the reload
     r = reloadable.post("/models/reload", headers=AUTH)
     assert r.status_code == 200, r.text
-    assert r.json() == {"model": "default", "version": "v2", "previous_version": "v1"}
+    assert r.json() == {"model": "default", "version": "v2", "previous_version": "v1", "workers_serving": 1,
+                        "workers_total": 1, "workers_lagging": []}
     new = served(reloadable)
     assert new["version"] == "v2"
     np.testing.assert_allclose(scores(new), store.model(store.default_v2).score(X, offsets_of([6])), rtol=1e-12)
