@@ -5,6 +5,7 @@ body) document the body; ``install_openapi`` adds the body types to ``components
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -14,7 +15,8 @@ from pydantic import BaseModel
 
 REF = "#/components/schemas/{model}"
 _BODY_MODELS: list[type[BaseModel]] = []
-_BODY_STRUCTS: dict[type[msgspec.Struct], dict[str, Any]] = {}  # each with its example
+#: each with the function that writes its example for a model of n features (None: not loaded yet)
+_BODY_STRUCTS: dict[type[msgspec.Struct], Callable[[int | None], dict[str, Any]]] = {}
 
 
 def body_spec(model: type[BaseModel], *, text: str | None = None, required: bool = True) -> dict[str, Any]:
@@ -26,21 +28,30 @@ def body_spec(model: type[BaseModel], *, text: str | None = None, required: bool
     return {"requestBody": {"required": required, "content": content}}
 
 
-def msgspec_body_spec(struct: type[msgspec.Struct], example: dict[str, Any], *,
+def msgspec_body_spec(struct: type[msgspec.Struct], example: Callable[[int | None], dict[str, Any]], *,
                       text: str | None = None) -> dict[str, Any]:
-    """``openapi_extra`` for a POST whose JSON body the msgspec ``struct`` decodes."""
+    """``openapi_extra`` for a POST whose JSON body the msgspec ``struct`` decodes; ``example(n)``
+    writes an example for the served default model's feature count (the page's "Try it out"
+    then works as it is)."""
     _BODY_STRUCTS[struct] = example
     content: dict[str, Any] = {"application/json": {"schema": {"$ref": REF.format(model=struct.__name__)},
-                                                    "example": example}}
+                                                    "example": example(None)}}
     if text is not None:
         content["text/plain"] = {"schema": {"type": "string", "description": text}}
     return {"requestBody": {"required": True, "content": content}}
+
+
+def _default_n_features(app: FastAPI) -> int | None:
+    registry = getattr(app.state, "registry", None)
+    served = registry.current(registry.default_model) if registry is not None else None
+    return None if served is None else int(served.n_features)
 
 
 def install_openapi(app: FastAPI) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema:
             return app.openapi_schema
+        n_features = _default_n_features(app)
         schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
         comps = schema.setdefault("components", {}).setdefault("schemas", {})
         for model in _BODY_MODELS:
@@ -52,8 +63,15 @@ def install_openapi(app: FastAPI) -> None:
         for name, sub in struct_comps.items():
             comps.setdefault(name, sub)
         for struct, example in _BODY_STRUCTS.items():
-            comps[struct.__name__]["examples"] = [example]
-        app.openapi_schema = schema
+            body = example(n_features)
+            comps[struct.__name__]["examples"] = [body]
+            for operations in schema.get("paths", {}).values():
+                for op in operations.values():
+                    content = op.get("requestBody", {}).get("content", {}).get("application/json", {})
+                    if content.get("schema", {}).get("$ref") == REF.format(model=struct.__name__):
+                        content["example"] = body
+        if n_features is not None:  # kept once the examples fit the served model
+            app.openapi_schema = schema
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -92,14 +92,19 @@ class RankQuery(msgspec.Struct, forbid_unknown_fields=True):
     features: list[list[float]] | None = None
 
 
-_EXAMPLE = {
-    "queries": [
-        {"qid": "q1", "documents": [{"id": "d1", "features": [0.1, 0.5, 0.0, 0.2, 0.7]},
-                                    {"id": "d2", "features": {"2": 0.9, "5": 0.1}}]},
-        {"qid": "q2", "ids": ["d7", "d9"], "features": [[0.3, 0.2, 0.1, 0.0, 0.4], [0.0, 0.0, 1.0, 0.5, 0.5]]},
-    ],
-    "top_k": 10,
-}
+def example(n_features: int | None) -> dict[str, object]:
+    """A /rank body for a model of ``n_features`` features (5 before a model is loaded): a query of
+    documents, one dense and one sparse, and a columnar query."""
+    n = n_features or 5
+    row = [round(0.1 * (j % 10), 1) for j in range(n)]
+    return {
+        "queries": [
+            {"qid": "q1", "documents": [{"id": "d1", "features": row},
+                                        {"id": "d2", "features": {"1": 0.9, str(n): 0.1}}]},
+            {"qid": "q2", "ids": ["d7", "d9"], "features": [row[::-1], row]},
+        ],
+        "top_k": 10,
+    }
 
 
 class RankRequest(msgspec.Struct, forbid_unknown_fields=True):
@@ -206,7 +211,7 @@ ERRORS = {408: {"model": ErrorResponse, "description": "the body did not arrive 
     summary="Rank the candidate documents of one or many queries",
     response_model=RankResponse,
     responses=ERRORS,  # type: ignore[arg-type]
-    openapi_extra=msgspec_body_spec(RankRequest, _EXAMPLE,
+    openapi_extra=msgspec_body_spec(RankRequest, example,
                                     text="LETOR/SVMlight lines `label qid:Q 1:v 2:v ... # docid = X` "
                                          "(labels ignored); model, version and top_k as query parameters"),
 )
