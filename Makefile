@@ -34,6 +34,7 @@ serve: train-default
 
 lint: $(VENV)/.stamp-dev
 	$(VENV)/bin/ruff check app training tunemix tests bench
+	$(VENV)/bin/lint-imports
 
 typecheck: $(VENV)/.stamp-dev
 	$(VENV)/bin/mypy app training tunemix

@@ -29,7 +29,7 @@ from app.errors import ServiceError, too_large
 from app.observability import Metrics
 from app.registry import ModelRegistry, ServedModel
 from app.settings import Settings
-from training.scoring.forest import single_threaded
+from tunemix.serving import single_threaded
 
 T = TypeVar("T")
 

@@ -31,8 +31,8 @@ from app.openapi import install_openapi
 from app.registry import ModelRegistry
 from app.routers import evaluate, fuse, health, models, rank
 from app.settings import Settings, get_settings
-from training import __version__
-from training.scoring import forest, runtime
+from tunemix import __version__
+from tunemix.serving import configure_runtime, scoring_threads
 
 log = logging.getLogger("app")
 
@@ -44,9 +44,8 @@ Every 4xx body is `{"detail": "<what is wrong, naming the query and field>"}`.""
 
 def warm_kernels() -> None:
     """Compile (or load from numba's cache) the evaluation and fusion kernels."""
-    from training.ensemble.list_fusion import fuse_lists
-    from training.evaluation import CONVENTION_NAMES
-    from training.evaluation import evaluate as run_evaluate
+    from tunemix.serving import CONVENTION_NAMES, fuse_lists
+    from tunemix.serving import evaluate_offsets as run_evaluate
 
     labels = np.array([1, 0, 2, 0], dtype=np.int64)
     scores = np.array([0.3, 0.2, 0.9, 0.1])
@@ -65,7 +64,7 @@ def warm_in_background(registry: ModelRegistry) -> None:
     score on one thread), then the evaluation and fusion kernels (an /evaluate or /fuse request
     before that compiles what it needs itself). Each step is logged with its time."""
     started = time.perf_counter()
-    if forest.get_scoring_threads() > 1:
+    if scoring_threads() > 1:
         for name in registry.names():
             served = registry.current(name)
             if served is not None:
@@ -87,7 +86,7 @@ async def _follow_reloads(registry: ModelRegistry, period: float) -> None:
 @contextlib.asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
-    log.info("scoring runtime: %s", runtime.configure(
+    log.info("scoring runtime: %s", configure_runtime(
         scoring_threads=settings.scoring_thread_count(), parallel_min_documents=settings.parallel_floor(),
         blas_threads=settings.blas_threads))
     registry = ModelRegistry(settings.models_dir, settings.default_model,

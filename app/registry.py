@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from app.errors import ServiceError
-from training.artifact.store import ArtifactError, check_name, list_versions
-from training.scoring.ensemble_model import EnsembleModel, load_model
+from tunemix.serving import ArtifactError, EnsembleModel, check_name, list_versions, load_model
 
 log = logging.getLogger(__name__)
 

@@ -45,8 +45,8 @@ from app.registry import ModelRegistry, ServedModel
 from app.routers.rank import ERRORS
 from app.schemas import Document, EvalQuery, EvaluateRequest, EvaluateResponse
 from app.settings import Settings
-from training.evaluation import CONVENTION_NAMES, EvaluationInputError, Measure, evaluate
-from training.evaluation.evaluate import MAX_LABEL
+from tunemix.serving import CONVENTION_NAMES, MAX_LABEL, EvaluationInputError, Measure
+from tunemix.serving import evaluate_offsets as evaluate
 
 router = APIRouter(tags=["evaluation"])
 

@@ -22,7 +22,7 @@ from app.parsing import CandidateLists, check_ids, check_limits, parse_json
 from app.routers.rank import ENCODER, ranked
 from app.schemas import ErrorResponse, FuseRequest, FuseResponse
 from app.settings import Settings
-from training.ensemble.list_fusion import fuse_lists
+from tunemix.serving import fuse_lists
 
 router = APIRouter(tags=["fusion"])
 

@@ -13,7 +13,7 @@ from app.errors import ServiceError
 from app.openapi import body_spec
 from app.parsing import parse_json
 from app.schemas import ErrorResponse, ModelsResponse, ReloadRequest, ReloadResponse
-from training.artifact.store import list_versions
+from tunemix.serving import list_versions
 
 router = APIRouter(prefix="/models", tags=["models"])
 

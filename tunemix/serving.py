@@ -1,0 +1,27 @@
+"""What a serving process needs of the library, for ``app`` (the service imports the library
+through ``tunemix`` only; an import-linter contract in ``make lint`` keeps it so).
+
+- artifacts: ``load_model``, ``EnsembleModel``, ``ArtifactError``, ``check_name``,
+  ``list_versions`` (versions on disk, never unpickled);
+- the scoring runtime: ``configure_runtime`` (once per process), ``single_threaded``,
+  ``scoring_threads``;
+- evaluation over the project's array layout: ``evaluate_offsets`` (labels, scores, query
+  offsets), ``CONVENTION_NAMES``, ``Measure``, ``EvaluationInputError``, ``MAX_LABEL``;
+- list fusion: ``fuse_lists``.
+"""
+
+from __future__ import annotations
+
+from training.artifact.store import ArtifactError, check_name, list_versions
+from training.ensemble.list_fusion import fuse_lists
+from training.evaluation import CONVENTION_NAMES, EvaluationInputError, Measure
+from training.evaluation import evaluate as evaluate_offsets
+from training.evaluation.evaluate import MAX_LABEL
+from training.scoring.ensemble_model import EnsembleModel, load_model
+from training.scoring.forest import get_scoring_threads as scoring_threads
+from training.scoring.forest import single_threaded
+from training.scoring.runtime import configure as configure_runtime
+
+__all__ = ["CONVENTION_NAMES", "MAX_LABEL", "ArtifactError", "EnsembleModel", "EvaluationInputError", "Measure",
+           "check_name", "configure_runtime", "evaluate_offsets", "fuse_lists", "list_versions", "load_model",
+           "scoring_threads", "single_threaded"]
