@@ -207,10 +207,19 @@ def check_kind(d: Mapping[str, Any], kind: str) -> None:
         raise ValueError(f"calibrator params are of kind {got!r}, expected {kind!r}")
 
 
+#: every calibrator family by its ``kind``, filled by the classes themselves (``__init_subclass__``)
+CALIBRATOR_KINDS: dict[str, type[Calibrator]] = {}
+
+
 class Calibrator(ABC):
     """Base of every calibrator (see the module docstring for the contract)."""
 
     kind: str = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.kind:
+            CALIBRATOR_KINDS[cls.kind] = cls
 
     @property
     @abstractmethod
@@ -244,3 +253,12 @@ class Calibrator(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
+
+
+def calibrator_from_params(d: Mapping[str, Any]) -> Calibrator:
+    """Rebuild a fitted calibrator from ``to_params()`` output (numpy only, no scipy); the
+    families register themselves when ``training.calibration`` is imported."""
+    kind = param_str(d, "kind")
+    if kind not in CALIBRATOR_KINDS:
+        raise ValueError(f"unknown calibrator kind {kind!r}; expected one of {sorted(CALIBRATOR_KINDS)}")
+    return CALIBRATOR_KINDS[kind].from_params(d)

@@ -31,6 +31,7 @@ from training.calibration.base import (
     Calibrator,
     CalibratorParams,
     Float64Array,
+    calibrator_from_params,
     check_kind,
     param_int,
     param_str,
@@ -170,8 +171,6 @@ class OrdinalCalibrator(Calibrator):
 
     @classmethod
     def from_params(cls, d: Mapping[str, Any]) -> Self:
-        from training.calibration.registry import calibrator_from_params
-
         check_kind(d, cls.kind)
         if not isinstance(d.get("inner"), Mapping):
             raise ValueError("ordinal calibrator params lack the inner calibrator")

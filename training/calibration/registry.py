@@ -22,10 +22,8 @@ Every calibrator's ``name`` is its canonical spec and parses back to an equal ca
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any
 
-from training.calibration.base import Calibrator, param_str
+from training.calibration.base import Calibrator, calibrator_from_params
 from training.calibration.expected_relevance import (
     ExpectedRelevanceCalibrator,
     IdentityCalibrator,
@@ -62,15 +60,6 @@ DEFAULT_CALIBRATORS: tuple[str, ...] = (
     "rbc:nn:gain",
     "rbc:nn:ndcg",
 )
-
-_KINDS: dict[str, type[Calibrator]] = {
-    "shift": ShiftCalibrator,
-    "cpc": SigmoidCalibrator,
-    "rbc": RegressionCalibrator,
-    "er": ExpectedRelevanceCalibrator,
-    "ordinal": OrdinalCalibrator,
-    "identity": IdentityCalibrator,
-}
 
 _HEAD = re.compile(r"^(?P<name>[a-z]+[0-9]*)(?:\((?P<opts>[^()]*)\))?$")
 _FLOAT_KEYS = {"R", "C", "sigma", "ridge"}
@@ -153,9 +142,6 @@ def make_calibrator(spec: str, *, shift_scale: float | None = None) -> Calibrato
     )
 
 
-def calibrator_from_params(d: Mapping[str, Any]) -> Calibrator:
-    """Rebuild a fitted calibrator from ``to_params()`` output (numpy only, no scipy)."""
-    kind = param_str(d, "kind")
-    if kind not in _KINDS:
-        raise ValueError(f"unknown calibrator kind {kind!r}; expected one of {sorted(_KINDS)}")
-    return _KINDS[kind].from_params(d)
+#: ``calibrator_from_params`` lives in ``base`` (the families register themselves there) and is
+#: offered here beside ``make_calibrator``
+__all__ = ["DEFAULT_CALIBRATORS", "calibrator_from_params", "make_calibrator"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -19,10 +19,8 @@ from training.ensemble.registry import compare_mixers, make_mixer
 from training.evaluation import mean_metric
 from training.pipeline.config import TrainConfig
 from training.pipeline.member_types import RunResult
+from training.pipeline.prepared import Prepared
 from training.scoring.ensemble_model import EnsembleModel, Member
-
-if TYPE_CHECKING:
-    from training.pipeline.train import Prepared
 
 log = logging.getLogger(__name__)
 

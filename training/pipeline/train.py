@@ -20,7 +20,7 @@ import math
 import platform
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from training.data.splits import split_by_query
 from training.data.svmlight import read_svmlight
 from training.ensemble.registry import make_mixer
 from training.evaluation import CONVENTION_NAMES, evaluate, mean_metric
-from training.learners.label_groups import LabelGrouping, get_grouping, groupings_for
+from training.learners.label_groups import get_grouping, groupings_for
 from training.pipeline.config import TrainConfig
 from training.pipeline.member_types import (
     CalibrationResult,
@@ -56,6 +56,7 @@ from training.pipeline.mixing import (
     score_members,
 )
 from training.pipeline.parallel import iteration_bar, parallel_backend, run_parallel
+from training.pipeline.prepared import Prepared
 from training.scoring.ensemble_model import EXTRA_VIEWS, EnsembleModel, Member, RunInfo, prune, remap_forest
 from training.scoring.forest import FlatForest, concatenate
 
@@ -86,33 +87,6 @@ class _Clock:
             yield
         finally:
             self.timings[key] = self.timings.get(key, 0.0) + time.perf_counter() - t0
-
-
-@dataclass
-class Prepared:
-    """The data as every stage needs it: the sets, the fit / calibration parts of train and the
-    features of both parts in every view."""
-
-    sets: dict[str, RankingData]
-    records: list[dict[str, Any]]
-    n_labels: int
-    groupings: dict[str, LabelGrouping]
-    fit_part: RankingData
-    cal_part: RankingData
-    extra_views: list[str]
-    view_x: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
-
-    @property
-    def train(self) -> RankingData:
-        return self.sets["train"]
-
-    @property
-    def vali(self) -> RankingData:
-        return self.sets["vali"]
-
-    @property
-    def test(self) -> RankingData | None:
-        return self.sets.get("test")
 
 
 # ---------------------------------------------------------------------------------- data
