@@ -72,6 +72,9 @@ def render_markdown(record: dict[str, Any]) -> str:
     detail = ", ".join(f"{k} = {_fmt(mixer[k])}" for k in ("c", "omega_min", "members_kept", "validation_quality")
                        if k in mixer)
     lines += [f"`{mixer['name']}` on {mixer['measure']} under `{mixer['convention']}`: {detail}.", ""]
+    why = mix_explanation(record)
+    if why:
+        lines += [why, ""]
     if record["mixer_comparison"]:
         m = mixer["measure"]
         lines += ["### Mixers side by side", "", f"| mixer | validation {m} | test {m} | detail |", "|---|---|---|---|"]
@@ -111,6 +114,37 @@ def render_markdown(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _grid_index(values: list[float], chosen: float) -> int:
+    """Where ``chosen`` sits on a grid axis (exactly, -inf included, else the nearest point)."""
+    vals = np.asarray(values, dtype=float)
+    exact = np.flatnonzero(vals == float(chosen))
+    if exact.size:
+        return int(exact[0])
+    finite = np.where(np.isfinite(vals), vals, np.inf)
+    return int(np.argmin(np.abs(finite - float(chosen))))
+
+
+def mix_explanation(record: dict[str, Any]) -> str | None:
+    """In words, why the mix was chosen when its validation quality is below the best member's
+    (the forecaster keeps the simplest grid point within its tie tolerance; c = 0 is the uniform
+    mix of the kept members)."""
+    mixer, best = record["mixer"], record["best_member"]
+    val = mixer.get("validation_quality")
+    if val is None or best.get("omega") is None or float(val) >= float(best["omega"]):
+        return None
+    c = mixer.get("c")
+    uniform = c is not None and float(c) == 0.0
+    return (f"The mix scores {float(val):.4f} on validation, below its best member ({float(best['omega']):.4f}): "
+            f"the forecaster does not pick a member by its validation score, it weighs the members by it. "
+            + ("With c = 0 every kept member has the same weight (the uniform mix): no larger c did better "
+               "by more than the tie tolerance on the validation queries, and the simplest such point wins, "
+               "which guards against a weighting fitted to the noise of a small validation set."
+               if uniform else
+               f"c = {_fmt(c)} was the simplest grid point within the tie tolerance of the best one; a single "
+               "member's lead on validation is often noise that does not carry over to new queries "
+               "(compare the test column of the mixers side by side)."))
+
+
 def _png(fig: Any) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
@@ -145,14 +179,23 @@ def render_plots(record: dict[str, Any]) -> dict[str, bytes]:
     split = "test" if "test" in record["evaluation"] else "vali"
     table = record["evaluation"][split]["ensemble"]
     ks = list(range(1, 11))
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    # conventions whose curves coincide share one line and one legend entry ("letor4 = mslr")
+    curves: dict[tuple[float, ...], list[str]] = {}
     for conv, row in table.items():
-        ys = [row.get(f"ndcg@{k}") for k in ks]
-        ax.plot(ks, [np.nan if y is None else y for y in ys], marker="o", label=conv)
+        ys = tuple(np.nan if row.get(f"ndcg@{k}") is None else round(float(row[f"ndcg@{k}"]), 6) for k in ks)
+        curves.setdefault(ys, []).append(conv)
+    markers = "osD^vP*Xh<>"
+    styles = ("-", "--", "-.", ":")
+    width = 0.5 / max(len(curves), 1)
+    for i, (ys, convs) in enumerate(curves.items()):
+        shift = (i - (len(curves) - 1) / 2) * width  # a small offset: touching curves stay apart
+        ax.plot([k + shift for k in ks], ys, marker=markers[i % len(markers)], ls=styles[i % len(styles)],
+                ms=5, lw=1.2, label=" = ".join(convs))
     ax.set_xlabel("k")
     ax.set_ylabel("NDCG@k")
     ax.set_xticks(ks)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.set_title(f"Ensemble NDCG@k on the {split} queries under each convention")
     out["ndcg_by_convention.png"] = _png(fig)
     plt.close(fig)
@@ -162,8 +205,17 @@ def render_plots(record: dict[str, Any]) -> dict[str, bytes]:
         q = np.asarray(g["quality"], dtype=float)
         fig, ax = plt.subplots(figsize=(7, 4))
         im = ax.imshow(q, aspect="auto", origin="lower", cmap="viridis")
-        ax.set_yticks(range(len(g["c"])), [f"{c:g}" for c in g["c"]])
-        ax.set_xticks(range(len(g["omega_min"])), [f"{v:.3f}" for v in g["omega_min"]], rotation=45, fontsize=7)
+        # at most about ten labels a side: every tick labelled is unreadable on a fine grid
+        c_step = max(1, -(-len(g["c"]) // 10))
+        o_step = max(1, -(-len(g["omega_min"]) // 10))
+        ax.set_yticks(range(0, len(g["c"]), c_step), [f"{c:g}" for c in g["c"][::c_step]])
+        ax.set_xticks(range(0, len(g["omega_min"]), o_step), [f"{v:.3f}" for v in g["omega_min"][::o_step]],
+                      rotation=45, fontsize=8)
+        if mixer.get("c") is not None and mixer.get("omega_min") is not None:  # the chosen point
+            ci, oi = (_grid_index(g[key], mixer[key]) for key in ("c", "omega_min"))
+            ax.plot(oi, ci, marker="*", ms=16, mfc="red", mec="white",
+                    label=f"chosen: c = {_fmt(mixer['c'])}, omega_min = {_fmt(mixer['omega_min'])}")
+            ax.legend(loc="upper right", fontsize=8)
         ax.set_ylabel("c")
         ax.set_xlabel("omega_min")
         fig.colorbar(im, ax=ax, label=f"validation {mixer['measure']}")
