@@ -26,7 +26,7 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -34,8 +34,13 @@ from training.calibration.base import CalibrationError
 from training.calibration.registry import make_calibrator
 from training.scoring.forest import FlatForest, score_forest
 
-if TYPE_CHECKING:
-    from training.pipeline.config import TrainConfig
+
+class TrainConfig(Protocol):
+    """What this registry reads of a training configuration (``training.pipeline.config`` defines
+    it; a structural type here, so that the two modules do not import each other)."""
+
+    @property
+    def members(self) -> Any: ...
 
 log = logging.getLogger(__name__)
 
