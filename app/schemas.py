@@ -29,22 +29,25 @@ class Document(BaseModel):
 
 
 class RankedDocument(BaseModel):
-    id: Id
-    score: float
-    rank: int = Field(description="1-based position")
+    id: Id = Field(description="the document's id, as posted", examples=["d7"])
+    score: float = Field(description="the ranking score: higher first; comparable within the query",
+                         examples=[1.2731])
+    rank: int = Field(description="1-based position", examples=[1])
 
 
 class RankedQuery(BaseModel):
-    qid: Qid
-    n_documents: int
-    ranking: list[RankedDocument]
+    qid: Qid = Field(description="the query's id, as posted", examples=["q1"])
+    n_documents: int = Field(description="documents posted for the query (the ranking may hold fewer: top_k)",
+                             examples=[2])
+    ranking: list[RankedDocument] = Field(description="the documents best first (ties keep the posted order)")
 
 
 class RankResponse(BaseModel):
-    model: str
-    version: str
-    results: list[RankedQuery]
-    server_time_ms: float
+    model: str = Field(description="the model that scored the request", examples=["default"])
+    version: str = Field(description="its version", examples=["v3"])
+    results: list[RankedQuery] = Field(description="one entry per posted query, in the posted order")
+    server_time_ms: float = Field(description="time in the handler, from the first body byte read to the "
+                                              "answer serialised", examples=[1.84])
 
 
 # ---------------------------------------------------------------------------- evaluate
@@ -86,21 +89,24 @@ class EvaluateRequest(BaseModel):
 
 
 class ConventionResult(BaseModel):
-    convention: str
+    convention: str = Field(description="the tool whose rules gave these values", examples=["yahoo"])
     error: str | None = Field(None, description="with convention 'all': why this convention could not "
                                                 "evaluate the input (its other fields are then empty)")
-    mean: dict[str, float | None]
-    derived: dict[str, bool]
-    warnings: list[str]
-    per_query: dict[str, dict[str, float | None]] | None = None
+    mean: dict[str, float | None] = Field(description="each measure's mean over the queries, as the tool computes "
+                                                      "it", examples=[{"ndcg@10": 0.8731, "err": 0.5221}])
+    derived: dict[str, bool] = Field(description="true for a measure the tool itself does not report (computed "
+                                                 "under its rules)", examples=[{"ndcg@10": False, "err": False}])
+    warnings: list[str] = Field(description="what the tool would have done differently with this input")
+    per_query: dict[str, dict[str, float | None]] | None = Field(
+        None, description="with per_query: every query's value by qid (null: the tool has none)")
 
 
 class EvaluateResponse(BaseModel):
-    results: list[ConventionResult]
-    n_queries: int
-    model: str | None = None
-    version: str | None = None
-    server_time_ms: float
+    results: list[ConventionResult] = Field(description="one entry per convention asked for")
+    n_queries: int = Field(description="queries evaluated", examples=[2])
+    model: str | None = Field(None, description="the model that scored posted features, if any")
+    version: str | None = Field(None, description="its version")
+    server_time_ms: float = Field(description="time in the handler", examples=[0.91])
 
 
 # ---------------------------------------------------------------------------- fuse
@@ -136,9 +142,9 @@ class FuseRequest(BaseModel):
 
 
 class FuseResponse(BaseModel):
-    method: str
-    results: list[RankedQuery]
-    server_time_ms: float
+    method: str = Field(description="the fusion method", examples=["rrf"])
+    results: list[RankedQuery] = Field(description="each query's fused list, best first")
+    server_time_ms: float = Field(description="time in the handler", examples=[0.42])
 
 
 # ---------------------------------------------------------------------------- models
@@ -161,21 +167,26 @@ class ReloadResponse(BaseModel):
 
 class ModelSummary(BaseModel):
     model_config = ConfigDict(extra="allow")
-    name: str
-    version: str
-    n_features: int
-    n_members: int
-    n_bases: int
-    views: list[str]
-    mixer: str
+    name: str = Field(description="model name", examples=["default"])
+    version: str = Field(description="the version served", examples=["v3"])
+    n_features: int = Field(description="features a document must have", examples=[30])
+    n_members: int = Field(description="calibrated members the mix weighs", examples=[192])
+    n_bases: int = Field(description="base classifiers in the flat forest", examples=[5120])
+    views: list[str] = Field(description="feature views the members read", examples=[["raw", "raw+std"]])
+    mixer: str = Field(description="the mixer", examples=["exp_forecaster"])
+    created: str | None = Field(None, description="when it was trained (ISO-8601, UTC)",
+                                examples=["2026-11-26T01:50:34Z"])
+    loaded_at: str | None = Field(None, description="when this worker loaded it (ISO-8601, UTC)")
 
 
 class ModelsResponse(BaseModel):
-    default: str
-    models: list[ModelSummary]
-    on_disk: dict[str, list[str]]
+    default: str = Field(description="the model a request that names none gets", examples=["default"])
+    models: list[ModelSummary] = Field(description="the models this worker serves")
+    on_disk: dict[str, list[str]] = Field(description="every model's versions in the models directory",
+                                          examples=[{"default": ["v1", "v2", "v3"]}])
 
 
 class ErrorResponse(BaseModel):
-    detail: str
-    errors: list[dict[str, Any]] | None = None
+    detail: str = Field(description="what is wrong, naming the query and the field",
+                        examples=["query 'q1' (queries[0]): documents[3].features has 29 values; the model takes 30"])
+    errors: list[dict[str, Any]] | None = Field(None, description="the validator's errors (location, message, type)")

@@ -234,3 +234,11 @@ def test_every_openapi_example_is_answered_200(client: TestClient) -> None:
     rows = [d["features"] for d in spec["paths"]["/rank"]["post"]["requestBody"]["content"]["application/json"]
             ["example"]["queries"][0]["documents"] if isinstance(d["features"], list)]
     assert rows and all(len(r) == N_FEATURES for r in rows)  # written for the served model's feature count
+
+
+def test_every_response_field_is_described(client: TestClient) -> None:
+    comps = client.get("/openapi.json").json()["components"]["schemas"]
+    for name in ("RankResponse", "RankedQuery", "RankedDocument", "EvaluateResponse", "ConventionResult",
+                 "FuseResponse", "ModelsResponse", "ModelSummary", "ReloadResponse", "ErrorResponse"):
+        for field, spec in comps[name]["properties"].items():
+            assert spec.get("description"), f"{name}.{field} has no description"
