@@ -33,6 +33,12 @@ class RankedDocument(BaseModel):
     score: float = Field(description="the ranking score: higher first; comparable within the query",
                          examples=[1.2731])
     rank: int = Field(description="1-based position", examples=[1])
+    relevance: float | None = Field(None, description="with \"relevance\": true: the expected grade E[y], "
+                                                     "comparable across queries (never higher further down a list)",
+                                    examples=[1.42])
+    probabilities: list[float] | None = Field(None, description="with \"relevance\": true: P(y = k) for grades "
+                                                                "k = 0, 1, ... (sums to 1)",
+                                              examples=[[0.21, 0.16, 0.63]])
 
 
 class RankedQuery(BaseModel):

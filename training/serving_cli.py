@@ -3,7 +3,8 @@ command line.
 
 ``predict`` writes one score a line in the file's order (as LightGBM's predict task and
 RankLib's ``-score``), or with ``--rank`` one line per document ``qid docid rank score``, best
-first within each query; ``--model`` is a model name under ``--models-dir`` or a version or model
+first within each query; ``--proba`` adds, tab-separated, the expected grade and P(grade = k) for
+every grade (the relevance head); ``--model`` is a model name under ``--models-dir`` or a version or model
 directory.
 """
 
@@ -25,6 +26,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--version", help="a version of the model (default: the latest)")
     p.add_argument("-o", "--output", help="write here instead of standard output")
     p.add_argument("--rank", action="store_true", help="write 'qid docid rank score' per document, best first")
+    p.add_argument("--proba", action="store_true",
+                   help="also write each document's expected grade and P(grade = k) for every k (tab-separated)")
     p.set_defaults(func=run_predict)
 
     s = subparsers.add_parser("serve", help="serve the models over HTTP (what `python -m app` does)")
@@ -48,11 +51,16 @@ def run_predict(args: argparse.Namespace) -> int:
     model = tunemix.load(args.model, models_dir=None if Path(args.model).is_dir() else args.models_dir,
                          version=args.version)
     data = read_svmlight(args.file, n_features=model.n_features)
-    scores = model.ensemble.score(data.features, data.query_offsets)
+    if args.proba:
+        scores, probs, expected = model.ensemble.score_and_relevance(data.features, data.query_offsets)
+        extra = ["\t" + "\t".join(repr(float(v)) for v in (e, *p)) for e, p in zip(expected, probs, strict=True)]
+    else:
+        scores = model.ensemble.score(data.features, data.query_offsets)
+        extra = [""] * scores.shape[0]
     out = open(args.output, "w") if args.output else sys.stdout
     try:
         if not args.rank:
-            out.writelines(f"{float(s)!r}\n" for s in scores)
+            out.writelines(f"{float(s)!r}{e}\n" for s, e in zip(scores, extra, strict=True))
             return 0
         off = data.query_offsets
         for q in range(off.shape[0] - 1):
@@ -60,7 +68,7 @@ def run_predict(args: argparse.Namespace) -> int:
             order = np.argsort(-scores[lo:hi], kind="stable")
             for r, j in enumerate(order, start=1):
                 docid = data.docids[lo + j] if data.docids is not None and data.docids[lo + j] else str(j)
-                out.write(f"{data.qids[q]}\t{docid}\t{r}\t{float(scores[lo + j])!r}\n")
+                out.write(f"{data.qids[q]}\t{docid}\t{r}\t{float(scores[lo + j])!r}{extra[lo + j]}\n")
     finally:
         if args.output:
             out.close()

@@ -63,6 +63,19 @@ class Model:
         x = features_matrix(X, self.n_features)
         return np.asarray(self.ensemble.score(x, query_offsets(group, x.shape[0])), dtype=np.float64)
 
+    def predict_proba(self, X: Any, group: Any = None) -> npt.NDArray[np.float64]:
+        """P(y = k) for every row and grade, (n_documents, n_grades): column k is the probability
+        of grade k (rows sum to 1). Comparable across queries: among documents given P(y >= 1) =
+        0.8, about 80% are relevant. Within a query a document ranked higher never gets a lower
+        P(y >= k). ValueError for a model trained before relevance heads existed."""
+        x = features_matrix(X, self.n_features)
+        return self.ensemble.score_and_relevance(x, query_offsets(group, x.shape[0]))[1]
+
+    def predict_relevance(self, X: Any, group: Any = None) -> npt.NDArray[np.float64]:
+        """The expected grade E[y] of every row, comparable across queries (see ``predict_proba``)."""
+        x = features_matrix(X, self.n_features)
+        return self.ensemble.score_and_relevance(x, query_offsets(group, x.shape[0]))[2]
+
     def rank(self, X: Any, group: Any = None, ids: Any = None,
              top_k: int | None = None) -> list[list[tuple[Any, float]]]:
         """Each query's documents best first as ``(id, score)`` pairs (ids default to the row's

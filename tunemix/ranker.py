@@ -126,6 +126,14 @@ class TuneMixRanker:
         """One ranking score per row (higher first); ``group`` as in ``fit`` (None: one query)."""
         return self._check_fitted().predict(X, group)
 
+    def predict_proba(self, X: Any, group: Any = None) -> npt.NDArray[np.float64]:
+        """P(y = k) per row and grade, (n, n_grades) (``Model.predict_proba``)."""
+        return self._check_fitted().predict_proba(X, group)
+
+    def predict_relevance(self, X: Any, group: Any = None) -> npt.NDArray[np.float64]:
+        """The expected grade per row (``Model.predict_relevance``)."""
+        return self._check_fitted().predict_relevance(X, group)
+
     def save(self, models_dir: PathLike, name: str) -> Path:
         """Write the fitted model as the next version of ``name`` under ``models_dir`` (the
         artifact ``tunemix serve`` and ``tunemix.load`` read); the version directory."""

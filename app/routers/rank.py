@@ -30,6 +30,8 @@ candidate list of a query, not pages of it.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import msgspec
@@ -114,6 +116,26 @@ class RankRequest(msgspec.Struct, forbid_unknown_fields=True):
     model: str | None = None
     version: str | None = None
     top_k: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    #: also return each document's expected grade and grade probabilities (the relevance head)
+    relevance: bool = False
+    #: cut each list where the expected grade falls below this
+    min_relevance: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    #: cut each list where P(grade >= 1) falls below this
+    min_probability: Annotated[float, msgspec.Meta(ge=0, le=1)] | None = None
+
+
+@dataclass(frozen=True)
+class Options:
+    """What a request asks of the answer besides the ranking."""
+
+    top_k: int | None = None
+    relevance: bool = False
+    min_relevance: float | None = None
+    min_probability: float | None = None
+
+    @property
+    def needs_head(self) -> bool:
+        return self.relevance or self.min_relevance is not None or self.min_probability is not None
 
 
 DECODER = msgspec.json.Decoder(RankRequest)
@@ -161,10 +183,12 @@ def _query_rows(q: RankQuery, d: int, where: str) -> tuple[npt.NDArray[np.float3
 
 
 # ---------------------------------------------------------------------------- 5. ranking and the answer
-class RankedDocument(msgspec.Struct):
+class RankedDocument(msgspec.Struct, omit_defaults=True):
     id: Id
     score: float
     rank: int
+    relevance: float | None = None  # E[grade], when asked
+    probabilities: list[float] | None = None  # P(grade = k), k = 0..K-1, when asked
 
 
 class RankedQuery(msgspec.Struct):
@@ -183,18 +207,37 @@ class RankAnswer(msgspec.Struct):
 ENCODER = msgspec.json.Encoder()
 
 
-def ranked(scores: npt.NDArray[np.float64], lists: CandidateLists, top_k: int | None) -> list[RankedQuery]:
-    """Each query's documents best first (a stable sort: ties keep the posted order; NaN last)."""
+def ranked(scores: npt.NDArray[np.float64], lists: CandidateLists, top_k: int | None,
+           head: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]] | None = None,
+           options: Options = Options()) -> list[RankedQuery]:
+    """Each query's documents best first (a stable sort: ties keep the posted order; NaN last).
+    With ``head`` (grade probabilities (n, K), expected grades (n,)): each document's relevance
+    when ``options.relevance``, and each list cut where the estimates fall below the thresholds
+    (they never rise down a list, so the cut keeps a prefix of the ranking)."""
     out = []
     off = lists.offsets.tolist()
+    ids = lists.ids
     for q, qid in enumerate(lists.qids):
         lo, hi = off[q], off[q + 1]
         s = scores[lo:hi]
         order = np.argsort(-s, kind="stable")[:top_k]
-        ids = lists.ids
+        if head is None:
+            out.append(RankedQuery(qid=qid, n_documents=hi - lo, ranking=[
+                RankedDocument(id=ids[lo + j], score=v, rank=r)
+                for r, (j, v) in enumerate(zip(order.tolist(), s[order].tolist(), strict=True), start=1)]))
+            continue
+        probs, expected = head[0][lo:hi], head[1][lo:hi]
+        keep = np.ones(order.shape[0], dtype=bool)
+        if options.min_relevance is not None:
+            keep &= expected[order] >= options.min_relevance
+        if options.min_probability is not None:
+            keep &= 1.0 - probs[order, 0] >= options.min_probability
+        order = order[: int(np.argmin(keep)) if not keep.all() else order.shape[0]]
         out.append(RankedQuery(qid=qid, n_documents=hi - lo, ranking=[
-            RankedDocument(id=ids[lo + j], score=v, rank=r)
-            for r, (j, v) in enumerate(zip(order.tolist(), s[order].tolist(), strict=True), start=1)]))
+            RankedDocument(id=ids[lo + j], score=float(s[j]), rank=r,
+                           relevance=float(expected[j]) if options.relevance else None,
+                           probabilities=probs[j].tolist() if options.relevance else None)
+            for r, j in enumerate(order.tolist(), start=1)]))
     return out
 
 
@@ -223,30 +266,46 @@ async def rank(
     model: Annotated[str | None, Query(description="model name (text bodies; JSON bodies say it in the body)")] = None,
     version: Annotated[str | None, Query(description="model version (text bodies)")] = None,
     top_k: Annotated[int | None, Query(ge=1, description="best top_k per query (text bodies)")] = None,
+    relevance: Annotated[bool, Query(description="text bodies: also return relevance and probabilities")] = False,
+    min_relevance: Annotated[float | None, Query(ge=0, description="text bodies: cut below this expected grade")]
+    = None,
+    min_probability: Annotated[float | None, Query(ge=0, le=1, description="text bodies: cut below this "
+                                                                            "P(grade >= 1)")] = None,
 ) -> Response:
     start = time.perf_counter()
     kind = body_kind(request)
     body = await read_body(request, settings)
 
-    def decode() -> tuple[ServedModel, CandidateLists, int | None]:
+    def decode() -> tuple[ServedModel, CandidateLists, Options]:
         if kind == "text":
             served = resolve_model(registry, model, version)
-            return served, letor_lists(body, served.n_features, settings), top_k
-        req = decode_json(DECODER, body, "/rank")
-        served = resolve_model(registry, req.model or model, req.version or version)
-        lists = rank_lists(req, served.n_features, settings)
-        if any(type(d.features) is dict for q in req.queries for d in q.documents or ()):
-            check_sparse_keys_once(body)
-        return served, lists, req.top_k or top_k
+            options = Options(top_k, relevance, min_relevance, min_probability)
+            lists = letor_lists(body, served.n_features, settings)
+        else:
+            req = decode_json(DECODER, body, "/rank")
+            served = resolve_model(registry, req.model or model, req.version or version)
+            options = Options(req.top_k or top_k, req.relevance, req.min_relevance, req.min_probability)
+            lists = rank_lists(req, served.n_features, settings)
+            if any(type(d.features) is dict for q in req.queries for d in q.documents or ()):
+                check_sparse_keys_once(body)
+        if options.needs_head and served.model.relevance_head is None:
+            raise input_error(f"relevance: model {served.name!r} {served.version} has no relevance head (it was "
+                              "trained before heads existed): retrain it, or ask for the ranking alone")
+        return served, lists, options
 
-    def answer(served: ServedModel, lists: CandidateLists, k: int | None, scores: npt.NDArray[np.float64]) -> bytes:
-        return ENCODER.encode(RankAnswer(model=served.name, version=served.version, results=ranked(scores, lists, k),
+    def score(served: ServedModel, options: Options) -> Callable[..., Any]:
+        return served.model.score_and_relevance if options.needs_head else served.model.score
+
+    def answer(served: ServedModel, lists: CandidateLists, options: Options, scored: Any) -> bytes:
+        scores, head = (scored[0], (scored[1], scored[2])) if options.needs_head else (scored, None)
+        return ENCODER.encode(RankAnswer(model=served.name, version=served.version,
+                                         results=ranked(scores, lists, options.top_k, head, options),
                                          server_time_ms=round((time.perf_counter() - start) * 1e3, 3)))
 
     def whole(alone: bool) -> tuple[ServedModel, CandidateLists, bytes]:
-        served, lists, k = decode()
-        scores = score_call(served.model.score, (lists.features, lists.offsets), alone)
-        return served, lists, answer(served, lists, k, scores)
+        served, lists, options = decode()
+        scored = score_call(score(served, options), (lists.features, lists.offsets), alone)
+        return served, lists, answer(served, lists, options, scored)
 
     state = request.app.state
     if len(body) <= settings.inline_max_bytes and not state.scoring_requests:
@@ -257,8 +316,8 @@ async def rank(
     if done is not None:
         served, lists, content = done
     else:
-        served, lists, k = await python_work(request, decode)
-        scores = await scoring(request, served.model.score, lists.features, lists.offsets)
-        content = answer(served, lists, k, scores)
+        served, lists, options = await python_work(request, decode)
+        scored = await scoring(request, score(served, options), lists.features, lists.offsets)
+        content = answer(served, lists, options, scored)
     metrics.count_documents(served.name, lists.n_documents)
     return json_bytes_response(content)

@@ -98,6 +98,7 @@ def render_markdown(record: dict[str, Any]) -> str:
             label = row["rescale"] + ("" if row.get("snapshot_T") is None else f", T = {row['snapshot_T']}")
             lines.append(f"| {label} | {_fmt(row.get(f'val_{m}'))} | {_fmt(row.get(f'test_{m}'))} |")
         lines.append("")
+    lines += relevance_lines(record)
     for split, by_model in record["evaluation"].items():
         lines.append(f"## {split.capitalize()} metrics under the {len(next(iter(by_model.values())))} conventions")
         for who, table in by_model.items():
@@ -110,8 +111,31 @@ def render_markdown(record: dict[str, Any]) -> str:
         lines.append("")
     lines.append("## Timings (seconds)")
     lines += [f"- {k}: {v:.1f}" for k, v in record["timings"].items()]
-    lines += ["", "![omega](omega.png)", "![ndcg](ndcg_by_convention.png)", "![grid](grid.png)", ""]
+    lines += ["", "![omega](omega.png)", "![ndcg](ndcg_by_convention.png)", "![grid](grid.png)"]
+    if (record.get("relevance_head") or {}).get("reliability_relevant"):
+        lines.append("![reliability](reliability.png)")
+    lines.append("")
     return "\n".join(lines)
+
+
+def relevance_lines(record: dict[str, Any]) -> list[str]:
+    """The report's section on the relevance head: how well its probabilities match the grades."""
+    rh = record.get("relevance_head")
+    if not rh:
+        return []
+    if "error" in rh:
+        return ["## What the scores mean", "", f"No relevance head: {rh['error']}.", ""]
+    split = {"test": "test", "vali": "validation"}[rh["measured_on"]]
+    lines = ["## What the scores mean", "",
+             f"The relevance head (fitted on the validation queries after the mix) gives every document P(y = k) "
+             f"and E[y], comparable across queries. On the {split} queries ({rh['documents']} documents): "
+             f"Brier score {_fmt(rh['brier'])}, log loss {_fmt(rh['log_loss'])}, expected calibration error of "
+             f"P(y >= 1) {_fmt(rh['ece_relevant'])} and of P(y = top grade) {_fmt(rh['ece_top'])} (15 bins), RMSE of "
+             f"the expected grade {_fmt(rh['rmse_expected_grade'])}.", "",
+             "| documents with P(y >= 1) above | count | share relevant |", "|---|---|---|"]
+    for key, row in rh["share_relevant_above"].items():
+        lines.append(f"| {key.removeprefix('above_')} | {row['documents']} | {_fmt(row['share_relevant'])} |")
+    return [*lines, ""]
 
 
 def _grid_index(values: list[float], chosen: float) -> int:
@@ -199,6 +223,26 @@ def render_plots(record: dict[str, Any]) -> dict[str, bytes]:
     ax.set_title(f"Ensemble NDCG@k on the {split} queries under each convention")
     out["ndcg_by_convention.png"] = _png(fig)
     plt.close(fig)
+
+    rh = record.get("relevance_head") or {}
+    if rh.get("reliability_relevant"):
+        fig, axes = plt.subplots(1, 2, figsize=(9, 4), sharey=True)
+        for ax, key, title in ((axes[0], "reliability_relevant", "P(y >= 1)"),
+                               (axes[1], "reliability_top", "P(y = top grade)")):
+            rel = rh[key]
+            ax.plot([0, 1], [0, 1], color="grey", lw=1, ls="--", label="perfect")
+            sizes = 10 + 90 * np.sqrt(np.asarray(rel["count"]) / max(max(rel["count"]), 1))
+            ax.scatter(rel["predicted"], rel["observed"], s=sizes, zorder=3, label="bins (area: documents)")
+            ax.plot(rel["predicted"], rel["observed"], lw=1)
+            ax.set_xlim(0, 1)
+            ax.set_ylim(0, 1)
+            ax.set_xlabel(f"predicted {title}")
+            ax.set_title(f"{title}: ECE {rh['ece_relevant' if key == 'reliability_relevant' else 'ece_top']:.4f}")
+        axes[0].set_ylabel("observed frequency")
+        axes[0].legend(loc="upper left", fontsize=8)
+        fig.suptitle(f"Reliability of the relevance head on the {rh['measured_on']} queries")
+        out["reliability.png"] = _png(fig)
+        plt.close(fig)
 
     if "grid" in mixer:
         g = mixer["grid"]

@@ -292,15 +292,41 @@ def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingDat
     with clock("pruning_s"):  # drop what the mixer never uses
         full_size = (model.n_members, model.forest.n_base)
         model = prune(model)
+    with clock("relevance_head_s"):
+        relevance = fit_head(prep, model)
     with clock("evaluation_s"):
         evaluation = evaluate_model(prep, model, mixing)
         baseline = best_feature_baseline(cfg, prep)
     clock.timings["total_s"] = time.perf_counter() - clock.start
     record = build_record(cfg, prep, runs, members, failures, model, full_size, mixing, evaluation, clock.timings)
+    record["relevance_head"] = relevance
     record["mix_by_member_type"] = by_type
     record["best_feature"] = baseline
     path = _save(cfg, model, record) if save else None
     return TrainOutcome(path=path, record=record, model=model)
+
+
+def fit_head(prep: Prepared, model: EnsembleModel) -> dict[str, Any]:
+    """Fit the relevance head on the validation queries after the mix (every model gets one) and
+    measure it on the test queries when there are some, else on validation. A fit that fails is
+    logged and recorded; the model then has no head and ranks as before."""
+    from training.calibration.relevance_fit import fit_relevance_head, relevance_metrics
+    from training.scoring.relevance_head import head_inputs
+
+    vali = prep.vali
+    try:
+        member = model.member_scores(vali.features, vali.query_offsets)
+        scores = np.asarray(model.mixer.transform(member, vali.query_offsets), dtype=np.float64)
+        inputs = head_inputs(scores, member, model.mix_weights(), vali.query_offsets)
+        model.relevance_head = fit_relevance_head(inputs, vali.labels, prep.n_labels)
+    except (ValueError, np.linalg.LinAlgError) as exc:
+        log.warning("no relevance head: %s", exc)
+        return {"error": str(exc)}
+    split = "test" if prep.test is not None and prep.test.n_docs else "vali"
+    data = prep.test if split == "test" and prep.test is not None else vali
+    _, probs, _ = model.score_and_relevance(data.features, data.query_offsets)
+    return {"fitted_on": "vali", "measured_on": split, "params": model.relevance_head.to_params(),
+            **relevance_metrics(probs, data.labels)}
 
 
 def build_record(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], members: list[Member],

@@ -56,6 +56,7 @@ from training.ensemble.registry import mixer_from_params
 from training.scoring import calibration_step, forest
 from training.scoring.calibration_step import CalibrationStep
 from training.scoring.forest import FlatForest, run_on_threads, score_forest
+from training.scoring.relevance_head import RelevanceHead, head_inputs
 
 EXTRA_VIEWS = ("raw+std", "raw+white")
 
@@ -185,6 +186,9 @@ class EnsembleModel:
         self.runs = list(runs)
         self.members = list(members)
         self.mixer = mixer
+        #: the relevance head (``training.scoring.relevance_head``), set after training; None in
+        #: artifacts written before heads existed
+        self.relevance_head: RelevanceHead | None = None
         self.linear = {i: linear[i] for i, r in enumerate(runs) if r.kind == "linear"}
         forest_members = [m for m in members if runs[m.run].kind == "forest"]
         ck = sorted({runs[m.run].base_start for m in forest_members}
@@ -358,6 +362,23 @@ class EnsembleModel:
             timings.update(views=t1 - t0, forest=t2 - t1, calibrators=t3 - t2, mixer=time.perf_counter() - t3)
         return out
 
+    def mix_weights(self) -> np.ndarray | None:
+        """The mixer's member weights where it has them (the exponential forecaster), else None."""
+        w = getattr(self.mixer, "weights_", None)
+        return None if w is None else np.asarray(w, dtype=np.float64)
+
+    def score_and_relevance(self, features: npt.ArrayLike, query_offsets: npt.ArrayLike
+                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(scores (n,), P(y = k) (n, K), E[y] (n,)) in one pass: the mixed score as ``score``
+        gives it and the relevance head's estimates (ValueError when the model has no head)."""
+        if self.relevance_head is None:
+            raise ValueError("this model has no relevance head (trained before heads existed): retrain it")
+        x, off = self._check(features, query_offsets)
+        member = self._calibrate(self._sums(self._wide(x, off)))
+        scores = np.asarray(self.mixer.transform(member, off), dtype=np.float64)
+        inputs = head_inputs(scores, member, self.mix_weights(), off)
+        return scores, self.relevance_head.probabilities(inputs), self.relevance_head.expected(inputs)
+
     def warm_up(self, *, serial: bool = True, parallel: bool = True) -> None:
         """Compile (or load from numba's cache) the kernels this model's scoring reaches: the
         one-thread paths with a short list (``serial``), and, when scoring may use several
@@ -396,6 +417,8 @@ class EnsembleModel:
             "members": members,
             "mixer": split_arrays(self.mixer.to_params(), "mixer", arrays),
         }
+        if self.relevance_head is not None:
+            doc["relevance_head"] = self.relevance_head.to_params()
         return doc, arrays
 
     @classmethod
@@ -414,8 +437,12 @@ class EnsembleModel:
             mixer = mixer_from_params(join_arrays(doc["mixer"], arrays))
             linear = {i: {k: arrays[f"linear/{i}/{k}"] for k in LINEAR_KEYS}
                       for i, r in enumerate(runs) if r.kind == "linear"}
-            return cls(n_features=int(doc["n_features"]), extra_views=doc["extra_views"], forest=forest,
-                       runs=runs, members=members, mixer=mixer, linear=linear)
+            model = cls(n_features=int(doc["n_features"]), extra_views=doc["extra_views"], forest=forest,
+                        runs=runs, members=members, mixer=mixer, linear=linear)
+            if doc.get("relevance_head") is not None:
+                head = RelevanceHead.from_params(doc["relevance_head"])
+                model.relevance_head = head
+            return model
         except ArtifactError:
             raise
         except (KeyError, TypeError, ValueError) as exc:
