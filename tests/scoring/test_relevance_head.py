@@ -4,6 +4,8 @@ recovers calibrated probabilities across queries."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -67,7 +69,7 @@ def test_the_fit_is_calibrated_across_queries() -> None:
         quality = rng.normal(size=int(off[-1])) + level
         labels = np.digitize(quality + rng.normal(scale=0.5, size=quality.shape), [0.8, 1.8])
         members = np.column_stack([quality + rng.normal(scale=0.3, size=quality.shape) for _ in range(3)]) / 4
-        scores = np.concatenate([(quality[a:b] - quality[a:b].mean()) for a, b in zip(off[:-1], off[1:], strict=True)])
+        scores = np.concatenate([(quality[a:b] - quality[a:b].mean()) for a, b in itertools.pairwise(off)])
         return scores, members, labels, off
 
     s, mem, y, off = batch(300)
