@@ -39,6 +39,20 @@ def test_the_plots_are_written_and_the_chosen_point_is_marked() -> None:
     assert with_marker != without  # the star is drawn only where a point was chosen
 
 
+def test_the_relevance_section_and_its_reliability_diagram() -> None:
+    pytest.importorskip("matplotlib")
+    from training.calibration.relevance_fit import relevance_metrics
+    from training.pipeline.report import relevance_lines
+
+    rng = np.random.default_rng(1)
+    probs = rng.dirichlet([2, 1, 1], size=400)
+    labels = np.array([rng.choice(3, p=p) for p in probs])
+    record = {**_record(1.0, 0.76, 0.75), "relevance_head": {"measured_on": "test", **relevance_metrics(probs, labels)}}
+    assert "reliability.png" in render_plots(record)
+    text = "\n".join(relevance_lines(record))
+    assert "Brier score" in text and "| 0.5 |" in text and "| 0.9 |" in text
+
+
 def test_a_mix_below_its_best_member_is_explained() -> None:
     why = mix_explanation(_record(0.0, 0.74, 0.75))
     assert why is not None and "uniform mix" in why and "0.7400" in why and "0.7500" in why
