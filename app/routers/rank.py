@@ -12,9 +12,10 @@ The whole route, top to bottom:
    feature count, finite float32 values, canonical sparse keys, ids of bounded length and unique
    within their query. Each error is a 4xx naming the query and the field.
 4. **Score** with the model's kernels (``EnsembleModel.score``), which see only arrays whose
-   shapes were checked in step 3.
-5. **Rank and encode**: one stable sort per query (ties keep the posted order), the answer
-   encoded by msgspec.
+   shapes were checked in step 3; with ``relevance`` or a threshold, also the relevance head
+   (``EnsembleModel.score_and_relevance``: P(grade = k) and E[grade] per document).
+5. **Rank and encode**: one stable sort per query (ties keep the posted order), lists cut at
+   ``min_relevance`` / ``min_probability``, the answer encoded by msgspec.
 
 A small body (``TUNEMIX_INLINE_MAX_BYTES``, 64 KiB: about 150 documents of 46 features) runs
 steps 2-5 on the event loop when no other request of the worker is scoring: a thread hop costs
