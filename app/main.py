@@ -107,7 +107,6 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             if served is not None:
                 metrics.set_model(served.name, served.version, None)
         registry.warm = True
-        registry.publish_self()
         log.info("ready in %.1f s: %s", time.perf_counter() - started,
                  ", ".join(f"{n} {registry.current(n).version}"  # type: ignore[union-attr]
                            for n in registry.names()) or "no model")

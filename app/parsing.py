@@ -166,6 +166,32 @@ def check_unique(ids: Sequence[Any], where: str, what: str, *, scope: str = "wit
 
 
 # ---------------------------------------------------------------------------- feature rows
+def candidate_rows(documents: Sequence[Any] | None, ids: Sequence[Any] | None,
+                   features: Sequence[Sequence[float]] | None, d: int, where: str, *, ids_field: str = "ids",
+                   ids_required: bool = True) -> tuple[npt.NDArray[np.float32], list[Any]]:
+    """(features (m, d), ids) of one candidate list given as ``documents`` (each with ``id`` and
+    dense or sparse ``features``) or as columns (``ids_field`` + ``features``; without
+    ``ids_required`` the ids may be left out and are then 0..m-1). /rank and /evaluate share it."""
+    if documents is not None:
+        if ids is not None or features is not None:
+            raise input_error(f"{where}: send either documents or {ids_field} + features, not both")
+        if not documents:
+            raise input_error(f"{where}: documents is empty; a query needs at least one candidate")
+        feats = [doc.features for doc in documents]
+        doc_ids = [doc.id for doc in documents]
+        if all(type(f) is list for f in feats):
+            return finite_rows(feats, d, where, "documents[{j}].features"), doc_ids
+        return sparse_rows(feats, d, where, "documents[{j}].features"), doc_ids
+    if features is None or (ids is None and ids_required):
+        raise input_error(f"{where}: no candidates; send documents, or {ids_field} + features (both)")
+    if ids is not None and len(ids) != len(features):
+        raise input_error(f"{where}: {ids_field} has {len(ids)} entries but features has {len(features)} rows")
+    if not features:
+        raise input_error(f"{where}: features is empty; a query needs at least one candidate")
+    return finite_rows(features, d, where, "features[{j}]"), list(ids) if ids is not None else list(
+        range(len(features)))
+
+
 def finite_rows(rows: Sequence[Sequence[float]], d: int, where: str, field: str) -> npt.NDArray[np.float32]:
     """Dense rows as an (m, d) float32 matrix; 422 naming the row (``field`` formats ``{j}``) that
     has another length than ``d`` or a value that is not a finite float32."""
@@ -223,11 +249,13 @@ class _Repeated(dict[str, Any]):
 
 
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = _Repeated(pairs) if len({k for k, _ in pairs}) != len(pairs) else dict(pairs)
-    if isinstance(out, _Repeated):
-        seen: set[str] = set()
-        out.repeated = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
-    return out
+    out = dict(pairs)
+    if len(out) == len(pairs):
+        return out
+    repeated = _Repeated(out)
+    keys = [k for k, _ in pairs]
+    repeated.repeated = next(k for i, k in enumerate(keys) if k in keys[:i])
+    return repeated
 
 
 def check_sparse_keys_once(body: bytes, field: str = "documents") -> None:
@@ -243,5 +271,5 @@ def check_sparse_keys_once(body: bytes, field: str = "documents") -> None:
                                   f"{feats.repeated!r} appears twice")
 
 
-__all__ = ["CandidateLists", "ServiceError", "check_ids", "check_limits", "check_sparse_keys_once", "check_unique",
-           "decode_json", "finite_rows", "parse_json", "qid_at", "sparse_rows"]
+__all__ = ["CandidateLists", "ServiceError", "candidate_rows", "check_ids", "check_limits", "check_sparse_keys_once",
+           "check_unique", "decode_json", "finite_rows", "parse_json", "qid_at", "sparse_rows"]

@@ -16,7 +16,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import tempfile
 import threading
 import time
@@ -26,7 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from app.errors import ServiceError
-from tunemix.serving import ArtifactError, EnsembleModel, check_name, list_versions, load_model
+from tunemix.serving import (
+    ArtifactError,
+    EnsembleModel,
+    check_name,
+    check_version,
+    list_versions,
+    load_model,
+    versions_on_disk,
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,23 +82,6 @@ class ServedModel:
         return out
 
 
-_VERSION = re.compile(r"v[0-9]{1,9}")
-
-
-def available_models(models_dir: Path) -> list[str]:
-    """Names under ``models_dir`` with at least one complete version."""
-    try:
-        children = sorted(p.name for p in models_dir.iterdir() if p.is_dir())
-    except OSError:
-        return []
-    out = []
-    for child in children:
-        with contextlib.suppress(ValueError, OSError):
-            if list_versions(models_dir, child):
-                out.append(child)
-    return out
-
-
 def _without_paths(message: str, models_dir: Path) -> str:
     """An error message with the server's directories taken out (clients see model/version)."""
     for root in {str(models_dir.resolve()), str(models_dir)}:
@@ -105,12 +95,14 @@ def load_served(models_dir: Path, name: str, version: str | None = None) -> Serv
         check_name(name)
     except ValueError as exc:
         raise ServiceError(422, f"model: {exc}", kind="unknown_model") from None
-    if version is not None and not _VERSION.fullmatch(version):
-        raise ServiceError(422, f"version: {version[:40]!r} is not a version name (v1, v2, ...)",
-                           kind="unknown_version")
+    if version is not None:
+        try:
+            check_version(version)
+        except ValueError as exc:
+            raise ServiceError(422, f"version: {exc}", kind="unknown_version") from None
     versions = list_versions(models_dir, name)
     if not versions:
-        known = available_models(models_dir)
+        known = list(versions_on_disk(models_dir))
         raise ServiceError(404, f"model {name!r} has no trained version; available: "
                                 f"{', '.join(known) if known else 'none'}", kind="unknown_model")
     if version is None:

@@ -89,23 +89,19 @@ def run_serve(args: argparse.Namespace) -> int:
 def run_models(args: argparse.Namespace) -> int:
     import json
 
-    from training.artifact.store import list_versions
+    from training.artifact.store import versions_on_disk
 
     root = Path(args.models_dir)
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: no such models directory")
     rows = []
-    for child in sorted(p for p in root.iterdir() if p.is_dir()):
-        try:
-            versions = list_versions(root, child.name)
-        except ValueError:
-            continue
+    for name, versions in versions_on_disk(root).items():
         for v in versions:
             try:
-                created = json.loads((child / v / "manifest.json").read_text()).get("created", "")
+                created = json.loads((root / name / v / "manifest.json").read_text()).get("created", "")
             except (OSError, ValueError):
                 created = "(unreadable manifest)"
-            rows.append((child.name, v, str(created)))
+            rows.append((name, v, str(created)))
     if not rows:
         sys.stdout.write(f"no trained model under {root}\n")
         return 0

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from training.artifact.store import ArtifactError, latest_version, list_versions
+from training.artifact.store import ArtifactError, list_versions, resolve_artifact
 from training.scoring.ensemble_model import EnsembleModel, load_model
 from tunemix._inputs import features_matrix, query_offsets
 
@@ -117,9 +117,6 @@ def load(path_or_name: PathLike, *, models_dir: PathLike | None = None, version:
                 raise ArtifactError(f"model {name!r} has no version {version!r} in {base} "
                                     f"(available: {', '.join(list_versions(base, name)) or 'none'})")
         else:
-            found = latest_version(base, name)
-            if found is None:
-                raise ArtifactError(f"no trained version of model {name!r} in {base}")
-            target = found
+            target = resolve_artifact(base, name)  # the latest version
     ensemble, manifest = load_model(target)
     return Model(ensemble=ensemble, manifest=manifest, path=target)

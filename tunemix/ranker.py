@@ -21,14 +21,6 @@ from tunemix.model import Model, PathLike, load
 HOLDOUT_FRACTION = 0.2
 
 
-def _default_tables() -> dict[str, Any]:
-    """The packaged default configuration (``training/pipeline/default.toml``) without its data."""
-    text = resources.files("training.pipeline").joinpath("default.toml").read_text()
-    tables = tomllib.loads(text)
-    tables.pop("data", None)
-    return tables
-
-
 class TuneMixRanker:
     """Calibrated multi-class ensembles mixed by an exponentially weighted forecaster.
 
@@ -71,15 +63,13 @@ class TuneMixRanker:
     def _config(self) -> Any:
         from training.pipeline.config import load_config
 
-        if self.config is None:
-            tables = _default_tables()
+        if self.config is None:  # the packaged default (training/pipeline/default.toml)
+            tables = tomllib.loads(resources.files("training.pipeline").joinpath("default.toml").read_text())
         elif isinstance(self.config, dict):
             tables = dict(self.config)
-            tables.pop("data", None)
         else:
-            path = Path(self.config)
-            tables = tomllib.loads(path.read_text())
-            tables.pop("data", None)
+            tables = tomllib.loads(Path(self.config).read_text())
+        tables.pop("data", None)  # the data come to fit
         overrides: dict[str, Any] = {"seed": self.random_state}
         if self.n_jobs is not None:
             overrides["run.n_jobs"] = self.n_jobs

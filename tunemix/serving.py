@@ -2,18 +2,18 @@
 through ``tunemix`` only; an import-linter contract in ``make lint`` keeps it so).
 
 - artifacts: ``load_model``, ``EnsembleModel``, ``ArtifactError``, ``check_name``,
-  ``list_versions`` (versions on disk, never unpickled);
+  ``check_version``, ``list_versions``, ``versions_on_disk`` (never unpickled);
 - the scoring runtime: ``configure_runtime`` (once per process), ``single_threaded``,
   ``scoring_threads``;
 - evaluation over the project's array layout: ``evaluate_offsets`` (labels, scores, query
   offsets), ``CONVENTION_NAMES``, ``Measure``, ``EvaluationInputError``, ``MAX_LABEL``;
-- list fusion: ``fuse_lists``.
+- list fusion: ``fuse_lists``, ``competition_ranks``.
 """
 
 from __future__ import annotations
 
-from training.artifact.store import ArtifactError, check_name, list_versions
-from training.ensemble.list_fusion import fuse_lists
+from training.artifact.store import ArtifactError, check_name, check_version, list_versions, versions_on_disk
+from training.ensemble.list_fusion import competition_ranks, fuse_lists
 from training.evaluation import CONVENTION_NAMES, EvaluationInputError, Measure
 from training.evaluation import evaluate as evaluate_offsets
 from training.evaluation.evaluate import MAX_LABEL
@@ -23,5 +23,5 @@ from training.scoring.forest import single_threaded
 from training.scoring.runtime import configure as configure_runtime
 
 __all__ = ["CONVENTION_NAMES", "MAX_LABEL", "ArtifactError", "EnsembleModel", "EvaluationInputError", "Measure",
-           "check_name", "configure_runtime", "evaluate_offsets", "fuse_lists", "list_versions", "load_model",
-           "scoring_threads", "single_threaded"]
+           "check_name", "check_version", "competition_ranks", "configure_runtime", "evaluate_offsets", "fuse_lists",
+           "list_versions", "load_model", "scoring_threads", "single_threaded", "versions_on_disk"]

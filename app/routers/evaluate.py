@@ -33,17 +33,16 @@ from app.errors import input_error, query_label
 from app.letor import letor_lists
 from app.openapi import body_spec
 from app.parsing import (
+    candidate_rows,
     check_ids,
     check_limits,
     check_sparse_keys_once,
     check_unique,
-    finite_rows,
     parse_json,
-    sparse_rows,
 )
 from app.registry import ModelRegistry, ServedModel
 from app.routers.rank import ERRORS
-from app.schemas import Document, EvalQuery, EvaluateRequest, EvaluateResponse
+from app.schemas import EvalQuery, EvaluateRequest, EvaluateResponse
 from app.settings import Settings
 from tunemix.serving import CONVENTION_NAMES, MAX_LABEL, EvaluationInputError, Measure
 from tunemix.serving import evaluate_offsets as evaluate
@@ -132,7 +131,8 @@ def _json_batch(req: EvaluateRequest, served: ServedModel | None, settings: Sett
         if has_features:
             if served is None:
                 raise input_error(f"{where}: features need a model to score them; set \"model\"")
-            r, ids = _candidate_rows(q.documents, q.docids, q.features, served.n_features, where)
+            r, ids = candidate_rows(q.documents, q.docids, q.features, served.n_features, where,
+                                    ids_field="docids", ids_required=False)
             check_ids(ids, where, "docid", settings.max_id_length)
             if r.shape[0] != n:
                 raise input_error(f"{where}: {r.shape[0]} documents but {n} labels")
@@ -167,26 +167,6 @@ def _json_batch(req: EvaluateRequest, served: ServedModel | None, settings: Sett
     else:
         batch.scores = np.concatenate(scores)
     return batch
-
-
-def _candidate_rows(documents: list[Document] | None, docids: list[Any] | None, features: list[list[float]] | None,
-                    d: int, where: str) -> tuple[npt.NDArray[np.float32], list[Any]]:
-    """(features (m, d), ids) of one query given as documents, or as columnar features (with
-    optional docids: without them the ids are 0..m-1)."""
-    if documents is not None:
-        if features is not None or docids is not None:
-            raise input_error(f"{where}: send either documents or docids + features, not both")
-        if not documents:
-            raise input_error(f"{where}: documents is empty; a query needs at least one candidate")
-        feats = [doc.features for doc in documents]
-        return sparse_rows(feats, d, where, "documents[{j}].features"), [doc.id for doc in documents]
-    assert features is not None
-    if docids is not None and len(docids) != len(features):
-        raise input_error(f"{where}: docids has {len(docids)} entries but features has {len(features)} rows")
-    if not features:
-        raise input_error(f"{where}: features is empty; a query needs at least one candidate")
-    return finite_rows(features, d, where, "features[{j}]"), list(docids) if docids is not None else list(
-        range(len(features)))
 
 
 def _results(batch: _Batch, measures: list[str], convention: str, per_query: bool) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ not be the same across systems. A system with ``scores`` is scored; one without 
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any
 
@@ -22,7 +23,7 @@ from app.parsing import CandidateLists, check_ids, check_limits, parse_json
 from app.routers.rank import ENCODER, ranked
 from app.schemas import ErrorResponse, FuseRequest, FuseResponse
 from app.settings import Settings
-from tunemix.serving import fuse_lists
+from tunemix.serving import competition_ranks, fuse_lists
 
 router = APIRouter(tags=["fusion"])
 
@@ -90,6 +91,12 @@ def _finite_scores(scores: list[float], where: str) -> npt.NDArray[np.float64]:
     return vals
 
 
+def applied_top_k(top_k: int | None, n_documents: int) -> int | None:
+    """``top_k`` as the fusion applies it: at most the number of documents (beyond it changes
+    nothing, and may not fit the kernels' 64-bit integers)."""
+    return None if top_k is None else min(top_k, max(n_documents, 1))
+
+
 def fuse_entries(req: FuseRequest, settings: Settings) -> tuple[CandidateLists, npt.NDArray[np.float64]]:
     """The fused score of every distinct id of every query (``training.ensemble.list_fusion``).
 
@@ -99,7 +106,7 @@ def fuse_entries(req: FuseRequest, settings: Settings) -> tuple[CandidateLists, 
     the bit, as the dense documents x systems matrix, without its memory. Condorcet compares
     documents pairwise and takes each query's matrix (bounded by ``CONDORCET_MAX_DOCS``)."""
     lists, rows, values = _entries(req, settings)
-    top_k = None if req.top_k is None else min(req.top_k, max(lists.n_documents, 1))
+    top_k = applied_top_k(req.top_k, lists.n_documents)
     fused = np.zeros(lists.n_documents, dtype=np.float64)
     if req.method == "condorcet":
         off = lists.offsets
@@ -120,19 +127,13 @@ def fuse_entries(req: FuseRequest, settings: Settings) -> tuple[CandidateLists, 
     docs = np.concatenate(rows)
     np.add.at(fused, docs, terms)  # in the entries' order: system by system, as the dense sum
     if req.method == "combmnz":
-        counted = np.ones(docs.shape[0], dtype=bool) if top_k is None else _in_top(column[:, 0], group, top_k)
+        if top_k is None:
+            counted = np.ones(docs.shape[0], dtype=bool)
+        else:  # an entry counts when it is in its system's top_k (competition ranks, as CombSUM's)
+            counted = np.concatenate([competition_ranks(column[lo:hi, 0]) <= top_k
+                                      for lo, hi in itertools.pairwise(group.tolist())])
         fused *= np.bincount(docs[counted], minlength=fused.shape[0])
     return lists, fused
-
-
-def _in_top(values: npt.NDArray[np.float64], group: npt.NDArray[np.int64], top_k: int) -> npt.NDArray[np.bool_]:
-    """Whether each entry is in its group's top_k: 1 + the number of strictly higher values <= top_k."""
-    out = np.empty(values.shape[0], dtype=bool)
-    for lo, hi in zip(group[:-1].tolist(), group[1:].tolist(), strict=True):
-        col = values[lo:hi]
-        higher = col.shape[0] - np.searchsorted(np.sort(col), col, side="right")
-        out[lo:hi] = higher + 1 <= top_k
-    return out
 
 
 @router.post(
@@ -151,7 +152,7 @@ async def fuse(request: Request, settings: SettingsDep) -> Response:
     def work() -> bytes:
         req = parse_json(FuseRequest, body)
         lists, fused = fuse_entries(req, settings)
-        top_k = None if req.top_k is None else min(req.top_k, max(lists.n_documents, 1))
+        top_k = applied_top_k(req.top_k, lists.n_documents)
         return ENCODER.encode({"method": req.method, "results": ranked(fused, lists, top_k),
                                "server_time_ms": round((time.perf_counter() - start) * 1e3, 3)})
 

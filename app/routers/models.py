@@ -13,25 +13,9 @@ from app.errors import ServiceError
 from app.openapi import body_spec
 from app.parsing import parse_json
 from app.schemas import ErrorResponse, ModelsResponse, ReloadRequest, ReloadResponse
-from tunemix.serving import list_versions
+from tunemix.serving import versions_on_disk
 
 router = APIRouter(prefix="/models", tags=["models"])
-
-
-def _on_disk(models_dir: Any) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    try:
-        children = sorted(p for p in models_dir.iterdir() if p.is_dir())
-    except OSError:
-        return out
-    for child in children:
-        try:
-            versions = list_versions(models_dir, child.name)
-        except ValueError:
-            continue
-        if versions:
-            out[child.name] = versions
-    return out
 
 
 @router.get("", summary="Served models and the versions on disk", response_model=ModelsResponse)
@@ -40,7 +24,7 @@ async def list_models(registry: RegistryDep) -> dict[str, Any]:
     return {
         "default": registry.default_model,
         "models": [s.summary() for s in served if s is not None],
-        "on_disk": await in_thread(_on_disk, registry.models_dir),
+        "on_disk": await in_thread(versions_on_disk, registry.models_dir),
     }
 
 

@@ -59,12 +59,11 @@ from app.letor import letor_lists
 from app.openapi import msgspec_body_spec
 from app.parsing import (
     CandidateLists,
+    candidate_rows,
     check_ids,
     check_limits,
     check_sparse_keys_once,
     decode_json,
-    finite_rows,
-    sparse_rows,
 )
 from app.registry import ServedModel
 from app.schemas import ErrorResponse, RankResponse
@@ -151,7 +150,7 @@ def rank_lists(req: RankRequest, d: int, settings: Settings) -> CandidateLists:
     ids: list[Any] = []
     for i, q in enumerate(req.queries):
         where = query_label(i, q.qid)
-        rows, q_ids = _query_rows(q, d, where)
+        rows, q_ids = candidate_rows(q.documents, q.ids, q.features, d, where)
         check_ids(q_ids, where, "id", settings.max_id_length)
         blocks.append(rows)
         ids.extend(q_ids)
@@ -161,26 +160,6 @@ def rank_lists(req: RankRequest, d: int, settings: Settings) -> CandidateLists:
     np.cumsum(sizes, out=offsets[1:])
     features = blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=0)
     return CandidateLists(features=np.ascontiguousarray(features), offsets=offsets, qids=qids, ids=ids)
-
-
-def _query_rows(q: RankQuery, d: int, where: str) -> tuple[npt.NDArray[np.float32], list[Any]]:
-    if q.documents is not None:
-        if q.ids is not None or q.features is not None:
-            raise input_error(f"{where}: send either documents or ids + features, not both")
-        if not q.documents:
-            raise input_error(f"{where}: documents is empty; a query needs at least one candidate")
-        feats = [doc.features for doc in q.documents]
-        ids = [doc.id for doc in q.documents]
-        if all(type(f) is list for f in feats):
-            return finite_rows(feats, d, where, "documents[{j}].features"), ids  # type: ignore[arg-type]
-        return sparse_rows(feats, d, where, "documents[{j}].features"), ids
-    if q.features is None or q.ids is None:
-        raise input_error(f"{where}: no candidates; send documents, or ids + features (both)")
-    if len(q.ids) != len(q.features):
-        raise input_error(f"{where}: ids has {len(q.ids)} entries but features has {len(q.features)} rows")
-    if not q.features:
-        raise input_error(f"{where}: features is empty; a query needs at least one candidate")
-    return finite_rows(q.features, d, where, "features[{j}]"), q.ids
 
 
 # ---------------------------------------------------------------------------- 5. ranking and the answer
@@ -212,33 +191,34 @@ def ranked(scores: npt.NDArray[np.float64], lists: CandidateLists, top_k: int | 
            head: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]] | None = None,
            options: Options = Options()) -> list[RankedQuery]:
     """Each query's documents best first (a stable sort: ties keep the posted order; NaN last).
-    With ``head`` (grade probabilities (n, K), expected grades (n,)): each document's relevance
-    when ``options.relevance``, and each list cut where the estimates fall below the thresholds
-    (they never rise down a list, so the cut keeps a prefix of the ranking)."""
+    With ``head`` (grade probabilities (n, K), expected grades (n,)): each list cut where the
+    estimates fall below the thresholds (they never rise down a list, so the cut keeps a prefix
+    of the ranking), and each document's relevance when ``options.relevance``."""
     out = []
     off = lists.offsets.tolist()
     ids = lists.ids
+    with_relevance = head is not None and options.relevance
     for q, qid in enumerate(lists.qids):
         lo, hi = off[q], off[q + 1]
         s = scores[lo:hi]
         order = np.argsort(-s, kind="stable")[:top_k]
-        if head is None:
-            out.append(RankedQuery(qid=qid, n_documents=hi - lo, ranking=[
-                RankedDocument(id=ids[lo + j], score=v, rank=r)
-                for r, (j, v) in enumerate(zip(order.tolist(), s[order].tolist(), strict=True), start=1)]))
-            continue
-        probs, expected = head[0][lo:hi], head[1][lo:hi]
-        keep = np.ones(order.shape[0], dtype=bool)
-        if options.min_relevance is not None:
-            keep &= expected[order] >= options.min_relevance
-        if options.min_probability is not None:
-            keep &= 1.0 - probs[order, 0] >= options.min_probability
-        order = order[: int(np.argmin(keep)) if not keep.all() else order.shape[0]]
-        out.append(RankedQuery(qid=qid, n_documents=hi - lo, ranking=[
-            RankedDocument(id=ids[lo + j], score=float(s[j]), rank=r,
-                           relevance=float(expected[j]) if options.relevance else None,
-                           probabilities=probs[j].tolist() if options.relevance else None)
-            for r, j in enumerate(order.tolist(), start=1)]))
+        probs, expected = (head[0][lo:hi], head[1][lo:hi]) if head is not None else (None, None)
+        if probs is not None and expected is not None:
+            keep = np.ones(order.shape[0], dtype=bool)
+            if options.min_relevance is not None:
+                keep &= expected[order] >= options.min_relevance
+            if options.min_probability is not None:
+                keep &= 1.0 - probs[order, 0] >= options.min_probability
+            order = order[: order.shape[0] if keep.all() else int(np.argmin(keep))]
+        rows, values = order.tolist(), s[order].tolist()
+        if with_relevance and probs is not None and expected is not None:
+            ranking = [RankedDocument(id=ids[lo + j], score=v, rank=r, relevance=e, probabilities=p)
+                       for r, (j, v, e, p) in enumerate(zip(rows, values, expected[order].tolist(),
+                                                            probs[order].tolist(), strict=True), start=1)]
+        else:
+            ranking = [RankedDocument(id=ids[lo + j], score=v, rank=r)
+                       for r, (j, v) in enumerate(zip(rows, values, strict=True), start=1)]
+        out.append(RankedQuery(qid=qid, n_documents=hi - lo, ranking=ranking))
     return out
 
 

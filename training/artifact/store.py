@@ -35,7 +35,7 @@ SCHEMA_VERSION = 2
 READABLE_SCHEMA_VERSIONS = (1, 2)
 MANIFEST = "manifest.json"
 ARRAYS = "arrays.npz"
-_VERSION_RE = re.compile(r"^v(\d+)$")
+_VERSION_RE = re.compile(r"v([0-9]{1,9})")  # fullmatch: v1, v2, ... (ASCII digits)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 REQUIRED_KEYS = ("schema_version", "name", "version", "n_features", "arrays")
 
@@ -110,6 +110,33 @@ def check_name(name: str) -> str:
             f"model name {name!r} must start with a letter or digit and contain only letters, digits, '.', '_', '-'"
         )
     return name
+
+
+def check_version(version: str) -> str:
+    """``version`` if it is a version name (``v1``, ``v2`` ...), else ValueError."""
+    if not isinstance(version, str) or not _VERSION_RE.fullmatch(version):
+        raise ValueError(f"{str(version)[:40]!r} is not a version name (v1, v2, ...)")
+    return version
+
+
+def versions_on_disk(models_dir: str | os.PathLike[str]) -> dict[str, list[str]]:
+    """Every model under ``models_dir`` with at least one complete version, by name (sorted),
+    its versions oldest first; an unreadable directory or an entry that is no model name is left
+    out."""
+    root = Path(models_dir)
+    try:
+        children = sorted(p.name for p in root.iterdir() if p.is_dir())
+    except OSError:
+        return {}
+    out: dict[str, list[str]] = {}
+    for child in children:
+        try:
+            versions = list_versions(root, child)
+        except (ValueError, OSError):
+            continue
+        if versions:
+            out[child] = versions
+    return out
 
 
 def list_versions(models_dir: str | os.PathLike[str], name: str) -> list[str]:

@@ -9,7 +9,7 @@ import logging
 import numpy as np
 import numpy.typing as npt
 
-from training.scoring.relevance_head import HeadInputs, RelevanceHead, sigmoid, softplus
+from training.scoring.relevance_head import HeadInputs, RelevanceHead, softplus
 
 log = logging.getLogger(__name__)
 
@@ -43,14 +43,10 @@ def fit_relevance_head(inputs: HeadInputs, labels: npt.ArrayLike, n_grades: int)
     steps = np.maximum(np.diff(start_theta), 1e-3)
     p0 = np.concatenate([[0.5, 0.0, 0.0, 0.0, 0.0, 0.0], [start_theta[0]], np.log(np.expm1(steps))])
 
+    rows = np.arange(y.shape[0])
+
     def nll(p: npt.NDArray[np.float64]) -> float:
-        head = _unpack(p, k, means, scales)
-        eta = head.eta(inputs)
-        upper = np.concatenate([[np.inf], head.theta])[y]  # theta_y (theta_0 = -inf in cumulative terms)
-        lower = np.concatenate([head.theta, [np.inf]])[y]  # theta_{y+1}
-        p_ge = np.where(np.isinf(upper), 1.0, sigmoid(eta - np.where(np.isinf(upper), 0.0, upper)))
-        p_gt = np.where(np.isinf(lower), 0.0, sigmoid(eta - np.where(np.isinf(lower), 0.0, lower)))
-        like = np.clip(p_ge - p_gt, 1e-12, 1.0)
+        like = np.clip(_unpack(p, k, means, scales).probabilities(inputs)[rows, y], 1e-12, 1.0)
         return float(-np.log(like).mean() + RIDGE * np.sum(p[:6] ** 2))
 
     res = minimize(nll, p0, method="L-BFGS-B", options={"maxiter": 500})
@@ -83,7 +79,11 @@ def reliability(pred: npt.ArrayLike, outcome: npt.ArrayLike, bins: int = ECE_BIN
 
 def expected_calibration_error(pred: npt.ArrayLike, outcome: npt.ArrayLike, bins: int = ECE_BINS) -> float:
     """sum_b (n_b / n) |mean prediction_b - observed frequency_b| over equal-width bins."""
-    r = reliability(pred, outcome, bins)
+    return _ece(reliability(pred, outcome, bins))
+
+
+def _ece(r: dict[str, list[float]]) -> float:
+    """The expected calibration error of a ``reliability`` table."""
     n = float(np.sum(r["count"]))
     return float(sum(c / n * abs(p - o) for p, o, c in zip(r["predicted"], r["observed"], r["count"], strict=True)))
 
@@ -105,14 +105,15 @@ def relevance_metrics(probabilities: npt.ArrayLike, labels: npt.ArrayLike) -> di
         sel = p_rel > t
         shares[f"above_{t}"] = {"documents": int(sel.sum()),
                                 "share_relevant": float((y[sel] >= 1).mean()) if sel.any() else None}
+    rel_relevant, rel_top = reliability(p_rel, y >= 1), reliability(top, y == k - 1)
     return {
         "documents": int(y.shape[0]),
         "brier": float(np.mean(np.sum((p - onehot) ** 2, axis=1))),
         "log_loss": float(-np.mean(np.log(np.clip(p[np.arange(y.shape[0]), y], 1e-15, 1.0)))),
-        "ece_relevant": expected_calibration_error(p_rel, y >= 1),
-        "ece_top": expected_calibration_error(top, y == k - 1),
+        "ece_relevant": _ece(rel_relevant),
+        "ece_top": _ece(rel_top),
         "rmse_expected_grade": float(np.sqrt(np.mean((expected - y) ** 2))),
-        "reliability_relevant": reliability(p_rel, y >= 1),
-        "reliability_top": reliability(top, y == k - 1),
+        "reliability_relevant": rel_relevant,
+        "reliability_top": rel_top,
         "share_relevant_above": shares,
     }

@@ -27,7 +27,7 @@ from training.ensemble import fusion_kernels as fk
 FUSION_METHODS = ("rrf", "combsum", "combmnz", "condorcet")
 
 
-def _competition_ranks(col: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+def competition_ranks(col: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
     """1 + the number of strictly higher values (ties share the best position)."""
     sorted_desc = np.sort(col)
     return (col.shape[0] - np.searchsorted(sorted_desc, col, side="right") + 1).astype(np.int64)
@@ -80,7 +80,7 @@ def fuse_lists(
             filled[lo:hi, m] = np.where(got, col, col[got].min())
             if top_k is not None:
                 ranks = np.zeros(hi - lo, dtype=np.int64)
-                ranks[got] = _competition_ranks(col[got])
+                ranks[got] = competition_ranks(col[got])
                 in_top[lo:hi, m] = got & (ranks <= top_k)
     total = fk.comb_scores(filled, off, 0 if top_k is None else int(top_k), False)
     if method == "combsum":

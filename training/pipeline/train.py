@@ -311,19 +311,15 @@ def fit_head(prep: Prepared, model: EnsembleModel) -> dict[str, Any]:
     measure it on the test queries when there are some, else on validation. A fit that fails is
     logged and recorded; the model then has no head and ranks as before."""
     from training.calibration.relevance_fit import fit_relevance_head, relevance_metrics
-    from training.scoring.relevance_head import head_inputs
 
     vali = prep.vali
     try:
-        member = model.member_scores(vali.features, vali.query_offsets)
-        scores = np.asarray(model.mixer.transform(member, vali.query_offsets), dtype=np.float64)
-        inputs = head_inputs(scores, member, model.mix_weights(), vali.query_offsets)
+        _, inputs = model.relevance_inputs(vali.features, vali.query_offsets)
         model.relevance_head = fit_relevance_head(inputs, vali.labels, prep.n_labels)
     except (ValueError, np.linalg.LinAlgError) as exc:
         log.warning("no relevance head: %s", exc)
         return {"error": str(exc)}
-    split = "test" if prep.test is not None and prep.test.n_docs else "vali"
-    data = prep.test if split == "test" and prep.test is not None else vali
+    data, split = (prep.test, "test") if prep.test is not None and prep.test.n_docs else (vali, "vali")
     _, probs, _ = model.score_and_relevance(data.features, data.query_offsets)
     return {"fitted_on": "vali", "measured_on": split, "params": model.relevance_head.to_params(),
             **relevance_metrics(probs, data.labels)}

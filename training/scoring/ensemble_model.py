@@ -56,7 +56,7 @@ from training.ensemble.registry import mixer_from_params
 from training.scoring import calibration_step, forest
 from training.scoring.calibration_step import CalibrationStep
 from training.scoring.forest import FlatForest, run_on_threads, score_forest
-from training.scoring.relevance_head import RelevanceHead, head_inputs
+from training.scoring.relevance_head import HeadInputs, RelevanceHead, head_inputs
 
 EXTRA_VIEWS = ("raw+std", "raw+white")
 
@@ -350,6 +350,11 @@ class EnsembleModel:
         x, off = self._check(features, query_offsets)
         if x.shape[0] == 0:
             return np.zeros(0, dtype=np.float64)
+        return self._mixed(x, off, timings)[1]
+
+    def _mixed(self, x: np.ndarray, off: np.ndarray, timings: dict[str, float] | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """(calibrated member scores (n, M), mixed scores (n,)) of checked arrays."""
         t0 = time.perf_counter()
         wide = self._wide(x, off)
         t1 = time.perf_counter()
@@ -360,12 +365,19 @@ class EnsembleModel:
         out = np.asarray(self.mixer.transform(member, off), dtype=np.float64)
         if timings is not None:
             timings.update(views=t1 - t0, forest=t2 - t1, calibrators=t3 - t2, mixer=time.perf_counter() - t3)
-        return out
+        return member, out
 
     def mix_weights(self) -> np.ndarray | None:
         """The mixer's member weights where it has them (the exponential forecaster), else None."""
         w = getattr(self.mixer, "weights_", None)
         return None if w is None else np.asarray(w, dtype=np.float64)
+
+    def relevance_inputs(self, features: npt.ArrayLike, query_offsets: npt.ArrayLike) -> tuple[np.ndarray, HeadInputs]:
+        """(scores (n,), what the relevance head reads of them) in one pass: the trainer fits the
+        head on these, ``score_and_relevance`` applies it."""
+        x, off = self._check(features, query_offsets)
+        member, scores = self._mixed(x, off)
+        return scores, head_inputs(scores, member, self.mix_weights(), off)
 
     def score_and_relevance(self, features: npt.ArrayLike, query_offsets: npt.ArrayLike
                             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -373,11 +385,8 @@ class EnsembleModel:
         gives it and the relevance head's estimates (ValueError when the model has no head)."""
         if self.relevance_head is None:
             raise ValueError("this model has no relevance head (trained before heads existed): retrain it")
-        x, off = self._check(features, query_offsets)
-        member = self._calibrate(self._sums(self._wide(x, off)))
-        scores = np.asarray(self.mixer.transform(member, off), dtype=np.float64)
-        inputs = head_inputs(scores, member, self.mix_weights(), off)
-        return scores, self.relevance_head.probabilities(inputs), self.relevance_head.expected(inputs)
+        scores, inputs = self.relevance_inputs(features, query_offsets)
+        return (scores, *self.relevance_head.estimate(inputs))
 
     def warm_up(self, *, serial: bool = True, parallel: bool = True) -> None:
         """Compile (or load from numba's cache) the kernels this model's scoring reaches: the
@@ -440,8 +449,7 @@ class EnsembleModel:
             model = cls(n_features=int(doc["n_features"]), extra_views=doc["extra_views"], forest=forest,
                         runs=runs, members=members, mixer=mixer, linear=linear)
             if doc.get("relevance_head") is not None:
-                head = RelevanceHead.from_params(doc["relevance_head"])
-                model.relevance_head = head
+                model.relevance_head = RelevanceHead.from_params(doc["relevance_head"])
             return model
         except ArtifactError:
             raise

@@ -109,19 +109,24 @@ class RelevanceHead:
         """P(y >= k) for k = 1..K-1, (n, K-1), each column non-increasing down a ranking."""
         return sigmoid(self.eta(x)[:, None] - self.theta[None, :])
 
-    def probabilities(self, x: HeadInputs) -> FloatArray:
-        """P(y = k) for k = 0..K-1, (n, K): rows sum to 1, entries in [0, 1]."""
+    def estimate(self, x: HeadInputs) -> tuple[FloatArray, FloatArray]:
+        """(P(y = k) for k = 0..K-1 (n, K): rows sum to 1, entries in [0, 1]; E[y] = sum_k
+        P(y >= k) (n,)) from one pass over the cumulative probabilities."""
         cum = self.cumulative(x)
         n = cum.shape[0]
         upper = np.concatenate([np.ones((n, 1)), cum], axis=1)
         lower = np.concatenate([cum, np.zeros((n, 1))], axis=1)
-        p: FloatArray = np.clip(upper - lower, 0.0, 1.0)
-        return p
+        probs: FloatArray = np.clip(upper - lower, 0.0, 1.0)
+        expected: FloatArray = cum.sum(axis=1)
+        return probs, expected
+
+    def probabilities(self, x: HeadInputs) -> FloatArray:
+        """P(y = k) for k = 0..K-1, (n, K) (``estimate``)."""
+        return self.estimate(x)[0]
 
     def expected(self, x: HeadInputs) -> FloatArray:
-        """E[y] = sum_k P(y >= k)."""
-        out: FloatArray = self.cumulative(x).sum(axis=1)
-        return out
+        """E[y] = sum_k P(y >= k) (``estimate``)."""
+        return self.estimate(x)[1]
 
     # ------------------------------------------------------------------ storage (plain numbers)
     def to_params(self) -> dict[str, Any]:
