@@ -1,0 +1,68 @@
+"""/rank's answer in-process: ranking and encoding (``app.routers.rank.ranked`` + msgspec) of 100
+and 1,000 documents (one query, and 20 queries of 50), without and with the relevance fields.
+
+    python -m bench.bench_answer [--repeat 300]
+
+Median ms over ``--repeat`` calls (a third of it for 1,000 documents). JSON:
+bench/results/answer.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from bench.common import write_result
+
+
+def _median_ms(fn: Callable[[], Any], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return round(statistics.median(times) * 1e3, 4)
+
+
+def main() -> int:
+    from app.parsing import CandidateLists
+    from app.routers.rank import ENCODER, Options, RankAnswer, ranked
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=300)
+    args = ap.parse_args()
+    rng = np.random.default_rng(0)
+    out: dict[str, Any] = {}
+    for n, n_queries in ((100, 1), (1000, 1), (1000, 20)):
+        off = np.arange(0, n + 1, n // n_queries, dtype=np.int64)
+        lists = CandidateLists(features=np.zeros((n, 1), np.float32), offsets=off,
+                               qids=[f"q{i}" for i in range(n_queries)], ids=[f"d{i}" for i in range(n)])
+        scores = rng.normal(size=n)
+        probs = rng.dirichlet([1.0, 1.0, 1.0], size=n)
+        head = (probs, probs @ np.arange(3.0))
+
+        def plain(s: np.ndarray = scores, ls: CandidateLists = lists) -> bytes:
+            return ENCODER.encode(RankAnswer(model="m", version="v1", results=ranked(s, ls, None), server_time_ms=1.0))
+
+        def relevance(s: np.ndarray = scores, ls: CandidateLists = lists, h: Any = head) -> bytes:
+            return ENCODER.encode(RankAnswer(model="m", version="v1", server_time_ms=1.0,
+                                             results=ranked(s, ls, None, h, Options(relevance=True))))
+
+        rep = args.repeat if n <= 100 else max(args.repeat // 3, 10)
+        out[f"docs_{n}_queries_{n_queries}"] = {"plain_ms": _median_ms(plain, rep),
+                                                "relevance_ms": _median_ms(relevance, rep),
+                                                "bytes_plain": len(plain()), "bytes_relevance": len(relevance())}
+        print(n, n_queries, out[f"docs_{n}_queries_{n_queries}"], flush=True)
+    path = write_result("answer", {"command": "python -m bench.bench_answer " + " ".join(sys.argv[1:]), **out})
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
