@@ -1,60 +1,84 @@
-"""Fitting the relevance head (``training.scoring.relevance_head``) on the validation queries
-after the mix: maximum likelihood of the cumulative-logit model with scipy's L-BFGS-B, a small
-ridge on everything but the thresholds. Training only (scipy)."""
+"""Training the relevance head (``training.scoring.relevance_head``) and measuring probabilities
+against grades. Training only (LightGBM through ``training.learners.mcrank``).
+
+The head's models are McRank multiclass models, one per point of a small grid of tree sizes and
+leaf minimums (``RelevanceConfig``), each trained on the whole training set and stopped early on
+the validation queries' log loss; the head averages their class probabilities. Small trees and
+large leaves are in the grid for small or noisy data, larger trees for data with more to learn;
+averaging differently regularised models gives better probabilities than any one of them
+(measured: ``bench/bench_relevance.py``)."""
 
 from __future__ import annotations
 
 import logging
+import time
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from training.scoring.relevance_head import HeadInputs, RelevanceHead, softplus
+from training.data.dataset import RankingData
+from training.learners.label_groups import identity_grouping
+from training.learners.mcrank import McRank
+from training.scoring.forest import concatenate
+from training.scoring.relevance_head import RelevanceHead
 
 log = logging.getLogger(__name__)
 
-#: ridge on the slopes and offsets (the thresholds are free)
-RIDGE = 1e-3
+
+class HeadSettings(Protocol):
+    """The head's models (the ``[relevance]`` table, ``training.pipeline.config.RelevanceConfig``):
+    every (n_leaves, min_data_in_leaf) pair of the two lists is one McRank multiclass model with
+    ``learning_rate``, at most ``max_iterations`` iterations, stopped after ``patience``
+    iterations without a lower validation log loss; the head keeps the models whose validation
+    log loss is within ``keep_within`` (relative) of the best one's."""
+
+    n_leaves: list[int]
+    min_data_in_leaf: list[int]
+    learning_rate: float
+    max_iterations: int
+    patience: int
+    keep_within: float
 
 
-def _unpack(p: npt.NDArray[np.float64], k: int, means: np.ndarray, scales: np.ndarray) -> RelevanceHead:
-    theta = p[6] + np.concatenate([[0.0], np.cumsum(softplus(p[7:7 + k - 2]))])
-    return RelevanceHead(n_grades=k, a=p[0:2].copy(), g=float(p[2]), b=p[3:6].copy(), theta=theta,
-                         means=means, scales=scales)
-
-
-def fit_relevance_head(inputs: HeadInputs, labels: npt.ArrayLike, n_grades: int) -> RelevanceHead:
-    """The head that maximises the likelihood of ``labels`` (grades 0..n_grades-1; larger grades
-    count as the top one) given ``inputs`` (``relevance_head.head_inputs`` of the validation
-    queries' mixed and member scores)."""
-    from scipy.optimize import minimize
-
-    y = np.minimum(np.asarray(labels, dtype=np.int64), n_grades - 1)
+def fit_relevance_head(train: RankingData, vali: RankingData, n_grades: int, settings: HeadSettings,
+                       *, seed: int = 0, n_threads: int = 1) -> RelevanceHead:
+    """The head for grades 0..n_grades-1 (larger grades count as the top one): its models trained
+    on ``train`` and stopped early on ``vali`` (both need documents)."""
     if n_grades < 2:
         raise ValueError("the relevance head needs at least two grades")
-    raw = np.column_stack([inputs.query, inputs.r_tilde])
-    means = raw.mean(axis=0)
-    scales = raw.std(axis=0)
-    scales = np.where(scales > 1e-12, scales, 1.0)
-    k = n_grades
-    counts = np.bincount(y, minlength=k).astype(np.float64) + 1.0
-    cum_share = np.clip(1.0 - np.cumsum(counts)[:-1] / counts.sum(), 1e-4, 1 - 1e-4)  # P(y >= k), k = 1..K-1
-    start_theta = -np.log(cum_share / (1.0 - cum_share))
-    steps = np.maximum(np.diff(start_theta), 1e-3)
-    p0 = np.concatenate([[0.5, 0.0, 0.0, 0.0, 0.0, 0.0], [start_theta[0]], np.log(np.expm1(steps))])
-
-    rows = np.arange(y.shape[0])
-
-    def nll(p: npt.NDArray[np.float64]) -> float:
-        like = np.clip(_unpack(p, k, means, scales).probabilities(inputs)[rows, y], 1e-12, 1.0)
-        return float(-np.log(like).mean() + RIDGE * np.sum(p[:6] ** 2))
-
-    res = minimize(nll, p0, method="L-BFGS-B", options={"maxiter": 500})
-    if not np.all(np.isfinite(res.x)):
-        raise ValueError(f"the relevance head's fit diverged: {res.message}")
-    head = _unpack(res.x, k, means, scales)
-    log.info("relevance head fitted on %d documents: log loss %.4f (%s)", y.shape[0], res.fun, res.message)
-    return head
+    if train.n_docs == 0 or vali.n_docs == 0:
+        raise ValueError("the relevance head needs training and validation documents")
+    top = n_grades - 1
+    y_train = np.minimum(train.labels, top)
+    y_vali = np.minimum(vali.labels, top)
+    trained = []
+    for i, (leaves, min_leaf) in enumerate((a, b) for a in settings.n_leaves for b in settings.min_data_in_leaf):
+        t0 = time.perf_counter()
+        mc = McRank(variant="multiclass", n_leaves=leaves, learning_rate=settings.learning_rate,
+                    n_iterations=settings.max_iterations, min_data_in_leaf=min_leaf, seed=seed + i, n_threads=n_threads)
+        mc.fit(train.features, y_train, label_grouping=identity_grouping(n_grades), eval_set=(vali.features, y_vali),
+               early_stopping_rounds=settings.patience)
+        loss = float(mc.best_loss_ if mc.best_loss_ is not None else np.inf)
+        info = {"n_leaves": leaves, "min_data_in_leaf": min_leaf, "learning_rate": settings.learning_rate,
+                "iterations": mc.best_iteration_, "validation_log_loss": loss,
+                "seconds": round(time.perf_counter() - t0, 3)}
+        trained.append((mc, loss, info))
+    best = min(loss for _, loss, _ in trained)
+    forests, models, bounds = [], [], [0]
+    for i, (mc, loss, info) in enumerate(trained):
+        kept = loss <= best * (1.0 + settings.keep_within)
+        log.info("relevance head model %d: %d leaves, leaves of >= %d documents, %d iterations, validation log "
+                 "loss %.4f%s", i + 1, info["n_leaves"], info["min_data_in_leaf"], info["iterations"],
+                 info["validation_log_loss"], "" if kept else f" (left out: more than {settings.keep_within:.0%} "
+                 "above the best)")
+        if kept:
+            forest = mc.to_forest()
+            forests.append(forest)
+            bounds.append(bounds[-1] + forest.n_base)
+            models.append(info)
+    return RelevanceHead(n_grades=n_grades, forest=concatenate(forests), bounds=np.asarray(bounds, dtype=np.int64),
+                         models=models)
 
 
 #: equal-width bins of the expected calibration error and the reliability diagram

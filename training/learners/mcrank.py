@@ -101,7 +101,13 @@ class McRank:
         self.time_budget_s = time_budget_s
 
     def fit(self, features: npt.ArrayLike, labels: npt.ArrayLike, *, label_grouping: LabelGrouping | None = None,
-            on_iteration: Callable[[int], None] | None = None) -> Self:
+            on_iteration: Callable[[int], None] | None = None,
+            eval_set: tuple[npt.ArrayLike, npt.ArrayLike] | None = None, early_stopping_rounds: int = 50) -> Self:
+        """Train on ``features`` and ``labels``. With ``eval_set`` (features, labels; multiclass
+        only) training stops once the eval set's log loss has not improved for
+        ``early_stopping_rounds`` iterations; ``best_iteration_`` is the iteration of the lowest
+        loss (``best_loss_``), the one :meth:`to_forest` keeps (``n_iterations_`` then counts
+        every iteration trained)."""
         import lightgbm as lgb
 
         if self.variant not in VARIANTS:
@@ -123,12 +129,29 @@ class McRank:
         else:
             targets = [(y <= c).astype(np.float64) for c in range(k - 1)]
             params = [lightgbm_params(objective="binary", **common) for _ in range(k - 1)]  # type: ignore[arg-type]
+        if eval_set is not None and self.variant != "multiclass":
+            raise ValueError("early stopping on an eval set needs the multiclass variant")
         budget = None if self.time_budget_s is None else self.time_budget_s / len(targets)
         self.boosters_ = []
+        self.best_iteration_: int | None = None
+        self.best_loss_: float | None = None
         for target, p in zip(targets, params, strict=True):
             callbacks = budget_callback(budget, on_iteration if len(targets) == 1 else None)
             ds = lgb.Dataset(x, target, params={"max_bin": p["max_bin"], "verbose": -1}, free_raw_data=True)
-            self.boosters_.append(lgb.train(p, ds, num_boost_round=int(self.n_iterations), callbacks=callbacks))
+            valid: dict[str, Any] = {}
+            if eval_set is not None:
+                ex = np.ascontiguousarray(eval_set[0], dtype=np.float32)
+                ey = grouping.apply(np.asarray(eval_set[1], dtype=np.int64))
+                valid = {"valid_sets": [lgb.Dataset(ex, ey, reference=ds)], "valid_names": ["eval"]}
+                callbacks.append(lgb.early_stopping(int(early_stopping_rounds), first_metric_only=True, verbose=False))
+                p = {**p, "metric": "multi_logloss"}
+            booster = lgb.train(p, ds, num_boost_round=int(self.n_iterations), callbacks=callbacks, **valid)
+            self.boosters_.append(booster)
+            if eval_set is not None:
+                self.best_iteration_ = int(booster.best_iteration) or booster.current_iteration()
+                self.best_loss_ = float(booster.best_score["eval"]["multi_logloss"])
+                if self.best_iteration_ < booster.current_iteration():
+                    self.stop_reason_ = "early_stopping"
             if callbacks[0].stopped:
                 self.stop_reason_ = "time_budget"
         if on_iteration is not None and len(targets) > 1:
@@ -159,8 +182,12 @@ class McRank:
         return {"num_tree_per_iteration": len(dumps), "tree_info": trees, "max_feature_idx": self.n_features_in_ - 1}
 
     def to_forest(self) -> FlatForest:
-        """The model as a ``FlatForest`` with ``n_outputs_`` outputs and ``n_outputs_`` bases per iteration."""
-        return lightgbm_to_forest(self._dump(), n_features=self.n_features_in_)
+        """The model as a ``FlatForest`` with ``n_outputs_`` outputs and ``n_outputs_`` bases per
+        iteration (after early stopping: up to ``best_iteration_``)."""
+        forest = lightgbm_to_forest(self._dump(), n_features=self.n_features_in_)
+        if self.best_iteration_ is not None:
+            forest = forest.truncate(self.best_iteration_ * self.n_outputs_)
+        return forest
 
     def decision_function(self, features: npt.ArrayLike, num_iteration: int | None = None) -> np.ndarray:
         """LightGBM's own raw scores, (n, n_outputs_) (the reference the forest must reproduce)."""

@@ -47,6 +47,11 @@ was made. Example (see ``configs/`` for complete files)::
     [run]
     backend = "loky"
     n_jobs = 2
+
+    [relevance]                 # the relevance head (what the scores mean); these are the defaults
+    enabled = true
+    n_leaves = [4, 7, 15, 31]
+    min_data_in_leaf = [20, 50, 100]
 """
 
 from __future__ import annotations
@@ -150,6 +155,24 @@ class RunConfig:
 
 
 @dataclass
+class RelevanceConfig:
+    """``[relevance]``: the relevance head (``training.scoring.relevance_head``). Its models are
+    McRank multiclass models, one per (n_leaves, min_data_in_leaf) pair, each stopped early on
+    the validation queries' log loss; the head averages the probabilities of those within
+    ``keep_within`` of the best validation log loss."""
+
+    enabled: bool = True
+    n_leaves: list[int] = field(default_factory=lambda: [4, 7, 15, 31])
+    min_data_in_leaf: list[int] = field(default_factory=lambda: [20, 50, 100])
+    learning_rate: float = 0.05
+    max_iterations: int = 1000
+    patience: int = 50
+    # models whose validation log loss is more than this (relative) above the best one's are left
+    # out (on small data the large-leaf models barely learn)
+    keep_within: float = 0.02
+
+
+@dataclass
 class TrainConfig:
     name: str = "default"
     seed: int = 0
@@ -157,6 +180,7 @@ class TrainConfig:
     members: MembersConfig = field(default_factory=MembersConfig)
     mixer: MixerConfig = field(default_factory=MixerConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    relevance: RelevanceConfig = field(default_factory=RelevanceConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -219,7 +243,7 @@ def _build(cls: type, raw: Any, where: str, source: str = "config") -> Any:
     hints = typing.get_type_hints(cls)
     kwargs = {}
     nested = {"data": DataConfig, "members": MembersConfig, "mixer": MixerConfig, "run": RunConfig,
-              "synthetic": SyntheticData}
+              "relevance": RelevanceConfig, "synthetic": SyntheticData}
     for key, value in raw.items():
         if key in nested and isinstance(value, dict):
             kwargs[key] = _build(nested[key], value, f"{where}.{key}" if where else key, source)
@@ -306,6 +330,15 @@ def validate(cfg: TrainConfig, *, require_data: bool = True) -> TrainConfig:
     _require(r.n_jobs >= 1, "[run] n_jobs must be at least 1")
     _require(0.0 < r.calibration_fraction < 1.0, "[run] calibration_fraction must be in (0, 1)")
     _require(r.time_budget_s is None or r.time_budget_s > 0, "[run] time_budget_s must be positive")
+    h = cfg.relevance
+    _require(bool(h.n_leaves) and all(v >= 2 for v in h.n_leaves),
+             "[relevance] n_leaves must be a non-empty list of integers >= 2")
+    _require(bool(h.min_data_in_leaf) and all(v >= 1 for v in h.min_data_in_leaf),
+             "[relevance] min_data_in_leaf must be a non-empty list of integers >= 1")
+    _require(0.0 < h.learning_rate <= 1.0, "[relevance] learning_rate must be in (0, 1]")
+    _require(h.max_iterations >= 1, "[relevance] max_iterations must be at least 1")
+    _require(h.patience >= 1, "[relevance] patience must be at least 1")
+    _require(h.keep_within >= 0, "[relevance] keep_within must be >= 0")
     return cfg
 
 

@@ -127,8 +127,12 @@ def relevance_lines(record: dict[str, Any]) -> list[str]:
         return ["## What the scores mean", "", f"No relevance head: {rh['error']}.", ""]
     split = {"test": "test", "vali": "validation"}[rh["measured_on"]]
     lines = ["## What the scores mean", "",
-             f"The relevance head (fitted on the validation queries after the mix) gives every document P(y = k) "
-             f"and E[y], comparable across queries. On the {split} queries ({rh['documents']} documents): "
+             f"The relevance head gives every document P(y = k) and E[y], comparable across queries and in the "
+             f"ranking's order: {len(rh.get('models', []))} McRank models trained on the training set and stopped "
+             f"early on the validation queries (their iterations: "
+             f"{', '.join(str(m['iterations']) for m in rh.get('models', []))}), their class probabilities "
+             f"averaged and handed out within each query in the ranking's order. On the {split} queries "
+             f"({rh['documents']} documents): "
              f"Brier score {_fmt(rh['brier'])}, log loss {_fmt(rh['log_loss'])}, expected calibration error of "
              f"P(y >= 1) {_fmt(rh['ece_relevant'])} and of P(y = top grade) {_fmt(rh['ece_top'])} (15 bins), RMSE of "
              f"the expected grade {_fmt(rh['rmse_expected_grade'])}.", "",

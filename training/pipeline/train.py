@@ -293,7 +293,7 @@ def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingDat
         full_size = (model.n_members, model.forest.n_base)
         model = prune(model)
     with clock("relevance_head_s"):
-        relevance = fit_head(prep, model)
+        relevance = fit_head(cfg, prep, model)
     with clock("evaluation_s"):
         evaluation = evaluate_model(prep, model, mixing)
         baseline = best_feature_baseline(cfg, prep)
@@ -306,22 +306,26 @@ def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingDat
     return TrainOutcome(path=path, record=record, model=model)
 
 
-def fit_head(prep: Prepared, model: EnsembleModel) -> dict[str, Any]:
-    """Fit the relevance head on the validation queries after the mix (every model gets one) and
-    measure it on the test queries when there are some, else on validation. A fit that fails is
-    logged and recorded; the model then has no head and ranks as before."""
+def fit_head(cfg: TrainConfig, prep: Prepared, model: EnsembleModel) -> dict[str, Any]:
+    """Train the relevance head (every model gets one unless ``[relevance] enabled = false``): its
+    McRank models on the whole training set, stopped early on the validation queries; measure it
+    on the test queries when there are some, else on validation. A fit that fails is logged and
+    recorded; the model then has no head and ranks as before."""
     from training.calibration.relevance_fit import fit_relevance_head, relevance_metrics
 
-    vali = prep.vali
-    try:
-        _, inputs = model.relevance_inputs(vali.features, vali.query_offsets)
-        model.relevance_head = fit_relevance_head(inputs, vali.labels, prep.n_labels)
-    except (ValueError, np.linalg.LinAlgError) as exc:
+    if not cfg.relevance.enabled:
+        return {"error": "disabled in the configuration ([relevance] enabled = false)"}
+    t0 = time.perf_counter()
+    try:  # one LightGBM thread, as the McRank members train: its OpenMP pool beside numba's hung a test process
+        model.relevance_head = fit_relevance_head(prep.train, prep.vali, prep.n_labels, cfg.relevance,
+                                                  seed=cfg.seed, n_threads=1)
+    except ValueError as exc:
         log.warning("no relevance head: %s", exc)
         return {"error": str(exc)}
-    data, split = (prep.test, "test") if prep.test is not None and prep.test.n_docs else (vali, "vali")
+    data, split = (prep.test, "test") if prep.test is not None and prep.test.n_docs else (prep.vali, "vali")
     _, probs, _ = model.score_and_relevance(data.features, data.query_offsets)
-    return {"fitted_on": "vali", "measured_on": split, "params": model.relevance_head.to_params(),
+    return {"trained_on": "train", "stopped_on": "vali", "measured_on": split,
+            "models": model.relevance_head.models, "seconds": round(time.perf_counter() - t0, 3),
             **relevance_metrics(probs, data.labels)}
 
 

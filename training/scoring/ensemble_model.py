@@ -36,6 +36,7 @@ and ``mixer/...``).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -56,7 +57,9 @@ from training.ensemble.registry import mixer_from_params
 from training.scoring import calibration_step, forest
 from training.scoring.calibration_step import CalibrationStep
 from training.scoring.forest import FlatForest, run_on_threads, score_forest
-from training.scoring.relevance_head import HeadInputs, RelevanceHead, head_inputs
+from training.scoring.relevance_head import HEAD_KIND, RelevanceHead
+
+log = logging.getLogger(__name__)
 
 EXTRA_VIEWS = ("raw+std", "raw+white")
 
@@ -372,21 +375,17 @@ class EnsembleModel:
         w = getattr(self.mixer, "weights_", None)
         return None if w is None else np.asarray(w, dtype=np.float64)
 
-    def relevance_inputs(self, features: npt.ArrayLike, query_offsets: npt.ArrayLike) -> tuple[np.ndarray, HeadInputs]:
-        """(scores (n,), what the relevance head reads of them) in one pass: the trainer fits the
-        head on these, ``score_and_relevance`` applies it."""
-        x, off = self._check(features, query_offsets)
-        member, scores = self._mixed(x, off)
-        return scores, head_inputs(scores, member, self.mix_weights(), off)
-
     def score_and_relevance(self, features: npt.ArrayLike, query_offsets: npt.ArrayLike
                             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(scores (n,), P(y = k) (n, K), E[y] (n,)) in one pass: the mixed score as ``score``
-        gives it and the relevance head's estimates (ValueError when the model has no head)."""
+        """(scores (n,), P(y = k) (n, K), E[y] (n,)) in one call: the mixed score as ``score``
+        gives it and the relevance head's estimates, rank-matched to that score (ValueError when
+        the model has no head)."""
         if self.relevance_head is None:
-            raise ValueError("this model has no relevance head (trained before heads existed): retrain it")
-        scores, inputs = self.relevance_inputs(features, query_offsets)
-        return (scores, *self.relevance_head.estimate(inputs))
+            raise ValueError("this model has no relevance head (trained without one, or before the current "
+                             "head existed): retrain it")
+        x, off = self._check(features, query_offsets)
+        scores = self._mixed(x, off)[1] if x.shape[0] else np.zeros(0, dtype=np.float64)
+        return (scores, *self.relevance_head.estimate(x, scores, off))
 
     def warm_up(self, *, serial: bool = True, parallel: bool = True) -> None:
         """Compile (or load from numba's cache) the kernels this model's scoring reaches: the
@@ -427,7 +426,8 @@ class EnsembleModel:
             "mixer": split_arrays(self.mixer.to_params(), "mixer", arrays),
         }
         if self.relevance_head is not None:
-            doc["relevance_head"] = self.relevance_head.to_params()
+            doc["relevance_head"], head_arrays = self.relevance_head.to_artifact()
+            arrays.update(head_arrays)
         return doc, arrays
 
     @classmethod
@@ -448,8 +448,12 @@ class EnsembleModel:
                       for i, r in enumerate(runs) if r.kind == "linear"}
             model = cls(n_features=int(doc["n_features"]), extra_views=doc["extra_views"], forest=forest,
                         runs=runs, members=members, mixer=mixer, linear=linear)
-            if doc.get("relevance_head") is not None:
-                model.relevance_head = RelevanceHead.from_params(doc["relevance_head"])
+            head = doc.get("relevance_head")
+            if isinstance(head, dict) and head.get("kind") == HEAD_KIND:
+                model.relevance_head = RelevanceHead.from_artifact(head, arrays, model.n_features)
+            elif head is not None:  # an older head: the model ranks as before, without relevance
+                log.warning("the model's relevance head (kind %r) is of an older kind and is not used: retrain "
+                            "the model for relevance estimates", head.get("kind") if isinstance(head, dict) else head)
             return model
         except ArtifactError:
             raise

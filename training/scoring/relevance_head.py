@@ -3,149 +3,155 @@ each grade, P(y = k), and the expected grade E[y], in agreement with the ranking
 across queries.
 
 The mixed score orders a list; on its own it says nothing across queries (the shipped
-configuration mixes per-query z-scores). The calibrated members do: each was turned into an
-absolute relevance estimate before the mix. The head is a cumulative-logit (ordinal) model over
-a document's place in its list and what the members say of the list:
+configuration mixes per-query z-scores). The head answers with two steps:
 
-    eta = softplus(a0 + a1 * sigma_q) * z  +  softplus(g) * r_tilde  +  b0 + b1 * mu_q + b2 * max_q
-    P(y >= k) = sigmoid(eta - theta_k),   theta_1 < ... < theta_{K-1}
-    P(y = k)  = P(y >= k) - P(y >= k + 1),   E[y] = sum_k P(y >= k)
+1. **Absolute probabilities.** A few McRank models (multi-class gradient-boosted trees, method
+   section 3.3: P(k | x) = softmax of K additive scores) trained for this purpose on the whole
+   training set (fit and calibration parts), each stopped early on the validation queries' log
+   loss, their class probabilities averaged. A multi-class likelihood model's probabilities
+   mean the same in every query: among documents given P(y >= 1) = 0.8, about 80% are relevant.
+   Trained by ``training.calibration.relevance_fit``, stored as one :class:`FlatForest` (the
+   models one after another; ``bounds`` are their base counts) and scored by our kernel.
+2. **Rank matching.** Within each query, every cumulative probability P(y >= k) of the query's
+   documents is sorted high to low and handed out in the ranking's order: the best-ranked
+   document gets the query's largest P(y >= 1), the second the second largest, and so on;
+   documents with equal scores (tied in the ranking) share the mean of their values. So within
+   a query no document ranked higher ever gets a lower P(y >= k) or a lower E[y], the list's
+   order is exactly the ranking's, and each query keeps its own set of probabilities (how many
+   relevant documents it holds, what the trees say of its candidates). Sorting each column
+   keeps P(y >= 1) >= P(y >= 2) >= ... for every document, so P(y = k) = P(y >= k) - P(y >= k + 1)
+   are probabilities that sum to 1. Where the ensemble ranks better than the trees alone (the
+   point of the mix), the probabilities follow the better order.
 
-- z: the mixed score standardised within its query (the order /rank gives);
-- r: the mixer-weighted mean of the members' calibrated (un-rescaled) outputs; mu_q, sigma_q,
-  max_q its query's mean, spread and maximum; r_tilde: the query's r values sorted high to low and
-  handed out in the ranking's order (the best-ranked document gets the largest), so r_tilde never
-  rises down the list.
-
-Both slopes are positive (softplus) and every threshold is shared, so within a query eta never
-rises down the ranking, and with it every P(y >= k) and E[y]: the head never reorders a list.
-The query-level terms move a whole list up or down, which is what makes a P(y >= 1) of 0.8 mean
-the same in every query. Inputs are standardised with the fitting set's means and spreads, stored
-with the parameters. Fitted by maximum likelihood on the validation queries after the mix
-(``training.calibration.relevance_fit``); this module is numpy only (the service's side).
+``rank_match`` is the vectorised step 2; the tests hold it against a per-query loop. This module
+is numpy and the scoring kernel only (the service's side).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from training.scoring.forest import FlatForest, score_forest
+
 FloatArray = npt.NDArray[np.float64]
 
-#: per-query inputs and the per-document one, in the order of the stored means and scales
-QUERY_INPUTS = ("mu", "sigma", "max")
+#: the ``kind`` of the stored head; an artifact with another (an older head) loads without a head
+HEAD_KIND = "rank_matched_mcrank"
 
 
-def softplus(x: FloatArray | float) -> Any:
-    return np.logaddexp(0.0, x)
+def softmax(raw: FloatArray) -> FloatArray:
+    """Row-wise softmax of (n, K) scores."""
+    z = raw - raw.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    out: FloatArray = e / e.sum(axis=1, keepdims=True)
+    return out
 
 
-def sigmoid(x: FloatArray) -> FloatArray:
-    out: FloatArray = 0.5 * (1.0 + np.tanh(0.5 * x))  # overflow-free logistic
+def cumulative_from_probabilities(probs: FloatArray) -> FloatArray:
+    """P(y >= k) for k = 1..K-1, (n, K-1), from P(y = k), (n, K)."""
+    out: FloatArray = np.cumsum(probs[:, ::-1], axis=1)[:, ::-1][:, 1:]
+    return np.clip(out, 0.0, 1.0)
+
+
+def probabilities_from_cumulative(cum: FloatArray) -> FloatArray:
+    """P(y = k) for k = 0..K-1, (n, K), from non-increasing rows of P(y >= k), k = 1..K-1."""
+    n = cum.shape[0]
+    upper = np.concatenate([np.ones((n, 1)), cum], axis=1)
+    lower = np.concatenate([cum, np.zeros((n, 1))], axis=1)
+    out: FloatArray = np.clip(upper - lower, 0.0, 1.0)
+    return out
+
+
+def rank_match(values: npt.ArrayLike, scores: npt.ArrayLike, query_offsets: npt.ArrayLike) -> FloatArray:
+    """Each column of ``values`` (n, m) sorted high to low within each query and handed out in the
+    order of ``scores`` (higher first); documents of one query with equal scores get the mean of
+    what they were handed. Each query keeps its multiset of values per column (up to the tie means)."""
+    v = np.asarray(values, dtype=np.float64)
+    s = np.asarray(scores, dtype=np.float64)
+    off = np.asarray(query_offsets, dtype=np.int64)
+    n = s.shape[0]
+    out = np.empty_like(v)
+    if n == 0:
+        return out
+    qid = np.repeat(np.arange(off.shape[0] - 1), np.diff(off))
+    order = np.lexsort((-s, qid))  # by query, then score high to low
+    for j in range(v.shape[1]):
+        out[order, j] = v[np.lexsort((-v[:, j], qid)), j]
+    s_sorted, q_sorted = s[order], qid[order]
+    starts = np.concatenate([[True], (q_sorted[1:] != q_sorted[:-1]) | (s_sorted[1:] != s_sorted[:-1])])
+    if not starts.all():  # ties: the mean over each run of equal scores
+        group = np.cumsum(starts) - 1
+        counts = np.bincount(group).astype(np.float64)
+        for j in range(v.shape[1]):
+            out[order, j] = (np.bincount(group, weights=out[order, j]) / counts)[group]
     return out
 
 
 @dataclass(frozen=True)
-class HeadInputs:
-    """What the head reads of one scored batch: per document z and r_tilde, per document its
-    query's (mu, sigma, max) (raw, before standardisation)."""
-
-    z: FloatArray
-    r_tilde: FloatArray
-    query: FloatArray  # (n, 3): mu_q, sigma_q, max_q repeated for each document of q
-
-
-def head_inputs(scores: npt.ArrayLike, member_scores: npt.ArrayLike, weights: npt.ArrayLike | None,
-                query_offsets: npt.ArrayLike) -> HeadInputs:
-    """The head's inputs from the mixed ``scores`` (n,), the calibrated ``member_scores`` (n, M)
-    and the mixer's member ``weights`` (M,; None: equal weights)."""
-    s = np.asarray(scores, dtype=np.float64)
-    m = np.asarray(member_scores, dtype=np.float64)
-    off = np.asarray(query_offsets, dtype=np.int64)
-    w = np.ones(m.shape[1]) if weights is None else np.asarray(weights, dtype=np.float64)
-    w = w / w.sum() if w.sum() > 0 else np.full(m.shape[1], 1.0 / max(m.shape[1], 1))
-    r = m @ w
-    z = np.zeros_like(s)
-    r_tilde = np.empty_like(s)
-    query = np.empty((s.shape[0], 3), dtype=np.float64)
-    for q in range(off.shape[0] - 1):
-        lo, hi = int(off[q]), int(off[q + 1])
-        if hi <= lo:
-            continue
-        sq, rq = s[lo:hi], r[lo:hi]
-        sd = sq.std()
-        z[lo:hi] = (sq - sq.mean()) / sd if sd > 1e-12 else 0.0
-        order = np.argsort(-sq, kind="stable")  # the ranking /rank gives (ties: posted order)
-        r_tilde[lo + order] = np.sort(rq)[::-1]
-        query[lo:hi] = (rq.mean(), rq.std(), rq.max())
-    return HeadInputs(z=z, r_tilde=r_tilde, query=query)
-
-
-@dataclass(frozen=True)
 class RelevanceHead:
-    """Fitted parameters (see the module docstring); ``n_grades`` = K."""
+    """The fitted head: ``forest`` holds the models one after another (``bounds[i]`` to
+    ``bounds[i + 1]`` bases are model i, each with ``n_grades`` outputs) over the raw features;
+    ``models`` records each model's settings and iterations (plain data, for the record)."""
 
     n_grades: int
-    a: FloatArray  # (2,): a0, a1
-    g: float
-    b: FloatArray  # (3,): b0, b1 (mu), b2 (max)
-    theta: FloatArray  # (K - 1,), increasing
-    means: FloatArray  # (4,): mu, sigma, max, r_tilde of the fitting set
-    scales: FloatArray  # (4,)
+    forest: FlatForest
+    bounds: npt.NDArray[np.int64]
+    models: list[dict[str, Any]] = field(default_factory=list)
 
-    def eta(self, x: HeadInputs) -> FloatArray:
-        """The latent relevance of each document (higher: more relevant)."""
-        qs = (x.query - self.means[:3]) / self.scales[:3]
-        rt = (x.r_tilde - self.means[3]) / self.scales[3]
-        slope = softplus(self.a[0] + self.a[1] * qs[:, 1])
-        out: FloatArray = slope * x.z + softplus(self.g) * rt + self.b[0] + self.b[1] * qs[:, 0] + self.b[2] * qs[:, 2]
+    def __post_init__(self) -> None:
+        b = self.bounds
+        if self.n_grades < 2:
+            raise ValueError(f"relevance head: {self.n_grades} grades, at least 2 are needed")
+        if self.forest.n_outputs != self.n_grades:
+            raise ValueError(f"relevance head: the forest has {self.forest.n_outputs} outputs, "
+                             f"expected one per grade ({self.n_grades})")
+        if b.ndim != 1 or b.shape[0] < 2 or b[0] != 0 or b[-1] != self.forest.n_base or np.any(np.diff(b) <= 0):
+            raise ValueError(f"relevance head: model bounds {b.tolist()} must rise from 0 to the forest's "
+                             f"{self.forest.n_base} bases")
+
+    @property
+    def n_models(self) -> int:
+        return int(self.bounds.shape[0] - 1)
+
+    def tree_probabilities(self, features: npt.ArrayLike) -> FloatArray:
+        """The models' mean class probabilities per document, (n, K), before rank matching."""
+        sums = score_forest(self.forest, features, self.bounds)  # (n, models + 1, K)
+        probs = np.zeros((sums.shape[0], self.n_grades), dtype=np.float64)
+        for i in range(self.n_models):
+            probs += softmax(sums[:, i + 1] - sums[:, i])
+        out: FloatArray = probs / self.n_models
         return out
 
-    def cumulative(self, x: HeadInputs) -> FloatArray:
-        """P(y >= k) for k = 1..K-1, (n, K-1), each column non-increasing down a ranking."""
-        return sigmoid(self.eta(x)[:, None] - self.theta[None, :])
-
-    def estimate(self, x: HeadInputs) -> tuple[FloatArray, FloatArray]:
-        """(P(y = k) for k = 0..K-1 (n, K): rows sum to 1, entries in [0, 1]; E[y] = sum_k
-        P(y >= k) (n,)) from one pass over the cumulative probabilities."""
-        cum = self.cumulative(x)
-        n = cum.shape[0]
-        upper = np.concatenate([np.ones((n, 1)), cum], axis=1)
-        lower = np.concatenate([cum, np.zeros((n, 1))], axis=1)
-        probs: FloatArray = np.clip(upper - lower, 0.0, 1.0)
+    def estimate(self, features: npt.ArrayLike, scores: npt.ArrayLike,
+                 query_offsets: npt.ArrayLike) -> tuple[FloatArray, FloatArray]:
+        """(P(y = k) (n, K): rows sum to 1, entries in [0, 1]; E[y] = sum_k P(y >= k) (n,)) for
+        documents with raw ``features`` ranked by ``scores`` within ``query_offsets``."""
+        cum = rank_match(cumulative_from_probabilities(self.tree_probabilities(features)), scores, query_offsets)
         expected: FloatArray = cum.sum(axis=1)
-        return probs, expected
+        return probabilities_from_cumulative(cum), expected
 
-    def probabilities(self, x: HeadInputs) -> FloatArray:
-        """P(y = k) for k = 0..K-1, (n, K) (``estimate``)."""
-        return self.estimate(x)[0]
-
-    def expected(self, x: HeadInputs) -> FloatArray:
-        """E[y] = sum_k P(y >= k) (``estimate``)."""
-        return self.estimate(x)[1]
-
-    # ------------------------------------------------------------------ storage (plain numbers)
-    def to_params(self) -> dict[str, Any]:
-        return {"kind": "ordinal_logit", "n_grades": int(self.n_grades), "a": self.a.tolist(), "g": float(self.g),
-                "b": self.b.tolist(), "theta": self.theta.tolist(), "means": self.means.tolist(),
-                "scales": self.scales.tolist()}
+    # ------------------------------------------------------------------ storage (plain data)
+    def to_artifact(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """(JSON-able description, arrays under ``relevance_head/``)."""
+        arrays = {f"relevance_head/forest/{k}": v for k, v in self.forest.to_arrays().items()}
+        doc = {"kind": HEAD_KIND, "n_grades": int(self.n_grades), "bounds": [int(x) for x in self.bounds],
+               "models": self.models}
+        return doc, arrays
 
     @classmethod
-    def from_params(cls, d: Mapping[str, Any]) -> RelevanceHead:
-        if d.get("kind") != "ordinal_logit":
-            raise ValueError(f"unknown relevance head kind {d.get('kind')!r}")
-        k = int(d["n_grades"])
-        head = cls(n_grades=k, a=np.asarray(d["a"], dtype=np.float64), g=float(d["g"]),
-                   b=np.asarray(d["b"], dtype=np.float64), theta=np.asarray(d["theta"], dtype=np.float64),
-                   means=np.asarray(d["means"], dtype=np.float64), scales=np.asarray(d["scales"], dtype=np.float64))
-        shapes = {"a": (2,), "b": (3,), "theta": (k - 1,), "means": (4,), "scales": (4,)}
-        for name, shape in shapes.items():
-            if getattr(head, name).shape != shape:
-                raise ValueError(f"relevance head: {name} has shape {getattr(head, name).shape}, expected {shape}")
-        if k < 2 or not np.all(np.diff(head.theta) > 0) or not np.all(head.scales > 0):
-            raise ValueError("relevance head: thresholds must increase and scales be positive")
-        return head
+    def from_artifact(cls, doc: Mapping[str, Any], arrays: Mapping[str, np.ndarray], n_features: int) -> RelevanceHead:
+        """Rebuild from :meth:`to_artifact` output (ValueError naming what is wrong)."""
+        prefix = "relevance_head/forest/"
+        forest = FlatForest.from_arrays({k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)})
+        if forest.n_features != n_features:
+            raise ValueError(f"relevance head: its trees read {forest.n_features} features, the model {n_features}")
+        models = doc.get("models", [])
+        if not isinstance(models, list):
+            raise ValueError("relevance head: models must be a list")
+        return cls(n_grades=int(doc["n_grades"]), forest=forest,
+                   bounds=np.asarray(doc["bounds"], dtype=np.int64), models=models)
