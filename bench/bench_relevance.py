@@ -2,12 +2,12 @@
 reach for, on MQ2008 (five folds, the test queries of all folds pooled) and on the MSLR-WEB10K
 sample (cut in five query folds, as ``bench.quality`` does).
 
-    python -m bench.bench_relevance [--datasets mq2008,mslr-sample] [--folds 1,2,3,4,5]
+    python -m bench.bench_relevance [--datasets mq2008,mslr-sample,mslr-sample:default] [--folds 1,2,3,4,5]
 
-Per fold, in the same run: our model (``CONFIGS``: ``configs/mq2008.toml`` on MQ2008, the
-packaged default on the MSLR sample; the relevance head fitted on the fold's validation queries
-after the mix), and the anchors, trained on the same
-train set and recalibrated on the same validation set:
+Per fold, in the same run: our model (``CONFIGS``: ``configs/mq2008.toml`` on MQ2008; on the
+MSLR sample the packaged default with McRank and LambdaMART members, and the packaged default
+alone; the relevance head trained as every training run trains it), and the anchors, trained on
+the same train set and recalibrated on the same validation set:
 
 - ``lgb_multiclass``: LightGBM multiclass probabilities (McRank), early-stopped on validation;
 - ``lgb_multiclass_isotonic``: the same, each grade's probability recalibrated by isotonic
@@ -18,6 +18,8 @@ train set and recalibrated on the same validation set:
 Figures on the pooled test documents: multi-class Brier score and log loss, ECE of P(y >= 1) and
 of P(y = top grade) with 15 equal-width bins, RMSE of the expected grade; and that the head
 leaves the ranking alone (the scores with and without it are the same, so is test NDCG@10).
+Beside them, as a diagnostic: the head's trees before rank matching, and their test NDCG@10
+against the mix's (rank matching helps where the mix ranks better than the trees).
 JSON: bench/results/relevance.json.
 """
 
@@ -35,22 +37,38 @@ import numpy as np
 from bench.common import ROOT, SHARED_DATA, machine_probe_ms, write_result
 
 ANCHORS = ("lgb_multiclass", "lgb_multiclass_isotonic", "lgb_lambdarank_isotonic")
+#: diagnostics beside the head, not goals: its trees' averaged probabilities before rank matching
+DIAGNOSTICS = ("tunemix_head_trees_unmatched",)
 
 
-#: the configuration each data set is trained with: the shipped MQ2008 one, and for the MSLR sample
-#: (136 features, five grades) the packaged default (the MQ2008 one's whitened 136-feature views
-#: and 1,000 64-leaf iterations take over ten minutes a fold on this sample's 50 queries)
-CONFIGS = {"mq2008": ROOT / "configs" / "mq2008.toml",
-           "mslr-sample": ROOT / "training" / "pipeline" / "default.toml"}
+#: the configuration of each run: a data set, a configuration file and extra member blocks. MQ2008:
+#: the shipped configuration. The MSLR sample (136 features, five grades): the packaged default
+#: (AdaBoost only), and the same with the McRank and LambdaMART members added (``mslr-sample``:
+#: 15 to 30 s a fold here; the MQ2008 configuration's whitened 136-feature views and 1,000
+#: 64-leaf iterations take over ten minutes a fold on this sample's 50 training queries)
+LIGHTGBM_MEMBERS = {
+    "mcrank": [{"variant": ["multiclass", "ordinal"], "n_leaves": [8, 32], "learning_rate": 0.1, "n_iterations": 300,
+                "checkpoints": [30, 100, 300], "views": ["raw"], "label_groupings": ["original"]}],
+    "lambdamart": [{"n_leaves": [8, 32], "learning_rate": 0.1, "n_iterations": 300, "checkpoints": [30, 100, 300],
+                    "views": ["raw"]}],
+}
+DEFAULT_CONFIG = ROOT / "training" / "pipeline" / "default.toml"
+CONFIGS: dict[str, tuple[str, Path, dict[str, Any]]] = {
+    "mq2008": ("mq2008", ROOT / "configs" / "mq2008.toml", {}),
+    "mslr-sample": ("mslr-sample", DEFAULT_CONFIG, LIGHTGBM_MEMBERS),
+    "mslr-sample:default": ("mslr-sample", DEFAULT_CONFIG, {}),
+}
 
 
-def _ours(sets: dict[str, Any], seed: int, config: Path) -> tuple[np.ndarray, dict[str, Any]]:
+def _ours(sets: dict[str, Any], seed: int, config: Path, members: dict[str, Any]
+          ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     from training.evaluation import evaluate
     from training.pipeline.config import load_config
     from training.pipeline.train import train
 
     tables = tomllib.loads(config.read_text())
     tables.pop("data", None)
+    tables["members"] = {**tables.get("members", {}), **members}
     tables["run"] = {**tables.get("run", {}), "report_plots": False}
     cfg = load_config(None, {"seed": seed}, tables=tables, require_data=False)
     outcome = train(cfg, progress=False, sets=sets, save=False)
@@ -60,8 +78,15 @@ def _ours(sets: dict[str, Any], seed: int, config: Path) -> tuple[np.ndarray, di
     scores, probs, _ = model.score_and_relevance(test.features, test.query_offsets)
     ndcg = evaluate(test.labels, plain, test.query_offsets, ["ndcg@10"], "yahoo").mean["ndcg@10"]
     ndcg_head = evaluate(test.labels, scores, test.query_offsets, ["ndcg@10"], "yahoo").mean["ndcg@10"]
-    return probs, {"scores_identical": bool(np.array_equal(plain, scores)), "test_ndcg@10": ndcg,
-                   "test_ndcg@10_with_head": ndcg_head}
+    head = model.relevance_head
+    assert head is not None
+    unmatched = head.tree_probabilities(test.features)  # the head's trees alone, before rank matching
+    trees_ndcg = evaluate(test.labels, unmatched @ np.arange(unmatched.shape[1], dtype=float), test.query_offsets,
+                          ["ndcg@10"], "yahoo").mean["ndcg@10"]
+    return probs, unmatched, {"scores_identical": bool(np.array_equal(plain, scores)), "test_ndcg@10": ndcg,
+                              "test_ndcg@10_with_head": ndcg_head, "head_trees_test_ndcg@10": trees_ndcg,
+                              "head_models": head.models,
+                              "head_seconds": outcome.record["relevance_head"].get("seconds")}
 
 
 def _anchors(sets: dict[str, Any], k: int, seed: int) -> dict[str, dict[str, np.ndarray]]:
@@ -110,25 +135,30 @@ def _metrics(entry: dict[str, np.ndarray], labels: np.ndarray, k: int) -> dict[s
 def run_dataset(name: str, folds: list[int], seed: int) -> dict[str, Any]:
     from bench.quality import MQ2008, MSLR_SAMPLE, load_fold, load_sample_fold
 
-    pooled: dict[str, list[dict[str, np.ndarray]]] = {"tunemix_head": [], **{a: [] for a in ANCHORS}}
+    pooled: dict[str, list[dict[str, np.ndarray]]] = {"tunemix_head": [], **{a: [] for a in (*ANCHORS, *DIAGNOSTICS)}}
     labels: list[np.ndarray] = []
     per_fold = []
     k = 0
     for fold in folds:
-        sets = load_sample_fold(MSLR_SAMPLE, fold) if name == "mslr-sample" else load_fold(MQ2008, fold)
+        data, config, members = CONFIGS[name]
+        sets = load_sample_fold(MSLR_SAMPLE, fold) if data == "mslr-sample" else load_fold(MQ2008, fold)
         k = max(k, int(max(int(s.labels.max()) for s in sets.values())) + 1)
         t0 = time.perf_counter()
-        probs, check = _ours(sets, seed, CONFIGS[name])
+        probs, unmatched, check = _ours(sets, seed, config, members)
         t1 = time.perf_counter()
         anchors = _anchors(sets, probs.shape[1], seed)
         pooled["tunemix_head"].append({"proba": probs})
+        pooled["tunemix_head_trees_unmatched"].append({"proba": unmatched})
         for a in ANCHORS:
             pooled[a].append(anchors[a])
         labels.append(sets["test"].labels)
+        fold_brier = {who: _metrics(parts[-1], sets["test"].labels, probs.shape[1])["brier"]
+                      for who, parts in pooled.items()}
         per_fold.append({"fold": fold, "ours_train_s": round(t1 - t0, 1), **check,
-                         "test_documents": int(sets["test"].n_docs)})
+                         "test_documents": int(sets["test"].n_docs), "brier": fold_brier})
         print(f"{name} fold {fold}: ours {t1 - t0:.0f} s, scores identical with the head: "
-              f"{check['scores_identical']}, test NDCG@10 {check['test_ndcg@10']:.4f}", flush=True)
+              f"{check['scores_identical']}, test NDCG@10 {check['test_ndcg@10']:.4f} (the head's trees alone "
+              f"{check['head_trees_test_ndcg@10']:.4f})", flush=True)
     y = np.concatenate(labels)
     results = {}
     for who, parts in pooled.items():
@@ -142,7 +172,7 @@ def run_dataset(name: str, folds: list[int], seed: int) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--datasets", default="mq2008,mslr-sample")
+    ap.add_argument("--datasets", default=",".join(CONFIGS), help=f"runs, of {', '.join(CONFIGS)}")
     ap.add_argument("--folds", default="1,2,3,4,5")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--name", default="relevance")

@@ -67,7 +67,8 @@ class Model:
         """P(y = k) for every row and grade, (n_documents, n_grades): column k is the probability
         of grade k (rows sum to 1). Comparable across queries: among documents given P(y >= 1) =
         0.8, about 80% are relevant. Within a query a document ranked higher never gets a lower
-        P(y >= k). ValueError for a model trained before relevance heads existed."""
+        P(y >= k). ValueError for a model without a relevance head (trained with ``[relevance]
+        enabled = false`` or before the current head existed)."""
         x = features_matrix(X, self.n_features)
         return self.ensemble.score_and_relevance(x, query_offsets(group, x.shape[0]))[1]
 

@@ -270,8 +270,9 @@ async def rank(
             if any(type(d.features) is dict for q in req.queries for d in q.documents or ()):
                 check_sparse_keys_once(body)
         if options.needs_head and served.model.relevance_head is None:
-            raise input_error(f"relevance: model {served.name!r} {served.version} has no relevance head (it was "
-                              "trained before heads existed): retrain it, or ask for the ranking alone")
+            raise input_error(f"relevance: model {served.name!r} {served.version} has no relevance head (trained with "
+                              "[relevance] enabled = false, or before the current head existed): retrain it, or ask "
+                              "for the ranking alone")
         return served, lists, options
 
     def score(served: ServedModel, options: Options) -> Callable[..., Any]:
