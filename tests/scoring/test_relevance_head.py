@@ -6,6 +6,7 @@ queries."""
 from __future__ import annotations
 
 import itertools
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -13,7 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from training.calibration.relevance_fit import expected_calibration_error, fit_relevance_head, relevance_metrics
+from training.calibration.relevance_fit import (
+    expected_calibration_error,
+    fit_recalibration,
+    fit_relevance_head,
+    recalibration_gain,
+    relevance_metrics,
+)
 from training.data.dataset import RankingData
 from training.scoring.forest import FlatForest, concatenate, score_forest
 from training.scoring.relevance_head import (
@@ -21,6 +28,7 @@ from training.scoring.relevance_head import (
     cumulative_from_probabilities,
     probabilities_from_cumulative,
     rank_match,
+    recalibrated,
     softmax,
 )
 
@@ -97,11 +105,31 @@ def _random_forest(rng: np.random.Generator, n_features: int, k: int, n_base: in
     })
 
 
-def _random_head(rng: np.random.Generator, k: int, n_features: int = 4) -> RelevanceHead:
+def _random_head(rng: np.random.Generator, k: int, n_features: int = 4, recalibrate: bool = False) -> RelevanceHead:
     parts = [_random_forest(rng, n_features, k, int(rng.integers(1, 4)) * k) for _ in range(int(rng.integers(1, 4)))]
     bounds = np.concatenate([[0], np.cumsum([p.n_base for p in parts])]).astype(np.int64)
     return RelevanceHead(n_grades=k, forest=concatenate(parts), bounds=bounds,
-                         models=[{"iterations": p.n_base // k} for p in parts])
+                         models=[{"iterations": p.n_base // k} for p in parts],
+                         slopes=rng.uniform(0.2, 3.0, size=k - 1) if recalibrate else None,
+                         intercepts=rng.normal(size=k - 1) if recalibrate else None)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), k=st.integers(2, 5), ties=st.booleans(), recalibrate=st.booleans())
+def test_the_head_never_contradicts_the_ranking(seed: int, k: int, ties: bool, recalibrate: bool) -> None:
+    rng = np.random.default_rng(seed)
+    head = _random_head(rng, k, recalibrate=recalibrate)
+    scores, off = _lists(rng, ties)
+    x = rng.normal(size=(scores.shape[0], 4)).astype(np.float32)
+    probs, expected = head.estimate(x, scores, off)
+    assert np.all((probs >= 0) & (probs <= 1))
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-12)
+    cum = cumulative_from_probabilities(probs)
+    for q in range(len(off) - 1):
+        lo, hi = off[q], off[q + 1]
+        order = lo + np.argsort(-scores[lo:hi], kind="stable")
+        assert np.all(np.diff(expected[order]) <= 1e-12)
+        assert np.all(np.diff(cum[order], axis=0) <= 1e-12)
 
 
 def test_the_head_averages_its_models_probabilities() -> None:
@@ -115,15 +143,20 @@ def test_the_head_averages_its_models_probabilities() -> None:
     np.testing.assert_allclose(expected, probs @ np.arange(3.0), atol=1e-12)
 
 
-def test_the_head_survives_storage_bit_for_bit() -> None:
+@pytest.mark.parametrize("recalibrate", [False, True])
+def test_the_head_survives_storage_bit_for_bit(recalibrate: bool) -> None:
     rng = np.random.default_rng(3)
-    head = _random_head(rng, 4)
+    head = _random_head(rng, 4, recalibrate=recalibrate)
     doc, arrays = head.to_artifact()
-    again = RelevanceHead.from_artifact(doc, arrays, 4)
+    again = RelevanceHead.from_artifact(json.loads(json.dumps(doc)), arrays, 4)
     x = rng.normal(size=(9, 4)).astype(np.float32)
     s, off = rng.normal(size=9), np.array([0, 4, 9])
     for a, b in zip(head.estimate(x, s, off), again.estimate(x, s, off), strict=True):
         np.testing.assert_array_equal(a, b)
+    if recalibrate:
+        with pytest.raises(ValueError, match="positive"):
+            RelevanceHead.from_artifact({**doc, "recalibration": {"slopes": [1.0, -1.0, 1.0],
+                                                                  "intercepts": [0.0, 0.0, 0.0]}}, arrays, 4)
     with pytest.raises(ValueError, match="bounds"):
         RelevanceHead.from_artifact({**doc, "bounds": [0, 1]}, arrays, 4)
     with pytest.raises(ValueError, match="features"):
@@ -147,12 +180,12 @@ def test_a_trained_head_is_calibrated_across_queries() -> None:
         return RankingData.from_arrays(x, labels, off), scores
 
     train, _ = batch(400)
-    vali, _ = batch(100)
+    vali, vali_scores = batch(100)
     test, scores = batch(300)
     # leaves of >= 100,000 documents cannot split this data: those models barely learn and are left out
     settings_ = SimpleNamespace(n_leaves=[4, 15], min_data_in_leaf=[20, 100_000], learning_rate=0.1,
                                 max_iterations=300, patience=20, keep_within=0.02)
-    head = fit_relevance_head(train, vali, 3, settings_)
+    head, _ = fit_relevance_head(train, vali, vali_scores, 3, settings_)
     assert head.n_models == 2 and all(1 <= m["iterations"] <= 300 for m in head.models)
     assert [m["min_data_in_leaf"] for m in head.models] == [20, 20]
     probs, _ = head.estimate(test.features, scores, test.query_offsets)
@@ -161,3 +194,26 @@ def test_a_trained_head_is_calibrated_across_queries() -> None:
     prior = np.bincount(train.labels, minlength=3) / train.n_docs
     assert metrics["log_loss"] < -np.mean(np.log(prior[test.labels])) - 0.2  # far better than the grade shares
     assert abs(expected_calibration_error([0.2, 0.8], [0, 1]) - 0.2) < 1e-12  # two bins, each 0.2 off
+
+
+def test_recalibration_is_applied_only_when_it_pays_on_held_out_queries() -> None:
+    """Trees that see little of what the ranking knows hand out cautious probabilities: in the
+    ranking's order they are too low at the top and too high below, and the cross-validated map
+    fixes that. Probabilities that are already right are left alone."""
+    rng = np.random.default_rng(1)
+    sizes = rng.integers(10, 30, size=200)
+    off = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    n = int(off[-1])
+    quality = rng.normal(size=n)
+    p_true = 1.0 / (1.0 + np.exp(-3.0 * quality))
+    events = (rng.random(n) < p_true).astype(np.float64)[:, None]
+    cautious = rank_match(0.5 + 0.2 * (p_true[:, None] - 0.5), quality, off)  # right order, too timid
+    gain = recalibration_gain(cautious, events, off)
+    assert gain["applied"] and gain["gain"] > 2 * gain["standard_error"] > 0, gain
+    slopes, intercepts = fit_recalibration(cautious, events)
+    assert slopes[0] > 2.0  # it stretches the timid probabilities
+    before = expected_calibration_error(cautious[:, 0], events[:, 0])
+    after = expected_calibration_error(recalibrated(cautious, slopes, intercepts)[:, 0], events[:, 0])
+    assert after < before / 3, (before, after)
+    right = recalibration_gain(p_true[:, None], events, off)
+    assert not right["applied"], right

@@ -3,16 +3,19 @@ against grades. Training only (LightGBM through ``training.learners.mcrank``).
 
 The head's models are McRank multiclass models, one per point of a small grid of tree sizes and
 leaf minimums (``RelevanceConfig``), each trained on the whole training set and stopped early on
-the validation queries' log loss; the head averages their class probabilities. Small trees and
+the validation queries' log loss; the head averages the class probabilities of those close to
+the best, and adds a per-grade logistic recalibration when a cross-validation over the
+validation queries says it lowers the held-out log loss. Small trees and
 large leaves are in the grid for small or noisy data, larger trees for data with more to learn;
 averaging differently regularised models gives better probabilities than any one of them
 (measured: ``bench/bench_relevance.py``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -20,8 +23,15 @@ import numpy.typing as npt
 from training.data.dataset import RankingData
 from training.learners.label_groups import identity_grouping
 from training.learners.mcrank import McRank
-from training.scoring.forest import concatenate
-from training.scoring.relevance_head import RelevanceHead
+from training.scoring.forest import FlatForest, concatenate
+from training.scoring.relevance_head import (
+    FloatArray,
+    RelevanceHead,
+    cumulative_from_probabilities,
+    logit,
+    rank_match,
+    recalibrated,
+)
 
 log = logging.getLogger(__name__)
 
@@ -41,44 +51,136 @@ class HeadSettings(Protocol):
     keep_within: float
 
 
-def fit_relevance_head(train: RankingData, vali: RankingData, n_grades: int, settings: HeadSettings,
-                       *, seed: int = 0, n_threads: int = 1) -> RelevanceHead:
-    """The head for grades 0..n_grades-1 (larger grades count as the top one): its models trained
-    on ``train`` and stopped early on ``vali`` (both need documents)."""
+def head_grid(settings: HeadSettings) -> list[tuple[int, int]]:
+    """The (n_leaves, min_data_in_leaf) pairs of the head's models, in order."""
+    return [(a, b) for a in settings.n_leaves for b in settings.min_data_in_leaf]
+
+
+def fit_head_model(train: RankingData, vali: RankingData, n_grades: int, n_leaves: int, min_data_in_leaf: int,
+                   settings: HeadSettings, seed: int) -> tuple[FlatForest, float, dict[str, Any]]:
+    """One of the head's models (a task of its own, for a process pool): (its forest up to the
+    best iteration, its validation log loss, what the record says of it)."""
+    t0 = time.perf_counter()
+    top = n_grades - 1
+    mc = McRank(variant="multiclass", n_leaves=n_leaves, learning_rate=settings.learning_rate,
+                n_iterations=settings.max_iterations, min_data_in_leaf=min_data_in_leaf, seed=seed, n_threads=1)
+    mc.fit(train.features, np.minimum(train.labels, top), label_grouping=identity_grouping(n_grades),
+           eval_set=(vali.features, np.minimum(vali.labels, top)), early_stopping_rounds=settings.patience)
+    loss = float(mc.best_loss_ if mc.best_loss_ is not None else np.inf)
+    info = {"n_leaves": n_leaves, "min_data_in_leaf": min_data_in_leaf, "learning_rate": settings.learning_rate,
+            "iterations": mc.best_iteration_, "validation_log_loss": loss,
+            "seconds": round(time.perf_counter() - t0, 3)}
+    return mc.to_forest(), loss, info
+
+
+def assemble_head(fitted: list[tuple[FlatForest, float, dict[str, Any]]], n_grades: int, settings: HeadSettings,
+                  vali: RankingData, vali_scores: npt.ArrayLike, seed: int = 0) -> tuple[RelevanceHead, dict[str, Any]]:
+    """The head from its fitted models (``fit_head_model``, in grid order): the models within
+    ``keep_within`` of the best validation log loss, and the recalibration when the
+    cross-validation over the validation queries (ranked by ``vali_scores``) says it pays.
+    Returns (head, the recalibration's record)."""
+    best = min(loss for _, loss, _ in fitted)
+    forests, models, bounds = [], [], [0]
+    for i, (forest, loss, info) in enumerate(fitted):
+        kept = loss <= best * (1.0 + settings.keep_within)
+        log.info("relevance head model %d: %d leaves, leaves of >= %d documents, %d iterations, validation log "
+                 "loss %.4f%s", i + 1, info["n_leaves"], info["min_data_in_leaf"], info["iterations"], loss,
+                 "" if kept else f" (left out: more than {settings.keep_within:.0%} above the best)")
+        if kept:
+            forests.append(forest)
+            bounds.append(bounds[-1] + forest.n_base)
+            models.append(info)
+    head = RelevanceHead(n_grades=n_grades, forest=concatenate(forests), bounds=np.asarray(bounds, dtype=np.int64),
+                         models=models)
+    cum = rank_match(cumulative_from_probabilities(head.tree_probabilities(vali.features)), vali_scores,
+                     vali.query_offsets)
+    events = np.minimum(vali.labels, n_grades - 1)[:, None] >= np.arange(1, n_grades)[None, :]
+    record = recalibration_gain(cum, events.astype(np.float64), vali.query_offsets, seed=seed)
+    if record["applied"]:
+        slopes, intercepts = fit_recalibration(cum, events.astype(np.float64))
+        head = dataclasses.replace(head, slopes=slopes, intercepts=intercepts)
+        record.update(slopes=slopes.tolist(), intercepts=intercepts.tolist())
+    log.info("relevance head recalibration: held-out log loss gain %.4f per document (standard error %.4f): %s",
+             record["gain"], record["standard_error"], "applied" if record["applied"] else "not applied")
+    return head, record
+
+
+def fit_relevance_head(train: RankingData, vali: RankingData, vali_scores: npt.ArrayLike, n_grades: int,
+                       settings: HeadSettings, *, seed: int = 0) -> tuple[RelevanceHead, dict[str, Any]]:
+    """The head for grades 0..n_grades-1 (larger grades count as the top one), its models trained
+    one after another on ``train`` and stopped early on ``vali`` (the trainer runs them in
+    parallel: ``training.pipeline.train.fit_head``). Returns (head, the recalibration's record)."""
+    check_head_data(train, vali, n_grades)
+    fitted = [fit_head_model(train, vali, n_grades, leaves, min_leaf, settings, seed + i)
+              for i, (leaves, min_leaf) in enumerate(head_grid(settings))]
+    return assemble_head(fitted, n_grades, settings, vali, vali_scores, seed)
+
+
+def check_head_data(train: RankingData, vali: RankingData, n_grades: int) -> None:
+    """ValueError unless the head can be trained: two grades or more, documents in both sets."""
     if n_grades < 2:
         raise ValueError("the relevance head needs at least two grades")
     if train.n_docs == 0 or vali.n_docs == 0:
         raise ValueError("the relevance head needs training and validation documents")
-    top = n_grades - 1
-    y_train = np.minimum(train.labels, top)
-    y_vali = np.minimum(vali.labels, top)
-    trained = []
-    for i, (leaves, min_leaf) in enumerate((a, b) for a in settings.n_leaves for b in settings.min_data_in_leaf):
-        t0 = time.perf_counter()
-        mc = McRank(variant="multiclass", n_leaves=leaves, learning_rate=settings.learning_rate,
-                    n_iterations=settings.max_iterations, min_data_in_leaf=min_leaf, seed=seed + i, n_threads=n_threads)
-        mc.fit(train.features, y_train, label_grouping=identity_grouping(n_grades), eval_set=(vali.features, y_vali),
-               early_stopping_rounds=settings.patience)
-        loss = float(mc.best_loss_ if mc.best_loss_ is not None else np.inf)
-        info = {"n_leaves": leaves, "min_data_in_leaf": min_leaf, "learning_rate": settings.learning_rate,
-                "iterations": mc.best_iteration_, "validation_log_loss": loss,
-                "seconds": round(time.perf_counter() - t0, 3)}
-        trained.append((mc, loss, info))
-    best = min(loss for _, loss, _ in trained)
-    forests, models, bounds = [], [], [0]
-    for i, (mc, loss, info) in enumerate(trained):
-        kept = loss <= best * (1.0 + settings.keep_within)
-        log.info("relevance head model %d: %d leaves, leaves of >= %d documents, %d iterations, validation log "
-                 "loss %.4f%s", i + 1, info["n_leaves"], info["min_data_in_leaf"], info["iterations"],
-                 info["validation_log_loss"], "" if kept else f" (left out: more than {settings.keep_within:.0%} "
-                 "above the best)")
-        if kept:
-            forest = mc.to_forest()
-            forests.append(forest)
-            bounds.append(bounds[-1] + forest.n_base)
-            models.append(info)
-    return RelevanceHead(n_grades=n_grades, forest=concatenate(forests), bounds=np.asarray(bounds, dtype=np.int64),
-                         models=models)
+
+
+def _binary_log_loss(p: FloatArray, events: FloatArray) -> FloatArray:
+    """Per document, the summed log loss of its K-1 events y >= k under probabilities p."""
+    q = np.clip(p, 1e-12, 1.0 - 1e-12)
+    out: FloatArray = -(events * np.log(q) + (1.0 - events) * np.log1p(-q)).sum(axis=1)
+    return out
+
+
+def fit_recalibration(cum: FloatArray, events: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """(slopes > 0, intercepts) of the per-grade logistic map of rank-matched P(y >= k) ``cum``
+    (n, K-1) that minimise the log loss of ``events`` (n, K-1; 1 where y >= k)."""
+    from scipy.optimize import minimize
+
+    x = logit(cum)
+    k1 = cum.shape[1]
+
+    def loss(t: FloatArray) -> tuple[float, FloatArray]:
+        a, b = np.exp(t[:k1]), t[k1:]
+        z = x * a + b
+        p = 0.5 * (1.0 + np.tanh(0.5 * z))
+        value = float(np.mean(np.sum(np.logaddexp(0.0, -z) * events + np.logaddexp(0.0, z) * (1.0 - events), axis=1)))
+        g = (p - events) / cum.shape[0]
+        return value, np.concatenate([(g * x).sum(axis=0) * a, g.sum(axis=0)])
+
+    res = minimize(loss, np.zeros(2 * k1), jac=True, method="L-BFGS-B", bounds=[(-5.0, 5.0)] * k1 + [(None, None)] * k1)
+    return np.exp(res.x[:k1]), res.x[k1:].copy()
+
+
+#: folds of the recalibration's cross-validation over the validation queries, and how many
+#: standard errors its held-out gain must clear
+RECAL_FOLDS = 5
+RECAL_STANDARD_ERRORS = 2.0
+
+
+def recalibration_gain(cum: FloatArray, events: FloatArray, query_offsets: npt.ArrayLike, *,
+                       seed: int = 0) -> dict[str, Any]:
+    """Whether the recalibration pays: a ``RECAL_FOLDS``-fold cross-validation over the queries
+    (the map fitted on the other folds' queries), the held-out log loss gain per document against
+    no map, its standard error from the per-query gains, and ``applied``: the gain is more than
+    ``RECAL_STANDARD_ERRORS`` standard errors above zero."""
+    off = np.asarray(query_offsets, dtype=np.int64)
+    nq = off.shape[0] - 1
+    n = cum.shape[0]
+    if nq < 2 * RECAL_FOLDS or n == 0:
+        return {"gain": 0.0, "standard_error": 0.0, "applied": False, "queries": int(nq),
+                "reason": f"fewer than {2 * RECAL_FOLDS} validation queries"}
+    query_of = np.repeat(np.arange(nq), np.diff(off))
+    fold_of = np.random.default_rng(seed).permutation(nq) % RECAL_FOLDS
+    gain = np.zeros(n)
+    for f in range(RECAL_FOLDS):
+        held = fold_of[query_of] == f
+        slopes, intercepts = fit_recalibration(cum[~held], events[~held])
+        gain[held] = (_binary_log_loss(cum[held], events[held])
+                      - _binary_log_loss(recalibrated(cum[held], slopes, intercepts), events[held]))
+    per_query = np.bincount(query_of, weights=gain, minlength=nq)  # queries are the independent units
+    mean = float(gain.sum() / n)
+    se = float(per_query.std(ddof=1) * np.sqrt(nq) / n)
+    return {"gain": mean, "standard_error": se, "applied": bool(mean > RECAL_STANDARD_ERRORS * se), "queries": int(nq)}
 
 
 #: equal-width bins of the expected calibration error and the reliability diagram

@@ -293,7 +293,7 @@ def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingDat
         full_size = (model.n_members, model.forest.n_base)
         model = prune(model)
     with clock("relevance_head_s"):
-        relevance = fit_head(cfg, prep, model)
+        relevance = fit_head(cfg, prep, model, progress)
     with clock("evaluation_s"):
         evaluation = evaluate_model(prep, model, mixing)
         baseline = best_feature_baseline(cfg, prep)
@@ -306,27 +306,42 @@ def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingDat
     return TrainOutcome(path=path, record=record, model=model)
 
 
-def fit_head(cfg: TrainConfig, prep: Prepared, model: EnsembleModel) -> dict[str, Any]:
+def fit_head(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, progress: bool = False) -> dict[str, Any]:
     """Train the relevance head (every model gets one unless ``[relevance] enabled = false``): its
-    McRank models on the whole training set, stopped early on the validation queries; measure it
-    on the test queries when there are some, else on validation. A fit that fails is logged and
-    recorded; the model then has no head and ranks as before."""
-    from training.calibration.relevance_fit import fit_relevance_head, relevance_metrics
+    McRank models in parallel on the whole training set, each stopped early on the validation
+    queries; measure it on the test queries when there are some, else on validation. A fit that
+    fails is logged and recorded; the model then has no head and ranks as before."""
+    from training.calibration.relevance_fit import (
+        assemble_head,
+        check_head_data,
+        fit_head_model,
+        head_grid,
+        relevance_metrics,
+    )
 
     if not cfg.relevance.enabled:
         return {"error": "disabled in the configuration ([relevance] enabled = false)"}
     t0 = time.perf_counter()
-    try:  # one LightGBM thread, as the McRank members train: its OpenMP pool beside numba's hung a test process
-        model.relevance_head = fit_relevance_head(prep.train, prep.vali, prep.n_labels, cfg.relevance,
-                                                  seed=cfg.seed, n_threads=1)
+    h = cfg.relevance
+    try:
+        check_head_data(prep.train, prep.vali, prep.n_labels)
+        grid = head_grid(h)
+        # one LightGBM thread per model, as the McRank members train (processes run them side by side)
+        with parallel_backend(cfg.run.backend, cfg.run.n_jobs, cfg.run.scheduler) as n_jobs:
+            fitted = run_parallel(
+                [joblib.delayed(fit_head_model)(prep.train, prep.vali, prep.n_labels, leaves, min_leaf, h, cfg.seed + i)
+                 for i, (leaves, min_leaf) in enumerate(grid)],
+                n_jobs, f"relevance head: {len(grid)} models", progress)
+        vali_scores = model.score(prep.vali.features, prep.vali.query_offsets)
+        model.relevance_head, recalibration = assemble_head(fitted, prep.n_labels, h, prep.vali, vali_scores, cfg.seed)
     except ValueError as exc:
         log.warning("no relevance head: %s", exc)
         return {"error": str(exc)}
     data, split = (prep.test, "test") if prep.test is not None and prep.test.n_docs else (prep.vali, "vali")
     _, probs, _ = model.score_and_relevance(data.features, data.query_offsets)
     return {"trained_on": "train", "stopped_on": "vali", "measured_on": split,
-            "models": model.relevance_head.models, "seconds": round(time.perf_counter() - t0, 3),
-            **relevance_metrics(probs, data.labels)}
+            "models": model.relevance_head.models, "recalibration": recalibration,
+            "seconds": round(time.perf_counter() - t0, 3), **relevance_metrics(probs, data.labels)}
 
 
 def build_record(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], members: list[Member],

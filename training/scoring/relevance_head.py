@@ -22,6 +22,13 @@ configuration mixes per-query z-scores). The head answers with two steps:
    keeps P(y >= 1) >= P(y >= 2) >= ... for every document, so P(y = k) = P(y >= k) - P(y >= k + 1)
    are probabilities that sum to 1. Where the ensemble ranks better than the trees alone (the
    point of the mix), the probabilities follow the better order.
+3. **Recalibration, when it pays.** Trees that separate the grades less well than the mix ranks
+   them hand out probabilities too cautious for the order they now follow. The trainer tries a
+   per-grade logistic map P'(y >= k) = sigmoid(a_k logit P(y >= k) + b_k) (a_k > 0) on the
+   validation queries and keeps it only when it lowers the held-out log loss in a five-fold
+   cross-validation over those queries by more than two standard errors
+   (``training.calibration.relevance_fit``); a running minimum over k keeps
+   P'(y >= 1) >= P'(y >= 2) >= ... Positive slopes keep the ranking's order and its ties.
 
 ``rank_match`` is the vectorised step 2; the tests hold it against a per-query loop. This module
 is numpy and the scoring kernel only (the service's side).
@@ -67,6 +74,20 @@ def probabilities_from_cumulative(cum: FloatArray) -> FloatArray:
     return out
 
 
+def logit(p: FloatArray) -> FloatArray:
+    """log(p / (1 - p)), p clipped to [1e-12, 1 - 1e-12]."""
+    q = np.clip(p, 1e-12, 1.0 - 1e-12)
+    out: FloatArray = np.log(q) - np.log1p(-q)
+    return out
+
+
+def recalibrated(cum: FloatArray, slopes: FloatArray, intercepts: FloatArray) -> FloatArray:
+    """sigmoid(slopes_k logit P(y >= k) + intercepts_k), then a running minimum over k."""
+    z = logit(cum) * slopes[None, :] + intercepts[None, :]
+    out: FloatArray = np.minimum.accumulate(0.5 * (1.0 + np.tanh(0.5 * z)), axis=1)
+    return out
+
+
 def rank_match(values: npt.ArrayLike, scores: npt.ArrayLike, query_offsets: npt.ArrayLike) -> FloatArray:
     """Each column of ``values`` (n, m) sorted high to low within each query and handed out in the
     order of ``scores`` (higher first); documents of one query with equal scores get the mean of
@@ -102,6 +123,9 @@ class RelevanceHead:
     forest: FlatForest
     bounds: npt.NDArray[np.int64]
     models: list[dict[str, Any]] = field(default_factory=list)
+    #: the per-grade logistic map of step 3 (slopes a_k > 0, intercepts b_k; K-1 each), or None
+    slopes: FloatArray | None = None
+    intercepts: FloatArray | None = None
 
     def __post_init__(self) -> None:
         b = self.bounds
@@ -113,6 +137,15 @@ class RelevanceHead:
         if b.ndim != 1 or b.shape[0] < 2 or b[0] != 0 or b[-1] != self.forest.n_base or np.any(np.diff(b) <= 0):
             raise ValueError(f"relevance head: model bounds {b.tolist()} must rise from 0 to the forest's "
                              f"{self.forest.n_base} bases")
+        if (self.slopes is None) != (self.intercepts is None):
+            raise ValueError("relevance head: recalibration needs both slopes and intercepts")
+        if self.slopes is not None and self.intercepts is not None:
+            shape = (self.n_grades - 1,)
+            if self.slopes.shape != shape or self.intercepts.shape != shape:
+                raise ValueError(f"relevance head: recalibration slopes and intercepts must have shape {shape}")
+            finite = np.all(np.isfinite(self.slopes)) and np.all(np.isfinite(self.intercepts))
+            if not (finite and np.all(self.slopes > 0)):
+                raise ValueError("relevance head: recalibration slopes must be positive and every value finite")
 
     @property
     def n_models(self) -> int:
@@ -131,16 +164,25 @@ class RelevanceHead:
                  query_offsets: npt.ArrayLike) -> tuple[FloatArray, FloatArray]:
         """(P(y = k) (n, K): rows sum to 1, entries in [0, 1]; E[y] = sum_k P(y >= k) (n,)) for
         documents with raw ``features`` ranked by ``scores`` within ``query_offsets``."""
-        cum = rank_match(cumulative_from_probabilities(self.tree_probabilities(features)), scores, query_offsets)
+        cum = self.recalibrate(
+            rank_match(cumulative_from_probabilities(self.tree_probabilities(features)), scores, query_offsets))
         expected: FloatArray = cum.sum(axis=1)
         return probabilities_from_cumulative(cum), expected
+
+    def recalibrate(self, cum: FloatArray) -> FloatArray:
+        """Step 3 on rank-matched P(y >= k), (n, K-1) (unchanged when the head has no map)."""
+        if self.slopes is None or self.intercepts is None:
+            return cum
+        return recalibrated(cum, self.slopes, self.intercepts)
 
     # ------------------------------------------------------------------ storage (plain data)
     def to_artifact(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """(JSON-able description, arrays under ``relevance_head/``)."""
         arrays = {f"relevance_head/forest/{k}": v for k, v in self.forest.to_arrays().items()}
-        doc = {"kind": HEAD_KIND, "n_grades": int(self.n_grades), "bounds": [int(x) for x in self.bounds],
-               "models": self.models}
+        doc: dict[str, Any] = {"kind": HEAD_KIND, "n_grades": int(self.n_grades),
+                               "bounds": [int(x) for x in self.bounds], "models": self.models}
+        if self.slopes is not None and self.intercepts is not None:
+            doc["recalibration"] = {"slopes": self.slopes.tolist(), "intercepts": self.intercepts.tolist()}
         return doc, arrays
 
     @classmethod
@@ -153,5 +195,10 @@ class RelevanceHead:
         models = doc.get("models", [])
         if not isinstance(models, list):
             raise ValueError("relevance head: models must be a list")
+        recal = doc.get("recalibration")
+        if recal is not None and not isinstance(recal, Mapping):
+            raise ValueError("relevance head: recalibration must be a table")
         return cls(n_grades=int(doc["n_grades"]), forest=forest,
-                   bounds=np.asarray(doc["bounds"], dtype=np.int64), models=models)
+                   bounds=np.asarray(doc["bounds"], dtype=np.int64), models=models,
+                   slopes=None if recal is None else np.asarray(recal["slopes"], dtype=np.float64),
+                   intercepts=None if recal is None else np.asarray(recal["intercepts"], dtype=np.float64))
