@@ -47,10 +47,15 @@ def test_the_relevance_section_and_its_reliability_diagram() -> None:
     rng = np.random.default_rng(1)
     probs = rng.dirichlet([2, 1, 1], size=400)
     labels = np.array([rng.choice(3, p=p) for p in probs])
-    record = {**_record(1.0, 0.76, 0.75), "relevance_head": {"measured_on": "test", **relevance_metrics(probs, labels)}}
+    head = {"measured_on": "test", "models": [{"iterations": 41}, {"iterations": 73}],
+            "recalibration": {"gain": 0.05, "standard_error": 0.01, "applied": True}, **relevance_metrics(probs, labels)}
+    record = {**_record(1.0, 0.76, 0.75), "relevance_head": head}
     assert "reliability.png" in render_plots(record)
     text = "\n".join(relevance_lines(record))
     assert "Brier score" in text and "| 0.5 |" in text and "| 0.9 |" in text
+    assert "2 McRank models" in text and "41, 73" in text and "then recalibrated per grade" in text
+    head["recalibration"]["applied"] = False
+    assert "no recalibration" in "\n".join(relevance_lines(record))
 
 
 def test_a_mix_below_its_best_member_is_explained() -> None:

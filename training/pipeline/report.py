@@ -118,6 +118,17 @@ def render_markdown(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _recalibration_words(rh: dict[str, Any]) -> str:
+    """What the report says of the head's recalibration (cross-validated on validation queries)."""
+    r = rh.get("recalibration")
+    if not r:
+        return ""
+    gain = f"held-out log loss gain {_fmt(r['gain'])} per document, standard error {_fmt(r['standard_error'])}"
+    if r["applied"]:
+        return f", then recalibrated per grade (a cross-validation over the validation queries: {gain})"
+    return f"; no recalibration (a cross-validation over the validation queries: {gain})"
+
+
 def relevance_lines(record: dict[str, Any]) -> list[str]:
     """The report's section on the relevance head: how well its probabilities match the grades."""
     rh = record.get("relevance_head")
@@ -131,7 +142,8 @@ def relevance_lines(record: dict[str, Any]) -> list[str]:
              f"ranking's order: {len(rh.get('models', []))} McRank models trained on the training set and stopped "
              f"early on the validation queries (their iterations: "
              f"{', '.join(str(m['iterations']) for m in rh.get('models', []))}), their class probabilities "
-             f"averaged and handed out within each query in the ranking's order. On the {split} queries "
+             f"averaged and handed out within each query in the ranking's order{_recalibration_words(rh)}. "
+             f"On the {split} queries "
              f"({rh['documents']} documents): "
              f"Brier score {_fmt(rh['brier'])}, log loss {_fmt(rh['log_loss'])}, expected calibration error of "
              f"P(y >= 1) {_fmt(rh['ece_relevant'])} and of P(y = top grade) {_fmt(rh['ece_top'])} (15 bins), RMSE of "
