@@ -60,12 +60,17 @@ def test_a_threshold_cuts_each_list(client: TestClient, field: str) -> None:
     assert bad.status_code == 422 and "min_probability" in bad.text
 
 
-def test_a_model_without_a_head_says_so(store: Store, tmp_path: Path) -> None:
+@pytest.mark.parametrize("head", ["absent", "older kind"])
+def test_a_model_without_a_head_says_so(store: Store, tmp_path: Path, head: str) -> None:
     models = tmp_path / "models"
     old = copy_version(store.default_v1, models, "default", "v1")
     manifest = json.loads((old / "manifest.json").read_text())
     assert manifest["model"].get("relevance_head"), "the trainer fits a head for every model"
-    manifest["model"].pop("relevance_head")
+    if head == "absent":
+        manifest["model"].pop("relevance_head")
+    else:  # a head of the kind an earlier version wrote: the model loads and ranks, without relevance
+        manifest["model"]["relevance_head"] = {"kind": "ordinal_logit", "n_grades": 3, "a": [0.5, 0.0], "g": 0.0,
+                                               "b": [0.0, 0.0, 0.0], "theta": [0.0, 1.0]}
     (old / "manifest.json").write_text(json.dumps(manifest))
     with ready_client(Settings(models_dir=models, default_model="default")) as c:
         wait_ready(c)
