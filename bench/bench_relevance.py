@@ -86,6 +86,7 @@ def _ours(sets: dict[str, Any], seed: int, config: Path, members: dict[str, Any]
     return probs, unmatched, {"scores_identical": bool(np.array_equal(plain, scores)), "test_ndcg@10": ndcg,
                               "test_ndcg@10_with_head": ndcg_head, "head_trees_test_ndcg@10": trees_ndcg,
                               "head_models": head.models,
+                              "head_recalibration": outcome.record["relevance_head"].get("recalibration"),
                               "head_seconds": outcome.record["relevance_head"].get("seconds")}
 
 
