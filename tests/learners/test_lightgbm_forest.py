@@ -141,6 +141,26 @@ def test_mcrank_and_lambdamart_snapshots_equal_lightgbm() -> None:
         np.testing.assert_allclose(sums[:, c, :], lm.decision_function(Xt, num_iteration=t), atol=1e-9, rtol=0)
 
 
+def test_mcrank_stopped_early_with_subsampling_equals_lightgbm_at_its_best_iteration() -> None:
+    from training.learners.mcrank import McRank
+
+    X, y = _data(5, n=600, levels=3)
+    Xv, yv = _data(6, n=300, levels=3)
+    m = McRank(n_leaves=7, learning_rate=0.3, n_iterations=200, min_data_in_leaf=5, feature_fraction=0.7,
+               bagging_fraction=0.8, seed=3).fit(X, y, eval_set=(Xv, yv), early_stopping_rounds=5)
+    assert m.best_iteration_ is not None and m.best_iteration_ == m.n_iterations_ < m.iterations_trained_ < 200
+    assert m.stop_reason_ == "early_stopping" and m.best_loss_ is not None and m.best_loss_ > 0
+    forest = m.to_forest()
+    assert forest.n_base == m.best_iteration_ * 3
+    np.testing.assert_allclose(score_forest(forest, Xv)[:, 0, :],
+                               m.decision_function(Xv, num_iteration=m.best_iteration_), atol=1e-9, rtol=0)
+    again = McRank(n_leaves=7, learning_rate=0.3, n_iterations=200, min_data_in_leaf=5, feature_fraction=0.7,
+                   bagging_fraction=0.8, seed=3).fit(X, y, eval_set=(Xv, yv), early_stopping_rounds=5)
+    np.testing.assert_array_equal(again.to_forest().leaf_values, forest.leaf_values)  # the draws follow the seed
+    with pytest.raises(ValueError, match="multiclass"):
+        McRank(variant="ordinal").fit(X, y, eval_set=(Xv, yv))
+
+
 @pytest.mark.shared_data
 @pytest.mark.slow
 @pytest.mark.parametrize("leaves", [4, 16, 64])

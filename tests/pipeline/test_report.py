@@ -48,7 +48,8 @@ def test_the_relevance_section_and_its_reliability_diagram() -> None:
     probs = rng.dirichlet([2, 1, 1], size=400)
     labels = np.array([rng.choice(3, p=p) for p in probs])
     head = {"measured_on": "test", "models": [{"iterations": 41}, {"iterations": 73}],
-            "recalibration": {"gain": 0.05, "standard_error": 0.01, "applied": True}, **relevance_metrics(probs, labels)}
+            "recalibration": {"gain": 0.05, "standard_error": 0.01, "applied": True},
+            **relevance_metrics(probs, labels)}
     record = {**_record(1.0, 0.76, 0.75), "relevance_head": head}
     assert "reliability.png" in render_plots(record)
     text = "\n".join(relevance_lines(record))

@@ -184,7 +184,8 @@ def test_a_trained_head_is_calibrated_across_queries() -> None:
     test, scores = batch(300)
     # leaves of >= 100,000 documents cannot split this data: those models barely learn and are left out
     settings_ = SimpleNamespace(n_leaves=[4, 15], min_data_in_leaf=[20, 100_000], learning_rate=0.1,
-                                max_iterations=300, patience=20, keep_within=0.02)
+                                max_iterations=300, patience=20, keep_within=0.02,
+                                feature_fraction=1.0, bagging_fraction=1.0)
     head, _ = fit_relevance_head(train, vali, vali_scores, 3, settings_)
     assert head.n_models == 2 and all(1 <= m["iterations"] <= 300 for m in head.models)
     assert [m["min_data_in_leaf"] for m in head.models] == [20, 20]

@@ -40,8 +40,10 @@ class HeadSettings(Protocol):
     """The head's models (the ``[relevance]`` table, ``training.pipeline.config.RelevanceConfig``):
     every (n_leaves, min_data_in_leaf) pair of the two lists is one McRank multiclass model with
     ``learning_rate``, at most ``max_iterations`` iterations, stopped after ``patience``
-    iterations without a lower validation log loss; the head keeps the models whose validation
-    log loss is within ``keep_within`` (relative) of the best one's."""
+    iterations without a lower validation log loss, each tree on ``feature_fraction`` of the
+    features and each iteration on ``bagging_fraction`` of the documents (the models differ more,
+    their average is better); the head keeps the models whose validation log loss is within
+    ``keep_within`` (relative) of the best one's."""
 
     n_leaves: list[int]
     min_data_in_leaf: list[int]
@@ -49,6 +51,8 @@ class HeadSettings(Protocol):
     max_iterations: int
     patience: int
     keep_within: float
+    feature_fraction: float
+    bagging_fraction: float
 
 
 def head_grid(settings: HeadSettings) -> list[tuple[int, int]]:
@@ -63,7 +67,8 @@ def fit_head_model(train: RankingData, vali: RankingData, n_grades: int, n_leave
     t0 = time.perf_counter()
     top = n_grades - 1
     mc = McRank(variant="multiclass", n_leaves=n_leaves, learning_rate=settings.learning_rate,
-                n_iterations=settings.max_iterations, min_data_in_leaf=min_data_in_leaf, seed=seed, n_threads=1)
+                n_iterations=settings.max_iterations, min_data_in_leaf=min_data_in_leaf, seed=seed, n_threads=1,
+                feature_fraction=settings.feature_fraction, bagging_fraction=settings.bagging_fraction)
     mc.fit(train.features, np.minimum(train.labels, top), label_grouping=identity_grouping(n_grades),
            eval_set=(vali.features, np.minimum(vali.labels, top)), early_stopping_rounds=settings.patience)
     loss = float(mc.best_loss_ if mc.best_loss_ is not None else np.inf)

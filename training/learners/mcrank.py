@@ -83,12 +83,15 @@ class McRank:
     Parameters (keyword-only, stored unchanged): ``variant`` (``"multiclass"`` or ``"ordinal"``),
     ``n_leaves`` (J), ``learning_rate`` (nu), ``n_iterations``, ``checkpoints`` (snapshot
     iteration counts), ``min_data_in_leaf``, ``n_bins`` (LightGBM's ``max_bin``), ``seed``,
-    ``n_threads``, ``time_budget_s`` (stop after the iteration that exceeds it).
+    ``n_threads``, ``time_budget_s`` (stop after the iteration that exceeds it),
+    ``feature_fraction`` and ``bagging_fraction`` (LightGBM's: each tree sees that share of the
+    features, each iteration that share of the documents, drawn with ``seed``; 1.0: all).
     """
 
     def __init__(self, *, variant: str = "multiclass", n_leaves: int = 16, learning_rate: float = 0.1,
                  n_iterations: int = 100, checkpoints: list[int] | None = None, min_data_in_leaf: int = 20,
-                 n_bins: int = 255, seed: int = 0, n_threads: int = 1, time_budget_s: float | None = None) -> None:
+                 n_bins: int = 255, seed: int = 0, n_threads: int = 1, time_budget_s: float | None = None,
+                 feature_fraction: float = 1.0, bagging_fraction: float = 1.0) -> None:
         self.variant = variant
         self.n_leaves = n_leaves
         self.learning_rate = learning_rate
@@ -99,6 +102,8 @@ class McRank:
         self.seed = seed
         self.n_threads = n_threads
         self.time_budget_s = time_budget_s
+        self.feature_fraction = feature_fraction
+        self.bagging_fraction = bagging_fraction
 
     def fit(self, features: npt.ArrayLike, labels: npt.ArrayLike, *, label_grouping: LabelGrouping | None = None,
             on_iteration: Callable[[int], None] | None = None,
@@ -106,8 +111,8 @@ class McRank:
         """Train on ``features`` and ``labels``. With ``eval_set`` (features, labels; multiclass
         only) training stops once the eval set's log loss has not improved for
         ``early_stopping_rounds`` iterations; ``best_iteration_`` is the iteration of the lowest
-        loss (``best_loss_``), the one :meth:`to_forest` keeps (``n_iterations_`` then counts
-        every iteration trained)."""
+        loss (``best_loss_``), the last one kept (``n_iterations_``; ``iterations_trained_``
+        counts every iteration trained)."""
         import lightgbm as lgb
 
         if self.variant not in VARIANTS:
@@ -119,38 +124,49 @@ class McRank:
         grouping = label_grouping or identity_grouping(max(int(lab.max()) + 1, 2))
         y = grouping.apply(lab)
         k = grouping.n_classes
-        common = dict(n_leaves=self.n_leaves, learning_rate=self.learning_rate, min_data_in_leaf=self.min_data_in_leaf,
-                      n_bins=self.n_bins, seed=self.seed, n_threads=self.n_threads)
+        common: dict[str, Any] = dict(n_leaves=self.n_leaves, learning_rate=self.learning_rate,
+                                      min_data_in_leaf=self.min_data_in_leaf, n_bins=self.n_bins, seed=self.seed,
+                                      n_threads=self.n_threads)
+        if not (0.0 < self.feature_fraction <= 1.0 and 0.0 < self.bagging_fraction <= 1.0):
+            raise ValueError("feature_fraction and bagging_fraction must be in (0, 1]")
+        if self.feature_fraction < 1.0:
+            common["feature_fraction"] = float(self.feature_fraction)
+        if self.bagging_fraction < 1.0:
+            common.update(bagging_fraction=float(self.bagging_fraction), bagging_freq=1)
         t0 = time.perf_counter()
         self.stop_reason_ = "n_iterations"
         if self.variant == "multiclass":
             targets = [y]
-            params = [lightgbm_params(objective="multiclass", num_class=k, **common)]  # type: ignore[arg-type]
+            params = [lightgbm_params(objective="multiclass", num_class=k, **common)]
         else:
             targets = [(y <= c).astype(np.float64) for c in range(k - 1)]
-            params = [lightgbm_params(objective="binary", **common) for _ in range(k - 1)]  # type: ignore[arg-type]
+            params = [lightgbm_params(objective="binary", **common) for _ in range(k - 1)]
         if eval_set is not None and self.variant != "multiclass":
             raise ValueError("early stopping on an eval set needs the multiclass variant")
         budget = None if self.time_budget_s is None else self.time_budget_s / len(targets)
         self.boosters_ = []
         self.best_iteration_: int | None = None
         self.best_loss_: float | None = None
+        self.iterations_trained_: int | None = None
         for target, p in zip(targets, params, strict=True):
             callbacks = budget_callback(budget, on_iteration if len(targets) == 1 else None)
             ds = lgb.Dataset(x, target, params={"max_bin": p["max_bin"], "verbose": -1}, free_raw_data=True)
             valid: dict[str, Any] = {}
+            history: dict[str, Any] = {}
             if eval_set is not None:
                 ex = np.ascontiguousarray(eval_set[0], dtype=np.float32)
                 ey = grouping.apply(np.asarray(eval_set[1], dtype=np.int64))
                 valid = {"valid_sets": [lgb.Dataset(ex, ey, reference=ds)], "valid_names": ["eval"]}
-                callbacks.append(lgb.early_stopping(int(early_stopping_rounds), first_metric_only=True, verbose=False))
+                callbacks += [lgb.early_stopping(int(early_stopping_rounds), first_metric_only=True, verbose=False),
+                              lgb.record_evaluation(history)]
                 p = {**p, "metric": "multi_logloss"}
             booster = lgb.train(p, ds, num_boost_round=int(self.n_iterations), callbacks=callbacks, **valid)
             self.boosters_.append(booster)
-            if eval_set is not None:
+            if eval_set is not None:  # LightGBM keeps the trees up to the best iteration
                 self.best_iteration_ = int(booster.best_iteration) or booster.current_iteration()
                 self.best_loss_ = float(booster.best_score["eval"]["multi_logloss"])
-                if self.best_iteration_ < booster.current_iteration():
+                self.iterations_trained_ = len(history["eval"]["multi_logloss"])
+                if self.iterations_trained_ < int(self.n_iterations):
                     self.stop_reason_ = "early_stopping"
             if callbacks[0].stopped:
                 self.stop_reason_ = "time_budget"

@@ -170,6 +170,10 @@ class RelevanceConfig:
     # models whose validation log loss is more than this (relative) above the best one's are left
     # out (on small data the large-leaf models barely learn)
     keep_within: float = 0.02
+    # each tree sees this share of the features, each iteration this share of the documents: the
+    # models differ more and their average is better (bench/bench_relevance.py)
+    feature_fraction: float = 0.7
+    bagging_fraction: float = 0.8
 
 
 @dataclass
@@ -339,6 +343,8 @@ def validate(cfg: TrainConfig, *, require_data: bool = True) -> TrainConfig:
     _require(h.max_iterations >= 1, "[relevance] max_iterations must be at least 1")
     _require(h.patience >= 1, "[relevance] patience must be at least 1")
     _require(h.keep_within >= 0, "[relevance] keep_within must be >= 0")
+    _require(0 < h.feature_fraction <= 1 and 0 < h.bagging_fraction <= 1,
+             "[relevance] feature_fraction and bagging_fraction must be in (0, 1]")
     return cfg
 
 
