@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from training.calibration.expected_relevance import softmax_probabilities as softmax
 from training.calibration.relevance_fit import (
     expected_calibration_error,
     fit_recalibration,
@@ -29,7 +30,6 @@ from training.scoring.relevance_head import (
     probabilities_from_cumulative,
     rank_match,
     recalibrated,
-    softmax,
 )
 
 

@@ -43,20 +43,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from training.calibration.expected_relevance import softmax_probabilities
 from training.scoring.forest import FlatForest, score_forest
 
 FloatArray = npt.NDArray[np.float64]
 
 #: the ``kind`` of the stored head; an artifact with another (an older head) loads without a head
 HEAD_KIND = "rank_matched_mcrank"
-
-
-def softmax(raw: FloatArray) -> FloatArray:
-    """Row-wise softmax of (n, K) scores."""
-    z = raw - raw.max(axis=1, keepdims=True)
-    e = np.exp(z)
-    out: FloatArray = e / e.sum(axis=1, keepdims=True)
-    return out
 
 
 def cumulative_from_probabilities(probs: FloatArray) -> FloatArray:
@@ -156,7 +149,7 @@ class RelevanceHead:
         sums = score_forest(self.forest, features, self.bounds)  # (n, models + 1, K)
         probs = np.zeros((sums.shape[0], self.n_grades), dtype=np.float64)
         for i in range(self.n_models):
-            probs += softmax(sums[:, i + 1] - sums[:, i])
+            probs += softmax_probabilities(sums[:, i + 1] - sums[:, i])
         out: FloatArray = probs / self.n_models
         return out
 
