@@ -55,9 +55,16 @@ class HeadSettings(Protocol):
     bagging_fraction: float
 
 
-def head_grid(settings: HeadSettings) -> list[tuple[int, int]]:
-    """The (n_leaves, min_data_in_leaf) pairs of the head's models, in order."""
-    return [(a, b) for a in settings.n_leaves for b in settings.min_data_in_leaf]
+def head_jobs(train: RankingData, vali: RankingData, n_grades: int, settings: HeadSettings,
+              seed: int) -> list[tuple[Any, ...]]:
+    """The arguments of ``fit_head_model`` for each of the head's models, in grid order (ValueError
+    unless the data can train a head: two grades or more, documents in both sets)."""
+    if n_grades < 2:
+        raise ValueError("the relevance head needs at least two grades")
+    if train.n_docs == 0 or vali.n_docs == 0:
+        raise ValueError("the relevance head needs training and validation documents")
+    grid = [(a, b) for a in settings.n_leaves for b in settings.min_data_in_leaf]
+    return [(train, vali, n_grades, leaves, min_leaf, settings, seed + i) for i, (leaves, min_leaf) in enumerate(grid)]
 
 
 def fit_head_model(train: RankingData, vali: RankingData, n_grades: int, n_leaves: int, min_data_in_leaf: int,
@@ -115,18 +122,8 @@ def fit_relevance_head(train: RankingData, vali: RankingData, vali_scores: npt.A
     """The head for grades 0..n_grades-1 (larger grades count as the top one), its models trained
     one after another on ``train`` and stopped early on ``vali`` (the trainer runs them in
     parallel: ``training.pipeline.train.fit_head``). Returns (head, the recalibration's record)."""
-    check_head_data(train, vali, n_grades)
-    fitted = [fit_head_model(train, vali, n_grades, leaves, min_leaf, settings, seed + i)
-              for i, (leaves, min_leaf) in enumerate(head_grid(settings))]
+    fitted = [fit_head_model(*args) for args in head_jobs(train, vali, n_grades, settings, seed)]
     return assemble_head(fitted, n_grades, settings, vali, vali_scores, seed)
-
-
-def check_head_data(train: RankingData, vali: RankingData, n_grades: int) -> None:
-    """ValueError unless the head can be trained: two grades or more, documents in both sets."""
-    if n_grades < 2:
-        raise ValueError("the relevance head needs at least two grades")
-    if train.n_docs == 0 or vali.n_docs == 0:
-        raise ValueError("the relevance head needs training and validation documents")
 
 
 def _binary_log_loss(p: FloatArray, events: FloatArray) -> FloatArray:

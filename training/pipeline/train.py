@@ -311,27 +311,18 @@ def fit_head(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, progress: b
     McRank models in parallel on the whole training set, each stopped early on the validation
     queries; measure it on the test queries when there are some, else on validation. A fit that
     fails is logged and recorded; the model then has no head and ranks as before."""
-    from training.calibration.relevance_fit import (
-        assemble_head,
-        check_head_data,
-        fit_head_model,
-        head_grid,
-        relevance_metrics,
-    )
+    from training.calibration.relevance_fit import assemble_head, fit_head_model, head_jobs, relevance_metrics
 
     if not cfg.relevance.enabled:
         return {"error": "disabled in the configuration ([relevance] enabled = false)"}
     t0 = time.perf_counter()
     h = cfg.relevance
     try:
-        check_head_data(prep.train, prep.vali, prep.n_labels)
-        grid = head_grid(h)
+        jobs = head_jobs(prep.train, prep.vali, prep.n_labels, h, cfg.seed)
         # one LightGBM thread per model, as the McRank members train (processes run them side by side)
         with parallel_backend(cfg.run.backend, cfg.run.n_jobs, cfg.run.scheduler) as n_jobs:
-            fitted = run_parallel(
-                [joblib.delayed(fit_head_model)(prep.train, prep.vali, prep.n_labels, leaves, min_leaf, h, cfg.seed + i)
-                 for i, (leaves, min_leaf) in enumerate(grid)],
-                n_jobs, f"relevance head: {len(grid)} models", progress)
+            fitted = run_parallel([joblib.delayed(fit_head_model)(*args) for args in jobs], n_jobs,
+                                  f"relevance head: {len(jobs)} models", progress)
         vali_scores = model.score(prep.vali.features, prep.vali.query_offsets)
         model.relevance_head, recalibration = assemble_head(fitted, prep.n_labels, h, prep.vali, vali_scores, cfg.seed)
     except ValueError as exc:
