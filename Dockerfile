@@ -8,7 +8,7 @@
 #   base     python:3.11-slim, a virtualenv in /opt/venv, shared settings
 #   deps     the service's dependencies only: core + [serve] (a cached layer: changes to the code
 #            do not reinstall numpy/numba)
-#   builder  deps + [train] (scipy, tqdm, matplotlib, dask); trains the default model into
+#   builder  deps + libgomp1 + [train] (scipy, tqdm, matplotlib, dask, LightGBM); trains the default model into
 #            /opt/tunemix/models. Only training/ is copied in, so edits to app/ do not retrain.
 #   wheel    builds the tunemix wheel (training + app)
 #   runtime  deps + the wheel + the model from `builder`; non-root; numba cache warmed as that user
@@ -40,6 +40,9 @@ RUN pip install -r /tmp/build/requirements-serve.txt
 
 # ------------------------------------------------------------------------------------ builder
 FROM deps AS builder
+# LightGBM (the McRank and LambdaMART members and every model's relevance head) loads GNU OpenMP,
+# which the slim base image lacks; the serving image never imports LightGBM and does without it
+RUN apt-get update && apt-get install -y --no-install-recommends libgomp1 && rm -rf /var/lib/apt/lists/*
 RUN pip install -r /tmp/build/requirements-train.txt
 WORKDIR /srv/tunemix
 COPY pyproject.toml README.md /tmp/build/src/

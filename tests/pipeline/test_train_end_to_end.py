@@ -278,3 +278,27 @@ def test_label_groupings_all_expands_to_the_methods_groupings(tmp_path: Path) ->
     rec = train(cfg, progress=False).record
     assert [r["grouping"] for r in rec["runs"]] == ["original", "binary", "three-a", "three-b", "four"]
     assert rec["config"]["members"]["label_groupings"] == ["original", "binary", "three-a", "three-b", "four"]
+
+
+@pytest.mark.parametrize("why", ["disabled", "no LightGBM"])
+def test_a_model_without_a_relevance_head_still_trains_and_ranks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  why: str) -> None:
+    """[relevance] enabled = false, or a machine where LightGBM cannot be loaded: the model trains,
+    ranks, and its record says why it has no head."""
+    import sys
+
+    cfg_path = tmp_path / "tiny.toml"
+    cfg_path.write_text(TINY)
+    overrides: dict[str, object] = {"run.models_dir": str(tmp_path / "models"), "run.report_plots": False}
+    if why == "disabled":
+        overrides["relevance.enabled"] = False
+    else:
+        monkeypatch.setitem(sys.modules, "lightgbm", None)  # import lightgbm raises ImportError
+    outcome = train(load_config(cfg_path, overrides), progress=False)
+    model = outcome.model
+    assert model.relevance_head is None
+    error = outcome.record["relevance_head"]["error"]
+    assert ("enabled = false" in error) if why == "disabled" else ("LightGBM cannot be loaded" in error)
+    assert outcome.path is not None and load_model(outcome.path)[0].relevance_head is None
+    x = np.random.default_rng(0).normal(size=(7, model.n_features)).astype(np.float32)
+    assert np.all(np.isfinite(model.score(x, np.array([0, 3, 7]))))  # it ranks

@@ -315,6 +315,12 @@ def fit_head(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, progress: b
 
     if not cfg.relevance.enabled:
         return {"error": "disabled in the configuration ([relevance] enabled = false)"}
+    try:  # the head's models are LightGBM's: a machine without it (or without its OpenMP) gets no head
+        import lightgbm  # noqa: F401
+    except (ImportError, OSError) as exc:
+        log.warning("no relevance head: LightGBM cannot be loaded (%s); install it (and libgomp1 on Debian) "
+                    "for relevance estimates", exc)
+        return {"error": f"LightGBM cannot be loaded: {exc}"}
     t0 = time.perf_counter()
     h = cfg.relevance
     try:
