@@ -31,6 +31,7 @@ from training.scoring.relevance_head import (
     logit,
     rank_match,
     recalibrated,
+    sigmoid,
 )
 
 log = logging.getLogger(__name__)
@@ -106,10 +107,10 @@ def assemble_head(fitted: list[tuple[FlatForest, float, dict[str, Any]]], n_grad
                          models=models)
     cum = rank_match(cumulative_from_probabilities(head.tree_probabilities(vali.features)), vali_scores,
                      vali.query_offsets)
-    events = np.minimum(vali.labels, n_grades - 1)[:, None] >= np.arange(1, n_grades)[None, :]
-    record = recalibration_gain(cum, events.astype(np.float64), vali.query_offsets, seed=seed)
+    events = (np.minimum(vali.labels, n_grades - 1)[:, None] >= np.arange(1, n_grades)[None, :]).astype(np.float64)
+    record = recalibration_gain(cum, events, vali.query_offsets, seed=seed)
     if record["applied"]:
-        slopes, intercepts = fit_recalibration(cum, events.astype(np.float64))
+        slopes, intercepts = fit_recalibration(cum, events)
         head = dataclasses.replace(head, slopes=slopes, intercepts=intercepts)
         record.update(slopes=slopes.tolist(), intercepts=intercepts.tolist())
     log.info("relevance head recalibration: held-out log loss gain %.4f per document (standard error %.4f): %s",
@@ -144,7 +145,7 @@ def fit_recalibration(cum: FloatArray, events: FloatArray) -> tuple[FloatArray, 
     def loss(t: FloatArray) -> tuple[float, FloatArray]:
         a, b = np.exp(t[:k1]), t[k1:]
         z = x * a + b
-        p = 0.5 * (1.0 + np.tanh(0.5 * z))
+        p = sigmoid(z)
         value = float(np.mean(np.sum(np.logaddexp(0.0, -z) * events + np.logaddexp(0.0, z) * (1.0 - events), axis=1)))
         g = (p - events) / cum.shape[0]
         return value, np.concatenate([(g * x).sum(axis=0) * a, g.sum(axis=0)])

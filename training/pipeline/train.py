@@ -239,8 +239,17 @@ def best_feature_baseline(cfg: TrainConfig, prep: Prepared) -> dict[str, Any]:
     return out
 
 
-def evaluate_model(prep: Prepared, model: EnsembleModel, mixing: Mixing) -> dict[str, Any]:
-    """The served model (through the serving path) and the best single member under every convention."""
+def served_scores(prep: Prepared, model: EnsembleModel) -> dict[str, np.ndarray]:
+    """The served model's scores (through the serving path) of the validation and test queries,
+    computed once for the evaluation and the relevance head."""
+    return {split: model.score(data.features, data.query_offsets)
+            for split, data in (("vali", prep.vali), ("test", prep.test)) if data is not None}
+
+
+def evaluate_model(prep: Prepared, model: EnsembleModel, mixing: Mixing,
+                   served: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The served model (``served``: its scores, ``served_scores``) and the best single member
+    under every convention."""
     top = prep.n_labels - 1
     best = int(np.argmax(mixing.omega))
     out: dict[str, Any] = {}
@@ -248,8 +257,7 @@ def evaluate_model(prep: Prepared, model: EnsembleModel, mixing: Mixing) -> dict
         if data is None or members is None:
             continue
         out[split] = {
-            "ensemble": metrics_all_conventions(data.labels, model.score(data.features, data.query_offsets),
-                                                data.query_offsets, data.docids, top),
+            "ensemble": metrics_all_conventions(data.labels, served[split], data.query_offsets, data.docids, top),
             "best_member": metrics_all_conventions(data.labels, members[:, best], data.query_offsets,
                                                    data.docids, top),
         }
@@ -292,11 +300,12 @@ def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingDat
     with clock("pruning_s"):  # drop what the mixer never uses
         full_size = (model.n_members, model.forest.n_base)
         model = prune(model)
-    with clock("relevance_head_s"):
-        relevance = fit_head(cfg, prep, model, progress)
     with clock("evaluation_s"):
-        evaluation = evaluate_model(prep, model, mixing)
+        served = served_scores(prep, model)
+        evaluation = evaluate_model(prep, model, mixing, served)
         baseline = best_feature_baseline(cfg, prep)
+    with clock("relevance_head_s"):
+        relevance = fit_head(cfg, prep, model, served, progress)
     clock.timings["total_s"] = time.perf_counter() - clock.start
     record = build_record(cfg, prep, runs, members, failures, model, full_size, mixing, evaluation, clock.timings)
     record["relevance_head"] = relevance
@@ -306,11 +315,13 @@ def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingDat
     return TrainOutcome(path=path, record=record, model=model)
 
 
-def fit_head(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, progress: bool = False) -> dict[str, Any]:
+def fit_head(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, served: dict[str, np.ndarray],
+             progress: bool = False) -> dict[str, Any]:
     """Train the relevance head (every model gets one unless ``[relevance] enabled = false``): its
     McRank models in parallel on the whole training set, each stopped early on the validation
-    queries; measure it on the test queries when there are some, else on validation. A fit that
-    fails is logged and recorded; the model then has no head and ranks as before."""
+    queries; measure it on the test queries when there are some, else on validation (``served``:
+    the model's scores of both, ``served_scores``). A fit that fails is logged and recorded; the
+    model then has no head and ranks as before."""
     from training.calibration.relevance_fit import assemble_head, fit_head_model, head_jobs, relevance_metrics
 
     if not cfg.relevance.enabled:
@@ -329,13 +340,13 @@ def fit_head(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, progress: b
         with parallel_backend(cfg.run.backend, cfg.run.n_jobs, cfg.run.scheduler) as n_jobs:
             fitted = run_parallel([joblib.delayed(fit_head_model)(*args) for args in jobs], n_jobs,
                                   f"relevance head: {len(jobs)} models", progress)
-        vali_scores = model.score(prep.vali.features, prep.vali.query_offsets)
-        model.relevance_head, recalibration = assemble_head(fitted, prep.n_labels, h, prep.vali, vali_scores, cfg.seed)
+        model.relevance_head, recalibration = assemble_head(fitted, prep.n_labels, h, prep.vali, served["vali"],
+                                                            cfg.seed)
     except ValueError as exc:
         log.warning("no relevance head: %s", exc)
         return {"error": str(exc)}
     data, split = (prep.test, "test") if prep.test is not None and prep.test.n_docs else (prep.vali, "vali")
-    _, probs, _ = model.score_and_relevance(data.features, data.query_offsets)
+    probs, _ = model.relevance_head.estimate(data.features, served[split], data.query_offsets)
     return {"trained_on": "train", "stopped_on": "vali", "measured_on": split,
             "models": model.relevance_head.models, "recalibration": recalibration,
             "seconds": round(time.perf_counter() - t0, 3), **relevance_metrics(probs, data.labels)}

@@ -74,10 +74,15 @@ def logit(p: FloatArray) -> FloatArray:
     return out
 
 
+def sigmoid(z: FloatArray) -> FloatArray:
+    """1 / (1 + exp(-z)), overflow-free."""
+    out: FloatArray = 0.5 * (1.0 + np.tanh(0.5 * z))
+    return out
+
+
 def recalibrated(cum: FloatArray, slopes: FloatArray, intercepts: FloatArray) -> FloatArray:
     """sigmoid(slopes_k logit P(y >= k) + intercepts_k), then a running minimum over k."""
-    z = logit(cum) * slopes[None, :] + intercepts[None, :]
-    out: FloatArray = np.minimum.accumulate(0.5 * (1.0 + np.tanh(0.5 * z)), axis=1)
+    out: FloatArray = np.minimum.accumulate(sigmoid(logit(cum) * slopes[None, :] + intercepts[None, :]), axis=1)
     return out
 
 
