@@ -161,6 +161,35 @@ def test_mcrank_stopped_early_with_subsampling_equals_lightgbm_at_its_best_itera
         McRank(variant="ordinal").fit(X, y, eval_set=(Xv, yv))
 
 
+def test_lambdamart_stopped_early_equals_lightgbm_at_its_best_iteration() -> None:
+    """LambdaMART stopped on an eval set's NDCG@10: the kept trees are LightGBM's up to its best
+    iteration, whose eval NDCG@10 is the best of the history, and the draws follow the seed."""
+    from training.evaluation import mean_metric
+    from training.learners.lambdamart import LambdaMART
+
+    X, y = _data(7, n=800, levels=3)
+    Xv, yv = _data(8, n=400, levels=3)
+    off, offv = np.arange(0, 801, 20), np.arange(0, 401, 20)
+    kw = dict(n_leaves=7, learning_rate=0.3, n_iterations=300, min_data_in_leaf=5, feature_fraction=0.7,
+              bagging_fraction=0.8, seed=3)
+    m = LambdaMART(**kw).fit(X, y, off, eval_set=(Xv, yv, offv), early_stopping_rounds=5)
+    assert m.best_iteration_ is not None and m.best_iteration_ == m.n_iterations_ < m.iterations_trained_ < 300
+    assert m.stop_reason_ == "early_stopping"
+    forest = m.to_forest()
+    assert forest.n_base == m.best_iteration_
+    scores = score_forest(forest, Xv)[:, 0, 0]
+    np.testing.assert_allclose(scores, m.decision_function(Xv, num_iteration=m.best_iteration_)[:, 0],
+                               atol=1e-9, rtol=0)
+    # LightGBM's NDCG@10 of the kept model is ours under the yahoo convention, and the best seen
+    assert mean_metric(yv, scores, offv, "ndcg@10", "yahoo") == pytest.approx(m.best_score_, abs=1e-9)
+    for t in range(1, m.iterations_trained_ + 1):
+        at_t = m.decision_function(Xv, num_iteration=t)[:, 0] if t <= m.best_iteration_ else None
+        if at_t is not None:
+            assert mean_metric(yv, at_t, offv, "ndcg@10", "yahoo") <= m.best_score_ + 1e-12
+    again = LambdaMART(**kw).fit(X, y, off, eval_set=(Xv, yv, offv), early_stopping_rounds=5)
+    np.testing.assert_array_equal(again.to_forest().leaf_values, forest.leaf_values)
+
+
 @pytest.mark.shared_data
 @pytest.mark.slow
 @pytest.mark.parametrize("leaves", [4, 16, 64])

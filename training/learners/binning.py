@@ -71,7 +71,7 @@ class FeatureBins:
         return codes
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _codes_kernel(X, edges, n_bins, codes):  # pragma: no cover
     """``codes[j, i] = #{b : edges[j, b] <= X[i, j]}`` by binary search (the bin of X[i, j])."""
     n, d = X.shape

@@ -32,7 +32,7 @@ from training.learners.stump_search import TREE, accumulate_histogram, best_spli
 MIN_GAIN = 1e-14
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def grow_tree(
     codes, s, feats, feat_nbins, n_leaves_max, order, tmp, hist_pool,
     row_leaf, node_feat, node_bin, node_left, node_right, leaf_sums, per_feature, node_gains,

@@ -11,23 +11,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Self
+from typing import Any, Self
 
 import numpy as np
 import numpy.typing as npt
 
 from training.learners.lightgbm_forest import lightgbm_to_forest
-from training.learners.mcrank import budget_callback, lightgbm_params, snapshot_list
+from training.learners.mcrank import budget_callback, lightgbm_params, sampling_params, snapshot_list
 from training.scoring.forest import FlatForest
 
 
 class LambdaMART:
     """LambdaMART by LightGBM. Keyword-only parameters as :class:`~training.learners.mcrank.McRank`
-    (without ``variant``)."""
+    (without ``variant``), early stopping on an eval set's NDCG@10 (:meth:`fit`)."""
 
     def __init__(self, *, n_leaves: int = 16, learning_rate: float = 0.1, n_iterations: int = 100,
                  checkpoints: list[int] | None = None, min_data_in_leaf: int = 20, n_bins: int = 255,
-                 seed: int = 0, n_threads: int = 1, time_budget_s: float | None = None) -> None:
+                 seed: int = 0, n_threads: int = 1, time_budget_s: float | None = None,
+                 feature_fraction: float = 1.0, bagging_fraction: float = 1.0) -> None:
         self.n_leaves = n_leaves
         self.learning_rate = learning_rate
         self.n_iterations = n_iterations
@@ -37,24 +38,53 @@ class LambdaMART:
         self.seed = seed
         self.n_threads = n_threads
         self.time_budget_s = time_budget_s
+        self.feature_fraction = feature_fraction
+        self.bagging_fraction = bagging_fraction
 
     def fit(self, features: npt.ArrayLike, labels: npt.ArrayLike, query_offsets: npt.ArrayLike, *,
-            on_iteration: Callable[[int], None] | None = None) -> Self:
+            on_iteration: Callable[[int], None] | None = None,
+            eval_set: tuple[npt.ArrayLike, npt.ArrayLike, npt.ArrayLike] | None = None,
+            early_stopping_rounds: int = 50) -> Self:
+        """Train on one query's documents after another (``query_offsets``: n_queries + 1 row
+        offsets). With ``eval_set`` (features, labels, query offsets) training stops once the eval
+        queries' NDCG@10 (LightGBM's, gains 2^l - 1; a query without relevant documents counts 1,
+        as the yahoo convention) has not improved for ``early_stopping_rounds`` iterations; the
+        trees up to the best iteration (``best_iteration_``, its NDCG ``best_score_``) are kept."""
         import lightgbm as lgb
 
         x = np.ascontiguousarray(features, dtype=np.float32)
         lab = np.asarray(labels, dtype=np.int64)
         sizes = np.diff(np.asarray(query_offsets, dtype=np.int64))
+        extra = sampling_params(self.feature_fraction, self.bagging_fraction)
         params = lightgbm_params(objective="lambdarank", n_leaves=self.n_leaves, learning_rate=self.learning_rate,
                                  min_data_in_leaf=self.min_data_in_leaf, n_bins=self.n_bins, seed=self.seed,
-                                 n_threads=self.n_threads)
+                                 n_threads=self.n_threads, **extra)
         t0 = time.perf_counter()
         callbacks = budget_callback(self.time_budget_s, on_iteration)
         ds = lgb.Dataset(x, lab, group=sizes, params={"max_bin": params["max_bin"], "verbose": -1})
-        self.booster_ = lgb.train(params, ds, num_boost_round=int(self.n_iterations), callbacks=callbacks)
+        valid: dict[str, Any] = {}
+        history: dict[str, Any] = {}
+        if eval_set is not None:
+            ex = np.ascontiguousarray(eval_set[0], dtype=np.float32)
+            ey = np.asarray(eval_set[1], dtype=np.int64)
+            eg = np.diff(np.asarray(eval_set[2], dtype=np.int64))
+            valid = {"valid_sets": [lgb.Dataset(ex, ey, group=eg, reference=ds)], "valid_names": ["eval"]}
+            callbacks += [lgb.early_stopping(int(early_stopping_rounds), first_metric_only=True, verbose=False),
+                          lgb.record_evaluation(history)]
+            params = {**params, "metric": "ndcg", "eval_at": [10]}
+        self.booster_ = lgb.train(params, ds, num_boost_round=int(self.n_iterations), callbacks=callbacks, **valid)
         self.stop_reason_ = "time_budget" if callbacks[0].stopped else "n_iterations"
+        self.best_iteration_: int | None = None
+        self.best_score_: float | None = None
+        self.iterations_trained_ = int(self.booster_.current_iteration())
+        if eval_set is not None:
+            self.iterations_trained_ = len(history["eval"]["ndcg@10"])
+            self.best_iteration_ = int(self.booster_.best_iteration) or self.iterations_trained_
+            self.best_score_ = float(self.booster_.best_score["eval"]["ndcg@10"])
+            if self.iterations_trained_ < int(self.n_iterations) and not callbacks[0].stopped:
+                self.stop_reason_ = "early_stopping"
         self.n_features_in_ = x.shape[1]
-        self.n_iterations_ = int(self.booster_.current_iteration())
+        self.n_iterations_ = self.best_iteration_ or int(self.booster_.current_iteration())
         self.checkpoints_ = snapshot_list(self.checkpoints, self.n_iterations_)
         self.fit_time_s_ = time.perf_counter() - t0
         return self
@@ -63,7 +93,8 @@ class LambdaMART:
         """The model as a one-output ``FlatForest``, one base per iteration."""
         if not hasattr(self, "booster_"):
             raise ValueError("LambdaMART is not fitted yet: call fit() first")
-        return lightgbm_to_forest(self.booster_, n_features=self.n_features_in_)
+        forest = lightgbm_to_forest(self.booster_, n_features=self.n_features_in_)
+        return forest if self.best_iteration_ is None else forest.truncate(self.best_iteration_)
 
     def decision_function(self, features: npt.ArrayLike, num_iteration: int | None = None) -> np.ndarray:
         """LightGBM's own raw scores, (n, 1)."""

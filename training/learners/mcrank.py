@@ -50,6 +50,20 @@ def lightgbm_params(*, objective: str, n_leaves: int, learning_rate: float, min_
             "zero_as_missing": False, **extra}
 
 
+def sampling_params(feature_fraction: float, bagging_fraction: float) -> dict[str, Any]:
+    """LightGBM's column and row subsampling (each tree sees ``feature_fraction`` of the features,
+    each iteration ``bagging_fraction`` of the documents, drawn with the model's seed); nothing when
+    both are 1."""
+    if not (0.0 < feature_fraction <= 1.0 and 0.0 < bagging_fraction <= 1.0):
+        raise ValueError("feature_fraction and bagging_fraction must be in (0, 1]")
+    out: dict[str, Any] = {}
+    if feature_fraction < 1.0:
+        out["feature_fraction"] = float(feature_fraction)
+    if bagging_fraction < 1.0:
+        out.update(bagging_fraction=float(bagging_fraction), bagging_freq=1)
+    return out
+
+
 def budget_callback(time_budget_s: float | None, on_iteration: Callable[[int], None] | None) -> list[Any]:
     """LightGBM callbacks: report finished iterations, stop after the iteration that exceeds the budget."""
     import lightgbm as lgb
@@ -127,12 +141,7 @@ class McRank:
         common: dict[str, Any] = dict(n_leaves=self.n_leaves, learning_rate=self.learning_rate,
                                       min_data_in_leaf=self.min_data_in_leaf, n_bins=self.n_bins, seed=self.seed,
                                       n_threads=self.n_threads)
-        if not (0.0 < self.feature_fraction <= 1.0 and 0.0 < self.bagging_fraction <= 1.0):
-            raise ValueError("feature_fraction and bagging_fraction must be in (0, 1]")
-        if self.feature_fraction < 1.0:
-            common["feature_fraction"] = float(self.feature_fraction)
-        if self.bagging_fraction < 1.0:
-            common.update(bagging_fraction=float(self.bagging_fraction), bagging_freq=1)
+        common.update(sampling_params(self.feature_fraction, self.bagging_fraction))
         t0 = time.perf_counter()
         self.stop_reason_ = "n_iterations"
         if self.variant == "multiclass":

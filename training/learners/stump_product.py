@@ -34,7 +34,7 @@ from training.learners.stump_search import (
 MIN_RISE = 1e-12
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def fit_product(
     codes, s, feats, feat_nbins, n_terms, max_cycles, hist, term_feat, term_bin, V,
     row_sigma, per_feature, term_edges, k_lanes,

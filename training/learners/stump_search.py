@@ -61,7 +61,7 @@ def class_lanes(n_classes: int) -> tuple[int, ...]:
     return (0,) * int(n_classes)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _block_into_histograms(codes, feats, hist, blk, rows, m, p0, direct, k_lanes):  # pragma: no cover
     """``hist[f, code[feats[f], r_j], :] += blk[j, :]`` for j < m, two features per sweep.
 
@@ -104,7 +104,7 @@ def _block_into_histograms(codes, feats, hist, blk, rows, m, p0, direct, k_lanes
                 ha[a, l] += blk[j, l]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def accumulate_histogram(codes, s, row_sign, order, start, end, feats, hist, k_lanes):  # pragma: no cover
     """``hist[f, code[feats[f], r], :] += row_sign[r] * s[r, :]`` over the rows of one node.
 
@@ -134,7 +134,7 @@ def accumulate_histogram(codes, s, row_sign, order, start, end, feats, hist, k_l
         _block_into_histograms(codes, feats, hist, blk, rows, m, p0, direct, k_lanes)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def histogram_totals(hist, out):  # pragma: no cover
     """Class totals ``S_l``: the sum over bins of feature slot 0 (every row is in one bin)."""
     K = hist.shape[2]
@@ -145,7 +145,7 @@ def histogram_totals(hist, out):  # pragma: no cover
             out[l] += hist[0, b, l]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def split_score(S, L, criterion, k_lanes):  # pragma: no cover
     """Stump edge ``sum_l |S_l - 2 L_l|`` or leaf-split gain ``sum_l |L_l|+|S_l-L_l|-|S_l|``.
 
@@ -162,7 +162,7 @@ def split_score(S, L, criterion, k_lanes):  # pragma: no cover
     return acc
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def best_split(hist, feat_nbins, S, criterion, allow_constant, best_L, per_feature,
                k_lanes):  # pragma: no cover
     """Best (feature slot, bin) over ``hist`` (k, B, K) for totals ``S``; see module docstring.
@@ -207,7 +207,7 @@ def best_split(hist, feat_nbins, S, criterion, allow_constant, best_L, per_featu
     return best_slot, best_bin, best_score
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def stump_row_leaf(codes, feature, bin_index, row_leaf):  # pragma: no cover
     """``row_leaf[i] = 1`` if ``code[i, feature] >= bin_index`` (phi = +1) else 0."""
     cf = codes[feature]
@@ -215,7 +215,7 @@ def stump_row_leaf(codes, feature, bin_index, row_leaf):  # pragma: no cover
         row_leaf[i] = 1 if cf[i] >= bin_index else 0
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def base_edge(s, row_leaf, votes):  # pragma: no cover
     """Edge ``gamma = sum_{i,l} s[i,l] * votes[row_leaf[i], l]`` of a base classifier."""
     g = 0.0
@@ -226,7 +226,7 @@ def base_edge(s, row_leaf, votes):  # pragma: no cover
     return g
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def boost_update(s, F, classes, row_leaf, votes, alpha):  # pragma: no cover
     """One AdaBoost.MH step for the base classifier ``h(x_i)[l] = alpha * votes[row_leaf[i], l]``.
 

@@ -38,7 +38,8 @@ class AdaBoostMember(MemberType):
 
     def fit(self, spec: RunSpec, features: np.ndarray, labels: np.ndarray, query_offsets: np.ndarray,
             n_labels: int, seed: int,
-            time_budget_s: float | None, progress_queue: Any = None) -> RunResult:
+            time_budget_s: float | None, progress_queue: Any = None,
+            eval_set: Any = None) -> RunResult:
         """Fit one AdaBoost.MH run.
 
         ``progress_queue`` (a multiprocessing manager queue, or None) receives the number of newly

@@ -23,7 +23,8 @@ was made. Example (see ``configs/`` for complete files)::
     n_iterations = 1000
     checkpoints = [10, 30, 100, 300, 1000]
 
-    # further member types (training.pipeline.member_types; none by default)
+    # further member types (training.pipeline.member_types). A config without any member table
+    # trains the default members, chosen from the data (training.pipeline.auto)
     [[members.mcrank]]             # LightGBM; variant multiclass or ordinal
     variant = ["multiclass", "ordinal"]
     n_leaves = [8, 32]
@@ -68,7 +69,7 @@ from typing import Any
 from training.calibration.registry import DEFAULT_CALIBRATORS
 from training.data.normalization import VIEWS
 
-BACKENDS = ("loky", "dask", "ray", "sequential")
+BACKENDS = ("loky", "threads", "dask", "ray", "sequential")
 DEFAULT_CHECKPOINTS = [10, 30, 100, 300, 1000]
 DEFAULT_COMPARE = ["one_best", "uniform", "rrf", "combsum", "combmnz", "condorcet"]
 
@@ -114,11 +115,9 @@ class MembersConfig:
     views: list[str] = field(default_factory=lambda: ["raw", "raw+std"])
     label_groupings: list[str] = field(default_factory=lambda: ["original", "binary"])
     calibrators: list[str] = field(default_factory=lambda: list(DEFAULT_CALIBRATORS))
-    adaboost: list[dict[str, Any]] = field(
-        default_factory=lambda: [{"base": "tree", "n_leaves": [8], "n_iterations": 300,
-                                  "checkpoints": [10, 30, 100, 300]}]
-    )
-    # further member types (training.pipeline.member_types): none by default
+    # member tables (training.pipeline.member_types): none given = the default members, chosen
+    # from the data (training.pipeline.auto)
+    adaboost: list[dict[str, Any]] = field(default_factory=list)
     mcrank: list[dict[str, Any]] = field(default_factory=list)
     lambdamart: list[dict[str, Any]] = field(default_factory=list)
     svm: list[dict[str, Any]] = field(default_factory=list)
@@ -145,7 +144,7 @@ class MixerConfig:
 
 @dataclass
 class RunConfig:
-    backend: str = "loky"
+    backend: str = "threads"
     n_jobs: int = 2
     scheduler: str | None = None
     time_budget_s: float | None = None
@@ -292,8 +291,6 @@ def validate(cfg: TrainConfig, *, require_data: bool = True) -> TrainConfig:
     from training.pipeline.member_types import member_types
 
     types = member_types()
-    _require(any(mt.blocks(cfg) for mt in types.values()),
-             "[members] needs at least one member block ([[members.adaboost]], [[members.mcrank]], ...)")
     for name, mt in types.items():
         for i, block in enumerate(mt.blocks(cfg)):
             _require(isinstance(block, dict), f"[[members.{name}]] #{i + 1} must be a table")
@@ -307,6 +304,13 @@ def validate(cfg: TrainConfig, *, require_data: bool = True) -> TrainConfig:
                              f"[[members.{name}]] #{i + 1}: {key} must be a non-empty list of names")
             _require("all" not in block.get("label_groupings", []),
                      f"[[members.{name}]] #{i + 1}: label_groupings = ['all'] is for [members] only")
+            _require(block.get("fit_on", "fit") in ("fit", "train"),
+                     f"[[members.{name}]] #{i + 1}: fit_on must be 'fit' (the fit part) or 'train' (the whole "
+                     f"training set), got {block.get('fit_on')!r}")
+            stop = block.get("early_stopping", 0)
+            _require(isinstance(stop, int) and not isinstance(stop, bool) and stop >= 0,
+                     f"[[members.{name}]] #{i + 1}: early_stopping must be a whole number of iterations >= 0 "
+                     f"(0: off), got {stop!r}")
             for v in block.get("views", []):
                 _require(v in VIEWS, f"[[members.{name}]] #{i + 1}: unknown view {v!r}; expected one of "
                                      f"{', '.join(VIEWS)}")

@@ -4,8 +4,14 @@ trees in the one wide :class:`~training.scoring.forest.FlatForest`.
 
 - ``[[members.mcrank]]``: keys ``variant`` (``multiclass``, ``ordinal``), ``n_leaves``,
   ``learning_rate``, ``n_iterations``, ``checkpoints``, ``min_data_in_leaf``, ``n_bins``,
-  ``seed``; list values expand into a grid. Snapshots after t iterations are members (the forest
-  holds n_outputs trees per iteration, so snapshot t is ``t * n_outputs`` bases). Calibrators:
+  ``seed``, ``feature_fraction``, ``bagging_fraction``; list values expand into a grid.
+  ``early_stopping = R``: stop once the validation queries' loss (McRank multiclass: log loss;
+  LambdaMART: NDCG@10) has not improved for R iterations and keep the best iteration.
+  ``fit_on = "train"``: train on the whole training set (fit and calibration parts) instead of
+  the fit part; the run's snapshots then get only the calibrators that fit nothing
+  (``identity``, ``er:*``), since the calibration part is no longer held out from it.
+  Snapshots after t iterations are members (the forest holds n_outputs trees per iteration,
+  so snapshot t is ``t * n_outputs`` bases). Calibrators:
   McRank's expected relevance (``er:<link>:linear`` and ``er:<link>:gain``, T(k) = k and
   2^k - 1) and the configured pool; an ordinal member's pool calibrators see its class
   probabilities (``ordinal+<spec>``). ``shift`` uses R = max |f| on the calibration part.
@@ -29,7 +35,9 @@ from training.pipeline.parallel import IterationReporter
 from training.scoring.forest import FlatForest
 
 BOOSTING_KEYS = frozenset({"n_leaves", "learning_rate", "n_iterations", "checkpoints", "min_data_in_leaf",
-                           "n_bins", "seed"})
+                           "n_bins", "seed", "feature_fraction", "bagging_fraction", "early_stopping", "fit_on"})
+#: keys that steer the run in the pipeline, not the learner
+PIPELINE_KEYS = frozenset({"early_stopping", "fit_on"})
 
 
 def _reporter(progress_queue: Any) -> tuple[IterationReporter | None, Any]:
@@ -50,9 +58,18 @@ def _reporter(progress_queue: Any) -> tuple[IterationReporter | None, Any]:
 
 
 def _params(spec: RunSpec, seed: int) -> dict[str, Any]:
-    params = dict(spec.params)
+    params = {k: v for k, v in spec.params.items() if k not in PIPELINE_KEYS}
     params.setdefault("seed", seed + spec.index)
     return params
+
+
+def _stopping(spec: RunSpec, eval_set: Any) -> dict[str, Any]:
+    """The learner's early-stopping arguments: the validation queries and the patience, when the
+    run asks for it (``early_stopping`` > 0) and the pipeline passed them."""
+    rounds = int(spec.params.get("early_stopping", 0))
+    if rounds <= 0 or eval_set is None:
+        return {}
+    return {"eval_set": eval_set, "early_stopping_rounds": rounds}
 
 
 @register
@@ -68,14 +85,19 @@ class McRankMember(MemberType):
         return f"mcrank-{variant}{params.get('n_leaves', 16)}-lr{params.get('learning_rate', 0.1):g}"
 
     def fit(self, spec: RunSpec, features: np.ndarray, labels: np.ndarray, query_offsets: np.ndarray,
-            n_labels: int, seed: int, time_budget_s: float | None, progress_queue: Any = None) -> RunResult:
+            n_labels: int, seed: int, time_budget_s: float | None, progress_queue: Any = None,
+            eval_set: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> RunResult:
         from training.learners.label_groups import get_grouping
         from training.learners.mcrank import McRank
 
         reporter, on_iteration = _reporter(progress_queue)
         t0 = time.perf_counter()
         model = McRank(**_params(spec, seed), time_budget_s=time_budget_s)
-        model.fit(features, labels, label_grouping=get_grouping(spec.grouping, n_labels), on_iteration=on_iteration)
+        stopping = _stopping(spec, eval_set)
+        if stopping:  # McRank stops on the eval set's log loss: features and labels
+            stopping["eval_set"] = stopping["eval_set"][:2]
+        model.fit(features, labels, label_grouping=get_grouping(spec.grouping, n_labels), on_iteration=on_iteration,
+                  **stopping)
         if reporter is not None:
             reporter.flush(int(spec.params.get("n_iterations", model.n_iterations_)))
         forest = model.to_forest()
@@ -93,6 +115,8 @@ class McRankMember(MemberType):
         ordinal = result.spec.params.get("variant", "multiclass") == "ordinal"
         link = "ordinal" if ordinal else "softmax"
         own = [f"er:{link}:linear", f"er:{link}:gain"]
+        if result.spec.params.get("fit_on") == "train":
+            return own
         return own + [f"ordinal+{c}" if ordinal else c for c in configured]
 
 
@@ -111,13 +135,14 @@ class LambdaMARTMember(MemberType):
         return f"lambdamart{params.get('n_leaves', 16)}-lr{params.get('learning_rate', 0.1):g}"
 
     def fit(self, spec: RunSpec, features: np.ndarray, labels: np.ndarray, query_offsets: np.ndarray,
-            n_labels: int, seed: int, time_budget_s: float | None, progress_queue: Any = None) -> RunResult:
+            n_labels: int, seed: int, time_budget_s: float | None, progress_queue: Any = None,
+            eval_set: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> RunResult:
         from training.learners.lambdamart import LambdaMART
 
         reporter, on_iteration = _reporter(progress_queue)
         t0 = time.perf_counter()
         model = LambdaMART(**_params(spec, seed), time_budget_s=time_budget_s)
-        model.fit(features, labels, query_offsets, on_iteration=on_iteration)
+        model.fit(features, labels, query_offsets, on_iteration=on_iteration, **_stopping(spec, eval_set))
         if reporter is not None:
             reporter.flush(int(spec.params.get("n_iterations", model.n_iterations_)))
         arrays = model.to_forest().to_arrays()
@@ -134,4 +159,6 @@ class LambdaMARTMember(MemberType):
         )
 
     def calibrators(self, configured: list[str], result: RunResult) -> list[str]:
+        if result.spec.params.get("fit_on") == "train":
+            return ["identity"]
         return ["identity", *(c for c in configured if c.startswith("rbc:"))]

@@ -106,7 +106,8 @@ class SVMMember(MemberType):
         return f"svm-C{params.get('C', 1.0):g}"
 
     def fit(self, spec: RunSpec, features: np.ndarray, labels: np.ndarray, query_offsets: np.ndarray,
-            n_labels: int, seed: int, time_budget_s: float | None, progress_queue: Any = None) -> RunResult:
+            n_labels: int, seed: int, time_budget_s: float | None, progress_queue: Any = None,
+            eval_set: Any = None) -> RunResult:
         from training.learners.label_groups import get_grouping
 
         t0 = time.perf_counter()
@@ -146,7 +147,8 @@ class BestFeatureMember(MemberType):
         return "best-feature"
 
     def fit(self, spec: RunSpec, features: np.ndarray, labels: np.ndarray, query_offsets: np.ndarray,
-            n_labels: int, seed: int, time_budget_s: float | None, progress_queue: Any = None) -> RunResult:
+            n_labels: int, seed: int, time_budget_s: float | None, progress_queue: Any = None,
+            eval_set: Any = None) -> RunResult:
         t0 = time.perf_counter()
         j, sign, quality = best_single_feature(features, labels, query_offsets, spec.params["measure"],
                                                spec.params["convention"])

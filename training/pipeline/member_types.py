@@ -151,8 +151,11 @@ class MemberType(ABC):
     @abstractmethod
     def fit(self, spec: RunSpec, features: np.ndarray, labels: np.ndarray, query_offsets: np.ndarray,
             n_labels: int, seed: int,
-            time_budget_s: float | None, progress_queue: Any = None) -> RunResult:
-        """Fit one run on the fit part (features already in the run's view)."""
+            time_budget_s: float | None, progress_queue: Any = None,
+            eval_set: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> RunResult:
+        """Fit one run on the fit part, or on the whole training set (``fit_on = "train"``);
+        features already in the run's view. ``eval_set`` (features in the same view, labels,
+        query offsets: the validation queries) is passed to runs that stop early on it."""
 
     def calibrators(self, configured: list[str], result: RunResult) -> list[str]:
         """Calibrator specs of this run's snapshots (default: the configured pool)."""
@@ -231,10 +234,11 @@ def run_specs(cfg: TrainConfig) -> list[RunSpec]:
 
 
 def fit_run(spec: RunSpec, features: np.ndarray, labels: np.ndarray, query_offsets: np.ndarray, n_labels: int,
-            seed: int, time_budget_s: float | None, progress_queue: Any = None) -> RunResult:
+            seed: int, time_budget_s: float | None, progress_queue: Any = None,
+            eval_set: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> RunResult:
     """Fit one run of any type (a top-level function joblib can ship)."""
     return get_member_type(spec.type).fit(spec, features, labels, query_offsets, n_labels, seed, time_budget_s,
-                                          progress_queue)
+                                          progress_queue, eval_set=eval_set)
 
 
 # ------------------------------------------------------------------------------ calibration

@@ -1,7 +1,9 @@
 """Backend and progress plumbing of ``tunemix train``: joblib backends, task lists, progress bars.
 
 Parallelism: runs and calibration jobs go through joblib with the configured backend (``loky``
-processes by default; ``dask`` on a given scheduler or a local cluster; ``ray``; ``sequential``).
+processes; ``threads``, threads of one process, which share the data instead of copying it: the
+LightGBM members and the AdaBoost.MH kernels release the GIL; ``dask`` on a given scheduler or a
+local cluster; ``ray``; ``sequential``).
 Progress: one bar per task list (``tqdm``, when installed) and, for local backends, one bar over
 the boosting iterations of every run, fed by the workers through a manager queue
 (:class:`IterationReporter`).
@@ -26,6 +28,9 @@ def parallel_backend(backend: str, n_jobs: int, scheduler: str | None) -> Iterat
         yield 1
     elif backend == "loky":
         with joblib.parallel_config(backend="loky", n_jobs=n_jobs):
+            yield n_jobs
+    elif backend == "threads":  # one process: LightGBM and the AdaBoost.MH kernels release the GIL
+        with joblib.parallel_config(backend="threading", n_jobs=n_jobs):
             yield n_jobs
     elif backend == "dask":
         try:
@@ -84,23 +89,23 @@ def run_parallel(tasks: list[Task], n_jobs: int, desc: str, progress: bool) -> l
 
 
 @contextlib.contextmanager
-def iteration_bar(total: int, enabled: bool) -> Iterator[Any]:
+def iteration_bar(total: int, enabled: bool, processes: bool = True) -> Iterator[Any]:
     """A progress bar over boosting iterations of all runs, fed by workers through a manager
-    queue (works for local process pools; remote backends get the per-job bar only)."""
+    queue (local process pools; ``processes`` False: threads of this process, a plain queue);
+    remote backends get the per-job bar only."""
     if not enabled:
         yield None
         return
     import multiprocessing
+    import queue as queue_module
     import threading
 
-    manager = multiprocessing.Manager()
-    queue = manager.Queue()
+    manager = multiprocessing.Manager() if processes else None
+    queue: Any = manager.Queue() if manager is not None else queue_module.Queue()
     bar = progress_bar(total, "boosting iterations", True, unit="it")
     stop = threading.Event()
 
     def drain() -> None:
-        import queue as queue_module
-
         while not stop.is_set() or not queue.empty():
             try:
                 bar.update(queue.get(timeout=0.1))
@@ -117,7 +122,8 @@ def iteration_bar(total: int, enabled: bool) -> Iterator[Any]:
         stop.set()
         thread.join(timeout=5)
         bar.close()
-        manager.shutdown()
+        if manager is not None:
+            manager.shutdown()
 
 
 class IterationReporter:

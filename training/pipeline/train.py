@@ -36,6 +36,7 @@ from training.data.svmlight import read_svmlight
 from training.ensemble.registry import make_mixer
 from training.evaluation import CONVENTION_NAMES, evaluate, mean_metric
 from training.learners.label_groups import get_grouping, groupings_for
+from training.pipeline.auto import DataShape, apply_auto
 from training.pipeline.config import TrainConfig
 from training.pipeline.member_types import (
     CalibrationResult,
@@ -44,6 +45,7 @@ from training.pipeline.member_types import (
     calibrate_snapshot,
     fit_run,
     get_member_type,
+    member_types,
     run_specs,
 )
 from training.pipeline.mixing import (
@@ -140,8 +142,33 @@ def prepare(cfg: TrainConfig, clock: _Clock, specs: list[RunSpec],
         views = list(dict.fromkeys([*cfg.members.views, *(s.view for s in specs)]))
         parts = {"fit": fit_part, "cal": cal_part}
         view_x = {(p, v): apply_view(d.features, d.query_offsets, v) for p, d in parts.items() for v in views}
+        # runs on the whole training set read the two parts one after the other; runs that stop
+        # early read the validation queries in their view
+        for v in dict.fromkeys(s.view for s in specs if s.params.get("fit_on") == "train"):
+            view_x[("train", v)] = np.concatenate([view_x[("fit", v)], view_x[("cal", v)]])
+        for v in dict.fromkeys(s.view for s in specs if int(s.params.get("early_stopping", 0)) > 0):
+            view_x[("vali", v)] = apply_view(sets["vali"].features, sets["vali"].query_offsets, v)
     return Prepared(sets=sets, records=records, n_labels=n_labels, groupings=groupings, fit_part=fit_part,
                     cal_part=cal_part, extra_views=[v for v in EXTRA_VIEWS if v in views], view_x=view_x)
+
+
+def run_inputs(prep: Prepared, spec: RunSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                       tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
+    """What one run trains on: features (in its view), labels and query offsets of the fit part,
+    or of the whole training set (``fit_on = "train"``: the fit part, then the calibration part),
+    and the validation queries in its view when it stops early on them."""
+    if spec.params.get("fit_on") == "train":
+        fit, cal = prep.fit_part, prep.cal_part
+        labels = np.concatenate([fit.labels, cal.labels])
+        offsets = np.concatenate([fit.query_offsets, cal.query_offsets[1:] + fit.n_docs])
+        features = prep.view_x[("train", spec.view)]
+    else:
+        labels, offsets = prep.fit_part.labels, prep.fit_part.query_offsets
+        features = prep.view_x[("fit", spec.view)]
+    eval_set = None
+    if int(spec.params.get("early_stopping", 0)) > 0:
+        eval_set = (prep.view_x[("vali", spec.view)], prep.vali.labels, prep.vali.query_offsets)
+    return features, labels, offsets, eval_set
 
 
 # ---------------------------------------------------------------------------------- runs
@@ -152,13 +179,18 @@ def fit_runs(cfg: TrainConfig, prep: Prepared, specs: list[RunSpec], n_jobs: int
         budget = 0.6 * cfg.run.time_budget_s / math.ceil(len(specs) / n_jobs)
     total_iterations = sum(get_member_type(s.type).iterations(s.params) for s in specs)
     with iteration_bar(total_iterations, progress and total_iterations > 0
-                       and cfg.run.backend in ("loky", "sequential")) as queue:
+                       and cfg.run.backend in ("loky", "threads", "sequential"),
+                       processes=cfg.run.backend == "loky") as queue:
         return run_parallel(
-            [joblib.delayed(fit_run)(s, prep.view_x[("fit", s.view)], prep.fit_part.labels,
-                                     prep.fit_part.query_offsets, prep.n_labels, cfg.seed, budget, queue)
-             for s in specs],
+            [joblib.delayed(_fit_run)(s, run_inputs(prep, s), prep.n_labels, cfg.seed, budget, queue) for s in specs],
             n_jobs, f"boosting {len(specs)} runs", progress,
         )
+
+
+def _fit_run(spec: RunSpec, inputs: tuple[Any, ...], n_labels: int, seed: int, budget: float | None,
+             queue: Any) -> RunResult:
+    features, labels, offsets, eval_set = inputs
+    return fit_run(spec, features, labels, offsets, n_labels, seed, budget, queue, eval_set=eval_set)
 
 
 def calibrate_runs(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], n_jobs: int,
@@ -271,10 +303,20 @@ def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingDat
     data."""
     clock = _Clock()
     records = None
-    if "all" in cfg.members.label_groupings:  # the groupings of the data's label count: read it first
+    auto = not any(mt.blocks(cfg) for mt in member_types().values())
+    auto_reasons: list[str] = []
+    if auto or "all" in cfg.members.label_groupings:  # choices that depend on the data: read it first
         with clock("read_and_split_s"):
             if sets is None:
                 sets, records = load_data(cfg)
+    if auto:
+        assert sets is not None
+        tr = sets["train"]
+        cfg, auto_reasons = apply_auto(cfg, DataShape(n_docs=tr.n_docs, n_features=tr.n_features,
+                                                      n_labels=label_count(tr), n_queries=tr.n_queries,
+                                                      vali_queries=sets["vali"].n_queries))
+    if "all" in cfg.members.label_groupings:
+        assert sets is not None
         n_labels = label_count(sets["train"])
         cfg = dataclasses.replace(cfg, members=dataclasses.replace(
             cfg.members, label_groupings=groupings_for(list(cfg.members.label_groupings), n_labels)))
@@ -309,6 +351,7 @@ def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingDat
     clock.timings["total_s"] = time.perf_counter() - clock.start
     record = build_record(cfg, prep, runs, members, failures, model, full_size, mixing, evaluation, clock.timings)
     record["relevance_head"] = relevance
+    record["auto_members"] = auto_reasons or None
     record["mix_by_member_type"] = by_type
     record["best_feature"] = baseline
     path = _save(cfg, model, record) if save else None

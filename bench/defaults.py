@@ -1,0 +1,185 @@
+"""The default model against what a user would run instead, out of the box, in one run.
+
+``python -m bench.defaults`` (JSON and a table in ``bench/results/defaults.{json,md}``):
+for every split, each system (``bench.fitproc``: tunemix's default ``TuneMixRanker(n_jobs=2)``,
+``LGBMRanker()``, LightGBM early-stopped on validation NDCG@10, ``XGBRanker(tree_method="hist")``)
+is fitted in a process of its own on the same train / validation / test queries; reported: test
+NDCG@10 (yahoo convention; mean of the folds with the standard error of the mean), fit seconds
+and peak memory of the process tree.
+
+Data:
+
+- ``mq2008``: the five official folds of MQ2008 (``../shared/data/MQ2008``).
+- ``mslr-sample``: the MSLR-WEB10K sample's train and test files pooled (86 queries) and cut into
+  five query folds in file order; fold i tests on part i, validates on part i+1 (mod 5) and trains
+  on the other three, as LETOR rotates its parts.
+- ``synthetic-mslr``: McRank's cubic-polynomial data shaped like MSLR (136 features, 5 grades,
+  60 to 180 documents a query; 250 training, 60 validation, 100 test queries, about 29k training
+  documents), one split.
+
+``--datasets mq2008,mslr-sample`` picks some; ``--systems`` some systems; ``--config FILE.toml``
+gives tunemix a configuration instead of the default (what-if runs; the JSON says so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.common import RESULTS, SHARED_DATA, machine_info
+from bench.fitproc import SYSTEMS, run_fit
+from training.data.dataset import RankingData
+from training.evaluation import evaluate
+
+MEASURE, CONVENTION = "ndcg@10", "yahoo"
+DATASETS = ("mq2008", "mslr-sample", "synthetic-mslr")
+
+
+def _pool(parts: list[RankingData]) -> RankingData:
+    feats = np.concatenate([p.features for p in parts])
+    labels = np.concatenate([p.labels for p in parts])
+    sizes = np.concatenate([p.query_sizes for p in parts])
+    return RankingData.from_arrays(feats, labels, group_sizes=sizes)
+
+
+def mq2008_splits() -> list[dict[str, RankingData]]:
+    from training.data.svmlight import read_svmlight
+
+    out = []
+    for k in range(1, 6):
+        fold = SHARED_DATA / "MQ2008" / f"Fold{k}"
+        train = read_svmlight(fold / "train.txt")
+        out.append({"train": train, "vali": read_svmlight(fold / "vali.txt", n_features=train.n_features),
+                    "test": read_svmlight(fold / "test.txt", n_features=train.n_features)})
+    return out
+
+
+def mslr_sample_splits(n_folds: int = 5) -> list[dict[str, RankingData]]:
+    from training.data.svmlight import read_svmlight
+
+    root = SHARED_DATA / "MSLR-WEB10K-sample"
+    train = read_svmlight(root / "msn1.fold1.train.5k.txt", n_features=136)
+    test = read_svmlight(root / "msn1.fold1.test.5k.txt", n_features=136)
+    pooled = _pool([train, test])
+    parts = np.array_split(np.arange(pooled.n_queries), n_folds)
+    out = []
+    for i in range(n_folds):
+        t, v = parts[i], parts[(i + 1) % n_folds]
+        rest = np.concatenate([parts[j] for j in range(n_folds) if j not in (i, (i + 1) % n_folds)])
+        out.append({"train": pooled.subset_queries(rest), "vali": pooled.subset_queries(v),
+                    "test": pooled.subset_queries(t)})
+    return out
+
+
+def synthetic_mslr_splits(train_queries: int = 250, seed: int = 0) -> list[dict[str, RankingData]]:
+    from training.data.synthetic import make_synthetic_splits
+
+    sets = make_synthetic_splits(n_queries={"train": train_queries, "vali": 60, "test": 100},
+                                 docs_per_query=(60, 180), n_features=136, n_levels=5, noise=0.3, seed=seed)
+    return [sets]
+
+
+def splits(name: str) -> list[dict[str, RankingData]]:
+    return {"mq2008": mq2008_splits, "mslr-sample": mslr_sample_splits,
+            "synthetic-mslr": synthetic_mslr_splits}[name]()
+
+
+def ndcg(data: RankingData, scores: np.ndarray) -> tuple[float, np.ndarray]:
+    res = evaluate(data.labels, scores, data.query_offsets, [MEASURE], CONVENTION)
+    per_query = np.asarray(res.per_query[MEASURE], dtype=np.float64)
+    return float(np.nanmean(per_query)), per_query
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean test NDCG@10 over folds with the standard error of that mean, summed fit seconds and the
+    largest peak memory; the pooled per-query differences against the early-stopped peer."""
+    ok = [r for r in rows if "test_ndcg" in r]
+    out: dict[str, Any] = {"folds": len(rows), "folds_done": len(ok)}
+    if not ok:
+        return out
+    vals = np.array([r["test_ndcg"] for r in ok])
+    out["test_ndcg@10"] = round(float(vals.mean()), 4)
+    out["test_ndcg@10_se"] = round(float(vals.std(ddof=1) / math.sqrt(len(vals))), 4) if len(vals) > 1 else None
+    out["vali_ndcg@10"] = round(float(np.mean([r["vali_ndcg"] for r in ok])), 4)
+    out["fit_s"] = round(float(sum(r["fit_s"] for r in ok)), 1)
+    out["peak_mb"] = round(float(max(r["peak_mb"] for r in ok)), 1)
+    return out
+
+
+def run(datasets: list[str], systems: list[str], config: str | None) -> dict[str, Any]:
+    extra = {"config": str(Path(config).resolve())} if config else {}
+    report: dict[str, Any] = {"machine": machine_info(), "measure": MEASURE, "convention": CONVENTION,
+                              "tunemix_config": config or "default (chosen from the data)", "datasets": {}}
+    for name in datasets:
+        folds = splits(name)
+        per_system: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
+        per_query: dict[str, list[np.ndarray]] = {s: [] for s in systems}
+        for k, sets in enumerate(folds):
+            for system in systems:
+                res = run_fit(system, sets, extra=extra if system == "tunemix" else None)
+                row = {k2: v for k2, v in res.items() if k2 != "scores"}
+                row["fold"] = k + 1
+                row["train_docs"] = sets["train"].n_docs
+                if "scores" in res:
+                    row["vali_ndcg"], _ = ndcg(sets["vali"], res["scores"]["vali"])
+                    row["test_ndcg"], pq = ndcg(sets["test"], res["scores"]["test"])
+                    per_query[system].append(pq)
+                per_system[system].append(row)
+                print(f"{name} fold {k + 1} {system:8s} test {row.get('test_ndcg', float('nan')):.4f} "
+                      f"vali {row.get('vali_ndcg', float('nan')):.4f} fit {row.get('fit_s', float('nan')):7.1f} s "
+                      f"peak {row['peak_mb']:7.1f} MB {row.get('error', '')}", flush=True)
+        summary = {s: summarise(rows) for s, rows in per_system.items()}
+        if "tunemix" in systems and "lgbm_es" in systems and per_query["tunemix"] and per_query["lgbm_es"]:
+            diff = np.concatenate(per_query["tunemix"]) - np.concatenate(per_query["lgbm_es"])
+            diff = diff[~np.isnan(diff)]
+            summary["tunemix_minus_lgbm_es_per_query"] = {
+                "mean": round(float(diff.mean()), 4), "se": round(float(diff.std(ddof=1) / math.sqrt(diff.size)), 4),
+                "queries": int(diff.size)}
+        report["datasets"][name] = {"folds": per_system, "summary": summary}
+    return report
+
+
+def markdown(report: dict[str, Any]) -> str:
+    systems = list(SYSTEMS)
+    lines = [f"Test {report['measure']} ({report['convention']}), mean over folds ± SE; fit seconds (sum over "
+             "folds); peak MB of the process tree (largest fold). tunemix: " + report["tunemix_config"], "",
+             "| data | " + " | ".join(systems) + " |", "|---|" + "---|" * len(systems)]
+    for name, d in report["datasets"].items():
+        cells = []
+        for s in systems:
+            r = d["summary"].get(s)
+            if not r or "test_ndcg@10" not in r:
+                cells.append("")
+                continue
+            se = f" ± {r['test_ndcg@10_se']:.4f}" if r.get("test_ndcg@10_se") is not None else ""
+            cells.append(f"{r['test_ndcg@10']:.4f}{se}; {r['fit_s']:.0f} s; {r['peak_mb']:.0f} MB")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--datasets", default=",".join(DATASETS))
+    ap.add_argument("--systems", default=",".join(SYSTEMS))
+    ap.add_argument("--config", default=None, help="a tunemix TOML to measure instead of the default")
+    ap.add_argument("--out", default=str(RESULTS / "defaults.json"))
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    report = run(args.datasets.split(","), args.systems.split(","), args.config)
+    report["seconds"] = round(time.perf_counter() - t0, 1)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1))
+    out.with_suffix(".md").write_text(markdown(report))
+    print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,193 @@
+"""One fit in a process of its own, as a user runs it: fit seconds, the peak memory of the whole
+process tree (the fit's process and every worker it starts, sampled from /proc), and the scores of
+the validation and test queries. Shared by ``bench.defaults`` and ``bench.scale``.
+
+The systems (what a careful user would run on the same train / validation / test split):
+
+==================  ==============================================================================
+``tunemix``         ``TuneMixRanker(n_jobs=2).fit(X, y, group, eval_set=[(Xv, yv)], eval_group=[gv])``
+                    (no config: the default, chosen from the data)
+``lgbm``            ``LGBMRanker()`` (LightGBM's defaults: 100 trees, 31 leaves, lr 0.1)
+``lgbm_es``         ``LGBMRanker(n_estimators=2000, learning_rate=0.05)`` stopped early on the
+                    validation queries' NDCG@10 (patience 100): the peer to beat
+``xgb``             ``XGBRanker(tree_method="hist")`` (XGBoost's defaults)
+==================  ==============================================================================
+
+Every peer uses every core (LightGBM and XGBoost threads, tunemix's two worker processes).
+Run as a module, it is the child: ``python -m bench.fitproc SYSTEM DATA.npz OUT.npz``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from training.data.dataset import RankingData
+
+SYSTEMS = ("tunemix", "lgbm", "lgbm_es", "xgb")
+#: the early-stopped LightGBM peer: at most this many trees at learning rate 0.05, patience 100
+ES_TREES, ES_RATE, ES_PATIENCE = 2000, 0.05, 100
+
+
+def _tree_rss_bytes(root: int) -> int:
+    """Resident bytes of ``root`` and all its descendants (from /proc)."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/statm") as f:
+                pages = int(f.read().split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+        rss[int(entry)] = pages * os.sysconf("SC_PAGE_SIZE")
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        total += rss.get(pid, 0)
+        stack.extend(children.get(pid, []))
+    return total
+
+
+def _save(path: Path, sets: dict[str, RankingData]) -> None:
+    arrays = {}
+    for name, d in sets.items():
+        arrays[f"{name}_x"] = np.ascontiguousarray(d.features, dtype=np.float32)
+        arrays[f"{name}_y"] = d.labels
+        arrays[f"{name}_o"] = d.query_offsets
+    np.savez(path, **arrays)
+
+
+def run_fit(system: str, sets: dict[str, RankingData], *, timeout_s: float | None = None,
+            extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Fit ``system`` on ``sets`` (train, vali, test) in a child process; fit seconds (inside the
+    child: reading the arrays is not counted), peak tree memory in MB (sampled every 50 ms, the
+    arrays' own bytes included, as a user's process holds them), the scores of vali and test, and
+    whatever the child reports (``info``). ``timeout_s``: the child is stopped and the result
+    says so."""
+    with tempfile.TemporaryDirectory(prefix="tunemix-bench-") as tmp:
+        data, out = Path(tmp) / "data.npz", Path(tmp) / "out.npz"
+        _save(data, sets)
+        env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+        cmd = [sys.executable, "-m", "bench.fitproc", system, str(data), str(out), json.dumps(extra or {})]
+        proc = subprocess.Popen(cmd, env=env, cwd=Path(__file__).resolve().parents[1])
+        peak = 0
+        stop = threading.Event()
+
+        def sample() -> None:
+            nonlocal peak
+            while not stop.is_set():
+                peak = max(peak, _tree_rss_bytes(proc.pid))
+                stop.wait(0.05)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        t0 = time.perf_counter()
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            rc = None
+        stop.set()
+        sampler.join()
+        wall = time.perf_counter() - t0
+        result: dict[str, Any] = {"system": system, "peak_mb": round(peak / 2**20, 1), "wall_s": round(wall, 2)}
+        if rc is None:
+            return {**result, "error": f"stopped after {timeout_s:.0f} s"}
+        if rc != 0 or not out.exists():
+            return {**result, "error": f"exit code {rc}"}
+        with np.load(out) as z:
+            info = json.loads(str(z["info"]))
+            result.update(info)
+            result["scores"] = {k: np.array(z[k]) for k in ("vali", "test") if k in z}
+        return result
+
+
+def _load(path: str) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    with np.load(path) as z:
+        return {name: (z[f"{name}_x"], z[f"{name}_y"], z[f"{name}_o"]) for name in ("train", "vali", "test")
+                if f"{name}_x" in z}
+
+
+def _fit_and_score(system: str, sets: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+                   extra: dict[str, Any]) -> tuple[float, dict[str, np.ndarray], dict[str, Any]]:
+    x, y, o = sets["train"]
+    xv, yv, ov = sets["vali"]
+    g, gv = np.diff(o), np.diff(ov)
+    info: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    if system == "tunemix":
+        import tunemix
+
+        ranker = tunemix.TuneMixRanker(n_jobs=2, progress=False, **extra)
+        ranker.fit(x, y, group=g, eval_set=[(xv, yv)], eval_group=[gv])
+        fit_s = time.perf_counter() - t0
+
+        def predict(name: str) -> np.ndarray:
+            xs, _, os_ = sets[name]
+            return np.asarray(ranker.predict(xs, group=np.diff(os_)), dtype=np.float64)
+
+        rec = ranker.record_
+        info["members"] = [{"type": t["type"], "runs": t["runs"], "members": t["members"],
+                            "weight_share": t["weight_share"]} for t in rec["member_types"]]
+        info["served_members"] = rec["served"]["members"]
+        info["timings"] = {k: round(v, 2) for k, v in rec["timings"].items()}
+        info["mixer"] = {k: rec["mixer"].get(k) for k in ("c", "omega_min", "rescale", "choice")}
+    elif system in ("lgbm", "lgbm_es"):
+        import lightgbm as lgb
+
+        if system == "lgbm":
+            model = lgb.LGBMRanker(verbose=-1)
+            model.fit(x, y, group=g)
+        else:
+            model = lgb.LGBMRanker(n_estimators=ES_TREES, learning_rate=ES_RATE, verbose=-1)
+            model.fit(x, y, group=g, eval_set=[(xv, yv)], eval_group=[gv], eval_at=[10],
+                      callbacks=[lgb.early_stopping(ES_PATIENCE, verbose=False)])
+            info["best_iteration"] = int(model.best_iteration_)
+        fit_s = time.perf_counter() - t0
+
+        def predict(name: str) -> np.ndarray:
+            kw = {"num_iteration": model.best_iteration_} if system == "lgbm_es" else {}
+            return np.asarray(model.predict(sets[name][0], **kw), dtype=np.float64)
+    elif system == "xgb":
+        import xgboost as xgb
+
+        qid = np.repeat(np.arange(g.shape[0]), g)
+        model = xgb.XGBRanker(tree_method="hist")
+        model.fit(x, y, qid=qid)
+        fit_s = time.perf_counter() - t0
+
+        def predict(name: str) -> np.ndarray:
+            return np.asarray(model.predict(sets[name][0]), dtype=np.float64)
+    else:
+        raise ValueError(f"unknown system {system!r}; expected one of {', '.join(SYSTEMS)}")
+    return fit_s, {name: predict(name) for name in ("vali", "test") if name in sets}, info
+
+
+def main(argv: list[str]) -> int:
+    system, data, out = argv[0], argv[1], argv[2]
+    extra = json.loads(argv[3]) if len(argv) > 3 else {}
+    sets = _load(data)
+    fit_s, scores, info = _fit_and_score(system, sets, extra)
+    info["fit_s"] = round(fit_s, 3)
+    np.savez(out, info=np.array(json.dumps(info)), **scores)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

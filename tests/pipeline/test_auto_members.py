@@ -1,0 +1,107 @@
+"""The default members, chosen from the data (``training.pipeline.auto``): what is chosen at each
+size and budget, a config that names only its data trains them (LightGBM runs on the whole
+training set stopped early on validation, with calibrators that fit nothing), the choice is
+written into the resolved configuration, and the ``threads`` backend trains the same model as
+processes."""
+
+from __future__ import annotations
+
+import tomllib
+from typing import Any
+
+import numpy as np
+import pytest
+
+from training.pipeline.auto import DataShape, adaboost_iterations, auto_members, auto_relevance
+from training.pipeline.config import ConfigError, SyntheticData, load_config
+from training.pipeline.train import train
+
+pytest.importorskip("lightgbm")
+
+DATA_ONLY: dict[str, Any] = tomllib.loads("""
+name = "auto"
+seed = 1
+[data.synthetic]
+queries = [40, 15, 15]
+docs_per_query = [8, 20]
+features = 6
+levels = 3
+seed = 4
+[mixer]
+compare = ["uniform"]
+[run]
+backend = "sequential"
+report_plots = false
+[relevance]
+n_leaves = [4]
+min_data_in_leaf = [20]
+""")
+
+
+def _shape(n_docs: int, n_features: int = 136) -> DataShape:
+    return DataShape(n_docs=n_docs, n_features=n_features, n_labels=5, n_queries=max(n_docs // 100, 1),
+                     vali_queries=10)
+
+
+def test_the_choice_follows_the_data_and_the_budget() -> None:
+    small, reasons = auto_members(_shape(10_000), None)
+    assert [b["views"] for b in small["lambdamart"]] == [["raw"], ["raw+std"]]
+    assert all(b["fit_on"] == "train" and b["early_stopping"] > 0 for b in small["lambdamart"] + small["mcrank"])
+    assert small["adaboost"][0]["n_iterations"] == 300 and small["adaboost"][0]["checkpoints"] == [30, 100, 300]
+    assert any("AdaBoost.MH" in r for r in reasons) and "10000 documents" in reasons[0]
+    # AdaBoost.MH's iterations shrink as the documents grow, and vanish past 2M or a tiny budget
+    sizes = [10_000, 60_000, 120_000, 500_000, 1_000_000, 3_000_000]
+    its = [adaboost_iterations(_shape(n), None) for n in sizes]
+    assert its == sorted(its, reverse=True) and its[0] == 300 and its[-1] == 0
+    large, reasons = auto_members(_shape(3_000_000), None)
+    assert large["adaboost"] == [] and any("no AdaBoost.MH" in r for r in reasons)
+    assert adaboost_iterations(_shape(100_000), 1.0) == 0
+    assert 0 < adaboost_iterations(_shape(100_000), 3600.0) <= adaboost_iterations(_shape(100_000), None)
+    assert auto_relevance(_shape(10_000)) == {} and auto_relevance(_shape(200_000))["n_leaves"]
+
+
+def test_a_config_naming_only_its_data_trains_the_default_members() -> None:
+    cfg = load_config(None, tables=DATA_ONLY)
+    out = train(cfg, progress=False, save=False)
+    rec = out.record
+    assert rec["auto_members"] and "documents" in rec["auto_members"][0]
+    types = {r["type"] for r in rec["runs"]}
+    assert types == {"lambdamart", "mcrank", "adaboost"}
+    # the choice is in the resolved configuration: retraining from the record trains the same runs
+    members = rec["config"]["members"]
+    assert len(members["lambdamart"]) == 2 and len(members["mcrank"]) == 1 and len(members["adaboost"]) == 1
+    for r in rec["runs"]:
+        if r["type"] in ("lambdamart", "mcrank"):
+            assert r["params"]["fit_on"] == "train"
+            assert r["stop_reason"] in ("early_stopping", "n_iterations")
+    # runs trained on the whole training set get only calibrators that fit nothing
+    for m in rec["members"]:
+        calibrator = m["name"].rsplit("|", 1)[1]
+        if m["type"] == "lambdamart":
+            assert calibrator == "identity"
+        elif m["type"] == "mcrank":
+            assert calibrator.startswith("er:")
+    split = rec["split"]
+    assert split["fit_rows"] + split["calibration_rows"] == next(d["rows"] for d in rec["data"] if d["role"] == "train")
+    again = load_config(None, tables={**DATA_ONLY, "members": members})
+    for key in ("lambdamart", "mcrank", "adaboost", "views", "calibrators"):
+        assert getattr(again.members, key) == members[key]
+
+
+def test_threads_train_the_same_model_as_processes() -> None:
+    scores = []
+    for backend in ("threads", "loky"):
+        tables = {**DATA_ONLY, "run": {**DATA_ONLY["run"], "backend": backend, "n_jobs": 2}}
+        out = train(load_config(None, tables=tables), progress=False, save=False)
+        sets = SyntheticData(**DATA_ONLY["data"]["synthetic"]).make()
+        scores.append(out.model.score(sets["test"].features, sets["test"].query_offsets))
+    np.testing.assert_array_equal(scores[0], scores[1])
+
+
+def test_bad_pipeline_keys_name_the_block() -> None:
+    bad = {**DATA_ONLY, "members": {"lambdamart": [{"fit_on": "everything"}]}}
+    with pytest.raises(ConfigError, match=r"\[\[members.lambdamart\]\] #1: fit_on"):
+        load_config(None, tables=bad)
+    bad = {**DATA_ONLY, "members": {"mcrank": [{"early_stopping": -3}]}}
+    with pytest.raises(ConfigError, match=r"\[\[members.mcrank\]\] #1: early_stopping"):
+        load_config(None, tables=bad)

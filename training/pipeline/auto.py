@@ -1,0 +1,145 @@
+"""The default members, chosen from the data: what ``TuneMixRanker()`` and a configuration that
+names only its data train.
+
+A configuration without any ``[[members.<type>]]`` table gets the members below, sized to the
+training set (documents, features, label levels) and to ``[run] time_budget_s``. The choice is
+written into the resolved configuration (the artifact's manifest and the report show exactly
+what was trained) with the reasons in the record (``auto_members``).
+
+What is chosen, and why (measured with ``python -m bench.defaults``; docs/method.md):
+
+- **LambdaMART** (LightGBM ``lambdarank``), trained on the whole training set and stopped early
+  on the validation queries' NDCG@10: the strongest single ranker on wide web data, and a peer
+  a careful user would otherwise run alone. Two runs: 31 leaves on the raw features, and 15
+  leaves on the query-standardised view (``raw+std``), each tree on 80% of the features and each
+  iteration on 80% of the documents: their errors differ, so their mix is better than either.
+- **McRank** (LightGBM multi-class), on the whole training set, stopped early on the validation
+  log loss; served through its expected relevance (``er:*``, nothing fitted).
+- **AdaBoost.MH** Hamming trees (8 leaves) on the fit part, calibrated on the calibration part:
+  the method's own member and the ensemble's most different one. Its iteration count is sized to
+  the data (fewer iterations on large sets: its cost grows with documents x iterations) and
+  to the time budget; it is left out when the budget is too small for it.
+- The calibrators of the AdaBoost.MH runs: a small pool (class-probability calibration by log
+  loss and the linear regression on gains), not the whole grid: the pool's other members rarely
+  take weight in the mix (the MQ2008 record) and each costs a pass over the calibration part.
+- The relevance head's grid shrinks on large data (its models are McRank models stopped early;
+  on small data the whole grid costs little).
+
+Member runs on the whole training set use only calibrators that fit nothing (``identity``,
+``er:*``): the calibration part is inside their training data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+#: the small calibrator pool of the default AdaBoost.MH runs
+AUTO_CALIBRATORS = ["cpc:ls", "rbc:linear:gain"]
+#: seconds of AdaBoost.MH per document and iteration on this project's reference machine (2-core
+#: x86-64, one thread a run; bench/bench_adaboost.py), used to size its runs to a time budget
+ADABOOST_S_PER_DOC_ITER = 2.0e-7
+
+
+@dataclass(frozen=True)
+class DataShape:
+    """What the choice reads of the training data."""
+
+    n_docs: int
+    n_features: int
+    n_labels: int
+    n_queries: int
+    vali_queries: int
+
+
+def adaboost_iterations(shape: DataShape, time_budget_s: float | None) -> int:
+    """AdaBoost.MH iterations of the default: 300 up to 20k documents, then fewer as the data grow
+    (a run's cost is documents x iterations; 100 from 100k documents, 0 past 2M), capped so that
+    the run takes at most a quarter of the time budget."""
+    n = max(shape.n_docs, 1)
+    iterations = 300 if n <= 20_000 else int(min(300, max(100, 300 * 20_000 / n)))
+    if n > 2_000_000:
+        iterations = 0
+    if time_budget_s is not None:
+        per_iteration = ADABOOST_S_PER_DOC_ITER * n * max(shape.n_features, 1) / 30
+        iterations = min(iterations, int(0.25 * time_budget_s / max(per_iteration, 1e-9)))
+    return iterations if iterations >= 20 else 0
+
+
+def auto_members(shape: DataShape, time_budget_s: float | None) -> tuple[dict[str, Any], list[str]]:
+    """The ``[members]`` table of the default, and the reasons (one line each) for the record."""
+    reasons = [f"training data: {shape.n_docs} documents, {shape.n_features} features, {shape.n_labels} levels, "
+               f"{shape.n_queries} queries ({shape.vali_queries} validation queries)"]
+    patience = 50
+    boosting = {"learning_rate": 0.1, "n_iterations": 2000, "early_stopping": patience, "fit_on": "train",
+                "checkpoints": []}
+    small = shape.n_docs < 20_000
+    min_leaf = 20 if small else 50
+    members: dict[str, Any] = {
+        "views": ["raw", "raw+std"],
+        "label_groupings": ["original"],
+        "calibrators": list(AUTO_CALIBRATORS),
+        "lambdamart": [
+            {**boosting, "n_leaves": 31, "min_data_in_leaf": min_leaf, "feature_fraction": 0.8,
+             "bagging_fraction": 0.8, "views": ["raw"]},
+            {**boosting, "n_leaves": 15, "min_data_in_leaf": min_leaf, "feature_fraction": 0.8,
+             "bagging_fraction": 0.8, "views": ["raw+std"]},
+        ],
+        "mcrank": [{**boosting, "variant": "multiclass", "n_leaves": 31, "min_data_in_leaf": min_leaf,
+                    "feature_fraction": 0.8, "bagging_fraction": 0.8, "views": ["raw"]}],
+        "adaboost": [],
+    }
+    reasons.append(f"LambdaMART (raw, 31 leaves; raw+std, 15 leaves) and McRank multiclass (raw, 31 leaves): "
+                   f"whole training set, learning rate 0.1, stopped early on validation (patience {patience}), "
+                   f"min_data_in_leaf {min_leaf}")
+    iterations = adaboost_iterations(shape, time_budget_s)
+    if iterations:
+        checkpoints = sorted({c for c in (iterations // 10, iterations // 3, iterations) if c >= 1})
+        members["adaboost"] = [{"base": "tree", "n_leaves": 8, "n_iterations": iterations,
+                                "checkpoints": checkpoints, "views": ["raw+std"]}]
+        reasons.append(f"AdaBoost.MH trees of 8 leaves on raw+std, {iterations} iterations (snapshots {checkpoints}), "
+                       f"calibrated by {', '.join(AUTO_CALIBRATORS)}")
+    else:
+        reasons.append("no AdaBoost.MH run: the data are too large for it within the time budget")
+    return members, reasons
+
+
+def auto_relevance(shape: DataShape) -> dict[str, Any]:
+    """The relevance head's grid: the whole default grid up to 50k documents, two models above."""
+    if shape.n_docs <= 50_000:
+        return {}
+    return {"n_leaves": [15, 31], "min_data_in_leaf": [100]}
+
+
+def apply_auto(cfg: Any, shape: DataShape) -> tuple[Any, list[str]]:
+    """``cfg`` with the default members (and, on large data, a smaller relevance grid), and the
+    reasons. Settings the user gave in ``[members]`` (views, label groupings, calibrators other
+    than the defaults) are kept."""
+    from training.calibration.registry import DEFAULT_CALIBRATORS
+    from training.pipeline.config import MembersConfig
+
+    table, reasons = auto_members(shape, cfg.run.time_budget_s)
+    given = cfg.members
+    defaults = MembersConfig()
+    members = dataclasses.replace(
+        given,
+        views=table["views"] if list(given.views) == list(defaults.views) else list(given.views),
+        label_groupings=table["label_groupings"] if list(given.label_groupings) == list(defaults.label_groupings)
+        else list(given.label_groupings),
+        calibrators=table["calibrators"] if list(given.calibrators) == list(DEFAULT_CALIBRATORS)
+        else list(given.calibrators),
+        lambdamart=table["lambdamart"], mcrank=table["mcrank"], adaboost=table["adaboost"],
+    )
+    relevance = cfg.relevance
+    head = auto_relevance(shape)
+    if head and list(relevance.n_leaves) == [4, 7, 15, 31] and list(relevance.min_data_in_leaf) == [20, 50, 100]:
+        relevance = dataclasses.replace(relevance, **head)
+        reasons.append(f"relevance head: grid n_leaves {head['n_leaves']} x min_data_in_leaf "
+                       f"{head['min_data_in_leaf']} on {shape.n_docs} documents")
+    for line in reasons:
+        log.info("default members: %s", line)
+    return dataclasses.replace(cfg, members=members, relevance=relevance), reasons
