@@ -33,8 +33,8 @@ compare = ["uniform"]
 backend = "sequential"
 report_plots = false
 [relevance]
-n_leaves = [4]
-min_data_in_leaf = [20]
+n_leaves = []            # the head's only model: the McRank member
+min_data_in_leaf = []
 """)
 
 
@@ -48,6 +48,8 @@ def test_the_choice_follows_the_data_and_the_budget() -> None:
     assert [b["views"] for b in small["lambdamart"]] == [["raw"], ["raw+std"]]
     assert all(b["fit_on"] == "train" and b["early_stopping"] > 0 for b in small["lambdamart"] + small["mcrank"])
     assert small["adaboost"][0]["n_iterations"] == 300 and small["adaboost"][0]["checkpoints"] == [30, 100, 300]
+    assert small["adaboost"][0]["search"] == "ucb1" and auto_members(_shape(10_000, 10), None)[0]["adaboost"][0][
+        "search"] == "full"
     assert any("AdaBoost.MH" in r for r in reasons) and "10000 documents" in reasons[0]
     # AdaBoost.MH's iterations shrink as the documents grow, and vanish past 2M or a tiny budget
     sizes = [10_000, 60_000, 120_000, 500_000, 1_000_000, 3_000_000]
@@ -55,9 +57,10 @@ def test_the_choice_follows_the_data_and_the_budget() -> None:
     assert its == sorted(its, reverse=True) and its[0] == 300 and its[-1] == 0
     large, reasons = auto_members(_shape(3_000_000), None)
     assert large["adaboost"] == [] and any("no AdaBoost.MH" in r for r in reasons)
-    assert adaboost_iterations(_shape(100_000), 1.0) == 0
+    assert adaboost_iterations(_shape(100_000), 0.1) == 0
     assert 0 < adaboost_iterations(_shape(100_000), 3600.0) <= adaboost_iterations(_shape(100_000), None)
-    assert auto_relevance(_shape(10_000)) == {} and auto_relevance(_shape(200_000))["n_leaves"]
+    assert auto_relevance(_shape(10_000)) == {} and auto_relevance(_shape(30_000))["n_leaves"] == [15]
+    assert auto_relevance(_shape(1_000_000))["n_leaves"] == []
 
 
 def test_a_config_naming_only_its_data_trains_the_default_members() -> None:
@@ -81,6 +84,10 @@ def test_a_config_naming_only_its_data_trains_the_default_members() -> None:
             assert calibrator == "identity"
         elif m["type"] == "mcrank":
             assert calibrator.startswith("er:")
+    # the McRank member is the relevance head's model
+    head = rec["relevance_head"]
+    assert [m["member"] for m in head["models"]] == ["raw|original|mcrank-mc31-lr0.1"], head
+    assert out.model.relevance_head is not None
     split = rec["split"]
     assert split["fit_rows"] + split["calibration_rows"] == next(d["rows"] for d in rec["data"] if d["role"] == "train")
     again = load_config(None, tables={**DATA_ONLY, "members": members})

@@ -22,8 +22,8 @@ What is chosen, and why (measured with ``python -m bench.defaults``; docs/method
 - The calibrators of the AdaBoost.MH runs: a small pool (class-probability calibration by log
   loss and the linear regression on gains), not the whole grid: the pool's other members rarely
   take weight in the mix (the MQ2008 record) and each costs a pass over the calibration part.
-- The relevance head's grid shrinks on large data (its models are McRank models stopped early;
-  on small data the whole grid costs little).
+- The relevance head takes the McRank member as one of its models (the same kind of model) and
+  trains fewer models of its own as the data grow (on small data its whole grid costs little).
 
 Member runs on the whole training set use only calibrators that fit nothing (``identity``,
 ``er:*``): the calibration part is inside their training data.
@@ -36,13 +36,17 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 log = logging.getLogger(__name__)
 
 #: the small calibrator pool of the default AdaBoost.MH runs
 AUTO_CALIBRATORS = ["cpc:ls", "rbc:linear:gain"]
-#: seconds of AdaBoost.MH per document and iteration on this project's reference machine (2-core
-#: x86-64, one thread a run; bench/bench_adaboost.py), used to size its runs to a time budget
-ADABOOST_S_PER_DOC_ITER = 2.0e-7
+#: seconds of AdaBoost.MH (8-leaf trees) per document, searched feature and iteration on this
+#: project's reference machine (2-core x86-64, one thread a run: 1.05 s for 300 iterations on
+#: MQ2008 Fold1's 9,630 documents and 46 features, bench/results/bandit.json), used to size its
+#: runs to a time budget
+ADABOOST_S_PER_DOC_FEATURE_ITER = 8.0e-9
 
 
 @dataclass(frozen=True)
@@ -56,16 +60,24 @@ class DataShape:
     vali_queries: int
 
 
+def adaboost_search(shape: DataShape) -> str:
+    """The AdaBoost.MH base search: the UCB1 bandit over the features on wide data (each iteration
+    searches ceil(sqrt(d)) features instead of all: 3.4x faster per iteration at equal NDCG@10 on
+    MQ2008's 46 features, bench/results/bandit.json; more on wider data), full search on narrow data."""
+    return "ucb1" if shape.n_features > 20 else "full"
+
+
 def adaboost_iterations(shape: DataShape, time_budget_s: float | None) -> int:
-    """AdaBoost.MH iterations of the default: 300 up to 20k documents, then fewer as the data grow
-    (a run's cost is documents x iterations; 100 from 100k documents, 0 past 2M), capped so that
+    """AdaBoost.MH iterations of the default: 300 up to 50k documents, then fewer as the data grow
+    (a run's cost is documents x iterations; 50 from 300k documents, 0 past 2M), capped so that
     the run takes at most a quarter of the time budget."""
     n = max(shape.n_docs, 1)
-    iterations = 300 if n <= 20_000 else int(min(300, max(100, 300 * 20_000 / n)))
+    iterations = 300 if n <= 50_000 else int(max(50, 300 * 50_000 / n))
     if n > 2_000_000:
         iterations = 0
     if time_budget_s is not None:
-        per_iteration = ADABOOST_S_PER_DOC_ITER * n * max(shape.n_features, 1) / 30
+        searched = np.sqrt(shape.n_features) if adaboost_search(shape) == "ucb1" else shape.n_features
+        per_iteration = ADABOOST_S_PER_DOC_FEATURE_ITER * n * max(searched, 1.0)
         iterations = min(iterations, int(0.25 * time_budget_s / max(per_iteration, 1e-9)))
     return iterations if iterations >= 20 else 0
 
@@ -99,20 +111,27 @@ def auto_members(shape: DataShape, time_budget_s: float | None) -> tuple[dict[st
     iterations = adaboost_iterations(shape, time_budget_s)
     if iterations:
         checkpoints = sorted({c for c in (iterations // 10, iterations // 3, iterations) if c >= 1})
-        members["adaboost"] = [{"base": "tree", "n_leaves": 8, "n_iterations": iterations,
+        search = adaboost_search(shape)
+        members["adaboost"] = [{"base": "tree", "n_leaves": 8, "n_iterations": iterations, "search": search,
                                 "checkpoints": checkpoints, "views": ["raw+std"]}]
         reasons.append(f"AdaBoost.MH trees of 8 leaves on raw+std, {iterations} iterations (snapshots {checkpoints}), "
-                       f"calibrated by {', '.join(AUTO_CALIBRATORS)}")
+                       f"{search} search, calibrated by {', '.join(AUTO_CALIBRATORS)}")
     else:
         reasons.append("no AdaBoost.MH run: the data are too large for it within the time budget")
     return members, reasons
 
 
 def auto_relevance(shape: DataShape) -> dict[str, Any]:
-    """The relevance head's grid: the whole default grid up to 50k documents, two models above."""
-    if shape.n_docs <= 50_000:
+    """The relevance head's own grid (the default McRank member is always one of its models,
+    ``[relevance] reuse_members``): the whole default grid up to 20k documents, where it costs
+    little (it was measured there: bench/results/relevance.json); one model of 15 leaves up to
+    300k; above, the McRank member alone. (On 30k synthetic MSLR-shaped documents the whole grid
+    took 1.8 times as long as every member's boosting together.)"""
+    if shape.n_docs <= 20_000:
         return {}
-    return {"n_leaves": [15, 31], "min_data_in_leaf": [100]}
+    if shape.n_docs <= 300_000:
+        return {"n_leaves": [15], "min_data_in_leaf": [50]}
+    return {"n_leaves": [], "min_data_in_leaf": []}
 
 
 def apply_auto(cfg: Any, shape: DataShape) -> tuple[Any, list[str]]:
@@ -138,8 +157,9 @@ def apply_auto(cfg: Any, shape: DataShape) -> tuple[Any, list[str]]:
     head = auto_relevance(shape)
     if head and list(relevance.n_leaves) == [4, 7, 15, 31] and list(relevance.min_data_in_leaf) == [20, 50, 100]:
         relevance = dataclasses.replace(relevance, **head)
-        reasons.append(f"relevance head: grid n_leaves {head['n_leaves']} x min_data_in_leaf "
-                       f"{head['min_data_in_leaf']} on {shape.n_docs} documents")
+        grid = (f"n_leaves {head['n_leaves']} x min_data_in_leaf {head['min_data_in_leaf']}" if head["n_leaves"]
+                else "no models of its own")
+        reasons.append(f"relevance head: the McRank member and {grid} on {shape.n_docs} documents")
     for line in reasons:
         log.info("default members: %s", line)
     return dataclasses.replace(cfg, members=members, relevance=relevance), reasons

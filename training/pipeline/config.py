@@ -173,6 +173,10 @@ class RelevanceConfig:
     # models differ more and their average is better (bench/bench_relevance.py)
     feature_fraction: float = 0.7
     bagging_fraction: float = 0.8
+    # McRank multiclass members trained on the whole training set and stopped early on the
+    # validation log loss (the default members) are models of the same kind: the head takes them
+    # as models of its own (kept by the same keep_within rule) instead of training them again
+    reuse_members: bool = True
 
 
 @dataclass
@@ -339,10 +343,10 @@ def validate(cfg: TrainConfig, *, require_data: bool = True) -> TrainConfig:
     _require(0.0 < r.calibration_fraction < 1.0, "[run] calibration_fraction must be in (0, 1)")
     _require(r.time_budget_s is None or r.time_budget_s > 0, "[run] time_budget_s must be positive")
     h = cfg.relevance
-    _require(bool(h.n_leaves) and all(v >= 2 for v in h.n_leaves),
-             "[relevance] n_leaves must be a non-empty list of integers >= 2")
-    _require(bool(h.min_data_in_leaf) and all(v >= 1 for v in h.min_data_in_leaf),
-             "[relevance] min_data_in_leaf must be a non-empty list of integers >= 1")
+    _require((bool(h.n_leaves) or h.reuse_members) and all(v >= 2 for v in h.n_leaves),
+             "[relevance] n_leaves must be a list of integers >= 2 (empty only with reuse_members = true)")
+    _require((bool(h.min_data_in_leaf) or h.reuse_members) and all(v >= 1 for v in h.min_data_in_leaf),
+             "[relevance] min_data_in_leaf must be a list of integers >= 1 (empty only with reuse_members = true)")
     _require(0.0 < h.learning_rate <= 1.0, "[relevance] learning_rate must be in (0, 1]")
     _require(h.max_iterations >= 1, "[relevance] max_iterations must be at least 1")
     _require(h.patience >= 1, "[relevance] patience must be at least 1")

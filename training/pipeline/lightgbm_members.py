@@ -108,7 +108,7 @@ class McRankMember(MemberType):
             checkpoints=[t * per for t in model.checkpoints_], snapshot_iterations=list(model.checkpoints_),
             shift_scales=[None] * len(model.checkpoints_), n_iterations=int(model.n_iterations_),
             n_bases=forest.n_base, stop_reason=model.stop_reason_, fit_seconds=time.perf_counter() - t0,
-            train_error=float("nan"), forest=forest.to_arrays(),
+            train_error=float("nan"), forest=forest.to_arrays(), validation_loss=model.best_loss_,
         )
 
     def calibrators(self, configured: list[str], result: RunResult) -> list[str]:

@@ -89,6 +89,8 @@ class RunResult:
     train_error: float
     forest: dict[str, np.ndarray] | None = None
     linear: dict[str, np.ndarray] | None = None
+    #: the validation loss the run stopped early on (McRank multiclass: log loss), else None
+    validation_loss: float | None = None
 
 
 class MemberType(ABC):

@@ -347,7 +347,7 @@ def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingDat
         evaluation = evaluate_model(prep, model, mixing, served)
         baseline = best_feature_baseline(cfg, prep)
     with clock("relevance_head_s"):
-        relevance = fit_head(cfg, prep, model, served, progress)
+        relevance = fit_head(cfg, prep, model, served, progress, reusable_head_models(cfg, prep, runs))
     clock.timings["total_s"] = time.perf_counter() - clock.start
     record = build_record(cfg, prep, runs, members, failures, model, full_size, mixing, evaluation, clock.timings)
     record["relevance_head"] = relevance
@@ -358,8 +358,29 @@ def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingDat
     return TrainOutcome(path=path, record=record, model=model)
 
 
+def reusable_head_models(cfg: TrainConfig, prep: Prepared, runs: list[RunResult]
+                         ) -> list[tuple[FlatForest, float, dict[str, Any]]]:
+    """The McRank members that are models of the relevance head's kind (multiclass on the original
+    grades and raw features, trained on the whole training set, stopped early on the validation
+    log loss), as ``fit_head_model`` returns its models; none unless ``[relevance] reuse_members``."""
+    if not cfg.relevance.reuse_members:
+        return []
+    out = []
+    for r in runs:
+        p = r.spec.params
+        if (r.spec.type == "mcrank" and p.get("variant", "multiclass") == "multiclass" and r.spec.view == "raw"
+                and r.spec.grouping == "original" and p.get("fit_on") == "train" and r.forest is not None
+                and r.validation_loss is not None and r.n_outputs == prep.n_labels):
+            info = {"n_leaves": int(p.get("n_leaves", 16)), "min_data_in_leaf": int(p.get("min_data_in_leaf", 20)),
+                    "learning_rate": float(p.get("learning_rate", 0.1)), "iterations": r.n_iterations,
+                    "validation_log_loss": float(r.validation_loss), "seconds": 0.0, "member": r.spec.tag}
+            out.append((FlatForest.from_arrays(r.forest), float(r.validation_loss), info))
+    return out
+
+
 def fit_head(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, served: dict[str, np.ndarray],
-             progress: bool = False) -> dict[str, Any]:
+             progress: bool = False, reused: list[tuple[FlatForest, float, dict[str, Any]]] | None = None
+             ) -> dict[str, Any]:
     """Train the relevance head (every model gets one unless ``[relevance] enabled = false``): its
     McRank models in parallel on the whole training set, each stopped early on the validation
     queries; measure it on the test queries when there are some, else on validation (``served``:
@@ -379,10 +400,14 @@ def fit_head(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, served: dic
     h = cfg.relevance
     try:
         jobs = head_jobs(prep.train, prep.vali, prep.n_labels, h, cfg.seed)
+        fitted = list(reused or [])
+        if not jobs and not fitted:
+            raise ValueError("the relevance head has no models: [relevance] n_leaves is empty and no McRank "
+                             "member can be reused")
         # one LightGBM thread per model, as the McRank members train (processes run them side by side)
         with parallel_backend(cfg.run.backend, cfg.run.n_jobs, cfg.run.scheduler) as n_jobs:
-            fitted = run_parallel([joblib.delayed(fit_head_model)(*args) for args in jobs], n_jobs,
-                                  f"relevance head: {len(jobs)} models", progress)
+            fitted += run_parallel([joblib.delayed(fit_head_model)(*args) for args in jobs], n_jobs,
+                                   f"relevance head: {len(jobs)} models", progress)
         model.relevance_head, recalibration = assemble_head(fitted, prep.n_labels, h, prep.vali, served["vali"],
                                                             cfg.seed)
     except ValueError as exc:
