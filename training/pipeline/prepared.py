@@ -26,6 +26,9 @@ class Prepared:
     cal_part: RankingData
     extra_views: list[str]
     view_x: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
+    #: labels and query offsets of the fit part followed by the calibration part (the rows of
+    #: ``view_x[("train", view)]``), made once for every run on the whole training set
+    whole_train: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def train(self) -> RankingData:

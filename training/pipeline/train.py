@@ -148,27 +148,33 @@ def prepare(cfg: TrainConfig, clock: _Clock, specs: list[RunSpec],
             view_x[("train", v)] = np.concatenate([view_x[("fit", v)], view_x[("cal", v)]])
         for v in dict.fromkeys(s.view for s in specs if int(s.params.get("early_stopping", 0)) > 0):
             view_x[("vali", v)] = apply_view(sets["vali"].features, sets["vali"].query_offsets, v)
+    whole_train = (np.concatenate([fit_part.labels, cal_part.labels]),
+                   np.concatenate([fit_part.query_offsets, cal_part.query_offsets[1:] + fit_part.n_docs]))
     return Prepared(sets=sets, records=records, n_labels=n_labels, groupings=groupings, fit_part=fit_part,
-                    cal_part=cal_part, extra_views=[v for v in EXTRA_VIEWS if v in views], view_x=view_x)
+                    cal_part=cal_part, extra_views=[v for v in EXTRA_VIEWS if v in views], view_x=view_x,
+                    whole_train=whole_train)
 
 
-def run_inputs(prep: Prepared, spec: RunSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                       tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
+RunInputs = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray | None]
+
+
+def run_inputs(prep: Prepared, spec: RunSpec) -> RunInputs:
     """What one run trains on: features (in its view), labels and query offsets of the fit part,
     or of the whole training set (``fit_on = "train"``: the fit part, then the calibration part),
-    and the validation queries in its view when it stops early on them."""
+    and the validation queries (features in its view, labels, offsets; None unless it stops early
+    on them). Every run that reads the same data gets the same array objects: a distributed
+    backend (joblib's dask backend scatters each argument array once, by identity) sends each
+    array to a worker once, not once per task."""
     if spec.params.get("fit_on") == "train":
-        fit, cal = prep.fit_part, prep.cal_part
-        labels = np.concatenate([fit.labels, cal.labels])
-        offsets = np.concatenate([fit.query_offsets, cal.query_offsets[1:] + fit.n_docs])
+        assert prep.whole_train is not None
+        labels, offsets = prep.whole_train
         features = prep.view_x[("train", spec.view)]
     else:
         labels, offsets = prep.fit_part.labels, prep.fit_part.query_offsets
         features = prep.view_x[("fit", spec.view)]
-    eval_set = None
     if int(spec.params.get("early_stopping", 0)) > 0:
-        eval_set = (prep.view_x[("vali", spec.view)], prep.vali.labels, prep.vali.query_offsets)
-    return features, labels, offsets, eval_set
+        return features, labels, offsets, prep.view_x[("vali", spec.view)], prep.vali.labels, prep.vali.query_offsets
+    return features, labels, offsets, None, None, None
 
 
 # ---------------------------------------------------------------------------------- runs
@@ -182,15 +188,17 @@ def fit_runs(cfg: TrainConfig, prep: Prepared, specs: list[RunSpec], n_jobs: int
                        and cfg.run.backend in ("loky", "threads", "sequential"),
                        processes=cfg.run.backend == "loky") as queue:
         return run_parallel(
-            [joblib.delayed(_fit_run)(s, run_inputs(prep, s), prep.n_labels, cfg.seed, budget, queue) for s in specs],
+            [joblib.delayed(_fit_run)(s, *run_inputs(prep, s), prep.n_labels, cfg.seed, budget, queue) for s in specs],
             n_jobs, f"boosting {len(specs)} runs", progress,
         )
 
 
-def _fit_run(spec: RunSpec, inputs: tuple[Any, ...], n_labels: int, seed: int, budget: float | None,
-             queue: Any) -> RunResult:
-    features, labels, offsets, eval_set = inputs
-    return fit_run(spec, features, labels, offsets, n_labels, seed, budget, queue, eval_set=eval_set)
+def _fit_run(spec: RunSpec, features: np.ndarray, labels: np.ndarray, offsets: np.ndarray,
+             eval_features: np.ndarray | None, eval_labels: np.ndarray | None, eval_offsets: np.ndarray | None,
+             n_labels: int, seed: int, budget: float | None, queue: Any) -> RunResult:
+    eval_set = None if eval_features is None else (eval_features, eval_labels, eval_offsets)
+    return fit_run(spec, features, labels, offsets, n_labels, seed, budget, queue,
+                   eval_set=eval_set)  # type: ignore[arg-type]
 
 
 def calibrate_runs(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], n_jobs: int,
