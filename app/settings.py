@@ -58,6 +58,14 @@ class Settings(BaseSettings):
     body_timeout_s: float = Field(30.0, gt=0, le=3600,
                                   description="seconds a client has to send the whole body of a request "
                                               "(more: HTTP 408 and the connection is closed)")
+    header_timeout_s: float = Field(10.0, gt=0, le=3600,
+                                    description="`python -m app`: seconds a client has to send a request's line and "
+                                                "headers, from the connection's start or the end of the previous "
+                                                "response (more: HTTP 408 and the connection is closed; an idle "
+                                                "connection is closed without an answer)")
+    max_header_bytes: int = Field(32 * 1024, ge=1024, le=16 * 1024 * 1024,
+                                  description="`python -m app`: bytes of a request's line and headers together "
+                                              "(more: HTTP 431 and the connection is closed)")
     max_id_length: int = Field(256, ge=1, description="characters of a document id or qid (more: HTTP 422)")
     max_fuse_systems: int = Field(64, ge=1, description="/fuse: systems per query (more: HTTP 413)")
     max_fuse_ids: int = Field(10_000, ge=1, description="/fuse: ids per system (more: HTTP 413)")

@@ -55,7 +55,7 @@ def test_ready_is_503_until_the_model_is_loaded(served_dir: Path, monkeypatch: p
             assert r.status_code == 503 and r.json()["status"] == "loading"
             assert c.get("/health").status_code == 200
             rank = c.post("/rank", json=body)
-            assert rank.status_code == 503 and "not loaded" in rank.json()["detail"]
+            assert rank.status_code == 503 and "still loading" in rank.json()["detail"]
         finally:
             release.set()
         assert wait_ready(c)["version"] == "v2"
@@ -75,7 +75,10 @@ def test_ready_reports_a_model_that_cannot_load(tmp_path: Path) -> None:
         assert r.status_code == 503
         assert r.json()["status"] == "failed" and "missing" in r.json()["detail"]
         rank = c.post("/rank", json=rank_body(np.ones((1, N_FEATURES), dtype=np.float32), [1]))
-        assert rank.status_code == 503 and "missing" in rank.json()["detail"]
+        # "failed" with the reason, not "not loaded yet"
+        assert rank.status_code == 503, rank.text
+        assert rank.json()["detail"] == ("the default model 'missing' failed to load: model 'missing' has no "
+                                         "trained version; available: none")
         assert c.get("/health").status_code == 200
 
 
