@@ -7,7 +7,9 @@ closes both, as nginx's ``client_header_timeout`` and ``large_client_header_buff
 
 - a deadline: ``TUNEMIX_HEADER_TIMEOUT_S`` seconds from the connection's start (or from the end of
   the previous response on a kept-alive connection) until the head is complete. Past it, a request
-  begun gets HTTP 408 and the connection is closed; an idle connection is closed without an answer.
+  begun gets HTTP 408 and the connection is closed; an idle connection is closed without an answer,
+  and so is one still sending the body of a request already answered (say 413 from its declared
+  length).
 - a size limit: at most ``TUNEMIX_MAX_HEADER_BYTES`` bytes of request line and headers; the parser is
   never fed more. Past it: HTTP 431 and the connection is closed.
 
@@ -99,9 +101,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        # the next head's deadline runs from the end of this response (a pipelined request whose head
-        # is already complete has none)
-        if self._awaiting_head and not self.transport.is_closing():
+        # the next head's deadline runs from the end of this response; it also bounds the rest of a body
+        # the service answered before reading it (a 413 from the declared length)
+        if not self.transport.is_closing():
             self._arm_head_timer()
 
     # ------------------------------------------------------------------ the deadline
@@ -116,12 +118,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
-        if self.transport.is_closing() or not self._awaiting_head:
+        if self.transport.is_closing():
             return
         if self.cycle is not None and not self.cycle.response_complete:
             return  # a response is still being produced: its end re-arms the deadline
-        if not self._head_begun and self._head_bytes == 0:
-            self.transport.close()  # an idle connection: nothing to answer
+        if not self._awaiting_head or (not self._head_begun and self._head_bytes == 0):
+            self.transport.close()  # the rest of an answered request's body, or an idle connection
             return
         self._refuse(408, f"the request line and headers did not arrive within {self.head_timeout:g} s "
                           "(TUNEMIX_HEADER_TIMEOUT_S)")

@@ -247,6 +247,32 @@ def test_a_huge_head_gets_431_at_once(two_workers: tuple[str, Path]) -> None:
     assert worker_pids(models).keys() == pids.keys()
 
 
+def test_a_body_still_dripping_after_its_answer_is_cut_off(two_workers: tuple[str, Path]) -> None:
+    """A body larger than the limit is answered 413 from its declared length before it is read; a
+    client that goes on sending it a byte at a time is closed at the head deadline."""
+    url, _ = two_workers
+    sock = socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])))
+    sock.sendall(b"POST /rank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 1000000000\r\n\r\n{")
+    t0 = time.monotonic()
+    answer = b""
+    while True:
+        assert time.monotonic() - t0 < 60, f"still open after 60 s: {answer[:200]!r}"
+        with contextlib.suppress(OSError):
+            sock.send(b" ")
+        readable, _, _ = select.select([sock], [], [], 0.2)
+        if readable:
+            try:
+                chunk = sock.recv(65536)
+            except ConnectionResetError:
+                chunk = b""
+            if not chunk:
+                break
+            answer += chunk
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]
+
+
 def model_info(url: str) -> list[dict[str, str]]:
     text = httpx.get(url + "/metrics", timeout=None, headers={"Connection": "close"}).text
     return [s.labels for f in text_string_to_metric_families(text) for s in f.samples
