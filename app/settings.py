@@ -70,8 +70,11 @@ class Settings(BaseSettings):
     max_fuse_systems: int = Field(64, ge=1, description="/fuse: systems per query (more: HTTP 413)")
     max_fuse_ids: int = Field(10_000, ge=1, description="/fuse: ids per system (more: HTTP 413)")
     max_cached_versions: int = Field(4, ge=1, description="older versions kept loaded for explicit requests")
-    state_dir: Path | None = Field(None, description="shared directory through which workers follow reloads "
-                                                      "(set by `python -m app` when workers > 1)")
+    state_dir: Path | None = Field(None, description="shared directory of the workers: the versions served "
+                                                      "(pinned by the first worker at start-up and by reloads, "
+                                                      "for as long as the directory lives) and what each "
+                                                      "worker serves (`python -m app` makes a fresh one per "
+                                                      "start when workers > 1)")
     reload_wait_s: float = Field(60.0, ge=0, description="POST /models/reload waits up to this long for every "
                                                          "worker to serve the new version before it answers "
                                                          "(the answer says which have not)")
