@@ -61,6 +61,12 @@ def two_workers(store: Store, tmp_path_factory: pytest.TempPathFactory) -> Itera
                 ok = False
             time.sleep(0 if ok else 0.1)
         assert len(worker_pids(models)) == 2
+        # and until both have compiled (or loaded from numba's cache) the kernels they warm after
+        # readiness: a compilation holds the GIL for seconds, which the tests' 1 s /health would meet
+        while (base / "server.log").read_text().count("evaluation and fusion kernels warm") < 2:
+            if proc.poll() is not None:
+                raise AssertionError(f"exited: {(base / 'server.log').read_text()[-2000:]}")
+            time.sleep(0.1)
         yield url, models
     finally:
         proc.terminate()
