@@ -64,6 +64,6 @@ clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 
 # Build the image and test it for real (docker if an engine answers, else podman): run, /ready,
-# /rank, HEALTHCHECK, no training packages in the final image, the compose stack with the trainer.
+# /rank, HEALTHCHECK, no training packages in the final image, the compose stack (nginx in front) with the trainer.
 docker-test:
 	bash scripts/docker_test.sh

@@ -2,21 +2,57 @@
 
 It starts ``TUNEMIX_WORKERS`` workers (default: one per usable core) and passes the count on to
 them. With several it prepares what the processes share before uvicorn forks: a fresh
-``PROMETHEUS_MULTIPROC_DIR`` (metrics summed over workers) and a state directory through which a
-reload in one worker reaches the others. Each worker may score a long list on every core; lists
-shorter than ``TUNEMIX_PARALLEL_MIN_DOCUMENTS`` stay on one thread (``app.settings``).
+``PROMETHEUS_MULTIPROC_DIR`` (metrics summed over workers) and a state directory through which the
+workers serve the same versions and follow one another's reloads (``app.worker_state``); the parent
+(``app.supervisor``) restarts a worker that dies and clears what it leaves behind. Each worker may
+score a long list on every core; lists shorter than ``TUNEMIX_PARALLEL_MIN_DOCUMENTS`` stay on one
+thread (``app.settings``).
+
+Connections are served by ``app.http_protocol``: a request's line and headers must arrive within
+``TUNEMIX_HEADER_TIMEOUT_S`` (else 408) and stay within ``TUNEMIX_MAX_HEADER_BYTES`` (else 431).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import uvicorn
 
+from app import worker_state
+from app.observability import bury_process
 from app.settings import Settings
+from app.supervisor import serve_workers
+
+log = logging.getLogger("app")
+
+
+def http_protocol(settings: Settings) -> tuple[str, dict[str, int]]:
+    """(uvicorn's ``http`` setting, extra Config arguments): the bounded httptools protocol, or, without
+    httptools, h11 with its head size limit (and no head deadline: a warning says so)."""
+    if importlib.util.find_spec("httptools") is not None:
+        return "app.http_protocol:BoundedHttpToolsProtocol", {}
+    log.warning("httptools is not installed (pip install 'tunemix[serve]'): h11 serves, with a %d-byte head limit "
+                "answered 400 and no head deadline (TUNEMIX_HEADER_TIMEOUT_S is not applied)",
+                settings.max_header_bytes)
+    return "h11", {"h11_max_incomplete_event_size": settings.max_header_bytes}
+
+
+def worker_exited(metrics_dir: Path, state_dir: Path) -> Callable[[int], None]:
+    """What the supervisor does when a worker exits: its metrics bookkeeping and state file."""
+
+    def bury(pid: int) -> None:
+        log.info("worker %d exited: its metrics folded, its state file removed", pid)
+        bury_process(metrics_dir, pid)
+        worker_state.forget_worker(state_dir, pid)
+
+    return bury
 
 
 def main() -> None:
@@ -32,10 +68,18 @@ def main() -> None:
         os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", metrics_dir)
         if settings.state_dir is None:
             os.environ["TUNEMIX_STATE_DIR"] = os.path.join(tmp, "state")
-    logging.getLogger("app").info("starting %d uvicorn worker(s)", workers)
+    http, extra = http_protocol(settings)
+    log.info("starting %d uvicorn worker(s)", workers)
+    options: dict[str, Any] = dict(host=settings.host, port=settings.port, workers=workers,
+                                   log_level=settings.log_level, access_log=settings.access_log,
+                                   timeout_keep_alive=5, http=http, **extra)
     try:
-        uvicorn.run("app.main:app", host=settings.host, port=settings.port, workers=workers,
-                    log_level=settings.log_level, access_log=settings.access_log, timeout_keep_alive=5)
+        if workers > 1:
+            serve_workers(uvicorn.Config("app.main:app", **options),
+                          worker_exited(Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]),
+                                        Path(os.environ["TUNEMIX_STATE_DIR"])))
+        else:
+            uvicorn.run("app.main:app", **options)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -3,8 +3,9 @@ error handlers and metrics.
 
 ``uvicorn app.main:app`` serves ``create_app()`` with ``Settings()`` from the environment;
 ``python -m app`` does the same with the worker count and multiprocess metrics set up. Until the
-default model is loaded and warm, ``/ready`` answers 503 and scoring endpoints 503; ``/health``
-answers from the first moment.
+default model is loaded and warm (in every worker), ``/ready`` answers 503 and scoring endpoints 503;
+``/health`` answers from the first moment. A worker started while the others serve (a restart after a
+crash) loads before it takes connections.
 """
 
 from __future__ import annotations
@@ -98,21 +99,27 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.scoring_slots = anyio.CapacityLimiter(settings.scoring_concurrency())
     app.state.scoring_requests = 0  # requests scoring or waiting to (app.deps.scoring)
     metrics: Metrics = app.state.metrics
+    metrics.served = registry.served_by_worker
 
-    def start_up() -> None:
+    def load() -> None:
         started = time.perf_counter()
         registry.load_initial(settings.preload)
-        for name in registry.names():
-            served = registry.current(name)
-            if served is not None:
-                metrics.set_model(served.name, served.version, None)
         registry.warm = True
         log.info("ready in %.1f s: %s", time.perf_counter() - started,
                  ", ".join(f"{n} {registry.current(n).version}"  # type: ignore[union-attr]
                            for n in registry.names()) or "no model")
+
+    def start_up() -> None:
+        load()
         warm_in_background(registry)
 
-    tasks = [asyncio.create_task(anyio.to_thread.run_sync(start_up))]
+    if await anyio.to_thread.run_sync(registry.others_serve_default):
+        # a worker started after the others (a restart after a crash): it takes no connection before it
+        # serves the pinned default model too, while the others answer every request meanwhile
+        await anyio.to_thread.run_sync(load)
+        tasks = [asyncio.create_task(anyio.to_thread.run_sync(warm_in_background, registry))]
+    else:  # the service's start: /health answers from the first moment, /ready once every worker serves
+        tasks = [asyncio.create_task(anyio.to_thread.run_sync(start_up))]
     if settings.state_dir is not None:
         tasks.append(asyncio.create_task(_follow_reloads(registry, settings.state_poll_s)))
     try:

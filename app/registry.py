@@ -6,17 +6,18 @@ older version explicitly gets it from a small cache. Reloading loads and warms t
 completely before one assignment replaces the old one, so requests in flight keep the object
 they started with and finish on it; each response says which version scored it.
 
-Several worker processes follow one another's reloads through ``state_dir/served.json``
-(``{"name": "vN"}``): the worker that reloads writes it, the others poll its mtime.
+Several worker processes share a state directory (``app.worker_state``): ``served.json`` pins the
+versions the service serves (the first worker to load writes it, a reload rewrites it, the other
+workers poll its mtime and follow), so a worker restarted after a crash loads what the others serve,
+not the newest version on disk; each worker's own file says what it serves, for ``/ready`` (every
+worker serves the default model), the ``tunemix_model_info`` metric and a reload's answer.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
-import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app import worker_state
 from app.errors import ServiceError
 from tunemix.serving import (
     ArtifactError,
@@ -37,8 +39,6 @@ from tunemix.serving import (
 
 log = logging.getLogger(__name__)
 
-STATE_FILE = "served.json"
-WORKER_PREFIX = "worker-"
 #: what ``GET /models/{name}`` shows of the manifest's training record
 TRAINING_SUMMARY_KEYS = ("config", "data", "served", "mixer", "best_member", "evaluation", "timings", "versions")
 
@@ -78,8 +78,31 @@ class ServedModel:
             training = {k: record[k] for k in TRAINING_SUMMARY_KEYS if k in record}
             training.update({k: m[k] for k in ("metrics", "data", "config", "timings", "packages")
                              if k in m and k not in training})
-            out["training"] = training
+            # the record names the trainer's files (data, models_dir): clients see no server path
+            out["training"] = without_server_paths(training, self.path.parent.parent)
         return out
+
+
+def without_server_paths(value: Any, models_dir: Path) -> Any:
+    """``value`` (JSON-like) with every absolute path (or one with ``~`` or ``..``) replaced: a path
+    inside ``models_dir`` by the part relative to it, any other by its file name alone."""
+    if isinstance(value, dict):
+        return {k: without_server_paths(v, models_dir) for k, v in value.items()}
+    if isinstance(value, list):
+        return [without_server_paths(v, models_dir) for v in value]
+    if not isinstance(value, str) or not _is_server_path(value):
+        return value
+    path = Path(value.replace("\\", "/"))
+    for root in (models_dir, models_dir.resolve()):
+        if root.is_absolute() and path.is_relative_to(root):
+            return path.relative_to(root).as_posix()
+    return path.name
+
+
+def _is_server_path(text: str) -> bool:
+    posix = text.replace("\\", "/")
+    return (posix.startswith(("/", "~")) or (len(posix) > 2 and posix[1] == ":" and posix[2] == "/")
+            or ".." in posix.split("/"))
 
 
 def _without_paths(message: str, models_dir: Path) -> str:
@@ -139,7 +162,8 @@ class ModelRegistry:
         #: versions that failed to load, with the manifest's mtime then: asked again, they answer
         #: the same error without reading the disk until the manifest changes
         self._failed: dict[tuple[str, str], tuple[float, ServiceError]] = {}
-        self.load_error: str | None = None
+        #: why a model named at start-up (the default or a preloaded one) could not be loaded
+        self.failed: dict[str, str] = {}
         self.warm = False  # set by the start-up loader once the default model scores on one thread
         #: set once the parallel scoring paths are compiled too: until then every request scores
         #: on one thread (``app.deps.scoring_turn``)
@@ -166,11 +190,14 @@ class ModelRegistry:
             return served
         if served is None and version is None:
             if name == self.default_model:
-                raise ServiceError(503, "the default model is not loaded yet"
-                                   + (f": {self.load_error}" if self.load_error else ""), kind="not_ready")
+                if name in self.failed:
+                    raise ServiceError(503, f"the default model {name!r} failed to load: {self.failed[name]}",
+                                       kind="model_failed")
+                raise ServiceError(503, f"the default model {name!r} is still loading (GET /ready says when "
+                                        "it serves)", kind="not_ready")
             with self._lock:
-                if name not in self._current:
-                    self._current[name] = self._load_once(name, None)
+                if name not in self._current:  # the pinned version where a reload pinned one
+                    self.install(self._load_once(name, self.pins().get(name)))
                 return self._current[name]
         key = (name, version or "")
         with self._lock:
@@ -204,23 +231,40 @@ class ModelRegistry:
             raise
 
     # ------------------------------------------------------------------ loading
+    @property
+    def load_error(self) -> str | None:
+        """Why the default model could not be loaded at start-up (None: it was, or is loading)."""
+        return self.failed.get(self.default_model)
+
+    def pins(self) -> dict[str, str]:
+        """The versions the service serves, as pinned in the state directory ({} without one)."""
+        return worker_state.read_pins(self.state_dir)[0] if self.state_dir is not None else {}
+
     def load_initial(self, names: list[str]) -> None:
-        """Load the default model and ``names`` (errors are kept in ``load_error``, never raised)."""
+        """Load the default model and ``names``: the pinned versions where the state directory pins
+        them (a worker restarted after a crash serves what the others serve), else the newest; then
+        pin what was loaded unless another worker pinned first. Errors are kept in ``failed``, never
+        raised."""
+        pins, mtime = worker_state.read_pins(self.state_dir) if self.state_dir is not None else ({}, None)
+        self._state_mtime = mtime
         for name in dict.fromkeys([self.default_model, *names]):
             try:
-                self.install(load_served(self.models_dir, name))
+                self.install(load_served(self.models_dir, name, pins.get(name)))
             except ServiceError as exc:
                 log.error("%s", exc.message)
-                if name == self.default_model:
-                    self.load_error = exc.message
+                self.failed[name] = exc.message
+                self.publish_self()
+        if self.state_dir is not None and mtime is None and self._current:
+            loaded = {n: s.version for n, s in self._current.items()}
+            if worker_state.write_pins(self.state_dir, loaded, only_if_absent=True):
+                self._state_mtime = worker_state.read_pins(self.state_dir)[1]
 
     def install(self, served: ServedModel) -> ServedModel | None:
         """Make ``served`` current; return the version it replaced."""
         with self._lock:
             old = self._current.get(served.name)
             self._current[served.name] = served  # one assignment: requests see old or new, never a mix
-            if served.name == self.default_model:
-                self.load_error = None
+            self.failed.pop(served.name, None)
         log.info("serving %s %s (was %s)", served.name, served.version, old.version if old else "nothing")
         self.publish_self()
         return old
@@ -240,69 +284,81 @@ class ModelRegistry:
 
     # ------------------------------------------------------------------ several workers
     def _publish(self) -> None:
+        """Pin what this worker serves (after a reload): the others follow it."""
         if self.state_dir is None:
             return
-        state = {n: s.version for n, s in self._current.items()}
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.state_dir, prefix=".served-")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(state, fh)
-        os.replace(tmp, self.state_dir / STATE_FILE)
-        self._state_mtime = (self.state_dir / STATE_FILE).stat().st_mtime
+        worker_state.write_pins(self.state_dir, {n: s.version for n, s in self._current.items()})
+        self._state_mtime = worker_state.read_pins(self.state_dir)[1]
 
     def publish_self(self) -> None:
-        """Write what this worker serves to ``state_dir/worker-<pid>.json`` (with several workers:
-        the worker that takes a reload reads them to know when every worker serves it)."""
+        """Write what this worker serves and failed to load to its file in the state directory."""
         if self.state_dir is None:
             return
-        state = {n: s.version for n, s in self._current.items()}
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.state_dir, prefix=".worker-")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(state, fh)
-        os.replace(tmp, self.state_dir / f"{WORKER_PREFIX}{os.getpid()}.json")
+        with self._lock:
+            serving = {n: s.version for n, s in self._current.items()}
+            failed = dict(self.failed)
+        worker_state.publish_worker(self.state_dir, os.getpid(), serving, failed)
+
+    def served_by_worker(self) -> dict[int, dict[str, str]]:
+        """{pid: {name: version}} of every running worker (this process alone without a state
+        directory)."""
+        if self.state_dir is None:
+            return {os.getpid(): {n: s.version for n, s in self._current.items()}}
+        return {pid: st["serving"] for pid, st in worker_state.live_workers(self.state_dir).items()}
 
     def workers_serving(self, name: str, version: str) -> tuple[int, list[int]]:
-        """(workers serving ``name`` at ``version``, pids of the live workers that do not yet), from
-        the workers' own files (a file of a process that no longer runs is removed)."""
+        """(workers serving ``name`` at ``version``, pids of the running workers that do not yet)."""
         if self.state_dir is None:
             return 1, []
         serving, lagging = 0, []
-        for path in self.state_dir.glob(f"{WORKER_PREFIX}*.json"):
-            try:
-                pid = int(path.stem.removeprefix(WORKER_PREFIX))
-                os.kill(pid, 0)
-            except (ValueError, ProcessLookupError):
-                path.unlink(missing_ok=True)
-                continue
-            except PermissionError:
-                pass
-            try:
-                state = json.loads(path.read_text())
-            except (OSError, ValueError):
-                state = {}
-            if state.get(name) == version:
+        for pid, versions in self.served_by_worker().items():
+            if versions.get(name) == version:
                 serving += 1
             else:
                 lagging.append(pid)
         return serving, sorted(lagging)
 
+    def others_serve_default(self) -> bool:
+        """Whether another running worker serves the default model (this one was started after them:
+        a restart after a crash)."""
+        if self.state_dir is None:
+            return False
+        return any(self.default_model in versions for pid, versions in self.served_by_worker().items()
+                   if pid != os.getpid())
+
+    def readiness(self, workers: int) -> tuple[bool, dict[str, Any]]:
+        """(ready, the body of ``GET /ready``): ready when this worker and every one of the ``workers``
+        serves the default model and its one-thread kernels are warm."""
+        name = self.default_model
+        served = self._current.get(name)
+        if served is None or not self.warm:
+            body: dict[str, Any] = {"status": "failed" if self.load_error else "loading", "model": name}
+            if self.load_error:
+                body["detail"] = self.load_error
+            return False, body
+        body = {"status": "ready", "model": name, "version": served.version,
+                "kernels": "warm" if self.all_warm else "warming"}
+        if self.state_dir is None:
+            return True, body
+        states = worker_state.live_workers(self.state_dir)
+        serving = sorted(pid for pid, st in states.items() if name in st["serving"])
+        body.update(workers_serving=len(serving), workers_total=max(workers, len(states)))
+        if len(serving) >= body["workers_total"]:
+            return True, body
+        failed = {pid: st["failed"][name] for pid, st in states.items() if name in st["failed"]}
+        body["status"] = "failed" if failed else "loading"
+        body["detail"] = (f"{len(serving)} of {body['workers_total']} workers serve the default model {name!r}"
+                          + "".join(f"; worker {pid} failed to load it: {why}" for pid, why in sorted(failed.items())))
+        return False, body
+
     def follow_state(self) -> None:
-        """Adopt versions another worker published (called periodically)."""
+        """Adopt versions another worker pinned (called periodically)."""
         if self.state_dir is None:
             return
-        path = self.state_dir / STATE_FILE
-        try:
-            mtime = path.stat().st_mtime
-        except FileNotFoundError:
-            return
-        if mtime == self._state_mtime:
+        state, mtime = worker_state.read_pins(self.state_dir)
+        if mtime is None or mtime == self._state_mtime:
             return
         self._state_mtime = mtime
-        try:
-            state = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            return
         for name, version in state.items():
             cur = self._current.get(name)
             if cur is None or cur.version != version:

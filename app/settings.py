@@ -58,12 +58,23 @@ class Settings(BaseSettings):
     body_timeout_s: float = Field(30.0, gt=0, le=3600,
                                   description="seconds a client has to send the whole body of a request "
                                               "(more: HTTP 408 and the connection is closed)")
+    header_timeout_s: float = Field(10.0, gt=0, le=3600,
+                                    description="`python -m app`: seconds a client has to send a request's line and "
+                                                "headers, from the connection's start or the end of the previous "
+                                                "response (more: HTTP 408 and the connection is closed; an idle "
+                                                "connection is closed without an answer)")
+    max_header_bytes: int = Field(32 * 1024, ge=1024, le=16 * 1024 * 1024,
+                                  description="`python -m app`: bytes of a request's line and headers together "
+                                              "(more: HTTP 431 and the connection is closed)")
     max_id_length: int = Field(256, ge=1, description="characters of a document id or qid (more: HTTP 422)")
     max_fuse_systems: int = Field(64, ge=1, description="/fuse: systems per query (more: HTTP 413)")
     max_fuse_ids: int = Field(10_000, ge=1, description="/fuse: ids per system (more: HTTP 413)")
     max_cached_versions: int = Field(4, ge=1, description="older versions kept loaded for explicit requests")
-    state_dir: Path | None = Field(None, description="shared directory through which workers follow reloads "
-                                                      "(set by `python -m app` when workers > 1)")
+    state_dir: Path | None = Field(None, description="shared directory of the workers: the versions served "
+                                                      "(pinned by the first worker at start-up and by reloads, "
+                                                      "for as long as the directory lives) and what each "
+                                                      "worker serves (`python -m app` makes a fresh one per "
+                                                      "start when workers > 1)")
     reload_wait_s: float = Field(60.0, ge=0, description="POST /models/reload waits up to this long for every "
                                                          "worker to serve the new version before it answers "
                                                          "(the answer says which have not)")

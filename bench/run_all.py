@@ -21,6 +21,7 @@ BENCHMARKS = [
     ("bench.bench_scoring", ["--quick"]),
     ("bench.bench_idle", ["--calls", "10", "--rounds", "1"]),
     ("bench.bench_service", ["--quick"]),
+    ("bench.bench_request_heads", []),
 ]
 
 

@@ -1,25 +1,30 @@
 #!/usr/bin/env bash
 # scripts/docker_test.sh (`make docker-test`): build the image and test it for real.
 #
-#   1. build the final image (Dockerfile target `runtime`) and the trainer image (target `builder`)
-#      from ONE snapshot of the working tree (git's tracked and untracked, not ignored files, taken
-#      at the start: the tree may be edited while the build runs), so that every stage sees the
-#      same code and compose never runs a stale image nor builds one itself
+#   1. build the final image (Dockerfile target `runtime`), the trainer image (target `builder`) and
+#      the proxy image (deploy/nginx) from ONE snapshot of the working tree (git's tracked and
+#      untracked, not ignored files, taken at the start: the tree may be edited while the build
+#      runs), so that every stage sees the same code and compose never runs a stale image nor
+#      builds one itself
 #   2. check it: non-root user, serving extras only (no scipy/matplotlib/dask/tqdm in `pip list`)
 #   3. run it: wait for /health then /ready, rank one request (n_features from GET /models),
-#      run the image's HEALTHCHECK
-#   4. bring the compose stack up (TUNEMIX_WORKERS workers) on an EMPTY models directory (as in a
-#      clean clone): the models-init service seeds it, the service ranks, its healthcheck passes;
+#      a 64 KiB request head -> 431, run the image's HEALTHCHECK
+#   4. bring the compose stack up (TUNEMIX_WORKERS workers behind the nginx proxy) on an EMPTY models
+#      directory (as in a clean clone): the models-init service seeds it, the service ranks through
+#      the proxy, its healthcheck passes; the proxy refuses a 9 KB header (400) and a declared 100 MB
+#      body (413), closes a head that does not arrive within 10 s, does not serve /metrics (the
+#      service's own port does, one tunemix_model_info series per worker);
 #      then the `trainer` profile runs twice (v2, then v3: safe to run again) and after each run
 #      POST /models/reload serves the new version (in every worker); bring the stack down
 # Everything listens on 127.0.0.1 only; every wait is bounded; containers are removed on exit.
 #
 # Engine: docker if a docker engine answers, else podman (+ podman-compose). Environment:
-#   DOCKER_TEST_PORT (18080), DOCKER_TEST_COMPOSE_PORT (18081), DOCKER_TEST_READY_TIMEOUT (180 s),
+#   DOCKER_TEST_PORT (18080), DOCKER_TEST_COMPOSE_PORT (18081: the proxy), DOCKER_TEST_SERVICE_PORT
+#   (18082: the compose service itself), DOCKER_TEST_READY_TIMEOUT (180 s),
 #   DOCKER_TEST_BUILD_TIMEOUT (2400 s per image), DOCKER_TEST_TRAIN_TIMEOUT (900 s per trainer run),
 #   DOCKER_TEST_WORKERS (2: uvicorn workers of the compose service),
 #   DOCKER_TEST_SKIP_TRAINER=1 (skip the trainer image and runs), IMAGE (localhost/tunemix:latest),
-#   TRAINER_IMAGE (localhost/tunemix-trainer:latest), PODMAN_COMPOSE (path of podman-compose if not on PATH)
+#   TRAINER_IMAGE (localhost/tunemix-trainer:latest), PROXY_IMAGE (localhost/tunemix-proxy:latest), PODMAN_COMPOSE (path of podman-compose if not on PATH)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +32,8 @@ IMAGE=${IMAGE:-localhost/tunemix:latest}
 TRAINER_IMAGE=${TRAINER_IMAGE:-localhost/tunemix-trainer:latest}
 PORT=${DOCKER_TEST_PORT:-18080}
 COMPOSE_PORT=${DOCKER_TEST_COMPOSE_PORT:-18081}
+SERVICE_PORT=${DOCKER_TEST_SERVICE_PORT:-18082}
+PROXY_IMAGE=${PROXY_IMAGE:-localhost/tunemix-proxy:latest}
 READY_TIMEOUT=${DOCKER_TEST_READY_TIMEOUT:-180}
 BUILD_TIMEOUT=${DOCKER_TEST_BUILD_TIMEOUT:-2400}
 TRAIN_TIMEOUT=${DOCKER_TEST_TRAIN_TIMEOUT:-900}
@@ -151,6 +158,32 @@ print("   ok: POST /rank (%s features) -> model %s %s, ranking %s" % (sys.argv[2
 ' "$out" "$nf" || fail "unexpected /rank response: $out"
 }
 
+# status_of CURL_ARGS...: the HTTP status curl gets (000: no answer)
+status_of() { curl -s -o /dev/null -w '%{http_code}' --max-time 30 "$@" || true; }
+
+# head_closed_within PORT LIMIT: open a connection, send half a request head and nothing more; pass
+# if the server answers or closes it within LIMIT seconds (prints what it sent back and when)
+head_closed_within() {
+  python3 - "$1" "$2" <<'PY' || fail "a half-sent request head on port $1 was still open after $2 s"
+import socket, sys, time
+port, limit = int(sys.argv[1]), float(sys.argv[2])
+s = socket.create_connection(("127.0.0.1", port))
+s.settimeout(limit)
+t0 = time.monotonic()
+s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+data = b""
+try:
+    while chunk := s.recv(4096):
+        data += chunk
+except (socket.timeout, TimeoutError):
+    sys.exit(1)
+except ConnectionResetError:
+    pass
+print("   ok: a half-sent request head on port %d closed after %.1f s (answer: %r)"
+      % (port, time.monotonic() - t0, data.split(b"\r\n")[0].decode() or "none"))
+PY
+}
+
 # check_health CID: run the container's HEALTHCHECK (podman: now; docker: wait for its verdict)
 check_health() {
   local cid=$1 status=""
@@ -233,6 +266,13 @@ build runtime "$IMAGE"
 BUILD_S=$((SECONDS - b0))
 SIZE=$($ENGINE image inspect --format '{{.Size}}' "$IMAGE")
 ok "built in ${BUILD_S} s; image size $((SIZE / 1000000)) MB"
+log "build $PROXY_IMAGE (deploy/nginx: Debian's nginx on the base image)"
+if [ "$ENGINE" = docker ]; then
+  timeout -k 30 "$BUILD_TIMEOUT" docker build -t "$PROXY_IMAGE" "$BUILD_CTX/deploy/nginx"
+else
+  timeout -k 30 "$BUILD_TIMEOUT" podman build --pull=never --format docker -t "$PROXY_IMAGE" "$BUILD_CTX/deploy/nginx"
+fi || fail "build of the proxy image failed"
+ok "proxy image: $($ENGINE run --rm --entrypoint nginx "$PROXY_IMAGE" -v 2>&1 | tail -1)"
 if [ "${DOCKER_TEST_SKIP_TRAINER:-0}" != 1 ]; then
   log "build $TRAINER_IMAGE (target builder: cached stages of the build above)"
   build builder "$TRAINER_IMAGE"
@@ -272,6 +312,10 @@ wait_http "http://127.0.0.1:$PORT/health" 200 60
 wait_http "http://127.0.0.1:$PORT/ready" 200 "$READY_TIMEOUT" 10   # one worker per core: each turns ready on its own
 ok "ready $((SECONDS - r0)) s after docker run"
 rank_once "http://127.0.0.1:$PORT"
+big=$(python3 -c 'print("a" * 65536)')
+code=$(status_of -H "X-Big: $big" "http://127.0.0.1:$PORT/health")
+[ "$code" = 431 ] || fail "a 64 KiB request head straight to the service: $code (expected 431)"
+ok "a 64 KiB request head straight to the service -> 431"
 $ENGINE exec "$CID" sh -c 'test "$(id -u)" != 0' || fail "the service runs as root"
 ok "service process runs as uid $($ENGINE exec "$CID" id -u)"
 check_health "$CID"
@@ -283,8 +327,8 @@ BASE="http://127.0.0.1:$COMPOSE_PORT"
 MODELS_TMP=$(mktemp -d)
 chmod 755 "$MODELS_TMP"   # like ./models in a clean clone: empty, world-readable
 export TUNEMIX_MODELS_HOST_DIR=$MODELS_TMP TUNEMIX_HOST_PORT=$COMPOSE_PORT TUNEMIX_RELOAD_TOKEN=$TOKEN \
-       TUNEMIX_WORKERS=$WORKERS
-log "compose up (project $PROJECT, empty models dir $MODELS_TMP, 127.0.0.1:$COMPOSE_PORT, $WORKERS workers)"
+       TUNEMIX_WORKERS=$WORKERS TUNEMIX_SERVICE_PORT=$SERVICE_PORT TUNEMIX_PROXY_IMAGE=$PROXY_IMAGE
+log "compose up (project $PROJECT, empty models dir $MODELS_TMP, proxy 127.0.0.1:$COMPOSE_PORT, service 127.0.0.1:$SERVICE_PORT, $WORKERS workers)"
 COMPOSE_UP=1
 compose up -d >"$ERR" 2>&1 || { cat "$ERR"; fail "compose up"; }
 : > "$ERR"
@@ -293,6 +337,21 @@ wait_http "$BASE/ready" 200 "$READY_TIMEOUT" 10
 [ -f "$MODELS_TMP/default/v1/manifest.json" ] || fail "models-init did not seed default/v1"
 ok "models-init seeded $(ls "$MODELS_TMP/default" | tr '\n' ' ')"
 rank_once "$BASE"
+server=$(curl -sS -o /dev/null -D - --max-time 10 "$BASE/health" | tr -d '\r' | awk -F': ' 'tolower($1) == "server" {print $2}')
+[ "$server" = nginx ] || fail "GET $BASE/health was not answered through nginx (Server: '$server')"
+ok "requests on 127.0.0.1:$COMPOSE_PORT go through nginx"
+code=$(status_of -H "X-Big: $(python3 -c 'print("a" * 9000)')" "$BASE/health")
+[ "$code" = 400 ] || fail "the proxy took a 9 KB header line: $code (expected 400)"
+ok "a 9 KB header line -> 400 from the proxy"
+code=$(status_of -X POST -H 'Content-Type: application/json' -H 'Content-Length: 100000000' "$BASE/rank")
+[ "$code" = 413 ] || fail "the proxy took a declared 100 MB body: $code (expected 413)"
+ok "a declared 100 MB body -> 413 from the proxy"
+head_closed_within "$COMPOSE_PORT" 20
+code=$(status_of "$BASE/metrics")
+[ "$code" = 404 ] || fail "the proxy serves /metrics: $code (expected 404)"
+series=$(curl -fsS --max-time 10 "http://127.0.0.1:$SERVICE_PORT/metrics" | grep -c '^tunemix_model_info{' || true)
+[ "$series" = "$WORKERS" ] || fail "/metrics of the service: $series tunemix_model_info series, not $WORKERS"
+ok "/metrics: 404 through the proxy; on the service's own port one tunemix_model_info series per worker ($series)"
 SVC=$($ENGINE ps -q --filter "label=com.docker.compose.project=$PROJECT" \
       --filter "label=com.docker.compose.service=tunemix" | head -1)
 [ -n "$SVC" ] || fail "no running container of the compose service tunemix"

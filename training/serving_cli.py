@@ -81,7 +81,15 @@ def run_serve(args: argparse.Namespace) -> int:
         if value is not None:
             os.environ[key] = str(value)
     from app.__main__ import main
+    from app.settings import Settings
+    from training.artifact.store import list_versions, versions_on_disk
 
+    settings = Settings()
+    name, root = settings.default_model, settings.models_dir
+    if not list_versions(root, name):  # a clear error now, not a service that never gets ready
+        known = ", ".join(versions_on_disk(root)) or "none"
+        raise FileNotFoundError(f"model {name!r} has no trained version under {root} (models there: {known}); "
+                                "train one (tunemix demo, tunemix train) or name another with --model")
     main()
     return 0
 

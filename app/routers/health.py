@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 
-from app.deps import MetricsDep, RegistryDep
+from app.deps import MetricsDep, RegistryDep, SettingsDep
 
 router = APIRouter(tags=["operations"])
 
@@ -15,19 +15,13 @@ async def health() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/ready", summary="Readiness: 200 once the default model is loaded and its kernels are warm",
-            responses={503: {"description": "still loading, or the default model could not be loaded"}})
-async def ready(registry: RegistryDep) -> JSONResponse:
-    served = registry.current(registry.default_model)
-    if served is None or not registry.warm:
-        status = "failed" if registry.load_error else "loading"
-        body = {"status": status, "model": registry.default_model}
-        if registry.load_error:
-            body["detail"] = registry.load_error
-        return JSONResponse(body, status_code=503)
-    # "kernels": "warming" while the parallel, evaluation and fusion kernels compile after readiness
-    kernels = "warm" if registry.all_warm else "warming"
-    return JSONResponse({"status": "ready", "model": served.name, "version": served.version, "kernels": kernels})
+@router.get("/ready", summary="Readiness: 200 once every worker serves the default model (its kernels warm)",
+            responses={503: {"description": "still loading (this worker or another), or the default model "
+                                            "could not be loaded (status \"failed\" and the reason)"}})
+async def ready(registry: RegistryDep, settings: SettingsDep) -> JSONResponse:
+    # with several workers this reads their files in the state directory (a few small files)
+    ok, body = registry.readiness(settings.this_process_workers())
+    return JSONResponse(body, status_code=200 if ok else 503)
 
 
 @router.get("/metrics", summary="Prometheus metrics (text exposition format)", response_class=Response,

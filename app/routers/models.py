@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import anyio
 from fastapi import APIRouter, Header, Request
 
-from app.deps import MetricsDep, RegistryDep, SettingsDep, in_thread, read_body
+from app.deps import RegistryDep, SettingsDep, in_thread, read_body
 from app.errors import ServiceError
 from app.openapi import body_spec
 from app.parsing import parse_json
@@ -47,7 +47,6 @@ async def reload_model(
     request: Request,
     registry: RegistryDep,
     settings: SettingsDep,
-    metrics: MetricsDep,
     authorization: Annotated[str | None, Header(description="Bearer <TUNEMIX_RELOAD_TOKEN>")] = None,
 ) -> dict[str, Any]:
     if not settings.reload_token:
@@ -59,7 +58,6 @@ async def reload_model(
     body = await read_body(request, settings, limit=64 * 1024)
     req = parse_json(ReloadRequest, body) if body.strip() else ReloadRequest()
     new, old = await in_thread(registry.reload, req.model, req.version)
-    metrics.set_model(new.name, new.version, old.version if old else None)
     total = settings.this_process_workers()
     serving, lagging = registry.workers_serving(new.name, new.version)
     waited = 0.0

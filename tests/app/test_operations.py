@@ -3,6 +3,7 @@ service's imports."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -17,7 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 import app.registry as registry_module
 from app.main import create_app
 from app.settings import Settings
-from tests.app.conftest import N_FEATURES, WIDE_FEATURES, rank_body, wait_ready
+from app.worker_state import live_workers, publish_worker
+from tests.app.conftest import N_FEATURES, WIDE_FEATURES, Store, rank_body, ready_client, wait_ready
 
 
 def test_health(client: TestClient) -> None:
@@ -55,7 +57,7 @@ def test_ready_is_503_until_the_model_is_loaded(served_dir: Path, monkeypatch: p
             assert r.status_code == 503 and r.json()["status"] == "loading"
             assert c.get("/health").status_code == 200
             rank = c.post("/rank", json=body)
-            assert rank.status_code == 503 and "not loaded" in rank.json()["detail"]
+            assert rank.status_code == 503 and "still loading" in rank.json()["detail"]
         finally:
             release.set()
         assert wait_ready(c)["version"] == "v2"
@@ -75,7 +77,10 @@ def test_ready_reports_a_model_that_cannot_load(tmp_path: Path) -> None:
         assert r.status_code == 503
         assert r.json()["status"] == "failed" and "missing" in r.json()["detail"]
         rank = c.post("/rank", json=rank_body(np.ones((1, N_FEATURES), dtype=np.float32), [1]))
-        assert rank.status_code == 503 and "missing" in rank.json()["detail"]
+        # "failed" with the reason, not "not loaded yet"
+        assert rank.status_code == 503, rank.text
+        assert rank.json()["detail"] == ("the default model 'missing' failed to load: model 'missing' has no "
+                                         "trained version; available: none")
         assert c.get("/health").status_code == 200
 
 
@@ -143,6 +148,78 @@ def test_one_model_summary(client: TestClient) -> None:
     assert missing.status_code == 404 and "nope" in missing.json()["detail"]
     bad = client.get("/models/-bad")
     assert bad.status_code == 422 and "-bad" in bad.json()["detail"]
+
+
+def test_model_summaries_show_no_server_path(client: TestClient, served_dir: Path, store: Store) -> None:
+    manifest = json.loads((served_dir / "default" / "v2" / "manifest.json").read_text())
+    trained_into = manifest["training_record"]["config"]["run"]["models_dir"]
+    assert Path(trained_into).is_absolute()  # what the trainer wrote: the server's path
+    for path in ("/models", "/models/default", "/models/wide"):
+        text = client.get(path).text
+        assert str(served_dir) not in text and str(store.default_v1.parents[2]) not in text, text[:300]
+        assert '"/' not in text  # no absolute path at all
+    body = client.get("/models/default").json()
+    assert body["training"]["config"]["run"]["models_dir"] == Path(trained_into).name
+
+
+def test_without_server_paths() -> None:
+    models = Path("/srv/tunemix/models")
+    record = {"run": {"models_dir": "/srv/tunemix/models", "report": "/srv/tunemix/models/default/v3/report.html"},
+              "data": [{"path": "/home/ann/data/MQ2008/Fold1/train.txt"}, {"path": "~/data/vali.txt"},
+                       {"path": "../../data/test.txt"}, {"path": "C:\\data\\test.txt"}],
+              "views": ["raw", "raw+std"], "measure": "ndcg@10", "relative": "data/train.txt", "n": 3}
+    assert registry_module.without_server_paths(record, models) == {
+        "run": {"models_dir": ".", "report": "default/v3/report.html"},
+        "data": [{"path": "train.txt"}, {"path": "vali.txt"}, {"path": "test.txt"}, {"path": "test.txt"}],
+        "views": ["raw", "raw+std"], "measure": "ndcg@10", "relative": "data/train.txt", "n": 3}
+
+
+def test_ready_means_every_worker(served_dir: Path, tmp_path: Path) -> None:
+    """With a state directory /ready reads every worker's file: 200 only when each running worker
+    serves the default model, "failed" with the reason when one could not load it. The other worker
+    here is a stand-in process and the file it would write."""
+    state = tmp_path / "state"
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        settings = Settings(models_dir=served_dir, default_model="default", workers=2, state_dir=state)
+        with ready_client(settings) as c:
+            wait_for_worker_file(state)
+            r = c.get("/ready")  # the other worker has written nothing yet
+            assert r.status_code == 503 and r.json()["status"] == "loading", r.text
+            assert "1 of 2 workers" in r.json()["detail"]
+            publish_worker(state, other.pid, {}, {"default": "model 'default' v2 cannot be loaded: bad"})
+            r = c.get("/ready")
+            assert r.status_code == 503 and r.json()["status"] == "failed", r.text
+            why = f"worker {other.pid} failed to load it: model 'default' v2 cannot be loaded: bad"
+            assert why in r.json()["detail"], r.text
+            publish_worker(state, other.pid, {"default": "v2"}, {})
+            r = c.get("/ready")
+            assert r.status_code == 200 and (r.json()["workers_serving"], r.json()["workers_total"]) == (2, 2), r.text
+            other.kill()
+            other.wait()
+            r = c.get("/ready")  # its file goes with it
+            assert r.status_code == 503 and r.json()["workers_serving"] == 1, r.text
+            assert not (state / f"worker-{other.pid}.json").exists()
+    finally:
+        other.kill()
+        other.wait()
+
+
+def wait_for_worker_file(state: Path) -> None:
+    """Until this process (the app's only worker here) has loaded the default model and said so."""
+    while not any(v.get("default") for v in (st["serving"] for st in live_workers(state).values())):
+        threading.Event().wait(0.02)
+
+
+def test_tunemix_serve_fails_clearly_on_a_missing_model(served_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from training.cli import main
+
+    for key in ("TUNEMIX_MODELS_DIR", "TUNEMIX_DEFAULT_MODEL"):  # restored after the test
+        monkeypatch.setenv(key, "unset")
+    assert main(["serve", "--models-dir", str(served_dir), "--model", "nosuch"]) == 2
+    err = capsys.readouterr().err
+    assert "model 'nosuch' has no trained version" in err and "models there: default, wide" in err, err
 
 
 def test_openapi_documents_every_endpoint(client: TestClient) -> None:
