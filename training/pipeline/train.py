@@ -36,7 +36,7 @@ from training.data.svmlight import read_svmlight
 from training.ensemble.registry import make_mixer
 from training.evaluation import CONVENTION_NAMES, evaluate, mean_metric
 from training.learners.label_groups import get_grouping, groupings_for
-from training.pipeline.config import TrainConfig
+from training.pipeline.config import TrainConfig, resolve_feature_names
 from training.pipeline.member_types import (
     CalibrationResult,
     RunResult,
@@ -281,6 +281,7 @@ def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingDat
         log.info("label_groupings = all: %s for %d labels", ", ".join(cfg.members.label_groupings), n_labels)
     specs = run_specs(cfg)
     prep = prepare(cfg, clock, specs, sets, records)
+    feature_names = resolve_feature_names(cfg.data, prep.sets["train"].n_features)  # checked before any fit
     with parallel_backend(cfg.run.backend, cfg.run.n_jobs, cfg.run.scheduler) as n_jobs:
         with clock("boosting_s"):
             runs = fit_runs(cfg, prep, specs, n_jobs, progress)
@@ -311,6 +312,7 @@ def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingDat
     record["relevance_head"] = relevance
     record["mix_by_member_type"] = by_type
     record["best_feature"] = baseline
+    record["feature_names"] = feature_names
     path = _save(cfg, model, record) if save else None
     return TrainOutcome(path=path, record=record, model=model)
 
@@ -470,6 +472,7 @@ def _save(cfg: TrainConfig, model: EnsembleModel, record: dict[str, Any]) -> Pat
         "tunemix_version": __version__,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "n_features": model.n_features,
+        "feature_names": record.get("feature_names") or resolve_feature_names(cfg.data, model.n_features),
         "normalisation": {"views": list(cfg.members.views), "extra_views": list(model.extra_views)},
         "label_gains": [float(2.0**lab - 1.0) for lab in range(record["n_labels"])],
         "model": doc,

@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from training.artifact.store import ArtifactError
 from training.data.dataset import validate_offsets
 from training.scoring.ensemble_model import EnsembleModel
 
@@ -69,6 +70,18 @@ REFERENCES = ("median", "mean")
 def default_feature_names(d: int) -> list[str]:
     """``f1 .. fd``: the names of LETOR columns (feature 1 is the first column)."""
     return [f"f{j + 1}" for j in range(d)]
+
+
+def manifest_feature_names(manifest: dict[str, Any], d: int) -> tuple[str, ...]:
+    """The manifest's ``feature_names`` (d distinct strings), or f1 .. fd for a model trained
+    before names were stored; ArtifactError when they are malformed."""
+    names = manifest.get("feature_names")
+    if names is None:
+        return tuple(default_feature_names(d))
+    if (not isinstance(names, list) or len(names) != d or not all(isinstance(v, str) and v for v in names)
+            or len(set(names)) != d):
+        raise ArtifactError(f"the manifest's feature_names must be {d} distinct non-empty strings")
+    return tuple(names)
 
 
 @dataclass(frozen=True)
