@@ -58,6 +58,14 @@ class Settings(BaseSettings):
     body_timeout_s: float = Field(30.0, gt=0, le=3600,
                                   description="seconds a client has to send the whole body of a request "
                                               "(more: HTTP 408 and the connection is closed)")
+    explain_max_documents: int = Field(
+        20, ge=0, description="/rank \"explain\": documents explained per request at most (each query's returned "
+                              "top_k; more: HTTP 422 asking for a smaller top_k). 0 disables explanations")
+    explain_budget: int = Field(
+        8192, ge=1, description="/rank \"explain\": forest rows scored per explained document at most (exact "
+                                "Shapley values when they fit, else a sampled estimate that still adds up, with "
+                                "its standard error): a request's explanations cost at most explain_max_documents "
+                                "x explain_budget rows")
     max_id_length: int = Field(256, ge=1, description="characters of a document id or qid (more: HTTP 422)")
     max_fuse_systems: int = Field(64, ge=1, description="/fuse: systems per query (more: HTTP 413)")
     max_fuse_ids: int = Field(10_000, ge=1, description="/fuse: ids per system (more: HTTP 413)")

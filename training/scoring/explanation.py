@@ -35,7 +35,10 @@ whitened view (each whitened column mixes all features) a feature is a dummy onl
 r_f, and every coalition scores the whole modified list.
 
 **Exact or sampled.** With m features left, the game is enumerated exactly (2^m coalitions) when
-2^m times the documents scored per coalition fits ``budget`` (and m <= ``EXACT_MAX_FEATURES``).
+2^m times the cost of a coalition fits ``budget`` (and m <= ``EXACT_MAX_FEATURES``). A coalition
+costs the documents it scores through the forest plus the mix of the list (n documents over M
+members, counted as n M / n_base forest rows): ``budget`` bounds the forest rows per explained
+document, and with it the time (each row walks the whole forest).
 Otherwise the contributions are estimated by antithetic permutation sampling (Castro et al.
 2009; Mitchell et al. 2022): for a permutation pi, the marginal contributions along the path
 from r to x_i telescope to v(N) - v(empty), so the estimate adds up exactly as well; each
@@ -166,6 +169,11 @@ def _linear_read(model: EnsembleModel) -> npt.NDArray[np.bool_]:
     return np.asarray(np.any(w != 0.0, axis=1))
 
 
+def _mixing_cost(model: EnsembleModel, n: int) -> int:
+    """Mixing a list of n documents over M members, in forest rows (one row walks n_base bases)."""
+    return -(-n * model.n_members // max(model.forest.n_base, 1))
+
+
 def _batch(total: int, per_item: int) -> int:
     return max(1, BATCH_ELEMENTS // max(per_item, 1)) if total else 1
 
@@ -218,7 +226,7 @@ def _column_game(model: EnsembleModel, xq: np.ndarray, i: int, r: np.ndarray,
             out[s : s + step] = _mixed_at(model, np.ascontiguousarray(member), n, i)
         return out
 
-    return _Game(relevant=relevant, cost=len(docs), values=values)
+    return _Game(relevant=relevant, cost=len(docs) + _mixing_cost(model, n), values=values)
 
 
 def _list_game(model: EnsembleModel, xq: np.ndarray, i: int, r: np.ndarray) -> _Game:
@@ -239,7 +247,7 @@ def _list_game(model: EnsembleModel, xq: np.ndarray, i: int, r: np.ndarray) -> _
             out[s : s + step] = mixed.reshape(mk.shape[0], n)[:, i]
         return out
 
-    return _Game(relevant=relevant, cost=n, values=values)
+    return _Game(relevant=relevant, cost=n + _mixing_cost(model, n), values=values)
 
 
 def _exact(game: _Game) -> tuple[float, float, np.ndarray]:
