@@ -5,7 +5,8 @@ Plots (matplotlib, Agg backend, imported only here):
   forecaster kept and their weights;
 - ``ndcg_by_convention.png``: NDCG@1..10 of the ensemble on the test (else validation)
   queries under each convention;
-- ``grid.png``: the forecaster's grid surface, validation quality over c x omega_min.
+- ``grid.png``: the forecaster's grid surface, validation quality over c x omega_min;
+- ``importance.png``: global feature importance (``training.pipeline.importance``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from training.artifact.store import json_safe
+from training.pipeline.importance import explanation_lines, importance_plot
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +113,7 @@ def render_markdown(record: dict[str, Any]) -> str:
         lines.append("")
     lines.append("## Timings (seconds)")
     lines += [f"- {k}: {v:.1f}" for k, v in record["timings"].items()]
+    lines += ["", *explanation_lines(record)]
     lines += ["", "![omega](omega.png)", "![ndcg](ndcg_by_convention.png)", "![grid](grid.png)"]
     if (record.get("relevance_head") or {}).get("reliability_relevant"):
         lines.append("![reliability](reliability.png)")
@@ -258,6 +261,11 @@ def render_plots(record: dict[str, Any]) -> dict[str, bytes]:
         axes[0].legend(loc="upper left", fontsize=8)
         fig.suptitle(f"Reliability of the relevance head on the {rh['measured_on']} queries")
         out["reliability.png"] = _png(fig)
+        plt.close(fig)
+
+    fig = importance_plot(record)
+    if fig is not None:
+        out["importance.png"] = _png(fig)
         plt.close(fig)
 
     if "grid" in mixer:

@@ -37,6 +37,7 @@ from training.ensemble.registry import make_mixer
 from training.evaluation import CONVENTION_NAMES, evaluate, mean_metric
 from training.learners.label_groups import get_grouping, groupings_for
 from training.pipeline.config import TrainConfig, resolve_feature_names
+from training.pipeline.importance import explanation_summary
 from training.pipeline.member_types import (
     CalibrationResult,
     RunResult,
@@ -305,6 +306,8 @@ def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingDat
         served = served_scores(prep, model)
         evaluation = evaluate_model(prep, model, mixing, served)
         baseline = best_feature_baseline(cfg, prep)
+    with clock("explanations_s"):
+        explanations = explain_for_report(prep, model, feature_names)
     with clock("relevance_head_s"):
         relevance = fit_head(cfg, prep, model, served, progress)
     clock.timings["total_s"] = time.perf_counter() - clock.start
@@ -313,8 +316,20 @@ def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingDat
     record["mix_by_member_type"] = by_type
     record["best_feature"] = baseline
     record["feature_names"] = feature_names
+    record["explanations"] = explanations
     path = _save(cfg, model, record) if save else None
     return TrainOutcome(path=path, record=record, model=model)
+
+
+def explain_for_report(prep: Prepared, model: EnsembleModel, names: list[str]) -> dict[str, Any]:
+    """The report's importance and worked examples (``training.pipeline.importance``), on the test
+    queries (else validation); a failure is recorded, the model is kept."""
+    split = "test" if "test" in prep.sets else "vali"
+    try:
+        return explanation_summary(model, prep.sets[split], names, split)
+    except (ValueError, MemoryError) as exc:
+        log.warning("no explanations in the report: %s", exc)
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def fit_head(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, served: dict[str, np.ndarray],
