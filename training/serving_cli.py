@@ -16,10 +16,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
+PREDICT_HELP = """Score a LETOR/SVMlight file with a trained model.
+
+Writes one score a line in the file's order (as LightGBM's predict task and RankLib's -score),
+or with --rank one line per document 'qid docid rank score', best first within each query.
+--proba adds, tab-separated, the expected grade and P(grade = k) for every grade (the model's
+relevance head), under a header line naming the columns. --model is a model name under
+--models-dir, or a version or model directory."""
+
 
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("predict", help="score a LETOR/SVMlight file with a trained model",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                              description=PREDICT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", help="LETOR/SVMlight file (labels are read and ignored)")
     p.add_argument("--model", required=True, help="model name under --models-dir, or a model/version directory")
     p.add_argument("--models-dir", default="models", help="where model names are looked up (default: models)")
@@ -41,8 +49,8 @@ def add_parser(subparsers: Any) -> None:
     e.add_argument("--models-dir", default="models", help="where model names are looked up (default: models)")
     e.add_argument("--version", help="a version of the model (default: the latest)")
     e.add_argument("--doc", required=True, action="append",
-                   help="the document: its docid (the line's '# docid = X' comment) or qid:N, the N-th document "
-                        "(from 1) of query qid; twice for a pair")
+                   help="the document: its docid (the line's '# docid = X' comment), qid:N (the N-th document "
+                        "of query qid, from 1) or line:N (the file's N-th document); twice for a pair")
     e.add_argument("--qid", help="the query of --doc when a docid occurs in several queries")
     e.add_argument("--top", type=int, default=10, help="contributions shown, largest first (default: 10)")
     e.add_argument("--budget", type=int, default=1 << 16,
@@ -78,11 +86,15 @@ def run_predict(args: argparse.Namespace) -> int:
     if args.proba:
         scores, probs, expected = model.ensemble.score_and_relevance(data.features, data.query_offsets)
         extra = ["\t" + "\t".join(repr(float(v)) for v in (e, *p)) for e, p in zip(expected, probs, strict=True)]
+        header = "\t".join(["qid", "docid", "rank", "score"] if args.rank else ["score"]) + "\texpected_grade\t" \
+            + "\t".join(f"p{k}" for k in range(probs.shape[1])) + "\n"
     else:
         scores = model.ensemble.score(data.features, data.query_offsets)
         extra = [""] * scores.shape[0]
+        header = ""
     out = open(args.output, "w") if args.output else sys.stdout
     try:
+        out.write(header)
         if not args.rank:
             out.writelines(f"{float(s)!r}{e}\n" for s, e in zip(scores, extra, strict=True))
             return 0
@@ -136,9 +148,14 @@ def run_models(args: argparse.Namespace) -> int:
 
 
 def find_document(data: Any, doc: str, qid: str | None, file: str) -> int:
-    """The row of ``doc`` (a docid, or ``qid:N`` the N-th document of query qid) in ``data``."""
+    """The row of ``doc`` (a docid, ``qid:N`` the N-th document of query qid, or ``line:N`` the
+    N-th document of the file) in ``data``."""
     off, qids = data.query_offsets, [str(q) for q in data.qids]
     head, sep, tail = doc.rpartition(":")
+    if head == "line" and tail.isdigit():
+        if not 1 <= int(tail) <= data.n_docs:
+            raise ValueError(f"{file}: --doc {doc}: the file has {data.n_docs} documents")
+        return int(tail) - 1
     if sep and tail.isdigit() and head in qids:
         q = qids.index(head)
         n = int(off[q + 1] - off[q])

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
+import sys
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -16,6 +18,8 @@ from training.data.dataset import RankingData
 from training.scoring.explanation import Explanation, PairExplanation
 from tunemix._inputs import features_matrix, grades, query_offsets
 from tunemix.model import Model, PathLike, load
+
+log = logging.getLogger(__name__)
 
 #: the share of the training queries held out to tune the calibration and the mix when ``fit``
 #: gets no ``eval_set``
@@ -164,6 +168,9 @@ class TuneMixRanker:
                                   run=dataclasses.replace(self._cfg_.run, models_dir=os.fspath(models_dir)))
         path = save_model(cfg, model.ensemble, self.record_)
         self.model_ = load(path)
+        log.info("saved model %r version %s to %s", name, path.name, path)
+        if self.progress:  # what the progress bars go to: the user sees which version was written
+            sys.stderr.write(f"tunemix: saved model {name!r} version {path.name} to {path}\n")
         return path
 
 

@@ -79,7 +79,9 @@ def render_markdown(record: dict[str, Any]) -> str:
         lines += [why, ""]
     if record["mixer_comparison"]:
         m = mixer["measure"]
-        lines += ["### Mixers side by side", "", f"| mixer | validation {m} | test {m} | detail |", "|---|---|---|---|"]
+        lines += ["### Mixers side by side", "", f"The served mixer was chosen on the validation {m}; the test "
+                  "column is reported, never used for a choice.", "",
+                  f"| mixer | validation {m} | test {m} | detail |", "|---|---|---|---|"]
         for row in record["mixer_comparison"]:
             lines.append(f"| {row['mixer']} | {_fmt(row.get(f'val_{m}'))} | {_fmt(row.get(f'test_{m}'))} | "
                          f"{row.get('detail', '')} |")
@@ -101,6 +103,7 @@ def render_markdown(record: dict[str, Any]) -> str:
             lines.append(f"| {label} | {_fmt(row.get(f'val_{m}'))} | {_fmt(row.get(f'test_{m}'))} |")
         lines.append("")
     lines += relevance_lines(record)
+    lines += quote_lines(record)
     for split, by_model in record["evaluation"].items():
         lines.append(f"## {split.capitalize()} metrics under the {len(next(iter(by_model.values())))} conventions")
         for who, table in by_model.items():
@@ -119,6 +122,22 @@ def render_markdown(record: dict[str, Any]) -> str:
         lines.append("![reliability](reliability.png)")
     lines.append("")
     return "\n".join(lines)
+
+
+def quote_lines(record: dict[str, Any]) -> list[str]:
+    """Which figure to quote, and why the conventions' figures differ."""
+    mixer = record["mixer"]
+    split = "test" if "test" in record["evaluation"] else "vali"
+    m, conv = mixer["measure"], mixer["convention"]
+    value = record["evaluation"][split]["ensemble"].get(conv, {}).get(m)
+    return ["## The figure to quote", "",
+            f"**{split} {m} = {_fmt(value)} under the `{conv}` convention**: the chosen mix on the "
+            f"{'test queries, which took no part in any choice' if split == 'test' else 'validation queries (no test set was given; they also tuned the mix, so this figure is optimistic)'}; "  # noqa: E501
+            "name the convention with it. The tables below give the same ranking under every convention. Their "
+            "figures differ by the tools' rules, not by the model (docs/conventions.md): letor3, letor4 and mslr "
+            "give a query with fewer than k documents no NDCG@k of its own (it counts 0), so on lists shorter than "
+            "10 NDCG@10 can be far below NDCG@5; a query without relevant documents scores 1 under yahoo, lightgbm "
+            "and xgboost and 0 elsewhere; the gain tables and ideal DCGs differ too.", ""]
 
 
 def _recalibration_words(rh: dict[str, Any]) -> str:
