@@ -115,3 +115,17 @@ def test_tunemix_explain_from_the_command_line(trained: dict[str, Any]) -> None:
     far = run_cli("explain", str(tmp / "test.txt"), "--model", str(trained["path"]), "--doc", "doc0",
                   "--doc", f"doc{hi}")
     assert far.returncode == 2 and "different queries" in far.stderr
+
+
+def test_train_summary_says_why_so_many_runs_and_members(trained: dict[str, Any]) -> None:
+    from training.pipeline.cli import _summary, count_lines
+
+    rec = trained["record"]
+    runs, members = count_lines(rec)
+    assert runs.startswith("  2 runs (2 adaboost)") and "2 view(s) (raw, raw+std)" in runs
+    assert "1 label grouping(s) (original)" in runs and "[members] views and label_groupings" in runs
+    failed = len(rec["calibration_failures"])
+    assert members.startswith(f"  {len(rec['members'])} members: 4 snapshots") and "x 2 calibrators" in members
+    assert len(rec["members"]) == 4 * 2 - failed
+    outcome = type("Outcome", (), {"record": rec, "path": trained["path"]})()
+    assert _summary(outcome).startswith(f"model 'why' version {trained['path'].name} written to")
