@@ -64,8 +64,9 @@ class Settings(BaseSettings):
     explain_budget: int = Field(
         8192, ge=1, description="/rank \"explain\": forest rows scored per explained document at most (exact "
                                 "Shapley values when they fit, else a sampled estimate that still adds up, with "
-                                "its standard error): a request's explanations cost at most explain_max_documents "
-                                "x explain_budget rows")
+                                "its standard error, from at least two permutation pairs: 4 (m - 1) coalitions "
+                                "for m relevant features, whatever the budget): a request's explanations cost about "
+                                "explain_max_documents x explain_budget rows")
     max_id_length: int = Field(256, ge=1, description="characters of a document id or qid (more: HTTP 422)")
     max_fuse_systems: int = Field(64, ge=1, description="/fuse: systems per query (more: HTTP 413)")
     max_fuse_ids: int = Field(10_000, ge=1, description="/fuse: ids per system (more: HTTP 413)")
