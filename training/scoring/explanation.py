@@ -56,6 +56,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from threadpoolctl import threadpool_limits
 
 from training.artifact.store import ArtifactError
 from training.data.dataset import validate_offsets
@@ -311,11 +312,21 @@ def explain_rows(model: EnsembleModel, features: npt.ArrayLike, query_offsets: n
            "standard_error": np.zeros((k, d)), "exact": np.ones(k, dtype=bool),
            "n_relevant": np.zeros(k, dtype=np.int64), "n_permutations": np.zeros(k, dtype=np.int64),
            "reference": np.zeros((k, d), dtype=np.float32)}
+    query = np.searchsorted(off, picked, side="right") - 1
+    rng = np.random.default_rng(seed)
+    # the games' linear algebra is small (a whitened view's d x d eigendecompositions, the linear
+    # members' products): one BLAS thread, as scoring uses (several cost 50 times more on a busy machine)
+    with threadpool_limits(limits=1, user_api="blas"):
+        _explain_queries(model, x, off, picked, query, reference, budget, exact_max_features, rng, res)
+    return Explanation(rows=picked, feature_names=names, **res)
+
+
+def _explain_queries(model: EnsembleModel, x: np.ndarray, off: np.ndarray, picked: np.ndarray, query: np.ndarray,
+                     reference: Any, budget: int, exact_max_features: int, rng: np.random.Generator,
+                     res: dict[str, np.ndarray]) -> None:
     whitened = "raw+white" in model.extra_views
     thresholds = [] if whitened else _thresholds(model)
     linear_read = _linear_read(model)
-    query = np.searchsorted(off, picked, side="right") - 1
-    rng = np.random.default_rng(seed)
     for q in np.unique(query):
         lo, hi = int(off[q]), int(off[q + 1])
         xq = x[lo:hi]
@@ -342,7 +353,6 @@ def explain_rows(model: EnsembleModel, features: npt.ArrayLike, query_offsets: n
                 res["standard_error"][kk, game.relevant] = se
             res["baseline"][kk] = v0
             res["contributions"][kk, game.relevant] = phi
-    return Explanation(rows=picked, feature_names=names, **res)
 
 
 def explain_pair(model: EnsembleModel, features: npt.ArrayLike, query_offsets: npt.ArrayLike, a: int, b: int,
