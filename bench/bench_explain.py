@@ -142,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         http = http_side(model_path, test, 10 if args.quick else 30, Path(tmp))
     cfg = manifest.get("training_record", {}).get("config", {})
     result = {
-        "command": "python -m bench.bench_explain" + (f" --model {args.model}" if args.model else ""),
+        "command": "python -m bench.bench_explain" + (f" --model {args.model}" if args.model else "")
+                   + (" --quick" if args.quick else ""),
         "model_config": {"name": cfg.get("name"), "time_budget_s": cfg.get("run", {}).get("time_budget_s"),
                          "n_jobs": cfg.get("run", {}).get("n_jobs")},
         "list": {"documents": N_DOCS, "explained": TOP, "source": "MQ2008 Fold1 test.txt, 100 rows drawn (seed 0)",
