@@ -138,7 +138,7 @@ class PairExplanation:
 @dataclass
 class _Game:
     relevant: npt.NDArray[np.int64]        # the features left after the dummies
-    cost: int                              # documents scored per coalition
+    cost: int                              # forest rows per coalition (the mix counted as rows)
     values: Callable[[npt.NDArray[np.bool_]], npt.NDArray[np.float64]]  # (B, m) masks -> (B,)
 
 
