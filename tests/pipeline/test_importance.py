@@ -106,6 +106,9 @@ def test_tunemix_explain_from_the_command_line(trained: dict[str, Any]) -> None:
     same = run_cli("explain", str(tmp / "test.txt"), "--model", str(trained["path"]), "--doc",
                    f"{data.qids[1]}:3", "--top", "3")
     assert same.stdout.splitlines()[1:] == lines[1:]
+    by_line = run_cli("explain", str(tmp / "test.txt"), "--model", str(trained["path"]), "--doc", f"line:{lo + 3}",
+                      "--top", "3")
+    assert by_line.stdout.splitlines()[1:] == lines[1:]
     pair = run_cli("explain", str(tmp / "test.txt"), "--model", str(trained["path"]), "--doc", f"doc{lo}",
                    "--doc", f"doc{lo + 1}")
     assert pair.returncode == 0 and "difference" in pair.stdout
