@@ -28,6 +28,44 @@ class Document(BaseModel):
         description="dense list of n_features values, or sparse {\"<1-based feature id>\": value}")
 
 
+class Contribution(BaseModel):
+    feature: str = Field(description="the feature's name (the model's feature_names; default f1, f2, ...)",
+                         examples=["f40"])
+    value: float = Field(description="the document's value of the feature", examples=[0.83])
+    contribution: float = Field(description="its Shapley value: what it adds to the score from the baseline",
+                                examples=[0.212])
+
+
+class Explanation(BaseModel):
+    baseline: float = Field(description="the score the document would get with the query's per-feature median "
+                                        "values (the other documents as posted)", examples=[0.04])
+    contributions: list[Contribution] = Field(description="the \"explain\" largest contributions by absolute value")
+    rest: float = Field(description="the other features' contributions together: baseline + contributions + rest "
+                                    "= score", examples=[0.013])
+    exact: bool = Field(description="true: exact Shapley values; false: a sampled estimate that still adds up")
+    standard_error: float | None = Field(None, description="sampled: the largest standard error of a contribution")
+
+
+class PairContribution(BaseModel):
+    feature: str = Field(examples=["f40"])
+    value_a: float = Field(description="document a's value", examples=[0.83])
+    value_b: float = Field(description="document b's value", examples=[0.12])
+    contribution: float = Field(description="its contribution to score(a) - score(b)", examples=[0.19])
+
+
+class PairExplanation(BaseModel):
+    a: Id
+    b: Id
+    score_difference: float = Field(description="score(a) - score(b)", examples=[0.35])
+    baseline: float = Field(description="baseline(a) - baseline(b): non-zero only through the model's query-wise "
+                                        "parts (views, per-query rescaling)", examples=[0.0])
+    contributions: list[PairContribution] = Field(description="the largest contributions to the difference")
+    rest: float = Field(description="the other features' together: baseline + contributions + rest = "
+                                    "score_difference")
+    exact: bool
+    standard_error: float | None = None
+
+
 class RankedDocument(BaseModel):
     id: Id = Field(description="the document's id, as posted", examples=["d7"])
     score: float = Field(description="the ranking score: higher first; comparable within the query",
@@ -39,6 +77,7 @@ class RankedDocument(BaseModel):
     probabilities: list[float] | None = Field(None, description="with \"relevance\": true: P(y = k) for grades "
                                                                 "k = 0, 1, ... (sums to 1)",
                                               examples=[[0.21, 0.16, 0.63]])
+    explanation: Explanation | None = Field(None, description="with \"explain\": k: why this score")
 
 
 class RankedQuery(BaseModel):
@@ -46,6 +85,8 @@ class RankedQuery(BaseModel):
     n_documents: int = Field(description="documents posted for the query (the ranking may hold fewer: top_k)",
                              examples=[2])
     ranking: list[RankedDocument] = Field(description="the documents best first (ties keep the posted order)")
+    pair: PairExplanation | None = Field(None, description="with the query's \"explain_pair\": [a, b]: why a "
+                                                           "scores above (or below) b")
 
 
 class RankResponse(BaseModel):

@@ -66,6 +66,15 @@ class Settings(BaseSettings):
     max_header_bytes: int = Field(32 * 1024, ge=1024, le=16 * 1024 * 1024,
                                   description="`python -m app`: bytes of a request's line and headers together "
                                               "(more: HTTP 431 and the connection is closed)")
+    explain_max_documents: int = Field(
+        20, ge=0, description="/rank \"explain\": documents explained per request at most (each query's returned "
+                              "top_k; more: HTTP 422 asking for a smaller top_k). 0 disables explanations")
+    explain_budget: int = Field(
+        8192, ge=1, description="/rank \"explain\": forest rows scored per explained document at most (exact "
+                                "Shapley values when they fit, else a sampled estimate that still adds up, with "
+                                "its standard error, from at least two permutation pairs: 4 (m - 1) coalitions "
+                                "for m relevant features, whatever the budget): a request's explanations cost about "
+                                "explain_max_documents x explain_budget rows")
     max_id_length: int = Field(256, ge=1, description="characters of a document id or qid (more: HTTP 422)")
     max_fuse_systems: int = Field(64, ge=1, description="/fuse: systems per query (more: HTTP 413)")
     max_fuse_ids: int = Field(10_000, ge=1, description="/fuse: ids per system (more: HTTP 413)")

@@ -229,7 +229,7 @@ train_and_reload() {
   log "compose --profile train run --rm trainer (expect $want of default in the models dir)"
   COMPOSE_TIMEOUT=$TRAIN_TIMEOUT compose --profile train run --rm trainer >"$ERR" 2>&1 \
     || { cat "$ERR"; fail "trainer"; }
-  grep -E 'model written to|ensemble|report' "$ERR" | sed 's/^/   /' || true
+  grep -E 'written to|ensemble|report' "$ERR" | sed 's/^/   /' || true
   : > "$ERR"
   [ -f "$MODELS_TMP/default/$want/manifest.json" ] || fail "the trainer did not write default/$want"
   ok "versions on disk: $(ls "$MODELS_TMP/default" | tr '\n' ' ')"

@@ -136,11 +136,20 @@ def test_tunemix_predict_matches_model_predict(fitted: tunemix.TuneMixRanker, da
     assert len(lines) == xt.shape[0] and lines[0][2] == "1"
     proc = subprocess.run([sys.executable, "-m", "training.cli", "predict", "--model", str(path), "--proba",
                            str(tmp_path / "test.txt")], cwd=ROOT, capture_output=True, text=True)
-    rows = np.array([[float(v) for v in line.split("\t")] for line in proc.stdout.splitlines()])
+    header, *body = proc.stdout.splitlines()
+    rows = np.array([[float(v) for v in line.split("\t")] for line in body])
     proba = tunemix.load(path).predict_proba(xt, gt)
+    assert header.split("\t") == ["score", "expected_grade", *(f"p{k}" for k in range(proba.shape[1]))]
     np.testing.assert_array_equal(rows[:, 0], want)  # score, expected grade, P(y = 0), P(y = 1), ...
     np.testing.assert_array_equal(rows[:, 2:], proba)
     np.testing.assert_allclose(rows[:, 1], proba @ np.arange(proba.shape[1]), atol=1e-12)
     proc = subprocess.run([sys.executable, "-m", "training.cli", "models", "--models-dir", str(tmp_path / "models")],
                           cwd=ROOT, capture_output=True, text=True)
     assert "cli" in proc.stdout and "v1" in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "training.cli", "predict", "--model", "nope", "--models-dir",
+                           str(tmp_path / "models"), str(tmp_path / "test.txt")], cwd=ROOT, capture_output=True,
+                          text=True)
+    assert proc.returncode == 2 and "model 'nope'" in proc.stderr and "models there: cli" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "training.cli", "predict", "--help"], cwd=ROOT, capture_output=True,
+                          text=True)
+    assert proc.returncode == 0 and "``" not in proc.stdout and "--proba" in proc.stdout

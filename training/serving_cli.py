@@ -1,5 +1,5 @@
-"""``tunemix predict``, ``tunemix serve`` and ``tunemix models``: the trained models from the
-command line.
+"""``tunemix predict``, ``tunemix explain``, ``tunemix serve`` and ``tunemix models``: the trained
+models from the command line.
 
 ``predict`` writes one score a line in the file's order (as LightGBM's predict task and
 RankLib's ``-score``), or with ``--rank`` one line per document ``qid docid rank score``, best
@@ -16,10 +16,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
+PREDICT_HELP = """Score a LETOR/SVMlight file with a trained model.
+
+Writes one score a line in the file's order (as LightGBM's predict task and RankLib's -score),
+or with --rank one line per document 'qid docid rank score', best first within each query.
+--proba adds, tab-separated, the expected grade and P(grade = k) for every grade (the model's
+relevance head), under a header line naming the columns. --model is a model name under
+--models-dir, or a version or model directory."""
+
 
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("predict", help="score a LETOR/SVMlight file with a trained model",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                              description=PREDICT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", help="LETOR/SVMlight file (labels are read and ignored)")
     p.add_argument("--model", required=True, help="model name under --models-dir, or a model/version directory")
     p.add_argument("--models-dir", default="models", help="where model names are looked up (default: models)")
@@ -29,6 +37,25 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--proba", action="store_true",
                    help="also write each document's expected grade and P(grade = k) for every k (tab-separated)")
     p.set_defaults(func=run_predict)
+
+    e = subparsers.add_parser(
+        "explain", help="why a document of a LETOR/SVMlight file scores what it scores (or why one is above another)",
+        description="Each feature's contribution to a document's score: Shapley values of the whole model (views, "
+                    "members, calibrators, mix), against the query's per-feature median document, the query's other "
+                    "documents as in the file; baseline + contributions = score. Two --doc: the contributions to "
+                    "score(first) - score(second), two documents of one query.")
+    e.add_argument("file", help="LETOR/SVMlight file holding the document's whole query (labels are ignored)")
+    e.add_argument("--model", required=True, help="model name under --models-dir, or a model/version directory")
+    e.add_argument("--models-dir", default="models", help="where model names are looked up (default: models)")
+    e.add_argument("--version", help="a version of the model (default: the latest)")
+    e.add_argument("--doc", required=True, action="append",
+                   help="the document: its docid (the line's '# docid = X' comment), qid:N (the N-th document "
+                        "of query qid, from 1) or line:N (the file's N-th document); twice for a pair")
+    e.add_argument("--qid", help="the query of --doc when a docid occurs in several queries")
+    e.add_argument("--top", type=int, default=10, help="contributions shown, largest first (default: 10)")
+    e.add_argument("--budget", type=int, default=1 << 16,
+                   help="forest rows scored per document at most (exact when that suffices; default: 65536)")
+    e.set_defaults(func=run_explain)
 
     s = subparsers.add_parser("serve", help="serve the models over HTTP (what `python -m app` does)")
     s.add_argument("--models-dir", help="directory of <name>/vN versions (TUNEMIX_MODELS_DIR)")
@@ -42,23 +69,32 @@ def add_parser(subparsers: Any) -> None:
     m.set_defaults(func=run_models)
 
 
+def _load(args: argparse.Namespace) -> Any:
+    import tunemix
+
+    return tunemix.load(args.model, models_dir=None if Path(args.model).is_dir() else args.models_dir,
+                        version=args.version)
+
+
 def run_predict(args: argparse.Namespace) -> int:
     import numpy as np
 
-    import tunemix
     from training.data.svmlight import read_svmlight
 
-    model = tunemix.load(args.model, models_dir=None if Path(args.model).is_dir() else args.models_dir,
-                         version=args.version)
+    model = _load(args)
     data = read_svmlight(args.file, n_features=model.n_features)
     if args.proba:
         scores, probs, expected = model.ensemble.score_and_relevance(data.features, data.query_offsets)
         extra = ["\t" + "\t".join(repr(float(v)) for v in (e, *p)) for e, p in zip(expected, probs, strict=True)]
+        header = "\t".join(["qid", "docid", "rank", "score"] if args.rank else ["score"]) + "\texpected_grade\t" \
+            + "\t".join(f"p{k}" for k in range(probs.shape[1])) + "\n"
     else:
         scores = model.ensemble.score(data.features, data.query_offsets)
         extra = [""] * scores.shape[0]
+        header = ""
     out = open(args.output, "w") if args.output else sys.stdout
     try:
+        out.write(header)
         if not args.rank:
             out.writelines(f"{float(s)!r}{e}\n" for s, e in zip(scores, extra, strict=True))
             return 0
@@ -116,4 +152,79 @@ def run_models(args: argparse.Namespace) -> int:
     width = max(len(r[0]) for r in rows)
     sys.stdout.write(f"{'model':<{width}}  version  created\n")
     sys.stdout.writelines(f"{n:<{width}}  {v:<7}  {c}\n" for n, v, c in rows)
+    return 0
+
+
+def find_document(data: Any, doc: str, qid: str | None, file: str) -> int:
+    """The row of ``doc`` (a docid, ``qid:N`` the N-th document of query qid, or ``line:N`` the
+    N-th document of the file) in ``data``."""
+    off, qids = data.query_offsets, [str(q) for q in data.qids]
+    head, sep, tail = doc.rpartition(":")
+    if head == "line" and tail.isdigit():
+        if not 1 <= int(tail) <= data.n_docs:
+            raise ValueError(f"{file}: --doc {doc}: the file has {data.n_docs} documents")
+        return int(tail) - 1
+    if sep and tail.isdigit() and head in qids:
+        q = qids.index(head)
+        n = int(off[q + 1] - off[q])
+        if not 1 <= int(tail) <= n:
+            raise ValueError(f"{file}: query {head} has {n} documents; --doc {doc} asks for document {tail}")
+        return int(off[q]) + int(tail) - 1
+    if data.docids is None:
+        raise ValueError(f"{file}: no '# docid = X' comments; name the document as qid:N (the N-th of query qid)")
+    rows = [int(r) for r in (data.docids == doc).nonzero()[0]]
+    if qid is not None:
+        rows = [r for r in rows if qids[int((off <= r).sum()) - 1] == qid]
+    if not rows:
+        raise ValueError(f"{file}: no document {doc!r}" + (f" in query {qid}" if qid is not None else ""))
+    if len(rows) > 1:
+        found = sorted({qids[int((off <= r).sum()) - 1] for r in rows})
+        raise ValueError(f"{file}: document {doc!r} occurs in queries {', '.join(found)}: say which with --qid")
+    return rows[0]
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from training.data.svmlight import read_svmlight
+
+    if len(args.doc) > 2:
+        raise ValueError("--doc: one document, or two for a pair")
+    if args.top < 1 or args.budget < 1:
+        raise ValueError("--top and --budget must be at least 1")
+    model = _load(args)
+    data = read_svmlight(args.file, n_features=model.n_features)
+    rows = [find_document(data, d, args.qid, args.file) for d in args.doc]
+    off = data.query_offsets
+    q = [int(np.searchsorted(off, r, side="right") - 1) for r in rows]
+    if len(rows) == 2 and q[0] != q[1]:
+        raise ValueError(f"{args.file}: {args.doc[0]} and {args.doc[1]} are in different queries "
+                         f"({data.qids[q[0]]} and {data.qids[q[1]]}): a pair is explained within one query")
+    lo, hi = int(off[q[0]]), int(off[q[0] + 1])
+    x = data.features[lo:hi]
+    local = [r - lo for r in rows]
+    if len(rows) == 1:
+        e = model.explain(x, rows=local, budget=args.budget)
+        c, exact, columns = e.contributions[0], bool(e.exact[0]), ("value", "median")
+        values = (x[local[0]], e.reference[0])
+        head = (f"query {data.qids[q[0]]}, document {args.doc[0]} ({hi - lo} documents in the query)\n"
+                f"score {e.scores[0]:.6g} = baseline {e.baseline[0]:.6g} (with the query's median document's "
+                "features) + contributions")
+        se = float(e.standard_error[0].max())
+    else:
+        p = model.explain_pair(x, local[0], local[1], budget=args.budget)
+        c, exact, columns = p.contributions, p.exact, (args.doc[0][:10], args.doc[1][:10])
+        values = (x[local[0]], x[local[1]])
+        head = (f"query {data.qids[q[0]]}: {args.doc[0]} scores {p.score_a:.6g}, {args.doc[1]} {p.score_b:.6g}\n"
+                f"difference {p.score_a - p.score_b:+.6g} = {p.baseline:+.6g} (the baselines' difference) + "
+                "contributions")
+        se = float(p.standard_error.max())
+    names = model.feature_names
+    width = max(len(n) for n in (*names, "feature"))
+    top = np.argsort(-np.abs(c), kind="stable")[: args.top]
+    how = "exact Shapley values" if exact else f"a sampled estimate, largest standard error {se:.2g}"
+    lines = [f"{head} ({how})", f"  {'feature':<{width}}  {columns[0]:>10}  {columns[1]:>10}  contribution"]
+    lines += [f"  {names[f]:<{width}}  {values[0][f]:>10.4g}  {values[1][f]:>10.4g}  {c[f]:+.6g}" for f in top]
+    lines.append(f"  {'(the other ' + str(len(names) - top.size) + ')':<{width + 24}}  {c.sum() - c[top].sum():+.6g}")
+    sys.stdout.write("\n".join(lines) + "\n")
     return 0

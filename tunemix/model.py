@@ -12,6 +12,14 @@ import numpy.typing as npt
 
 from training.artifact.store import ArtifactError, list_versions, resolve_artifact
 from training.scoring.ensemble_model import EnsembleModel, load_model
+from training.scoring.explanation import (
+    DEFAULT_BUDGET,
+    Explanation,
+    PairExplanation,
+    explain_pair,
+    explain_rows,
+    manifest_feature_names,
+)
 from tunemix._inputs import features_matrix, query_offsets
 
 PathLike = str | os.PathLike[str]
@@ -49,6 +57,12 @@ class Model:
         return None if created is None else str(created)
 
     @property
+    def feature_names(self) -> tuple[str, ...]:
+        """The features' names, as trained (``[data] feature_names``, ``fit(feature_names=)``;
+        default f1, f2, ...)."""
+        return manifest_feature_names(self.manifest, self.n_features)
+
+    @property
     def members(self) -> list[str]:
         """The names of the ensemble's calibrated members (what the mix weighs)."""
         return [m.name for m in self.ensemble.members]
@@ -76,6 +90,37 @@ class Model:
         """The expected grade E[y] of every row, comparable across queries (see ``predict_proba``)."""
         x = features_matrix(X, self.n_features)
         return self.ensemble.score_and_relevance(x, query_offsets(group, x.shape[0]))[2]
+
+    def explain(self, X: Any, group: Any = None, *, rows: Any = None, reference: Any = "median",
+                budget: int = DEFAULT_BUDGET, seed: int = 0) -> Explanation:
+        """Why each document (or each of ``rows``) scores what it scores: per document a
+        ``baseline`` and one contribution per feature, ``baseline + contributions.sum() == score``
+        (to float rounding). The contributions are Shapley values of the whole model's score
+        (views, members, calibrators and mix) as a function of the document's features, the
+        query's other documents held at their posted values; the baseline is the score the
+        document gets with the ``reference`` document's features (default: the query's
+        per-feature median; ``"mean"`` or an array of n_features). Exact when the features that
+        matter for the document are few enough for ``budget`` (documents scored per explained
+        document), else an estimate that still adds up exactly, with its ``standard_error``
+        (``training.scoring.explanation`` has the details and the references).
+
+        >>> e = model.explain(X, group=[20, 35], rows=[0])                # doctest: +SKIP
+        >>> e.baseline[0] + e.contributions[0].sum() == model.predict(X, [20, 35])[0]  # doctest: +SKIP
+        >>> e.top(0, 3)                                                    # doctest: +SKIP
+        [('f40', 0.31), ('f12', -0.08), ('f3', 0.05)]
+        """
+        x = features_matrix(X, self.n_features)
+        return explain_rows(self.ensemble, x, query_offsets(group, x.shape[0]), rows, reference=reference,
+                            budget=budget, seed=seed, feature_names=self.feature_names)
+
+    def explain_pair(self, X: Any, a: int, b: int, group: Any = None, **options: Any) -> PairExplanation:
+        """Why row ``a`` is above (or below) row ``b`` of the same query: contributions to
+        score(a) - score(b), the difference of the two documents' explanations (``explain``'s
+        keyword options apply). ``baseline`` is what the two baselines differ by (zero unless
+        the model has query-wise views or per-query rescaling)."""
+        x = features_matrix(X, self.n_features)
+        return explain_pair(self.ensemble, x, query_offsets(group, x.shape[0]), a, b,
+                            feature_names=self.feature_names, **options)
 
     def rank(self, X: Any, group: Any = None, ids: Any = None,
              top_k: int | None = None) -> list[list[tuple[Any, float]]]:
@@ -120,4 +165,6 @@ def load(path_or_name: PathLike, *, models_dir: PathLike | None = None, version:
         else:
             target = resolve_artifact(base, name)  # the latest version
     ensemble, manifest = load_model(target)
-    return Model(ensemble=ensemble, manifest=manifest, path=target)
+    model = Model(ensemble=ensemble, manifest=manifest, path=target)
+    model.feature_names  # noqa: B018 (malformed names are an ArtifactError now, not at the first explanation)
+    return model

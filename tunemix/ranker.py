@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
+import sys
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -13,8 +15,11 @@ import numpy as np
 import numpy.typing as npt
 
 from training.data.dataset import RankingData
+from training.scoring.explanation import Explanation, PairExplanation
 from tunemix._inputs import features_matrix, grades, query_offsets
 from tunemix.model import Model, PathLike, load
+
+log = logging.getLogger(__name__)
 
 #: the share of the training queries held out to tune the calibration and the mix when ``fit``
 #: gets no ``eval_set``
@@ -78,15 +83,29 @@ class TuneMixRanker:
         return load_config(None, overrides, tables=tables, require_data=False)
 
     def fit(self, X: Any, y: Any, group: Any, eval_set: list[tuple[Any, Any]] | None = None,
-            eval_group: list[Any] | None = None) -> TuneMixRanker:
+            eval_group: list[Any] | None = None, feature_names: Any = None) -> TuneMixRanker:
         """Train on ``X`` (n, d; dense or scipy CSR), integer grades ``y`` and query sizes
         ``group``. The first ``eval_set`` pair (with its ``eval_group``) tunes the calibration and
-        the mix; without one, ``HOLDOUT_FRACTION`` of the training queries is held out for it."""
+        the mix; without one, ``HOLDOUT_FRACTION`` of the training queries is held out for it.
+        ``feature_names`` (d distinct strings; default: the columns of a pandas DataFrame, else
+        f1, f2, ...) are stored with the model and name the features of its explanations."""
         from training.data.splits import split_by_query
+        from training.pipeline.config import ConfigError, resolve_feature_names
         from training.pipeline.train import train
 
         cfg = self._config()
+        if feature_names is None and hasattr(X, "columns") and all(isinstance(c, str) for c in X.columns):
+            feature_names = list(X.columns)
         train_set = _ranking_data(X, y, group, "X", "y", "group")
+        if feature_names is not None:
+            if isinstance(feature_names, str) or not all(isinstance(v, str) for v in feature_names):
+                raise TypeError("feature_names must be a sequence of strings (one per column of X)")
+            names = list(feature_names)
+            cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, feature_names=names))
+        try:
+            resolve_feature_names(cfg.data, train_set.n_features)
+        except ConfigError as exc:
+            raise ValueError(str(exc).replace("[data] feature_names", "feature_names")) from None
         if eval_set:
             if not eval_group or len(eval_group) < 1:
                 raise ValueError("eval_set needs eval_group: the query sizes of each evaluation set")
@@ -101,7 +120,8 @@ class TuneMixRanker:
         self._cfg_ = cfg
         self.record_ = outcome.record
         self.model_ = Model(ensemble=outcome.model, manifest={"name": cfg.name, "version": "unsaved",
-                                                              "n_features": outcome.model.n_features},
+                                                              "n_features": outcome.model.n_features,
+                                                              "feature_names": outcome.record["feature_names"]},
                             path=Path("."))
         self.n_features_in_ = outcome.model.n_features
         return self
@@ -124,6 +144,20 @@ class TuneMixRanker:
         """The expected grade per row (``Model.predict_relevance``)."""
         return self._check_fitted().predict_relevance(X, group)
 
+    @property
+    def feature_names_(self) -> tuple[str, ...]:
+        """The features' names the model was trained with (``fit(feature_names=)``)."""
+        return self._check_fitted().feature_names
+
+    def explain(self, X: Any, group: Any = None, **options: Any) -> Explanation:
+        """Per document a baseline and one contribution per feature adding up to its score
+        (``Model.explain``: Shapley values of the whole model's score)."""
+        return self._check_fitted().explain(X, group, **options)
+
+    def explain_pair(self, X: Any, a: int, b: int, group: Any = None, **options: Any) -> PairExplanation:
+        """Contributions to score(a) - score(b) for two rows of one query (``Model.explain_pair``)."""
+        return self._check_fitted().explain_pair(X, a, b, group, **options)
+
     def save(self, models_dir: PathLike, name: str) -> Path:
         """Write the fitted model as the next version of ``name`` under ``models_dir`` (the
         artifact ``tunemix serve`` and ``tunemix.load`` read); the version directory."""
@@ -134,6 +168,9 @@ class TuneMixRanker:
                                   run=dataclasses.replace(self._cfg_.run, models_dir=os.fspath(models_dir)))
         path = save_model(cfg, model.ensemble, self.record_)
         self.model_ = load(path)
+        log.info("saved model %r version %s to %s", name, path.name, path)
+        if self.progress:  # what the progress bars go to: the user sees which version was written
+            sys.stderr.write(f"tunemix: saved model {name!r} version {path.name} to {path}\n")
         return path
 
 

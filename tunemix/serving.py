@@ -7,7 +7,8 @@ through ``tunemix`` only; an import-linter contract in ``make lint`` keeps it so
   ``scoring_threads``;
 - evaluation over the project's array layout: ``evaluate_offsets`` (labels, scores, query
   offsets), ``CONVENTION_NAMES``, ``Measure``, ``EvaluationInputError``, ``MAX_LABEL``;
-- list fusion: ``fuse_lists``, ``competition_ranks``.
+- list fusion: ``fuse_lists``, ``competition_ranks``;
+- explanations: ``explain_rows``, ``explain_pair``, ``manifest_feature_names``.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from training.evaluation import CONVENTION_NAMES, EvaluationInputError, Measure
 from training.evaluation import evaluate as evaluate_offsets
 from training.evaluation.evaluate import MAX_LABEL
 from training.scoring.ensemble_model import EnsembleModel, load_model
+from training.scoring.explanation import explain_pair, explain_rows, manifest_feature_names
 from training.scoring.forest import get_scoring_threads as scoring_threads
 from training.scoring.forest import single_threaded
 from training.scoring.runtime import configure as configure_runtime
 
 __all__ = ["CONVENTION_NAMES", "MAX_LABEL", "ArtifactError", "EnsembleModel", "EvaluationInputError", "Measure",
-           "check_name", "check_version", "competition_ranks", "configure_runtime", "evaluate_offsets", "fuse_lists",
-           "list_versions", "load_model", "scoring_threads", "single_threaded", "versions_on_disk"]
+           "check_name", "check_version", "competition_ranks", "configure_runtime", "evaluate_offsets", "explain_pair",
+           "explain_rows", "fuse_lists", "list_versions", "load_model", "manifest_feature_names", "scoring_threads",
+           "single_threaded", "versions_on_disk"]

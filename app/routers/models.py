@@ -13,7 +13,7 @@ from app.errors import ServiceError
 from app.openapi import body_spec
 from app.parsing import parse_json
 from app.schemas import ErrorResponse, ModelsResponse, ReloadRequest, ReloadResponse
-from tunemix.serving import versions_on_disk
+from tunemix.serving import manifest_feature_names, versions_on_disk
 
 router = APIRouter(prefix="/models", tags=["models"])
 
@@ -32,7 +32,9 @@ async def list_models(registry: RegistryDep) -> dict[str, Any]:
             responses={404: {"model": ErrorResponse}, 422: {"model": ErrorResponse}})
 async def get_model(name: str, registry: RegistryDep) -> dict[str, Any]:
     served = await in_thread(registry.get, name, None)
-    return served.summary(detail=True)
+    # the names explanations use (the manifest's feature_names; f1, f2, ... for older models)
+    return {**served.summary(detail=True),
+            "feature_names": list(manifest_feature_names(served.manifest, served.n_features))}
 
 
 @router.post(

@@ -17,6 +17,17 @@ The whole route, top to bottom:
 5. **Rank and encode**: one stable sort per query (ties keep the posted order), lists cut at
    ``min_relevance`` / ``min_probability``, the answer encoded by msgspec.
 
+**Explanations** (off by default; without them nothing above changes). ``"explain": k`` adds to
+each returned document (each query's ``top_k``, at most ``TUNEMIX_EXPLAIN_MAX_DOCUMENTS`` per
+request, else 422) its ``baseline`` and its k largest feature contributions by absolute value,
+named, with ``rest`` (the other features' together): ``baseline + sum + rest == score``. A
+query's ``"explain_pair": [id_a, id_b]`` adds the contributions to score(a) - score(b). They are
+Shapley values of the whole model's score as a function of the document's features, the other
+posted documents held as posted, against the query's per-feature median document
+(``tunemix.Model.explain``); each explained document costs at most ``TUNEMIX_EXPLAIN_BUDGET``
+forest rows (exact when that suffices, else a sampled estimate that still adds up exactly, with
+its largest standard error). Explanations are computed with the scores, in the scoring slot.
+
 A small body (``TUNEMIX_INLINE_MAX_BYTES``, 64 KiB: about 150 documents of 46 features) runs
 steps 2-5 on the event loop when no other request of the worker is scoring: a thread hop costs
 more than such a request's work. Otherwise an idle worker runs them in one thread hop and a busy
@@ -30,6 +41,7 @@ candidate list of a query, not pages of it.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,8 +80,14 @@ from app.parsing import (
 from app.registry import ServedModel
 from app.schemas import ErrorResponse, RankResponse
 from app.settings import Settings
+from tunemix.serving import explain_pair, explain_rows, manifest_feature_names
 
 router = APIRouter(tags=["ranking"])
+
+#: the largest ``explain`` (contributions shown per document)
+MAX_EXPLAIN = 10_000
+#: contributions a pair shows when the request asks for no ``explain``
+PAIR_TOP = 10
 
 # ---------------------------------------------------------------------------- 2. the body's types
 #: an id as posted: a string, or an integer within 64 bits (echoed back as given)
@@ -92,6 +110,8 @@ class RankQuery(msgspec.Struct, forbid_unknown_fields=True):
     documents: list[Document] | None = None
     ids: list[Id] | None = None
     features: list[list[float]] | None = None
+    #: two ids of this query: why the first scores above (or below) the second
+    explain_pair: Annotated[list[Id], msgspec.Meta(min_length=2, max_length=2)] | None = None
 
 
 def example(n_features: int | None) -> dict[str, object]:
@@ -122,6 +142,8 @@ class RankRequest(msgspec.Struct, forbid_unknown_fields=True):
     min_relevance: Annotated[float, msgspec.Meta(ge=0)] | None = None
     #: cut each list where P(grade >= 1) falls below this
     min_probability: Annotated[float, msgspec.Meta(ge=0, le=1)] | None = None
+    #: add to each returned document its baseline and its k largest feature contributions
+    explain: Annotated[int, msgspec.Meta(ge=0, le=MAX_EXPLAIN)] = 0
 
 
 @dataclass(frozen=True)
@@ -132,10 +154,17 @@ class Options:
     relevance: bool = False
     min_relevance: float | None = None
     min_probability: float | None = None
+    explain: int = 0
+    #: (query, row of a, row of b) per asked pair, rows within the stacked matrix
+    pairs: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def needs_head(self) -> bool:
         return self.relevance or self.min_relevance is not None or self.min_probability is not None
+
+    @property
+    def explains(self) -> bool:
+        return self.explain > 0 or bool(self.pairs)
 
 
 DECODER = msgspec.json.Decoder(RankRequest)
@@ -163,18 +192,52 @@ def rank_lists(req: RankRequest, d: int, settings: Settings) -> CandidateLists:
 
 
 # ---------------------------------------------------------------------------- 5. ranking and the answer
+class Contribution(msgspec.Struct):
+    feature: str
+    value: float  # the document's value of the feature
+    contribution: float
+
+
+class Explained(msgspec.Struct, omit_defaults=True):
+    baseline: float
+    contributions: list[Contribution]
+    rest: float  # the other features' contributions together
+    exact: bool
+    standard_error: float | None = None  # sampled: the largest standard error of a contribution
+
+
 class RankedDocument(msgspec.Struct, omit_defaults=True):
     id: Id
     score: float
     rank: int
     relevance: float | None = None  # E[grade], when asked
     probabilities: list[float] | None = None  # P(grade = k), k = 0..K-1, when asked
+    explanation: Explained | None = None  # with "explain"
 
 
-class RankedQuery(msgspec.Struct):
+class PairContribution(msgspec.Struct):
+    feature: str
+    value_a: float
+    value_b: float
+    contribution: float
+
+
+class PairExplained(msgspec.Struct, omit_defaults=True):
+    a: Id
+    b: Id
+    score_difference: float  # score(a) - score(b)
+    baseline: float  # baseline(a) - baseline(b): non-zero only through query-wise views and rescaling
+    contributions: list[PairContribution]
+    rest: float
+    exact: bool
+    standard_error: float | None = None
+
+
+class RankedQuery(msgspec.Struct, omit_defaults=True):
     qid: Id
     n_documents: int
     ranking: list[RankedDocument]
+    pair: PairExplained | None = None  # with "explain_pair"
 
 
 class RankAnswer(msgspec.Struct):
@@ -189,7 +252,7 @@ ENCODER = msgspec.json.Encoder()
 
 def ranked(scores: npt.NDArray[np.float64], lists: CandidateLists, top_k: int | None,
            head: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]] | None = None,
-           options: Options = Options()) -> list[RankedQuery]:
+           options: Options = Options(), explained: dict[int, Explained] | None = None) -> list[RankedQuery]:
     """Each query's documents best first (a stable sort: ties keep the posted order; NaN last).
     With ``head`` (grade probabilities (n, K), expected grades (n,)): each list cut where the
     estimates fall below the thresholds (they never rise down a list, so the cut keeps a prefix
@@ -218,8 +281,88 @@ def ranked(scores: npt.NDArray[np.float64], lists: CandidateLists, top_k: int | 
         else:
             ranking = [RankedDocument(id=ids[lo + j], score=v, rank=r)
                        for r, (j, v) in enumerate(zip(rows, values, strict=True), start=1)]
+        if explained:
+            for doc, j in zip(ranking, rows, strict=True):
+                doc.explanation = explained.get(lo + j)
         out.append(RankedQuery(qid=qid, n_documents=hi - lo, ranking=ranking))
     return out
+
+
+# ---------------------------------------------------------------------------- explanations
+def explain_options(lists: CandidateLists, pairs: list[tuple[int, Any]], options: Options,
+                    settings: Settings) -> Options:
+    """``options`` with the asked pairs as rows; 422 for an unknown id or beyond the request's cap."""
+    rows = []
+    off = lists.offsets.tolist()
+    for q, ids in pairs:
+        lo, hi = off[q], off[q + 1]
+        where = query_label(q, lists.qids[q])
+        by_text = {str(i): lo + j for j, i in enumerate(lists.ids[lo:hi])}
+        found = []
+        for side, doc in zip("ab", ids, strict=True):
+            if str(doc) not in by_text:
+                raise input_error(f"{where}: explain_pair id {doc!r} (the pair's {side}) is not a document of "
+                                  "the query")
+            found.append(by_text[str(doc)])
+        rows.append((q, found[0], found[1]))
+    sizes = np.diff(lists.offsets)
+    n = (int(np.minimum(sizes, options.top_k or sizes.max(initial=0)).sum()) if options.explain else 0) + 2 * len(rows)
+    if n > settings.explain_max_documents:
+        raise input_error(f"explain: the request asks to explain {n} documents (each query's returned top_k, and 2 per "
+                          f"explain_pair); the limit is {settings.explain_max_documents} "
+                          "(TUNEMIX_EXPLAIN_MAX_DOCUMENTS): ask for a smaller top_k")
+    return dataclasses.replace(options, pairs=tuple(rows))
+
+
+def with_explanations(fn: Callable[..., Any], served: ServedModel, options: Options, budget: int
+                      ) -> Callable[..., Any]:
+    """``fn`` (the scoring call) followed by the explanations ``options`` ask for: (what ``fn``
+    returns, the documents' explanation or None, the pairs' explanations)."""
+    names = manifest_feature_names(served.manifest, served.n_features)
+
+    def scored_and_explained(features: np.ndarray, offsets: np.ndarray) -> tuple[Any, Any, list[Any]]:
+        scored = fn(features, offsets)
+        explanation = None
+        if options.explain:
+            scores = scored[0] if options.needs_head else scored
+            rows = [lo + np.argsort(-scores[lo:hi], kind="stable")[: options.top_k]
+                    for lo, hi in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)]
+            explanation = explain_rows(served.model, features, offsets, np.concatenate(rows), budget=budget,
+                                       feature_names=names)
+        pairs = [explain_pair(served.model, features, offsets, a, b, budget=budget, feature_names=names)
+                 for _, a, b in options.pairs]
+        return scored, explanation, pairs
+
+    return scored_and_explained
+
+
+def _top(contributions: np.ndarray, k: int) -> list[int]:
+    return np.argsort(-np.abs(contributions), kind="stable")[:k].tolist()
+
+
+def explained_documents(e: Any, features: np.ndarray, k: int) -> dict[int, Explained]:
+    """Each explained row's answer: baseline, its k largest contributions named, the rest."""
+    out = {}
+    for j, row in enumerate(e.rows.tolist()):
+        c = e.contributions[j]
+        top = _top(c, k)
+        shown = [Contribution(feature=e.feature_names[f], value=float(features[row, f]), contribution=float(c[f]))
+                 for f in top]
+        out[row] = Explained(baseline=float(e.baseline[j]), contributions=shown,
+                             rest=float(c.sum() - c[top].sum()), exact=bool(e.exact[j]),
+                             standard_error=None if e.exact[j] else float(e.standard_error[j].max()))
+    return out
+
+
+def explained_pair(p: Any, lists: CandidateLists, k: int) -> PairExplained:
+    c, x = p.contributions, lists.features
+    top = _top(c, k)
+    return PairExplained(
+        a=lists.ids[p.a], b=lists.ids[p.b], score_difference=p.score_a - p.score_b, baseline=p.baseline,
+        contributions=[PairContribution(feature=p.feature_names[f], value_a=float(x[p.a, f]),
+                                        value_b=float(x[p.b, f]), contribution=float(c[f])) for f in top],
+        rest=float(c.sum() - c[top].sum()), exact=p.exact,
+        standard_error=None if p.exact else float(p.standard_error.max()))
 
 
 # ---------------------------------------------------------------------------- the route
@@ -252,23 +395,29 @@ async def rank(
     = None,
     min_probability: Annotated[float | None, Query(ge=0, le=1, description="text bodies: cut below this "
                                                                             "P(grade >= 1)")] = None,
+    explain: Annotated[int, Query(ge=0, le=MAX_EXPLAIN, description="text bodies: each returned document's k "
+                                                                    "largest feature contributions")] = 0,
 ) -> Response:
     start = time.perf_counter()
     kind = body_kind(request)
     body = await read_body(request, settings)
 
     def decode() -> tuple[ServedModel, CandidateLists, Options]:
+        pairs: list[tuple[int, Any]] = []
         if kind == "text":
             served = resolve_model(registry, model, version)
-            options = Options(top_k, relevance, min_relevance, min_probability)
+            options = Options(top_k, relevance, min_relevance, min_probability, explain)
             lists = letor_lists(body, served.n_features, settings)
         else:
             req = decode_json(DECODER, body, "/rank")
             served = resolve_model(registry, req.model or model, req.version or version)
-            options = Options(req.top_k or top_k, req.relevance, req.min_relevance, req.min_probability)
+            options = Options(req.top_k or top_k, req.relevance, req.min_relevance, req.min_probability, req.explain)
             lists = rank_lists(req, served.n_features, settings)
             if any(type(d.features) is dict for q in req.queries for d in q.documents or ()):
                 check_sparse_keys_once(body)
+            pairs = [(q, query.explain_pair) for q, query in enumerate(req.queries) if query.explain_pair]
+        if options.explain or pairs:
+            options = explain_options(lists, pairs, options, settings)
         if options.needs_head and served.model.relevance_head is None:
             raise input_error(f"relevance: model {served.name!r} {served.version} has no relevance head (trained with "
                               "[relevance] enabled = false, or before the current head existed): retrain it, or ask "
@@ -276,12 +425,21 @@ async def rank(
         return served, lists, options
 
     def score(served: ServedModel, options: Options) -> Callable[..., Any]:
-        return served.model.score_and_relevance if options.needs_head else served.model.score
+        fn = served.model.score_and_relevance if options.needs_head else served.model.score
+        return with_explanations(fn, served, options, settings.explain_budget) if options.explains else fn
 
     def answer(served: ServedModel, lists: CandidateLists, options: Options, scored: Any) -> bytes:
+        explained, pair_answers = None, {}
+        if options.explains:
+            scored, e, pairs = scored
+            explained = explained_documents(e, lists.features, options.explain) if e is not None else None
+            pair_answers = {q: explained_pair(p, lists, options.explain or PAIR_TOP)
+                            for (q, _, _), p in zip(options.pairs, pairs, strict=True)}
         scores, head = (scored[0], (scored[1], scored[2])) if options.needs_head else (scored, None)
-        return ENCODER.encode(RankAnswer(model=served.name, version=served.version,
-                                         results=ranked(scores, lists, options.top_k, head, options),
+        results = ranked(scores, lists, options.top_k, head, options, explained)
+        for q, pair in pair_answers.items():
+            results[q].pair = pair
+        return ENCODER.encode(RankAnswer(model=served.name, version=served.version, results=results,
                                          server_time_ms=round((time.perf_counter() - start) * 1e3, 3)))
 
     def whole(alone: bool) -> tuple[ServedModel, CandidateLists, bytes]:
@@ -290,7 +448,9 @@ async def rank(
         return served, lists, answer(served, lists, options, scored)
 
     state = request.app.state
-    if len(body) <= settings.inline_max_bytes and not state.scoring_requests:
+    # explanations are many times a scoring's work: never on the event loop
+    asks_explanation = bool(explain) if kind == "text" else b'"explain' in body
+    if len(body) <= settings.inline_max_bytes and not state.scoring_requests and not asks_explanation:
         served, lists, content = whole(False)  # on the loop: one thread, as when other requests score
         metrics.count_documents(served.name, lists.n_documents)
         return json_bytes_response(content)

@@ -42,7 +42,7 @@ def test_demo_generates_trains_and_is_idempotent(tmp_path: Path, capsys: pytest.
             "--data-dir", str(tmp_path / "data"), "--no-progress"]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "generated synthetic data" in out and "model written to" in out
+    assert "generated synthetic data" in out and "model 'default' version v1 written to" in out
     assert "test: ensemble ndcg@10 =" in out
     for split in ("train", "vali", "test"):
         assert (tmp_path / "data" / f"{split}.txt").stat().st_size > 0

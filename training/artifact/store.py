@@ -236,7 +236,9 @@ def resolve_artifact(path_or_dir: str | os.PathLike[str], name: str | None = Non
     if name is not None:
         latest = latest_version(p, name)
         if latest is None:
-            raise ArtifactError(f"no trained version of model {name!r} in {p}")
+            there = versions_on_disk(p)
+            raise ArtifactError(f"no trained version of model {name!r} in {p} ("
+                                + (f"models there: {', '.join(there)})" if there else "no model there)"))
         return latest
     raise ArtifactError(f"{p} is not a model version directory (no {MANIFEST})")
 

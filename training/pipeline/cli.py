@@ -60,12 +60,30 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return over
 
 
+def count_lines(rec: dict[str, Any]) -> list[str]:
+    """Why a config trained so many runs and members: a run is one member block's grid point on one
+    view and one label grouping; a member is one snapshot of a run with one calibrator."""
+    members = rec["config"]["members"]
+    views, groupings, cals = members["views"], members["label_groupings"], members["calibrators"]
+    runs = rec["runs"]
+    snapshots = sum(len(r["checkpoints"]) for r in runs)
+    failed = len(rec["calibration_failures"])
+    by_type: dict[str, int] = {}
+    for r in runs:
+        by_type[r["type"]] = by_type.get(r["type"], 0) + 1
+    kinds = ", ".join(f"{n} {t}" for t, n in by_type.items())
+    return [f"  {len(runs)} runs ({kinds}): each member block's grid points ([[members.<type>]] list values) x "
+            f"{len(views)} view(s) ({', '.join(views)}) x {len(groupings)} label grouping(s) "
+            f"({', '.join(groupings)}); [members] views and label_groupings (or a block's own) set them",
+            f"  {len(rec['members'])} members: {snapshots} snapshots (each run's checkpoints) x {len(cals)} "
+            f"calibrators ([members] calibrators)" + (f", less {failed} calibrations that failed" if failed else "")]
+
+
 def _summary(outcome: Any) -> str:
     rec = outcome.record
     m = rec["mixer"]
-    lines = [f"model written to {outcome.path}",
-             f"  {len(rec['runs'])} runs, {len(rec['members'])} members; mixer {m['name']} "
-             f"({m['measure']}, {m['convention']})"]
+    lines = [f"model {outcome.path.parent.name!r} version {outcome.path.name} written to {outcome.path}",
+             *count_lines(rec), f"  mixer {m['name']} ({m['measure']}, {m['convention']})"]
     for split, table in rec["evaluation"].items():
         ens = table["ensemble"][m["convention"]].get(m["measure"])
         best = table["best_member"][m["convention"]].get(m["measure"])

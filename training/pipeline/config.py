@@ -11,6 +11,7 @@ was made. Example (see ``configs/`` for complete files)::
     train = "../shared/data/MQ2008/Fold1/train.txt"
     vali  = "../shared/data/MQ2008/Fold1/vali.txt"
     test  = "../shared/data/MQ2008/Fold1/test.txt"
+    feature_names = "names.txt"   # optional: one name per line, or a list; default f1, f2, ...
 
     [members]
     views = ["raw", "raw+std"]
@@ -108,6 +109,36 @@ class DataConfig:
     vali: str | None = None
     test: str | None = None
     synthetic: SyntheticData | None = None
+    # the features' names (explanations, the report, /models): a list, or a file of one name per
+    # line (relative to the TOML); None: f1, f2, ... (LETOR's numbering)
+    feature_names: list[str] | str | None = None
+
+
+def resolve_feature_names(d: DataConfig, n_features: int) -> list[str]:
+    """The names of the ``n_features`` columns: ``[data] feature_names`` (a list, or a file of one
+    name per line) or f1, f2, ...; ConfigError naming the file and line of a bad name."""
+    spec = d.feature_names
+    if spec is None:
+        return [f"f{j + 1}" for j in range(n_features)]
+    where = "[data] feature_names"
+    if isinstance(spec, str):
+        try:
+            lines = Path(spec).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{where}: cannot read {spec}: {exc}") from None
+        while lines and not lines[-1].strip():
+            lines.pop()
+        names, places = [ln.strip() for ln in lines], [f"{spec}, line {i + 1}" for i in range(len(lines))]
+    else:
+        names, places = list(spec), [f"{where}[{i}]" for i in range(len(spec))]
+    seen: dict[str, str] = {}
+    for name, place in zip(names, places, strict=True):
+        _require(bool(name) and len(name) <= 200 and name.isprintable(),
+                 f"{place}: a feature name must be 1-200 printable characters, got {name!r}")
+        _require(name not in seen, f"{place}: feature name {name!r} repeats {seen.get(name)}")
+        seen[name] = place
+    _require(len(names) == n_features, f"{where}: {len(names)} names for {n_features} features")
+    return names
 
 
 @dataclass
@@ -372,7 +403,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         # relative data paths are relative to the config file
         data = raw.get("data")
         if isinstance(data, dict):
-            for key in ("train", "vali", "test"):
+            for key in ("train", "vali", "test", "feature_names"):
                 if isinstance(data.get(key), str) and not Path(data[key]).is_absolute():
                     candidate = p.parent / data[key]
                     if candidate.exists() or not Path(data[key]).exists():

@@ -5,7 +5,8 @@ Plots (matplotlib, Agg backend, imported only here):
   forecaster kept and their weights;
 - ``ndcg_by_convention.png``: NDCG@1..10 of the ensemble on the test (else validation)
   queries under each convention;
-- ``grid.png``: the forecaster's grid surface, validation quality over c x omega_min.
+- ``grid.png``: the forecaster's grid surface, validation quality over c x omega_min;
+- ``importance.png``: global feature importance (``training.pipeline.importance``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from training.artifact.store import json_safe
+from training.pipeline.importance import explanation_lines, importance_plot
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +79,9 @@ def render_markdown(record: dict[str, Any]) -> str:
         lines += [why, ""]
     if record["mixer_comparison"]:
         m = mixer["measure"]
-        lines += ["### Mixers side by side", "", f"| mixer | validation {m} | test {m} | detail |", "|---|---|---|---|"]
+        lines += ["### Mixers side by side", "", f"The served mixer was chosen on the validation {m}; the test "
+                  "column is reported, never used for a choice.", "",
+                  f"| mixer | validation {m} | test {m} | detail |", "|---|---|---|---|"]
         for row in record["mixer_comparison"]:
             lines.append(f"| {row['mixer']} | {_fmt(row.get(f'val_{m}'))} | {_fmt(row.get(f'test_{m}'))} | "
                          f"{row.get('detail', '')} |")
@@ -99,6 +103,7 @@ def render_markdown(record: dict[str, Any]) -> str:
             lines.append(f"| {label} | {_fmt(row.get(f'val_{m}'))} | {_fmt(row.get(f'test_{m}'))} |")
         lines.append("")
     lines += relevance_lines(record)
+    lines += quote_lines(record)
     for split, by_model in record["evaluation"].items():
         lines.append(f"## {split.capitalize()} metrics under the {len(next(iter(by_model.values())))} conventions")
         for who, table in by_model.items():
@@ -111,11 +116,28 @@ def render_markdown(record: dict[str, Any]) -> str:
         lines.append("")
     lines.append("## Timings (seconds)")
     lines += [f"- {k}: {v:.1f}" for k, v in record["timings"].items()]
+    lines += ["", *explanation_lines(record)]
     lines += ["", "![omega](omega.png)", "![ndcg](ndcg_by_convention.png)", "![grid](grid.png)"]
     if (record.get("relevance_head") or {}).get("reliability_relevant"):
         lines.append("![reliability](reliability.png)")
     lines.append("")
     return "\n".join(lines)
+
+
+def quote_lines(record: dict[str, Any]) -> list[str]:
+    """Which figure to quote, and why the conventions' figures differ."""
+    mixer = record["mixer"]
+    split = "test" if "test" in record["evaluation"] else "vali"
+    m, conv = mixer["measure"], mixer["convention"]
+    value = record["evaluation"][split]["ensemble"].get(conv, {}).get(m)
+    return ["## The figure to quote", "",
+            f"**{split} {m} = {_fmt(value)} under the `{conv}` convention**: the chosen mix on the "
+            f"{'test queries, which took no part in any choice' if split == 'test' else 'validation queries (no test set was given; they also tuned the mix, so this figure is optimistic)'}; "  # noqa: E501
+            "name the convention with it. The tables below give the same ranking under every convention. Their "
+            "figures differ by the tools' rules, not by the model (docs/conventions.md): letor3, letor4 and mslr "
+            "give a query with fewer than k documents no NDCG@k of its own (it counts 0), so on lists shorter than "
+            "10 NDCG@10 can be far below NDCG@5; a query without relevant documents scores 1 under yahoo, lightgbm "
+            "and xgboost and 0 elsewhere; the gain tables and ideal DCGs differ too.", ""]
 
 
 def _recalibration_words(rh: dict[str, Any]) -> str:
@@ -258,6 +280,11 @@ def render_plots(record: dict[str, Any]) -> dict[str, bytes]:
         axes[0].legend(loc="upper left", fontsize=8)
         fig.suptitle(f"Reliability of the relevance head on the {rh['measured_on']} queries")
         out["reliability.png"] = _png(fig)
+        plt.close(fig)
+
+    fig = importance_plot(record)
+    if fig is not None:
+        out["importance.png"] = _png(fig)
         plt.close(fig)
 
     if "grid" in mixer:

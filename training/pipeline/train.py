@@ -37,7 +37,8 @@ from training.ensemble.registry import make_mixer
 from training.evaluation import CONVENTION_NAMES, evaluate, mean_metric
 from training.learners.label_groups import get_grouping, groupings_for
 from training.pipeline.auto import DataShape, apply_auto
-from training.pipeline.config import TrainConfig
+from training.pipeline.config import TrainConfig, resolve_feature_names
+from training.pipeline.importance import explanation_summary
 from training.pipeline.member_types import (
     CalibrationResult,
     RunResult,
@@ -331,6 +332,7 @@ def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingDat
         log.info("label_groupings = all: %s for %d labels", ", ".join(cfg.members.label_groupings), n_labels)
     specs = run_specs(cfg)
     prep = prepare(cfg, clock, specs, sets, records)
+    feature_names = resolve_feature_names(cfg.data, prep.sets["train"].n_features)  # checked before any fit
     with parallel_backend(cfg.run.backend, cfg.run.n_jobs, cfg.run.scheduler) as n_jobs:
         with clock("boosting_s"):
             runs = fit_runs(cfg, prep, specs, n_jobs, progress)
@@ -354,6 +356,9 @@ def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingDat
         served = served_scores(prep, model)
         evaluation = evaluate_model(prep, model, mixing, served)
         baseline = best_feature_baseline(cfg, prep)
+    with clock("explanations_s"):  # for the report, written only with the model
+        explanations = (explain_for_report(prep, model, feature_names) if save
+                        else {"skipped": "the model was not saved by train (no report)"})
     with clock("relevance_head_s"):
         relevance = fit_head(cfg, prep, model, served, progress, reusable_head_models(cfg, prep, runs))
     clock.timings["total_s"] = time.perf_counter() - clock.start
@@ -362,6 +367,8 @@ def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingDat
     record["auto_members"] = auto_reasons or None
     record["mix_by_member_type"] = by_type
     record["best_feature"] = baseline
+    record["feature_names"] = feature_names
+    record["explanations"] = explanations
     path = _save(cfg, model, record) if save else None
     return TrainOutcome(path=path, record=record, model=model)
 
@@ -384,6 +391,17 @@ def reusable_head_models(cfg: TrainConfig, prep: Prepared, runs: list[RunResult]
                     "validation_log_loss": float(r.validation_loss), "seconds": 0.0, "member": r.spec.tag}
             out.append((FlatForest.from_arrays(r.forest), float(r.validation_loss), info))
     return out
+
+
+def explain_for_report(prep: Prepared, model: EnsembleModel, names: list[str]) -> dict[str, Any]:
+    """The report's importance and worked examples (``training.pipeline.importance``), on the test
+    queries (else validation); a failure is recorded, the model is kept."""
+    split = "test" if "test" in prep.sets else "vali"
+    try:
+        return explanation_summary(model, prep.sets[split], names, split)
+    except (ValueError, MemoryError) as exc:
+        log.warning("no explanations in the report: %s", exc)
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def fit_head(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, served: dict[str, np.ndarray],
@@ -546,6 +564,7 @@ def _save(cfg: TrainConfig, model: EnsembleModel, record: dict[str, Any]) -> Pat
         "tunemix_version": __version__,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "n_features": model.n_features,
+        "feature_names": record.get("feature_names") or resolve_feature_names(cfg.data, model.n_features),
         "normalisation": {"views": list(cfg.members.views), "extra_views": list(model.extra_views)},
         "label_gains": [float(2.0**lab - 1.0) for lab in range(record["n_labels"])],
         "model": doc,

@@ -1,0 +1,104 @@
+"""Explanations and feature names from Python: ``TuneMixRanker.fit(feature_names=)`` and ``[data]
+feature_names`` stored in the artifact and read back, ``Model.explain`` / ``explain_pair`` adding up
+to ``predict``, malformed names refused with the file and line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import tunemix
+from training.artifact.store import ArtifactError
+from training.data.svmlight import write_svmlight
+from training.data.synthetic import make_synthetic_splits
+from training.pipeline.config import ConfigError, load_config
+from training.pipeline.train import train
+
+TABLES: dict[str, Any] = {
+    "name": "names",
+    "members": {"views": ["raw", "raw+std"], "label_groupings": ["original"],
+                "calibrators": ["shift", "rbc:linear:gain"],
+                "adaboost": [{"base": "tree", "n_leaves": 3, "n_iterations": 8, "checkpoints": [4, 8]}]},
+    "run": {"backend": "sequential", "report_plots": False},
+    "relevance": {"enabled": False},
+}
+NAMES = ["bm25", "tf", "idf", "pagerank", "url_len"]
+
+
+@pytest.fixture(scope="module")
+def data() -> dict[str, Any]:
+    sets = make_synthetic_splits(n_queries={"train": 20, "vali": 8, "test": 6}, docs_per_query=(5, 10),
+                                 n_features=len(NAMES), n_levels=3, seed=4)
+    return {k: (v.features, v.labels, np.diff(v.query_offsets)) for k, v in sets.items()} | {"sets": sets}
+
+
+@pytest.fixture(scope="module")
+def fitted(data: dict[str, Any]) -> tunemix.TuneMixRanker:
+    x, y, g = data["train"]
+    xv, yv, gv = data["vali"]
+    return tunemix.TuneMixRanker(TABLES, n_jobs=1, progress=False).fit(
+        x, y, g, eval_set=[(xv, yv)], eval_group=[gv], feature_names=NAMES)
+
+
+def test_names_round_trip_through_the_artifact(fitted: tunemix.TuneMixRanker, data: dict[str, Any],
+                                               tmp_path: Path) -> None:
+    assert fitted.feature_names_ == tuple(NAMES)
+    path = fitted.save(tmp_path / "models", "named")
+    assert json.loads((path / "manifest.json").read_text())["feature_names"] == NAMES
+    model = tunemix.load(path)
+    assert model.feature_names == tuple(NAMES)
+    xt, _, gt = data["test"]
+    e = model.explain(xt, group=gt, rows=[0, 7])
+    assert e.feature_names == tuple(NAMES) and {name for name, _ in e.top(0, 5)} == set(NAMES)
+    scores = model.predict(xt, group=gt)
+    np.testing.assert_allclose(e.baseline + e.contributions.sum(axis=1), scores[[0, 7]], rtol=0, atol=1e-9)
+    np.testing.assert_array_equal(e.contributions, fitted.explain(xt, gt, rows=[0, 7]).contributions)
+    # a manifest whose names do not fit is refused at load
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["feature_names"] = NAMES[:-1]
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ArtifactError, match="feature_names"):
+        tunemix.load(path)
+
+
+def test_pair_from_python(fitted: tunemix.TuneMixRanker, data: dict[str, Any]) -> None:
+    xt, _, gt = data["test"]
+    scores = fitted.predict(xt, group=gt)
+    top, bottom = int(np.argmax(scores[: gt[0]])), int(np.argmin(scores[: gt[0]]))
+    pair = fitted.explain_pair(xt, top, bottom, group=gt)
+    assert pair.score_a - pair.score_b == pytest.approx(scores[top] - scores[bottom], abs=1e-12)
+    assert pair.baseline + pair.contributions.sum() == pytest.approx(pair.score_a - pair.score_b, abs=1e-9)
+    assert pair.top(2)[0][0] in NAMES
+
+
+def test_fit_refuses_bad_names(data: dict[str, Any]) -> None:
+    x, y, g = data["train"]
+    ranker = tunemix.TuneMixRanker(TABLES, n_jobs=1, progress=False)
+    with pytest.raises(ValueError, match="4 names for 5 features"):
+        ranker.fit(x, y, g, feature_names=NAMES[:4])
+    with pytest.raises(ValueError, match="repeats"):
+        ranker.fit(x, y, g, feature_names=["a", "b", "c", "d", "a"])
+    with pytest.raises(TypeError, match="strings"):
+        ranker.fit(x, y, g, feature_names=[1, 2, 3, 4, 5])
+
+
+def test_config_names_file_relative_to_the_toml(data: dict[str, Any], tmp_path: Path) -> None:
+    for part in ("train", "vali"):
+        write_svmlight(data["sets"][part], tmp_path / f"{part}.txt")
+    (tmp_path / "names.txt").write_text("\n".join(NAMES) + "\n")
+    toml = ('name = "fromfile"\n[data]\ntrain = "train.txt"\nvali = "vali.txt"\nfeature_names = "names.txt"\n'
+            '[members]\nviews = ["raw"]\nlabel_groupings = ["original"]\ncalibrators = ["shift"]\n'
+            '[[members.adaboost]]\nbase = "tree"\nn_leaves = 3\nn_iterations = 4\ncheckpoints = [4]\n'
+            '[run]\nbackend = "sequential"\nreport_plots = false\n[relevance]\nenabled = false\n')
+    (tmp_path / "c.toml").write_text(toml)
+    cfg = load_config(tmp_path / "c.toml", {"run.models_dir": str(tmp_path / "models")})
+    out = train(cfg, progress=False)
+    assert out.path is not None and tunemix.load(out.path).feature_names == tuple(NAMES)
+    (tmp_path / "names.txt").write_text("bm25\ntf\n\nidf\npagerank\n")
+    cfg = load_config(tmp_path / "c.toml", {"run.models_dir": str(tmp_path / "models")})
+    with pytest.raises(ConfigError, match=r"names.txt, line 3"):
+        train(cfg, progress=False)

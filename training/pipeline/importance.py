@@ -1,0 +1,134 @@
+"""What the training report says about why documents rank where they do: global feature importance
+and two worked examples, from the explanations of ``training.scoring.explanation``.
+
+Global importance is the mean absolute contribution of each feature over the top
+``IMPORTANCE_TOP`` documents (the ones a user sees) of up to ``IMPORTANCE_QUERIES`` test queries
+(validation queries without a test set), evenly spread over the set; every document is explained
+against its query's per-feature median document, the other documents as posted, with at most
+``IMPORTANCE_BUDGET`` forest rows each (exact when that suffices; the share of exact explanations
+is recorded). The examples are the first of those queries: its top document, and the pair of its
+top two documents (why the first is above the second).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from training.data.dataset import RankingData
+from training.scoring.ensemble_model import EnsembleModel
+from training.scoring.explanation import Explanation, explain_rows
+
+IMPORTANCE_QUERIES = 40
+IMPORTANCE_TOP = 5
+IMPORTANCE_BUDGET = 2048
+#: features in the report's table and bar chart; contributions in a worked example
+SHOWN = 20
+EXAMPLE_SHOWN = 8
+
+
+def _contributions(e: Explanation, k: int, values: np.ndarray, shown: int) -> tuple[list[dict[str, Any]], float]:
+    c = e.contributions[k]
+    top = np.argsort(-np.abs(c), kind="stable")[:shown]
+    return ([{"feature": e.feature_names[f], "value": float(values[f]), "contribution": float(c[f])} for f in top],
+            float(c.sum() - c[top].sum()))
+
+
+def explanation_summary(model: EnsembleModel, data: RankingData, names: list[str], split: str) -> dict[str, Any]:
+    """The record's ``explanations`` section (module docstring)."""
+    off = data.query_offsets
+    sizes = np.diff(off)
+    candidates = np.flatnonzero(sizes >= 2)
+    picked = candidates[np.unique(np.linspace(0, candidates.size - 1, min(IMPORTANCE_QUERIES, candidates.size))
+                                  .round().astype(np.int64))] if candidates.size else candidates
+    total = np.zeros(data.n_features)
+    n_docs = n_exact = 0
+    first: tuple[int, np.ndarray, Explanation, np.ndarray] | None = None
+    for q in picked.tolist():
+        lo, hi = int(off[q]), int(off[q + 1])
+        xq = data.features[lo:hi]
+        one = np.array([0, hi - lo], dtype=np.int64)
+        order = np.argsort(-model.score(xq, one), kind="stable")[:IMPORTANCE_TOP]
+        e = explain_rows(model, xq, one, order, budget=IMPORTANCE_BUDGET, feature_names=names)
+        total += np.abs(e.contributions).sum(axis=0)
+        n_docs += order.size
+        n_exact += int(e.exact.sum())
+        if first is None:
+            first = (q, order, e, xq)
+    out: dict[str, Any] = {"split": split, "queries": int(picked.size), "documents": n_docs,
+                           "top_per_query": IMPORTANCE_TOP, "budget": IMPORTANCE_BUDGET,
+                           "exact_share": n_exact / n_docs if n_docs else None,
+                           "reference": "the query's per-feature median document, the other documents as posted"}
+    mean = total / max(n_docs, 1)
+    rank = np.argsort(-mean, kind="stable")[:SHOWN]
+    out["importance"] = [{"feature": names[f], "mean_abs_contribution": float(mean[f])} for f in rank]
+    if first is None:
+        return out
+    q, order, e, xq = first
+    ids = [str(data.docids[int(off[q]) + r]) if data.docids is not None else f"row {r}" for r in order[:2].tolist()]
+    shown, rest = _contributions(e, 0, xq[order[0]], EXAMPLE_SHOWN)
+    out["example"] = {"qid": str(data.qids[q]), "docid": ids[0], "score": float(e.scores[0]),
+                      "baseline": float(e.baseline[0]), "exact": bool(e.exact[0]), "contributions": shown,
+                      "rest": rest}
+    if order.size >= 2:
+        diff = e.contributions[0] - e.contributions[1]
+        top = np.argsort(-np.abs(diff), kind="stable")[:EXAMPLE_SHOWN]
+        out["pair"] = {
+            "qid": str(data.qids[q]), "a": ids[0], "b": ids[1],
+            "score_difference": float(e.scores[0] - e.scores[1]), "baseline": float(e.baseline[0] - e.baseline[1]),
+            "exact": bool(e.exact[:2].all()), "rest": float(diff.sum() - diff[top].sum()),
+            "contributions": [{"feature": names[f], "value_a": float(xq[order[0], f]),
+                               "value_b": float(xq[order[1], f]), "contribution": float(diff[f])} for f in top]}
+    return out
+
+
+def explanation_lines(record: dict[str, Any]) -> list[str]:
+    """The report's section (markdown lines) from the record's ``explanations``."""
+    ex = record.get("explanations")
+    if not ex:
+        return []
+    lines = ["## Why documents rank where they do", ""]
+    if "error" in ex:
+        return [*lines, f"No explanations: {ex['error']}.", ""]
+    exact = "–" if ex.get("exact_share") is None else f"{100 * ex['exact_share']:.0f}%"
+    lines += [f"Each feature's contribution to a document's score is its Shapley value for the whole model (views, "
+              f"members, calibrators and mix), against {ex['reference']}: a baseline plus the contributions is the "
+              f"served score. Global importance: the mean absolute contribution over the top {ex['top_per_query']} "
+              f"documents of {ex['queries']} {ex['split']} queries ({ex['documents']} documents; {exact} explained "
+              f"exactly, the others estimated within {ex['budget']} forest rows each).", "",
+              "| feature | mean abs. contribution |", "|---|---|"]
+    lines += [f"| {r['feature']} | {r['mean_abs_contribution']:.4f} |" for r in ex["importance"]]
+    lines += ["", "![importance](importance.png)", ""]
+    if "example" in ex:
+        e = ex["example"]
+        lines += [f"**The top document of query {e['qid']}** (`{e['docid']}`): score {e['score']:.4f} = baseline "
+                  f"{e['baseline']:.4f} + the contributions below + {e['rest']:.4f} from the other features.", "",
+                  "| feature | value | contribution |", "|---|---|---|"]
+        lines += [f"| {c['feature']} | {c['value']:.4g} | {c['contribution']:+.4f} |" for c in e["contributions"]]
+        lines.append("")
+    if "pair" in ex:
+        p = ex["pair"]
+        lines += [f"**Why `{p['a']}` is above `{p['b']}`** (query {p['qid']}): score difference "
+                  f"{p['score_difference']:+.4f} = {p['baseline']:+.4f} (the baselines' difference, through the "
+                  f"query-wise parts of the model) + the contributions below + {p['rest']:+.4f} from the others.", "",
+                  f"| feature | `{p['a']}` | `{p['b']}` | contribution to the difference |", "|---|---|---|---|"]
+        lines += [f"| {c['feature']} | {c['value_a']:.4g} | {c['value_b']:.4g} | {c['contribution']:+.4f} |"
+                  for c in p["contributions"]]
+        lines.append("")
+    return lines
+
+
+def importance_plot(record: dict[str, Any]) -> Any:
+    """The bar chart of global importance (a matplotlib figure), or None without explanations."""
+    ex = record.get("explanations") or {}
+    rows = ex.get("importance")
+    if not rows:
+        return None
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 0.25 * len(rows) + 1.2))
+    ax.barh([r["feature"] for r in rows][::-1], [r["mean_abs_contribution"] for r in rows][::-1])
+    ax.set_xlabel("mean |contribution| to the score")
+    ax.set_title(f"Feature importance: top {ex['top_per_query']} documents of {ex['queries']} {ex['split']} queries")
+    return fig
