@@ -91,6 +91,8 @@ def explanation_lines(record: dict[str, Any]) -> list[str]:
     lines = ["## Why documents rank where they do", ""]
     if "error" in ex:
         return [*lines, f"No explanations: {ex['error']}.", ""]
+    if "skipped" in ex:
+        return [*lines, f"No explanations: {ex['skipped']}; `Model.explain` and `tunemix explain` give them.", ""]
     exact = "–" if ex.get("exact_share") is None else f"{100 * ex['exact_share']:.0f}%"
     lines += [f"Each feature's contribution to a document's score is its Shapley value for the whole model (views, "
               f"members, calibrators and mix), against {ex['reference']}: a baseline plus the contributions is the "

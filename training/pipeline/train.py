@@ -358,7 +358,7 @@ def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingDat
         baseline = best_feature_baseline(cfg, prep)
     with clock("explanations_s"):  # for the report, written only with the model
         explanations = (explain_for_report(prep, model, feature_names) if save
-                        else {"skipped": "the model was not saved by train (no report)"})
+                        else {"skipped": "the report computes them only when `tunemix train` saves the model"})
     with clock("relevance_head_s"):
         relevance = fit_head(cfg, prep, model, served, progress, reusable_head_models(cfg, prep, runs))
     clock.timings["total_s"] = time.perf_counter() - clock.start
