@@ -249,19 +249,26 @@ class _Repeated(dict[str, Any]):
 
 
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object as a dict; a ``_Repeated`` naming the first key seen twice (one pass, linear)."""
     out = dict(pairs)
     if len(out) == len(pairs):
         return out
     repeated = _Repeated(out)
-    keys = [k for k, _ in pairs]
-    repeated.repeated = next(k for i, k in enumerate(keys) if k in keys[:i])
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            repeated.repeated = key
+            break
+        seen.add(key)
     return repeated
 
 
 def check_sparse_keys_once(body: bytes, field: str = "documents") -> None:
     """422 naming the query and document whose sparse features repeat a key (JSON decoders keep
     the last value of a repeated key silently). Run only on bodies with sparse features, after a
-    schema-checked decode (so the body is valid JSON of bounded depth)."""
+    schema-checked decode and the keys' checks (``sparse_rows``: so the body is valid JSON of
+    bounded depth, and every object of features has at most ``n_features`` distinct keys);
+    linear in the body."""
     doc = json.loads(body, object_pairs_hook=_pairs)
     for i, q in enumerate(doc.get("queries", ())):
         for j, d in enumerate(q.get(field) or ()):

@@ -16,7 +16,7 @@ import numpy.typing as npt
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from app.deps import SettingsDep, body_kind, json_bytes_response, python_work, read_body
+from app.deps import HoldDep, SettingsDep, body_kind, json_bytes_response, python_work, read_body
 from app.errors import input_error, query_label, too_large
 from app.openapi import body_spec
 from app.parsing import CandidateLists, check_ids, check_limits, parse_json
@@ -144,10 +144,10 @@ def fuse_entries(req: FuseRequest, settings: Settings) -> tuple[CandidateLists, 
                422: {"model": ErrorResponse, "description": "the message names the query and the field"}},
     openapi_extra=body_spec(FuseRequest),
 )
-async def fuse(request: Request, settings: SettingsDep) -> Response:
+async def fuse(request: Request, settings: SettingsDep, hold: HoldDep) -> Response:
     start = time.perf_counter()
     body_kind(request, text=False)
-    body = await read_body(request, settings)
+    body = await read_body(request, settings, hold=hold)
 
     def work() -> bytes:
         req = parse_json(FuseRequest, body)

@@ -42,6 +42,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from app.deps import (
+    HoldDep,
     MetricsDep,
     RegistryDep,
     SettingsDep,
@@ -244,6 +245,7 @@ async def rank(
     registry: RegistryDep,
     settings: SettingsDep,
     metrics: MetricsDep,
+    hold: HoldDep,
     model: Annotated[str | None, Query(description="model name (text bodies; JSON bodies say it in the body)")] = None,
     version: Annotated[str | None, Query(description="model version (text bodies)")] = None,
     top_k: Annotated[int | None, Query(ge=1, description="best top_k per query (text bodies)")] = None,
@@ -255,7 +257,7 @@ async def rank(
 ) -> Response:
     start = time.perf_counter()
     kind = body_kind(request)
-    body = await read_body(request, settings)
+    body = await read_body(request, settings, hold=hold)
 
     def decode() -> tuple[ServedModel, CandidateLists, Options]:
         if kind == "text":
