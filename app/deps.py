@@ -192,9 +192,24 @@ async def in_thread(fn: Callable[..., T], *args: Any) -> T:
     return await anyio.to_thread.run_sync(fn, *args)
 
 
-async def python_work(request: Request, fn: Callable[..., T], *args: Any) -> T:
-    """GIL-bound work (parsing, evaluation, fusion) in one of ``PYTHON_LANES`` threads."""
-    return await anyio.to_thread.run_sync(fn, *args, limiter=request.app.state.python_lanes)
+#: Bodies larger than this are decoded one at a time per worker (``python_work``'s ``body_size``)
+LARGE_BODY_BYTES = 1024 * 1024
+
+
+async def python_work(request: Request, fn: Callable[..., T], *args: Any, body_size: int = 0) -> T:
+    """GIL-bound work (parsing, evaluation, fusion) in one of ``PYTHON_LANES`` threads. Work on a
+    body of more than ``LARGE_BODY_BYTES`` (``body_size``) also waits for the worker's one large
+    lane: a decoder holds the GIL for the whole of its call (up to about a second at the body
+    limit), and two such calls back to back would keep the event loop, and the thread that
+    answers uvicorn's supervisor, waiting for twice that."""
+    state = request.app.state
+    if body_size <= LARGE_BODY_BYTES:
+        return await anyio.to_thread.run_sync(fn, *args, limiter=state.python_lanes)
+    large = getattr(state, "large_lane", None)
+    if large is None:  # made on first use, on the serving loop, once per application
+        large = state.large_lane = anyio.CapacityLimiter(1)
+    async with large:
+        return await anyio.to_thread.run_sync(fn, *args, limiter=state.python_lanes)
 
 
 @contextlib.contextmanager

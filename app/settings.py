@@ -52,17 +52,17 @@ class Settings(BaseSettings):
     max_documents: int = Field(100_000, ge=1, description="documents per request (more: HTTP 413)")
     max_queries: int = Field(10_000, ge=1, description="queries per request (more: HTTP 413)")
     max_body_bytes: int = Field(
-        8 * 1024 * 1024, ge=1024,
+        4 * 1024 * 1024, ge=1024,
         description="request body size, chunked or not (more: HTTP 413, saying how to split the request). "
-                    "Decoding holds the worker's GIL: the worst JSON shape (a list of empty lists) takes about "
-                    "0.13-0.19 CPU-s per MiB on 2 busy cores, so 8 MiB keeps any request's hold near a second; "
-                    "decoded, a body takes up to about 25 times its size")
+                    "Decoding a body holds the worker's GIL in one call: the costliest JSON shape (a list of empty "
+                    "lists) took 0.19 CPU-s per MiB on 2 busy cores, so 4 MiB keeps any request's hold under a "
+                    "second; decoded, a body takes up to about 25 times its size (bench/bench_request_cost.py)")
     max_inflight_bytes: int = Field(
-        32 * 1024 * 1024, ge=1024,
-        description="request bytes one worker holds at once, bodies being read, waiting and processed (a new "
-                    "body past it: HTTP 503 with Retry-After; a body alone is always let in). With two bodies "
-                    "decoded at a time (app.deps.PYTHON_LANES) a worker's peak memory stays below about "
-                    "2 x 25 x max_body_bytes + max_inflight_bytes over its resting size")
+        16 * 1024 * 1024, ge=1024,
+        description="request bytes one worker holds at once: bodies being read, waiting and processed (a body "
+                    "that would pass it while other requests hold bytes: HTTP 503 with Retry-After; a body alone is "
+                    "always let in). Two bodies are decoded at a time (app.deps.PYTHON_LANES), so a worker's peak "
+                    "memory stays below its resting size + 2 x 25 x max_body_bytes + max_inflight_bytes")
     body_timeout_s: float = Field(30.0, gt=0, le=3600,
                                   description="seconds a client has to send the whole body of a request "
                                               "(more: HTTP 408 and the connection is closed)")

@@ -258,7 +258,7 @@ async def evaluate_endpoint(
             check_sparse_keys_once(body)
         return batch, measures, req.convention, req.per_query, chosen
 
-    batch, measures, conv, want_per_query, served = await python_work(request, parse)
+    batch, measures, conv, want_per_query, served = await python_work(request, parse, body_size=len(body))
     if batch.features is not None and served is not None:
         batch.scores = await scoring(request, served.model.score, batch.features, batch.offsets)
         metrics_.count_documents(served.name, int(batch.features.shape[0]))

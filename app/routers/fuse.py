@@ -156,4 +156,4 @@ async def fuse(request: Request, settings: SettingsDep, hold: HoldDep) -> Respon
         return ENCODER.encode({"method": req.method, "results": ranked(fused, lists, top_k),
                                "server_time_ms": round((time.perf_counter() - start) * 1e3, 3)})
 
-    return json_bytes_response(await python_work(request, work))
+    return json_bytes_response(await python_work(request, work, body_size=len(body)))

@@ -42,6 +42,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from app.deps import (
+    LARGE_BODY_BYTES,
     HoldDep,
     MetricsDep,
     RegistryDep,
@@ -296,11 +297,11 @@ async def rank(
         served, lists, content = whole(False)  # on the loop: one thread, as when other requests score
         metrics.count_documents(served.name, lists.n_documents)
         return json_bytes_response(content)
-    done = await parse_and_score(state, whole)
+    done = await parse_and_score(state, whole) if len(body) <= LARGE_BODY_BYTES else None
     if done is not None:
         served, lists, content = done
     else:
-        served, lists, options = await python_work(request, decode)
+        served, lists, options = await python_work(request, decode, body_size=len(body))
         scored = await scoring(request, score(served, options), lists.features, lists.offsets)
         content = answer(served, lists, options, scored)
     metrics.count_documents(served.name, lists.n_documents)
