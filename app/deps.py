@@ -8,10 +8,16 @@ its event loop: an anyio limiter must not be shared by two event loops):
   ``PYTHON_LANES`` threads at most: more would only queue for the GIL, and a thread returning
   from a scoring kernel would wait behind all of them (measured: with anyio's default 40
   threads, 200 requests/s of 100 documents saturated the service at 170/s with the CPU at 63%).
+  Bodies over ``LARGE_BODY_BYTES`` are decoded one at a time: a decoder holds the GIL for its
+  whole call.
 - ``scoring``: the model's kernels, which release the GIL (``nogil``), in ``Settings.concurrency``
   slots (default: cores / workers), so requests score side by side on the cores. A request uses
   several threads only when it is the worker's only one scoring or waiting to
   (``training.scoring.forest.single_threaded`` otherwise).
+
+Bodies come in through ``read_body`` (bytes and time bounded) and, for the endpoints that take
+large ones, count in the worker's ``Admission`` (``HoldDep``) until the request ends: past
+``TUNEMIX_MAX_INFLIGHT_BYTES`` a new body is answered 503 with ``Retry-After``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 The whole route, top to bottom:
 
 1. **Read** the body (``app.deps.read_body``): at most ``TUNEMIX_MAX_BODY_BYTES`` bytes, chunked
-   or not, within ``TUNEMIX_BODY_TIMEOUT_S`` seconds (413 / 408 otherwise).
+   or not, within ``TUNEMIX_BODY_TIMEOUT_S`` seconds (413 / 408 otherwise), counted in the
+   worker's in-flight bytes until the answer (503 past ``TUNEMIX_MAX_INFLIGHT_BYTES``).
 2. **Decode** it with msgspec into the typed structs below (``RankRequest``): a JSON body, or a
    LETOR/SVMlight text body (``Content-Type: text/plain``, ``app.letor``). msgspec is the only
    thing that reads the JSON bytes; a body it refuses is a 422 naming the JSON path.
