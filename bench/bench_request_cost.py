@@ -137,6 +137,14 @@ def evaluate_scores(size: int) -> bytes:
     return ('{"queries":[' + ",".join(q % i for i in range(n)) + '],"metrics":["ndcg@10","err","map"]}').encode()
 
 
+def evaluate_scores_all(size: int) -> bytes:
+    """``evaluate_scores`` with 32 measures (the default TUNEMIX_MAX_METRICS) under every convention."""
+    metrics = [f"ndcg@{k}" for k in range(1, 11)] + [f"p@{k}" for k in range(1, 11)] + [
+        f"dcg@{k}" for k in range(1, 9)] + ["err", "map", "err@10", "dcg"]
+    return evaluate_scores(size).replace(b'"metrics":["ndcg@10","err","map"]}', (
+        '"metrics":' + json.dumps(metrics) + ',"convention":"all"}').encode())
+
+
 def evaluate_metrics(_: int) -> bytes:
     queries = ",".join(f'{{"qid":{i},"labels":[1,0],"scores":[0.5,0.2]}}' for i in range(10_000))
     metrics = ",".join(f'"dcg@{k}"' for k in range(1, 201))
@@ -161,6 +169,16 @@ def evaluate_long_docid(_: int) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()
 
 
+def fuse_one_id_systems(size: int) -> bytes:
+    """Systems of one id each: a validated model object every 12 bytes (the costliest /fuse shape)."""
+    return repeat_to(b'{"queries":[{"qid":1,"systems":[', b'{"ids":[0]},', b"]}]}", size)
+
+
+def evaluate_empty_queries(size: int) -> bytes:
+    """Queries without labels: a validated model object every 23 bytes."""
+    return repeat_to(b'{"queries":[', b'{"qid":1,"labels":[]},', b"]}", size)
+
+
 def fuse_ids(size: int) -> bytes:
     return repeat_to(b'{"queries":[{"qid":1,"systems":[{"ids":[', b"0,", b"]}]}]}", size)
 
@@ -170,7 +188,7 @@ def fuse_systems(size: int) -> bytes:
     systems = ",".join('{"ids":[' + ",".join(f'"d{(s * 500 + j) % 5000}"' for j in range(1000)) + "]}"
                        for s in range(10))
     q = '{"qid":"q%d","systems":[' + systems + "]}"
-    n = max(1, min(size // len(q), 100))
+    n = max(1, min(size // len(q), 10))  # 100,000 entries at most: TUNEMIX_MAX_DOCUMENTS
     return ('{"queries":[' + ",".join(q % i for i in range(n)) + "]}").encode()
 
 
@@ -206,7 +224,10 @@ def cases() -> list[Case]:
             Case("rank_documents_limit", "/rank", rank_documents, "limit"),
             Case("rank_letor_lines_limit", "/rank", letor_lines, "limit", "text/plain"),
             Case("evaluate_scores_limit", "/evaluate", evaluate_scores, "limit"),
-            Case("fuse_systems_limit", "/fuse", fuse_systems, "limit")]
+            Case("evaluate_scores_32_measures_all_limit", "/evaluate", evaluate_scores_all, "limit"),
+            Case("fuse_systems_limit", "/fuse", fuse_systems, "limit"),
+            Case("fuse_one_id_systems_limit", "/fuse", fuse_one_id_systems, "limit"),
+            Case("evaluate_empty_queries_limit", "/evaluate", evaluate_empty_queries, "limit")]
     return out
 
 

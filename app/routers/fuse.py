@@ -141,7 +141,9 @@ def fuse_entries(req: FuseRequest, settings: Settings) -> tuple[CandidateLists, 
     summary="Fuse several systems' rankings or scores per query",
     response_model=FuseResponse,
     responses={413: {"model": ErrorResponse, "description": "more bytes, queries, systems or ids than the limits"},
-               422: {"model": ErrorResponse, "description": "the message names the query and the field"}},
+               422: {"model": ErrorResponse, "description": "the message names the query and the field"},
+               503: {"model": ErrorResponse, "description": "the worker holds TUNEMIX_MAX_INFLIGHT_BYTES of requests "
+                                                        "(Retry-After)"}},
     openapi_extra=body_spec(FuseRequest),
 )
 async def fuse(request: Request, settings: SettingsDep, hold: HoldDep) -> Response:

@@ -231,7 +231,9 @@ ERRORS = {408: {"model": ErrorResponse, "description": "the body did not arrive 
           413: {"model": ErrorResponse, "description": "more bytes, queries or documents than the limits"},
           415: {"model": ErrorResponse, "description": "neither application/json nor text/plain"},
           422: {"model": ErrorResponse, "description": "the message names the query and the field"},
-          503: {"model": ErrorResponse, "description": "no model loaded yet, or the model cannot be loaded"}}
+          503: {"model": ErrorResponse, "description": "no model loaded yet, or the model cannot be loaded; or the "
+                                                        "worker holds TUNEMIX_MAX_INFLIGHT_BYTES of requests "
+                                                        "(Retry-After)"}}
 
 @router.post(
     "/rank",
