@@ -35,6 +35,7 @@ from app.letor import letor_lists
 from app.openapi import body_spec
 from app.parsing import (
     candidate_rows,
+    check_counts,
     check_ids,
     check_limits,
     check_sparse_keys_once,
@@ -248,6 +249,7 @@ async def evaluate_endpoint(
             b = _Batch(labels=lists.labels.astype(np.int64), offsets=lists.offsets,
                        qids=[str(q) for q in lists.qids], docids=ids, features=lists.features)
             return b, measures, convention, per_query, served
+        check_counts(body, settings)
         req = parse_json(EvaluateRequest, body)
         measures = _measures(req.metrics, settings)
         _check_answer_size(len(req.queries), measures, req.convention, req.per_query, settings)

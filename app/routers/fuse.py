@@ -19,7 +19,7 @@ from fastapi.responses import Response
 from app.deps import HoldDep, SettingsDep, body_kind, json_bytes_response, python_work, read_body
 from app.errors import input_error, query_label, too_large
 from app.openapi import body_spec
-from app.parsing import CandidateLists, check_ids, check_limits, parse_json
+from app.parsing import CandidateLists, check_counts, check_ids, check_limits, parse_json
 from app.routers.rank import ENCODER, ranked
 from app.schemas import ErrorResponse, FuseRequest, FuseResponse
 from app.settings import Settings
@@ -152,6 +152,7 @@ async def fuse(request: Request, settings: SettingsDep, hold: HoldDep) -> Respon
     body = await read_body(request, settings, hold=hold)
 
     def work() -> bytes:
+        check_counts(body, settings, fuse=True)
         req = parse_json(FuseRequest, body)
         lists, fused = fuse_entries(req, settings)
         top_k = applied_top_k(req.top_k, lists.n_documents)

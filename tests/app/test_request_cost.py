@@ -382,3 +382,29 @@ def test_a_16_mib_letor_line_is_refused_before_it_is_split(app_client: TestClien
     ok = letor_lists(b"2 qid:7 " + b" ".join(f"{f}:0.{f}".encode() for f in range(1, N_FEATURES + 1)),
                      N_FEATURES, DEFAULTS)
     assert ok.features.shape == (1, N_FEATURES) and ok.labels is not None and ok.labels.tolist() == [2]
+
+
+@pytest.mark.parametrize(("path", "unit", "words"), [
+    ("/fuse", b'{"ids":[0]},', ["query '1' (queries[0]):", "systems; the limit is 64", "TUNEMIX_MAX_FUSE_SYSTEMS"]),
+    ("/evaluate", None, ["queries; the limit is 10000", "TUNEMIX_MAX_QUERIES"]),
+])
+def test_counts_are_checked_before_validation(app_client: TestClient, monkeypatch: pytest.MonkeyPatch, path: str,
+                                              unit: bytes | None, words: list[str]) -> None:
+    """A body at the limit of one-id /fuse systems (70 times its size once validated) or of
+    /evaluate queries without labels (40 times) is refused from a count, before any validation."""
+    from app.routers import evaluate as evaluate_module
+    from app.routers import fuse as fuse_module
+
+    def no_validation(*args: Any) -> Any:
+        raise AssertionError("validated before the counts were checked")
+
+    monkeypatch.setattr(fuse_module if path == "/fuse" else evaluate_module, "parse_json", no_validation)
+    if unit is not None:
+        head, tail = b'{"queries":[{"qid":1,"systems":[', b'{"ids":[0]}]}]}'
+    else:
+        head, unit, tail = b'{"queries":[', b'{"qid":1,"labels":[]},', b'{"qid":1,"labels":[]}]}'
+    body = head + unit * ((DEFAULTS.max_body_bytes - len(head) - len(tail)) // len(unit)) + tail
+    r = app_client.post(path, content=body, headers=JSON)
+    assert r.status_code == 413, r.text[:300]
+    for w in words:
+        assert w in r.json()["detail"], (w, r.text[:300])
