@@ -174,6 +174,18 @@ def fuse_one_id_systems(size: int) -> bytes:
     return repeat_to(b'{"queries":[{"qid":1,"systems":[', b'{"ids":[0]},', b"]}]}", size)
 
 
+def fuse_one_id_systems_accepted(_: int) -> bytes:
+    """The most one-id systems the limits let in: 100,000, 64 to a query."""
+    query = '{"qid":%d,"systems":[' + ",".join(['{"ids":[0]}'] * 64) + "]}"
+    return ('{"queries":[' + ",".join(query % i for i in range(100_000 // 64)) + "]}").encode()
+
+
+def evaluate_small_queries(_: int) -> bytes:
+    """The most queries the limits let in (10,000), of one document each."""
+    return ('{"queries":[' + ",".join(f'{{"qid":{i},"labels":[1],"scores":[0.5]}}' for i in range(10_000))
+            + "]}").encode()
+
+
 def evaluate_empty_queries(size: int) -> bytes:
     """Queries without labels: a validated model object every 23 bytes."""
     return repeat_to(b'{"queries":[', b'{"qid":1,"labels":[]},', b"]}", size)
@@ -227,7 +239,9 @@ def cases() -> list[Case]:
             Case("evaluate_scores_32_measures_all_limit", "/evaluate", evaluate_scores_all, "limit"),
             Case("fuse_systems_limit", "/fuse", fuse_systems, "limit"),
             Case("fuse_one_id_systems_limit", "/fuse", fuse_one_id_systems, "limit"),
-            Case("evaluate_empty_queries_limit", "/evaluate", evaluate_empty_queries, "limit")]
+            Case("evaluate_empty_queries_limit", "/evaluate", evaluate_empty_queries, "limit"),
+            Case("fuse_one_id_systems_accepted", "/fuse", fuse_one_id_systems_accepted, "fixed"),
+            Case("evaluate_small_queries_10000", "/evaluate", evaluate_small_queries, "fixed")]
     return out
 
 
