@@ -54,15 +54,16 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(
         4 * 1024 * 1024, ge=1024,
         description="request body size, chunked or not (more: HTTP 413, saying how to split the request). "
-                    "Decoding a body holds the worker's GIL in one call: the costliest JSON shape (a list of empty "
-                    "lists) took 0.19 CPU-s per MiB on 2 busy cores, so 4 MiB keeps any request's hold under a "
-                    "second; decoded, a body takes up to about 25 times its size (bench/bench_request_cost.py)")
+                    "Decoding a body holds the worker's GIL in one call: at 4 MiB the costliest JSON shapes took "
+                    "0.1-0.2 CPU-s on 2 busy cores (bench/bench_request_cost.py); decoded, a body raises the "
+                    "worker's peak memory by up to DECODED_BODY_MULTIPLE times the limit")
     max_inflight_bytes: int = Field(
         16 * 1024 * 1024, ge=1024,
         description="request bytes one worker holds at once: bodies being read, waiting and processed (a body "
                     "that would pass it while other requests hold bytes: HTTP 503 with Retry-After; a body alone is "
                     "always let in). Two bodies are decoded at a time (app.deps.PYTHON_LANES), so a worker's peak "
-                    "memory stays below its resting size + 2 x 25 x max_body_bytes + max_inflight_bytes")
+                    "memory stays below its resting size + 2 x DECODED_BODY_MULTIPLE x max_body_bytes + "
+                    "max_inflight_bytes (224 MiB with the defaults)")
     body_timeout_s: float = Field(30.0, gt=0, le=3600,
                                   description="seconds a client has to send the whole body of a request "
                                               "(more: HTTP 408 and the connection is closed)")
@@ -119,6 +120,12 @@ class Settings(BaseSettings):
             return self.parallel_min_documents
         return 0 if self.this_process_workers() == 1 else SHARED_PARALLEL_MIN_DOCUMENTS
 
+
+#: How much a request raises a worker's peak memory, per byte of the body limit: measured worst
+#: 25.5 (bench/results/request_cost.json: 4 MiB of empty /rank rows, 102 MB; a body of many small
+#: objects reaches 86 times its own size, 101 MB for the 100,000 one-id /fuse systems the limits
+#: let in, 37 for 10,000 one-document /evaluate queries, still within this times the limit).
+DECODED_BODY_MULTIPLE = 26
 
 #: With several workers, lists of fewer documents score on one thread. Measured on 2 cores, the
 #: MQ2008 model (640 members), two workers: 100-document lists at 200/s had the same p99 on one

@@ -28,7 +28,7 @@ from fastapi.testclient import TestClient
 from app.errors import ServiceError
 from app.letor import letor_lists
 from app.parsing import _pairs, _Repeated, check_sparse_keys_once
-from app.settings import Settings
+from app.settings import DECODED_BODY_MULTIPLE, Settings
 from tests.app.conftest import (
     N_FEATURES,
     ROOT,
@@ -47,8 +47,6 @@ from training.evaluation import evaluate as evaluate_offsets
 JSON = {"Content-Type": "application/json"}
 MIB = 1024 * 1024
 DEFAULTS = Settings()
-#: the documented bound on a worker's peak memory rise per body byte (app.settings.max_inflight_bytes)
-DECODE_MULTIPLE = 25
 
 
 # ---------------------------------------------------------------------------- python -m app, two workers
@@ -161,7 +159,7 @@ def test_a_60_mib_body_is_413_with_how_to_split(app_two: tuple[str, subprocess.P
     detail = r.json()["detail"]
     assert "TUNEMIX_MAX_BODY_BYTES" in detail and "split the queries over several requests" in detail
     assert worker_pids(proc.pid) == pids and watch.failed is None
-    assert watch.worst < 1.0
+    assert watch.worst < 2.0  # refused from its length: well under a second, twice that for a busy machine
 
 
 def test_bodies_at_the_limit_hold_no_worker_and_stay_within_the_memory_bound(
@@ -193,7 +191,7 @@ def test_bodies_at_the_limit_hold_no_worker_and_stay_within_the_memory_bound(
         else:
             assert r.headers["Retry-After"] and "TUNEMIX_MAX_INFLIGHT_BYTES" in r.json()["detail"]
     assert worker_pids(proc.pid) == pids and watch.failed is None
-    bound = 2 * DECODE_MULTIPLE * DEFAULTS.max_body_bytes + DEFAULTS.max_inflight_bytes
+    bound = 2 * DECODED_BODY_MULTIPLE * DEFAULTS.max_body_bytes + DEFAULTS.max_inflight_bytes
     for p in pids:
         assert vm(p, "VmHWM") - resting[p] <= bound, (p, vm(p, "VmHWM") - resting[p], bound)
     assert watch.worst < 2.0  # about a second of decoding at most; twice that for a busy machine
