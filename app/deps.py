@@ -8,16 +8,23 @@ its event loop: an anyio limiter must not be shared by two event loops):
   ``PYTHON_LANES`` threads at most: more would only queue for the GIL, and a thread returning
   from a scoring kernel would wait behind all of them (measured: with anyio's default 40
   threads, 200 requests/s of 100 documents saturated the service at 170/s with the CPU at 63%).
+  Bodies over ``LARGE_BODY_BYTES`` are decoded one at a time: a decoder holds the GIL for its
+  whole call.
 - ``scoring``: the model's kernels, which release the GIL (``nogil``), in ``Settings.concurrency``
   slots (default: cores / workers), so requests score side by side on the cores. A request uses
   several threads only when it is the worker's only one scoring or waiting to
   (``training.scoring.forest.single_threaded`` otherwise).
+
+Bodies come in through ``read_body`` (bytes and time bounded) and, for the endpoints that take
+large ones, count in the worker's ``Admission`` (``HoldDep``) until the request ends: past
+``TUNEMIX_MAX_INFLIGHT_BYTES`` a new body is answered 503 with ``Retry-After``.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
 import anyio
@@ -56,15 +63,83 @@ RegistryDep = Annotated[ModelRegistry, Depends(get_registry)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 
 
-async def read_body(request: Request, settings: Settings, limit: int | None = None) -> bytes:
+class Admission:
+    """The request bytes one worker holds at once (``TUNEMIX_MAX_INFLIGHT_BYTES``): bodies being
+    read, waiting for a thread, decoded and answered. Changed on the event loop only (no race)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+
+@dataclass
+class BodyHold:
+    """The bytes of one request's body counted in its worker's ``Admission`` until the request
+    ends (``HoldDep`` releases them). A body that would take the worker past its limit while
+    other requests hold bytes is refused (HTTP 503 with ``Retry-After``); a body alone is always
+    let in (``max_body_bytes <= max_inflight_bytes``)."""
+
+    admission: Admission
+    held: int = 0
+
+    def take(self, n: int) -> None:
+        adm = self.admission
+        others = adm.held - self.held
+        if others and adm.held + n > adm.limit:
+            raise ServiceError(503, f"the worker holds {others} bytes of other requests and this body would take it "
+                                    f"past {adm.limit} (TUNEMIX_MAX_INFLIGHT_BYTES); retry after the time in "
+                                    "Retry-After, or send smaller requests", kind="busy",
+                               headers={"Retry-After": str(RETRY_AFTER_S), "Connection": "close"})
+        adm.held += n
+        self.held += n
+
+    def release(self) -> None:
+        self.admission.held -= self.held
+        self.held = 0
+
+
+#: seconds a client refused for the worker's in-flight bytes is told to wait (``Retry-After``)
+RETRY_AFTER_S = 1
+
+
+async def body_hold(request: Request) -> AsyncIterator[BodyHold]:
+    """A ``BodyHold`` on the worker's admission, released when the request ends."""
+    state = request.app.state
+    admission = getattr(state, "admission", None)
+    if admission is None:  # made on first use, on the serving loop, once per application
+        admission = state.admission = Admission(state.settings.max_inflight_bytes)
+    hold = BodyHold(admission)
+    try:
+        yield hold
+    finally:
+        hold.release()
+
+
+HoldDep = Annotated[BodyHold, Depends(body_hold)]
+
+
+def split_hint(limit: int) -> str:
+    """What a 413 for the body size tells the client to do."""
+    return (f"the limit is {limit} bytes (TUNEMIX_MAX_BODY_BYTES); split the queries over several requests "
+            "(each query's candidates stay together: a query-wise view standardises over the posted list), "
+            "or send the columnar form (ids + features), which is smaller")
+
+
+async def read_body(request: Request, settings: Settings, limit: int | None = None,
+                    hold: BodyHold | None = None) -> bytes:
     """The request body: at most ``limit`` bytes (default ``max_body_bytes``; HTTP 413, refused
     from the declared length before reading when there is one, else as soon as the chunks add up
     to more), all of it within ``body_timeout_s`` seconds (HTTP 408, and the connection closed:
-    a client that sends a byte a second holds no worker past that)."""
+    a client that sends a byte a second holds no worker past that). With ``hold``, the bytes
+    count in the worker's admission (HTTP 503 past it, before the body is read when its length
+    is declared)."""
     limit = settings.max_body_bytes if limit is None else limit
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise too_large(f"the body has {int(declared)} bytes; the limit is {limit} (TUNEMIX_MAX_BODY_BYTES)")
+    length = int(declared) if declared is not None and declared.isdigit() else None
+    if length is not None and length > limit:
+        raise too_large(f"the body has {length} bytes; {split_hint(limit)}")
+    if hold is not None and length is not None:
+        hold.take(length)
     chunks: list[bytes] = []
     size = 0
     try:
@@ -72,7 +147,9 @@ async def read_body(request: Request, settings: Settings, limit: int | None = No
             async for chunk in request.stream():
                 size += len(chunk)
                 if size > limit:
-                    raise too_large(f"the body exceeds {limit} bytes (TUNEMIX_MAX_BODY_BYTES)")
+                    raise too_large(f"the body exceeds {limit} bytes; {split_hint(limit)}")
+                if hold is not None and size > hold.held:
+                    hold.take(size - hold.held)
                 chunks.append(chunk)
     except TimeoutError:
         raise ServiceError(408, f"the body did not arrive within {settings.body_timeout_s:g} s "
@@ -121,9 +198,24 @@ async def in_thread(fn: Callable[..., T], *args: Any) -> T:
     return await anyio.to_thread.run_sync(fn, *args)
 
 
-async def python_work(request: Request, fn: Callable[..., T], *args: Any) -> T:
-    """GIL-bound work (parsing, evaluation, fusion) in one of ``PYTHON_LANES`` threads."""
-    return await anyio.to_thread.run_sync(fn, *args, limiter=request.app.state.python_lanes)
+#: Bodies larger than this are decoded one at a time per worker (``python_work``'s ``body_size``)
+LARGE_BODY_BYTES = 1024 * 1024
+
+
+async def python_work(request: Request, fn: Callable[..., T], *args: Any, body_size: int = 0) -> T:
+    """GIL-bound work (parsing, evaluation, fusion) in one of ``PYTHON_LANES`` threads. Work on a
+    body of more than ``LARGE_BODY_BYTES`` (``body_size``) also waits for the worker's one large
+    lane: a decoder holds the GIL for the whole of its call (up to about a second at the body
+    limit), and two such calls back to back would keep the event loop, and the thread that
+    answers uvicorn's supervisor, waiting for twice that."""
+    state = request.app.state
+    if body_size <= LARGE_BODY_BYTES:
+        return await anyio.to_thread.run_sync(fn, *args, limiter=state.python_lanes)
+    large = getattr(state, "large_lane", None)
+    if large is None:  # made on first use, on the serving loop, once per application
+        large = state.large_lane = anyio.CapacityLimiter(1)
+    async with large:
+        return await anyio.to_thread.run_sync(fn, *args, limiter=state.python_lanes)
 
 
 @contextlib.contextmanager

@@ -31,11 +31,12 @@ from app.errors import input_error
 from app.parsing import CandidateLists, check_ids, check_limits
 from app.settings import Settings
 
-#: a plain decimal number; one way to match any text (no nested choices: linear time on any line)
+#: a plain decimal number; one way to match any text (no nested choices: linear time on any token)
 _NUMBER = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
-_PAIR = re.compile(rf"([^\s:]+):({_NUMBER})(?=\s|$)", re.ASCII)
-_LINE = re.compile(rf"\s*(?:[^\s:]+:{_NUMBER}(?:\s+|$))*", re.ASCII)
-_SPACE = re.compile(r"\s+", re.ASCII)  # the separators of _LINE (str.split also splits at \x1c-\x1f, U+00A0...)
+#: one ``id:value`` token (whitespace already split off: a fixed pattern per token, never a
+#: repetition over the line, whose backtracking stack grew about 172 bytes per byte of a line)
+_PAIR = re.compile(rf"([^\s:]+):({_NUMBER})", re.ASCII)
+_SPACE = re.compile(r"\s+", re.ASCII)  # ASCII whitespace (str.split also splits at \x1c-\x1f, U+00A0...)
 _FID = re.compile(r"[1-9][0-9]{0,9}", re.ASCII)
 _LABEL = re.compile(_NUMBER, re.ASCII)
 _DOCID = re.compile(r"docid\s*=\s*(\S+)")
@@ -44,8 +45,10 @@ _DOCID = re.compile(r"docid\s*=\s*(\S+)")
 MAX_LABEL = 2**31 - 1
 
 
-def letor_lists(body: bytes, d: int, settings: Settings) -> CandidateLists:
-    """A LETOR/SVMlight text body as candidate lists (labels kept for /evaluate)."""
+def letor_lists(body: bytes, d: int, settings: Settings, *, max_label: int = MAX_LABEL) -> CandidateLists:
+    """A LETOR/SVMlight text body as candidate lists (labels kept for /evaluate, at most
+    ``max_label``). Each line costs time and memory in proportion to its length: a line of more
+    ``id:value`` pairs than the model's ``d`` features is refused before it is split."""
     if not body.strip():
         raise input_error("the request body is empty; send LETOR lines 'label qid:Q 1:v 2:v ...'")
     try:
@@ -70,14 +73,20 @@ def letor_lists(body: bytes, d: int, settings: Settings) -> CandidateLists:
             check_limits(0, len(labels) + 1, settings)
         label = head[0]
         value = float(label) if _LABEL.fullmatch(label) else -1.0
-        if not value.is_integer() or not 0 <= value <= MAX_LABEL:
-            raise input_error(f"{where}: the label {label[:40]!r} is not an integer 0..{MAX_LABEL}")
+        if not value.is_integer() or not 0 <= value <= max_label:
+            limit = " (TUNEMIX_MAX_LABEL)" if max_label != MAX_LABEL else ""
+            raise input_error(f"{where}: the label {label[:40]!r} is not an integer 0..{max_label}{limit}")
         if len(head) < 2 or not head[1].startswith("qid:") or len(head[1]) == 4:
             raise input_error(f"{where}: 'qid:<query id>' must follow the label")
         qid = head[1][4:]
         rest = head[2] if len(head) == 3 else ""
-        if not _LINE.fullmatch(rest):
-            bad = next((t for t in _SPACE.split(rest) if t and not _PAIR.fullmatch(t)), rest)
+        if rest.count(":") > d:  # each feature at most once: no more pairs than features
+            raise input_error(f"{where}: more than {d} 'id:value' pairs; the model takes {d} features, each at most "
+                              "once a line")
+        tokens = [t for t in _SPACE.split(rest) if t]
+        matches = [_PAIR.fullmatch(t) for t in tokens]
+        if not all(matches):
+            bad = next(t for t, m in zip(tokens, matches, strict=True) if m is None)
             raise input_error(f"{where}: {bad[:40]!r} is not a feature 'id:value' (the value a plain decimal number: "
                               "no NaN, inf or hex)")
         row = len(labels)
@@ -88,7 +97,7 @@ def letor_lists(body: bytes, d: int, settings: Settings) -> CandidateLists:
             position = 0
         else:
             position = row - starts[-1]
-        pairs = _PAIR.findall(rest)
+        pairs = [m.groups() for m in matches if m is not None]
         for fid, _ in pairs:
             if not _FID.fullmatch(fid) or int(fid) > d:
                 raise input_error(f"{where}: feature id {fid[:20]!r} is not in 1..{d} (the model takes {d} features, "

@@ -13,7 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -51,10 +51,19 @@ class Settings(BaseSettings):
                                                 "requests, and a line costs the event loop about 0.1 ms)")
     max_documents: int = Field(100_000, ge=1, description="documents per request (more: HTTP 413)")
     max_queries: int = Field(10_000, ge=1, description="queries per request (more: HTTP 413)")
-    max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024,
-                                description="request body size, chunked or not (more: HTTP 413). A JSON body "
-                                            "decodes to Python objects of up to about 16 times its size "
-                                            "(a body of '0,' repeated) while it is checked")
+    max_body_bytes: int = Field(
+        4 * 1024 * 1024, ge=1024,
+        description="request body size, chunked or not (more: HTTP 413, saying how to split the request). "
+                    "Decoding a body holds the worker's GIL in one call: at 4 MiB the costliest JSON shapes took "
+                    "0.1-0.2 CPU-s on 2 busy cores (bench/bench_request_cost.py); decoded, a body raises the "
+                    "worker's peak memory by up to DECODED_BODY_MULTIPLE times the limit")
+    max_inflight_bytes: int = Field(
+        16 * 1024 * 1024, ge=1024,
+        description="request bytes one worker holds at once: bodies being read, waiting and processed (a body "
+                    "that would pass it while other requests hold bytes: HTTP 503 with Retry-After; a body alone is "
+                    "always let in). Two bodies are decoded at a time (app.deps.PYTHON_LANES), so a worker's peak "
+                    "memory stays below its resting size + 2 x DECODED_BODY_MULTIPLE x max_body_bytes + "
+                    "max_inflight_bytes (224 MiB with the defaults)")
     body_timeout_s: float = Field(30.0, gt=0, le=3600,
                                   description="seconds a client has to send the whole body of a request "
                                               "(more: HTTP 408 and the connection is closed)")
@@ -76,6 +85,13 @@ class Settings(BaseSettings):
                                 "for m relevant features, whatever the budget): a request's explanations cost about "
                                 "explain_max_documents x explain_budget rows")
     max_id_length: int = Field(256, ge=1, description="characters of a document id or qid (more: HTTP 422)")
+    max_metrics: int = Field(32, ge=1, le=1000, description="/evaluate: measures per request (more: HTTP 413)")
+    max_per_query_values: int = Field(
+        200_000, ge=1, description="/evaluate with per_query: queries x measures x conventions in the answer "
+                                   "(more: HTTP 413; about 30 bytes of JSON each)")
+    max_label: int = Field(1000, ge=1, le=1_000_000,
+                           description="/evaluate: the largest relevance label (more: HTTP 422; the gain tables "
+                                       "have one entry per label up to it)")
     max_fuse_systems: int = Field(64, ge=1, description="/fuse: systems per query (more: HTTP 413)")
     max_fuse_ids: int = Field(10_000, ge=1, description="/fuse: ids per system (more: HTTP 413)")
     max_cached_versions: int = Field(4, ge=1, description="older versions kept loaded for explicit requests")
@@ -88,6 +104,13 @@ class Settings(BaseSettings):
                                                          "worker to serve the new version before it answers "
                                                          "(the answer says which have not)")
     state_poll_s: float = Field(1.0, gt=0, description="how often a worker checks state_dir for reloads")
+
+    @model_validator(mode="after")
+    def _a_body_alone_is_admitted(self) -> Settings:
+        if self.max_inflight_bytes < self.max_body_bytes:
+            raise ValueError(f"max_inflight_bytes ({self.max_inflight_bytes}) must be at least max_body_bytes "
+                             f"({self.max_body_bytes}): a worker must be able to take one body of the largest size")
+        return self
 
     def worker_processes(self) -> int:
         """Workers ``python -m app`` starts: ``workers``, else one per usable core."""
@@ -117,6 +140,12 @@ class Settings(BaseSettings):
             return self.parallel_min_documents
         return 0 if self.this_process_workers() == 1 else SHARED_PARALLEL_MIN_DOCUMENTS
 
+
+#: How much a request raises a worker's peak memory, per byte of the body limit: measured worst
+#: 25.5 (bench/results/request_cost.json: 4 MiB of empty /rank rows, 102 MB; a body of many small
+#: objects reaches 86 times its own size, 101 MB for the 100,000 one-id /fuse systems the limits
+#: let in, 37 for 10,000 one-document /evaluate queries, still within this times the limit).
+DECODED_BODY_MULTIPLE = 26
 
 #: With several workers, lists of fewer documents score on one thread. Measured on 2 cores, the
 #: MQ2008 model (640 members), two workers: 100-document lists at 200/s had the same p99 on one

@@ -19,6 +19,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from app.deps import (
+    HoldDep,
     MetricsDep,
     RegistryDep,
     SettingsDep,
@@ -29,22 +30,22 @@ from app.deps import (
     resolve_model,
     scoring,
 )
-from app.errors import input_error, query_label
+from app.errors import input_error, query_label, too_large
 from app.letor import letor_lists
 from app.openapi import body_spec
 from app.parsing import (
     candidate_rows,
+    check_counts,
     check_ids,
     check_limits,
     check_sparse_keys_once,
-    check_unique,
     parse_json,
 )
 from app.registry import ModelRegistry, ServedModel
 from app.routers.rank import ERRORS
 from app.schemas import EvalQuery, EvaluateRequest, EvaluateResponse
 from app.settings import Settings
-from tunemix.serving import CONVENTION_NAMES, MAX_LABEL, EvaluationInputError, Measure
+from tunemix.serving import CONVENTION_NAMES, EvaluationInputError, Measure
 from tunemix.serving import evaluate_offsets as evaluate
 
 router = APIRouter(tags=["evaluation"])
@@ -63,7 +64,10 @@ class _Batch:
     features: npt.NDArray[np.float32] | None = None
 
 
-def _measures(metrics: list[str]) -> list[str]:
+def _measures(metrics: list[str], settings: Settings) -> list[str]:
+    if len(metrics) > settings.max_metrics:
+        raise too_large(f"metrics: {len(metrics)} measures; the limit is {settings.max_metrics} (TUNEMIX_MAX_METRICS): "
+                        "ask for the others in another request")
     out = []
     for i, text in enumerate(metrics):
         try:
@@ -76,15 +80,31 @@ def _measures(metrics: list[str]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _check_labels(labels: list[int], where: str) -> None:
-    """Labels outside 0..MAX_LABEL (even beyond 64 bits) are named here, before any array is made."""
+def _check_labels(labels: list[int], where: str, max_label: int) -> None:
+    """Labels outside 0..max_label (even beyond 64 bits) are named here, before any array is made."""
+    if labels and 0 <= min(labels) and max(labels) <= max_label:
+        return
     for j, label in enumerate(labels):
-        if not 0 <= label <= MAX_LABEL:
+        if not 0 <= label <= max_label:
             raise input_error(f"{where}: labels[{j}] = {label} is out of range; relevance labels are integers "
-                              f"0..{MAX_LABEL}")
+                              f"0..{max_label} (TUNEMIX_MAX_LABEL)")
 
 
-def _query_scores(q: EvalQuery, where: str, n: int) -> npt.NDArray[np.float64]:
+def _check_answer_size(n_queries: int, measures: list[str], convention: str, per_query: bool,
+                       settings: Settings) -> None:
+    """413 when a per-query answer would hold more values than ``max_per_query_values``."""
+    if not per_query:
+        return
+    conventions = len(CONVENTION_NAMES) if convention == "all" else 1
+    values = n_queries * len(measures) * conventions
+    if values > settings.max_per_query_values:
+        raise too_large(f"per_query: {n_queries} queries x {len(measures)} measures x {conventions} convention(s) = "
+                        f"{values} values; the limit is {settings.max_per_query_values} "
+                        "(TUNEMIX_MAX_PER_QUERY_VALUES): ask for fewer measures or one convention, or split the "
+                        "queries over several requests")
+
+
+def _query_scores(q: EvalQuery, where: str, n: int, max_id_length: int) -> npt.NDArray[np.float64]:
     if q.scores is not None and q.ranking is not None:
         raise input_error(f"{where}: send scores or a ranking, not both")
     if q.scores is not None:
@@ -99,9 +119,8 @@ def _query_scores(q: EvalQuery, where: str, n: int) -> npt.NDArray[np.float64]:
     if len(q.docids) != n:
         raise input_error(f"{where}: docids has {len(q.docids)} entries but labels has {n}")
     assert q.ranking is not None
+    check_ids(q.ranking, where, "ranking entry", max_id_length)
     position = {str(d): i for i, d in enumerate(q.ranking)}
-    if len(position) != len(q.ranking):
-        check_unique(q.ranking, where, "ranking entry")
     missing = [d for d in q.docids if str(d) not in position]
     if missing or len(q.ranking) != n:
         extra = sorted(set(position) - {str(d) for d in q.docids})
@@ -123,7 +142,7 @@ def _json_batch(req: EvaluateRequest, served: ServedModel | None, settings: Sett
         n = len(q.labels)
         if n == 0:
             raise input_error(f"{where}: labels is empty; a query needs at least one judged document")
-        _check_labels(q.labels, where)
+        _check_labels(q.labels, where, settings.max_label)
         has_features = q.documents is not None or q.features is not None
         has_scores = q.scores is not None or q.ranking is not None
         if has_features and has_scores:
@@ -143,9 +162,10 @@ def _json_batch(req: EvaluateRequest, served: ServedModel | None, settings: Sett
         elif has_scores:
             if rows:
                 raise input_error(f"{where}: every query must be scored the same way (features or scores)")
-            scores.append(_query_scores(q, where, n))
             if q.docids is not None:
                 check_ids(q.docids, where, "docid", settings.max_id_length)
+            scores.append(_query_scores(q, where, n, settings.max_id_length))
+            if q.docids is not None:
                 any_docids = True
                 docids.extend(str(x) for x in q.docids)
             else:
@@ -177,8 +197,7 @@ def _results(batch: _Batch, measures: list[str], convention: str, per_query: boo
     for name in names:
         try:
             res = evaluate(batch.labels, batch.scores, batch.offsets, measures, name,
-                           docids=None if batch.docids is None else np.asarray(batch.docids),
-                           qids=np.asarray(batch.qids))
+                           docids=batch.docids, qids=batch.qids)
         except EvaluationInputError as exc:
             if convention != "all":
                 raise input_error(f"convention {name}: {exc}") from None
@@ -204,6 +223,7 @@ async def evaluate_endpoint(
     registry: RegistryDep,
     settings: SettingsDep,
     metrics_: MetricsDep,
+    hold: HoldDep,
     model: Annotated[str | None, Query(description="text bodies: the model that scores them")] = None,
     version: Annotated[str | None, Query()] = None,
     metrics: Annotated[str, Query(description="text bodies: comma-separated measures")] = "ndcg@10",
@@ -212,7 +232,7 @@ async def evaluate_endpoint(
 ) -> Response:
     start = time.perf_counter()
     text = body_kind(request) == "text"
-    body = await read_body(request, settings)
+    body = await read_body(request, settings, hold=hold)
 
     def parse() -> tuple[_Batch, list[str], str, bool, ServedModel | None]:
         if text:
@@ -221,20 +241,26 @@ async def evaluate_endpoint(
             if model is None:
                 raise input_error("model: a LETOR body is scored by a model; pass ?model=<name>")
             served = _get(registry, model, version)
-            lists = letor_lists(body, served.n_features, settings)
+            measures = _measures(metrics.split(","), settings)
+            lists = letor_lists(body, served.n_features, settings, max_label=settings.max_label)
             assert lists.labels is not None
+            _check_answer_size(len(lists.qids), measures, convention, per_query, settings)
             ids = [str(x) for x in lists.ids]
             b = _Batch(labels=lists.labels.astype(np.int64), offsets=lists.offsets,
                        qids=[str(q) for q in lists.qids], docids=ids, features=lists.features)
-            return b, _measures(metrics.split(",")), convention, per_query, served
+            return b, measures, convention, per_query, served
+        check_counts(body, settings)
         req = parse_json(EvaluateRequest, body)
-        if any(isinstance(d.features, dict) for q in req.queries for d in q.documents or ()):
-            check_sparse_keys_once(body)
+        measures = _measures(req.metrics, settings)
+        _check_answer_size(len(req.queries), measures, req.convention, req.per_query, settings)
         name = req.model or model
         chosen = _get(registry, name, req.version or version) if name else None
-        return _json_batch(req, chosen, settings), _measures(req.metrics), req.convention, req.per_query, chosen
+        batch = _json_batch(req, chosen, settings)
+        if any(isinstance(d.features, dict) for q in req.queries for d in q.documents or ()):
+            check_sparse_keys_once(body)
+        return batch, measures, req.convention, req.per_query, chosen
 
-    batch, measures, conv, want_per_query, served = await python_work(request, parse)
+    batch, measures, conv, want_per_query, served = await python_work(request, parse, body_size=len(body))
     if batch.features is not None and served is not None:
         batch.scores = await scoring(request, served.model.score, batch.features, batch.offsets)
         metrics_.count_documents(served.name, int(batch.features.shape[0]))

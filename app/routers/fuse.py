@@ -16,10 +16,10 @@ import numpy.typing as npt
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from app.deps import SettingsDep, body_kind, json_bytes_response, python_work, read_body
+from app.deps import HoldDep, SettingsDep, body_kind, json_bytes_response, python_work, read_body
 from app.errors import input_error, query_label, too_large
 from app.openapi import body_spec
-from app.parsing import CandidateLists, check_ids, check_limits, parse_json
+from app.parsing import CandidateLists, check_counts, check_ids, check_limits, parse_json
 from app.routers.rank import ENCODER, ranked
 from app.schemas import ErrorResponse, FuseRequest, FuseResponse
 from app.settings import Settings
@@ -141,19 +141,22 @@ def fuse_entries(req: FuseRequest, settings: Settings) -> tuple[CandidateLists, 
     summary="Fuse several systems' rankings or scores per query",
     response_model=FuseResponse,
     responses={413: {"model": ErrorResponse, "description": "more bytes, queries, systems or ids than the limits"},
-               422: {"model": ErrorResponse, "description": "the message names the query and the field"}},
+               422: {"model": ErrorResponse, "description": "the message names the query and the field"},
+               503: {"model": ErrorResponse, "description": "the worker holds TUNEMIX_MAX_INFLIGHT_BYTES of requests "
+                                                        "(Retry-After)"}},
     openapi_extra=body_spec(FuseRequest),
 )
-async def fuse(request: Request, settings: SettingsDep) -> Response:
+async def fuse(request: Request, settings: SettingsDep, hold: HoldDep) -> Response:
     start = time.perf_counter()
     body_kind(request, text=False)
-    body = await read_body(request, settings)
+    body = await read_body(request, settings, hold=hold)
 
     def work() -> bytes:
+        check_counts(body, settings, fuse=True)
         req = parse_json(FuseRequest, body)
         lists, fused = fuse_entries(req, settings)
         top_k = applied_top_k(req.top_k, lists.n_documents)
         return ENCODER.encode({"method": req.method, "results": ranked(fused, lists, top_k),
                                "server_time_ms": round((time.perf_counter() - start) * 1e3, 3)})
 
-    return json_bytes_response(await python_work(request, work))
+    return json_bytes_response(await python_work(request, work, body_size=len(body)))

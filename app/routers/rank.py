@@ -3,7 +3,8 @@
 The whole route, top to bottom:
 
 1. **Read** the body (``app.deps.read_body``): at most ``TUNEMIX_MAX_BODY_BYTES`` bytes, chunked
-   or not, within ``TUNEMIX_BODY_TIMEOUT_S`` seconds (413 / 408 otherwise).
+   or not, within ``TUNEMIX_BODY_TIMEOUT_S`` seconds (413 / 408 otherwise), counted in the
+   worker's in-flight bytes until the answer (503 past ``TUNEMIX_MAX_INFLIGHT_BYTES``).
 2. **Decode** it with msgspec into the typed structs below (``RankRequest``): a JSON body, or a
    LETOR/SVMlight text body (``Content-Type: text/plain``, ``app.letor``). msgspec is the only
    thing that reads the JSON bytes; a body it refuses is a 422 naming the JSON path.
@@ -54,6 +55,8 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from app.deps import (
+    LARGE_BODY_BYTES,
+    HoldDep,
     MetricsDep,
     RegistryDep,
     SettingsDep,
@@ -371,7 +374,9 @@ ERRORS = {408: {"model": ErrorResponse, "description": "the body did not arrive 
           413: {"model": ErrorResponse, "description": "more bytes, queries or documents than the limits"},
           415: {"model": ErrorResponse, "description": "neither application/json nor text/plain"},
           422: {"model": ErrorResponse, "description": "the message names the query and the field"},
-          503: {"model": ErrorResponse, "description": "no model loaded yet, or the model cannot be loaded"}}
+          503: {"model": ErrorResponse, "description": "no model loaded yet, or the model cannot be loaded; or the "
+                                                        "worker holds TUNEMIX_MAX_INFLIGHT_BYTES of requests "
+                                                        "(Retry-After)"}}
 
 @router.post(
     "/rank",
@@ -387,6 +392,7 @@ async def rank(
     registry: RegistryDep,
     settings: SettingsDep,
     metrics: MetricsDep,
+    hold: HoldDep,
     model: Annotated[str | None, Query(description="model name (text bodies; JSON bodies say it in the body)")] = None,
     version: Annotated[str | None, Query(description="model version (text bodies)")] = None,
     top_k: Annotated[int | None, Query(ge=1, description="best top_k per query (text bodies)")] = None,
@@ -400,7 +406,7 @@ async def rank(
 ) -> Response:
     start = time.perf_counter()
     kind = body_kind(request)
-    body = await read_body(request, settings)
+    body = await read_body(request, settings, hold=hold)
 
     def decode() -> tuple[ServedModel, CandidateLists, Options]:
         pairs: list[tuple[int, Any]] = []
@@ -454,11 +460,11 @@ async def rank(
         served, lists, content = whole(False)  # on the loop: one thread, as when other requests score
         metrics.count_documents(served.name, lists.n_documents)
         return json_bytes_response(content)
-    done = await parse_and_score(state, whole)
+    done = await parse_and_score(state, whole) if len(body) <= LARGE_BODY_BYTES else None
     if done is not None:
         served, lists, content = done
     else:
-        served, lists, options = await python_work(request, decode)
+        served, lists, options = await python_work(request, decode, body_size=len(body))
         scored = await scoring(request, score(served, options), lists.features, lists.offsets)
         content = answer(served, lists, options, scored)
     metrics.count_documents(served.name, lists.n_documents)

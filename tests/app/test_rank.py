@@ -313,9 +313,9 @@ def test_an_idle_worker_parses_and_scores_in_one_hop_a_busy_one_in_two(
     for name in ("python_work", "scoring"):
         original = getattr(rank_module, name)
 
-        async def spy(*args: Any, _original: Any = original, _name: str = name) -> Any:
+        async def spy(*args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
             hops.append(_name)
-            return await _original(*args)
+            return await _original(*args, **kwargs)
 
         monkeypatch.setattr(rank_module, name, spy)
     state = client.app.state  # type: ignore[attr-defined]

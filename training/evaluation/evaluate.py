@@ -112,6 +112,28 @@ def _decimal_string_rank(offsets: npt.NDArray[np.int64]) -> npt.NDArray[np.int64
     return np.ascontiguousarray(keys[within])
 
 
+def _docid_texts(docids: npt.ArrayLike, n: int) -> list[str]:
+    """The ``n`` docids as Python strings: no fixed-width array padded to the longest id (100,000
+    ids one of which is 256 characters long would take 100 MB that way)."""
+    if isinstance(docids, np.ndarray):
+        shape: tuple[int, ...] = docids.shape
+        texts = [str(d) for d in docids.tolist()] if docids.ndim == 1 else []
+    else:
+        texts = [str(d) for d in docids]  # type: ignore[union-attr]
+        shape = (len(texts),)
+    if shape != (n,):
+        raise EvaluationInputError(f"docids must have one entry per document ({n}), got shape {shape}")
+    return texts
+
+
+def _docid_ranks(texts: list[str]) -> npt.NDArray[np.int64]:
+    """Per row, the rank of its docid among the distinct docids in code-point order (which is
+    strcmp order of their UTF-8 bytes); equal ids get the same rank."""
+    distinct = sorted(set(texts))
+    rank = {t: i for i, t in enumerate(distinct)}
+    return np.fromiter((rank[t] for t in texts), dtype=np.int64, count=len(texts))
+
+
 def _validate_labels(
     labels: npt.ArrayLike, offsets: npt.NDArray[np.int64], qids: npt.NDArray[np.str_] | None
 ) -> npt.NDArray[np.int32]:
@@ -233,14 +255,7 @@ def _prepare(
             )
     max_label = int(lab.max())
 
-    doc_arr: npt.NDArray[np.str_] | None = None
-    if docids is not None:
-        doc_arr = np.asarray(docids).astype(np.str_)
-        if doc_arr.shape != lab.shape:
-            raise EvaluationInputError(
-                f"docids must have one entry per document ({lab.shape[0]}), got shape "
-                f"{doc_arr.shape}"
-            )
+    doc_texts = None if docids is None else _docid_texts(docids, lab.shape[0])
 
     tiebreak = np.zeros(0, dtype=np.int64)
     if conv.float32_scores:
@@ -252,17 +267,16 @@ def _prepare(
     if conv.tie_rule == "trec":
         # trec_eval sorts by score descending, then by docno descending (strcmp). UTF-8 byte
         # order equals code point order, which numpy uses.
-        if doc_arr is None:
+        if doc_texts is None:
             tiebreak = _decimal_string_rank(off)
             warnings.append(
                 "trec: no docids given; each document's docid is its 0-based position in its "
                 "query's list written as a decimal string; ties go to the larger one in strcmp order"
             )
         else:
-            _, inverse = np.unique(doc_arr, return_inverse=True)
-            tiebreak = np.ascontiguousarray(inverse.reshape(-1), dtype=np.int64)
+            tiebreak = _docid_ranks(doc_texts)
             if validate:
-                _check_unique_docids(tiebreak, off, doc_arr, qid_arr)
+                _check_unique_docids(tiebreak, off, doc_texts, qid_arr)
     return _Prepared(
         labels=lab,
         scores=sc,
@@ -289,7 +303,7 @@ def _first_duplicate_docid(ranks: npt.NDArray[np.int64], off: npt.NDArray[np.int
 def _check_unique_docids(
     ranks: npt.NDArray[np.int64],
     off: npt.NDArray[np.int64],
-    docids: npt.NDArray[np.str_],
+    docids: list[str],
     qids: npt.NDArray[np.str_] | None,
 ) -> None:
     row = _first_duplicate_docid(ranks, off)
@@ -308,14 +322,13 @@ def _letor_duplicate_warning(
     repeated id keeps only its last line there (the MSLR script keys by line number instead)."""
     if conv.name not in ("letor3", "letor4") or docids is None:
         return None
-    doc_arr = np.asarray(docids).astype(np.str_)
-    _, inverse = np.unique(doc_arr, return_inverse=True)
-    row = _first_duplicate_docid(np.ascontiguousarray(inverse.reshape(-1), dtype=np.int64), off)
+    texts = _docid_texts(docids, int(off[-1]))
+    row = _first_duplicate_docid(_docid_ranks(texts), off)
     if row is None:
         return None
     q = _query_of_row(off, row)
     return (
-        f"{conv.name}: {_query_name(q, qids)} has document id {str(doc_arr[row])!r} more than once; "
+        f"{conv.name}: {_query_name(q, qids)} has document id {texts[row]!r} more than once; "
         f"{conv.tool} keys documents by id, so it would keep only the last such line and evaluate "
         "fewer documents than we do"
     )
@@ -373,12 +386,23 @@ def _single_document_warning(conv: Convention, prep: _Prepared, measures: list[M
     )
 
 
-def _values(prep: _Prepared, conv: Convention, measure: Measure) -> npt.NDArray[np.float64]:
+def _values(prep: _Prepared, conv: Convention, measure: Measure,
+            tables: dict[tuple[Any, ...], Any] | None = None) -> npt.NDArray[np.float64]:
+    """One measure's per-query values. ``tables``: the lookup tables already built for ``prep``
+    under ``conv`` (filled here): each is built once per evaluation, not once per measure (a
+    label of a million and a thousand measures would otherwise build a billion entries)."""
+    tables = {} if tables is None else tables
     max_label = prep.max_label
-    gain = conv.measure_gain_values(max_label, measure)
-    disc = conv.discount_values(max(prep.max_n, 1))
-    rel = conv.relevant_values(max_label)
-    err_r = conv.err_values(max_label, measure.top)
+
+    def table(key: tuple[Any, ...], build: Any) -> Any:
+        if key not in tables:
+            tables[key] = build()
+        return tables[key]
+
+    gain = table(("gain", conv.measure_gain_kind(measure)), lambda: conv.measure_gain_values(max_label, measure))
+    disc = table(("disc",), lambda: conv.discount_values(max(prep.max_n, 1)))
+    rel = table(("rel",), lambda: conv.relevant_values(max_label))
+    err_r = table(("err", measure.top), lambda: conv.err_values(max_label, measure.top))
     if measure.name == "err":
         _check_err_labels(prep, conv, measure, err_r)
     _check_gain_labels(prep, conv, measure)
@@ -453,12 +477,13 @@ def evaluate(
     per_query: dict[str, npt.NDArray[np.float64]] = {}
     mean: dict[str, float] = {}
     derived: dict[str, bool] = {}
+    tables: dict[tuple[Any, ...], Any] = {}
     for m in ms:
         key = str(m)
         note = conv.extension_note(m)
         if note is not None:
             warnings.append(note)
-        vals = _values(prep, conv, m)
+        vals = _values(prep, conv, m, tables)
         per_query[key] = vals
         mean[key] = float(kernels.mean_of_values(vals))
         derived[key] = not conv.is_native(m)
