@@ -75,3 +75,23 @@ def test_split_by_query_is_query_disjoint() -> None:
     assert fit.n_docs + cal.n_docs == data.n_docs
     with pytest.raises(ValueError):
         split_by_query(data.subset_queries([0]))
+
+
+def test_query_slices_share_the_arrays_and_equal_the_copies() -> None:
+    """The trainer's parts are query slices of one reordered copy of the training set: they hold
+    what ``split_by_query``'s copies hold and share that copy's memory."""
+    from training.data.splits import query_split
+
+    data = make_synthetic(n_queries=30, docs_per_query=(2, 9), n_features=3, seed=2)
+    first, second = query_split(data.n_queries, fraction=0.7, seed=5)
+    whole = data.subset_queries(np.concatenate([first, second]))
+    fit, cal = whole.query_slice(0, first.size), whole.query_slice(first.size, whole.n_queries)
+    fit_copy, cal_copy = split_by_query(data, fraction=0.7, seed=5)
+    for part, copy in ((fit, fit_copy), (cal, cal_copy)):
+        np.testing.assert_array_equal(part.features, copy.features)
+        np.testing.assert_array_equal(part.labels, copy.labels)
+        np.testing.assert_array_equal(part.query_offsets, copy.query_offsets)
+        np.testing.assert_array_equal(part.qids, copy.qids)
+        assert np.shares_memory(part.features, whole.features)
+    with pytest.raises(ValueError, match="out of range"):
+        whole.query_slice(3, whole.n_queries + 1)

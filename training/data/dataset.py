@@ -155,6 +155,21 @@ class RankingData:
             source=self.source,
         )
 
+    def query_slice(self, start: int, stop: int) -> RankingData:
+        """Queries ``start`` to ``stop - 1`` as a data set that shares this one's arrays (row
+        slices, no copy)."""
+        if not 0 <= start <= stop <= self.n_queries:
+            raise ValueError(f"query slice {start}:{stop} out of range 0..{self.n_queries}")
+        lo, hi = int(self.query_offsets[start]), int(self.query_offsets[stop])
+        return RankingData(
+            features=self.features[lo:hi],
+            labels=self.labels[lo:hi],
+            query_offsets=self.query_offsets[start:stop + 1] - lo,
+            qids=self.qids[start:stop],
+            docids=None if self.docids is None else self.docids[lo:hi],
+            source=self.source,
+        )
+
     def with_features(self, features: npt.ArrayLike) -> RankingData:
         """Same rows and groups, other features (e.g. an augmented view)."""
         return RankingData(

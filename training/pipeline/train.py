@@ -31,7 +31,7 @@ from training import __version__
 from training.artifact.store import save_artifact, sha256_file
 from training.data.dataset import RankingData
 from training.data.normalization import apply_view
-from training.data.splits import split_by_query
+from training.data.splits import query_split
 from training.data.svmlight import read_svmlight
 from training.ensemble.registry import make_mixer
 from training.evaluation import CONVENTION_NAMES, evaluate, mean_metric
@@ -138,19 +138,22 @@ def prepare(cfg: TrainConfig, clock: _Clock, specs: list[RunSpec],
                 log.warning("%s has label %d, above the training data's top label %d",
                             name, int(part.labels.max()), n_labels - 1)
         groupings = {g: get_grouping(g, n_labels) for g in cfg.members.label_groupings}
-        fit_part, cal_part = split_by_query(train_set, fraction=1.0 - cfg.run.calibration_fraction, seed=cfg.seed)
-    with clock("views_s"):  # per query, so per part is the same as on the whole file
+        # one copy of the training set, the fit part's queries first, then the calibration part's:
+        # the two parts and every view of them are slices of it (no copy per part or per run)
+        first, second = query_split(train_set.n_queries, fraction=1.0 - cfg.run.calibration_fraction, seed=cfg.seed)
+        whole = train_set.subset_queries(np.concatenate([first, second]))
+        fit_part, cal_part = whole.query_slice(0, first.size), whole.query_slice(first.size, whole.n_queries)
+    with clock("views_s"):  # per query, so the views of the whole are those of each part
         views = list(dict.fromkeys([*cfg.members.views, *(s.view for s in specs)]))
-        parts = {"fit": fit_part, "cal": cal_part}
-        view_x = {(p, v): apply_view(d.features, d.query_offsets, v) for p, d in parts.items() for v in views}
-        # runs on the whole training set read the two parts one after the other; runs that stop
-        # early read the validation queries in their view
-        for v in dict.fromkeys(s.view for s in specs if s.params.get("fit_on") == "train"):
-            view_x[("train", v)] = np.concatenate([view_x[("fit", v)], view_x[("cal", v)]])
+        view_x: dict[tuple[str, str], np.ndarray] = {}
+        for v in views:
+            view_x[("train", v)] = apply_view(whole.features, whole.query_offsets, v)
+            view_x[("fit", v)] = view_x[("train", v)][:fit_part.n_docs]
+            view_x[("cal", v)] = view_x[("train", v)][fit_part.n_docs:]
+        # runs that stop early read the validation queries in their view
         for v in dict.fromkeys(s.view for s in specs if int(s.params.get("early_stopping", 0)) > 0):
             view_x[("vali", v)] = apply_view(sets["vali"].features, sets["vali"].query_offsets, v)
-    whole_train = (np.concatenate([fit_part.labels, cal_part.labels]),
-                   np.concatenate([fit_part.query_offsets, cal_part.query_offsets[1:] + fit_part.n_docs]))
+    whole_train = (whole.labels, whole.query_offsets)
     return Prepared(sets=sets, records=records, n_labels=n_labels, groupings=groupings, fit_part=fit_part,
                     cal_part=cal_part, extra_views=[v for v in EXTRA_VIEWS if v in views], view_x=view_x,
                     whole_train=whole_train)
