@@ -59,8 +59,9 @@ def test_the_choice_follows_the_data_and_the_budget() -> None:
     assert large["adaboost"] == [] and any("no AdaBoost.MH" in r for r in reasons)
     assert adaboost_iterations(_shape(100_000), 0.1) == 0
     assert 0 < adaboost_iterations(_shape(100_000), 3600.0) <= adaboost_iterations(_shape(100_000), None)
-    assert auto_relevance(_shape(10_000)) == {} and auto_relevance(_shape(30_000))["n_leaves"] == [15]
-    assert auto_relevance(_shape(1_000_000))["n_leaves"] == []
+    assert auto_relevance(_shape(10_000)) == {} and auto_relevance(_shape(30_000))["n_leaves"] == []
+    assert small["lambdamart"][0]["early_stopping"] == 50
+    assert auto_members(_shape(100_000), None)[0]["lambdamart"][0]["early_stopping"] == 25
 
 
 def test_a_config_naming_only_its_data_trains_the_default_members() -> None:
