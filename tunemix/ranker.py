@@ -31,9 +31,11 @@ class TuneMixRanker:
 
     ``config`` is a training TOML file (its ``[data]`` table is ignored: the data come to
     ``fit``) or a dict of its tables; None takes the packaged default (the model ``make serve``
-    trains). Parameters are stored unchanged; ``fit`` learns ``model_`` (a :class:`Model` in
-    memory), ``record_`` (the training record: members, mixer, validation figures) and
-    ``n_features_in_``.
+    trains): no member tables, so the members are chosen from the data
+    (``training.pipeline.auto``: LambdaMART and McRank stopped early on the validation queries,
+    AdaBoost.MH sized to the data); a config without member tables does the same. Parameters
+    are stored unchanged; ``fit`` learns ``model_`` (a :class:`Model` in memory), ``record_``
+    (the training record: members, mixer, validation figures) and ``n_features_in_``.
 
     >>> ranker = TuneMixRanker(n_jobs=2).fit(X, y, group=[20, 35, 12])      # doctest: +SKIP
     >>> ranker.predict(X_new, group=[40])                                     # doctest: +SKIP
