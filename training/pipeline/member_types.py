@@ -235,10 +235,15 @@ def run_specs(cfg: TrainConfig) -> list[RunSpec]:
     return specs
 
 
-def fit_run(spec: RunSpec, features: np.ndarray, labels: np.ndarray, query_offsets: np.ndarray, n_labels: int,
-            seed: int, time_budget_s: float | None, progress_queue: Any = None,
-            eval_set: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> RunResult:
-    """Fit one run of any type (a top-level function joblib can ship)."""
+def fit_run(spec: RunSpec, features: np.ndarray, labels: np.ndarray, query_offsets: np.ndarray,
+            eval_features: np.ndarray | None, eval_labels: np.ndarray | None, eval_offsets: np.ndarray | None,
+            n_labels: int, seed: int, time_budget_s: float | None, progress_queue: Any = None) -> RunResult:
+    """Fit one run of any type (a top-level function joblib can ship). The validation arrays come
+    one by one, not as a tuple, so that a distributed backend ships each array object once;
+    ``eval_features`` None: the run does not stop early."""
+    eval_set = None
+    if eval_features is not None and eval_labels is not None and eval_offsets is not None:
+        eval_set = (eval_features, eval_labels, eval_offsets)
     return get_member_type(spec.type).fit(spec, features, labels, query_offsets, n_labels, seed, time_budget_s,
                                           progress_queue, eval_set=eval_set)
 

@@ -26,9 +26,10 @@ class Prepared:
     cal_part: RankingData
     extra_views: list[str]
     view_x: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
-    #: labels and query offsets of the fit part followed by the calibration part (the rows of
-    #: ``view_x[("train", view)]``), made once for every run on the whole training set
-    whole_train: tuple[np.ndarray, np.ndarray] | None = None
+    #: the training set once, the fit part's queries then the calibration part's: ``fit_part``,
+    #: ``cal_part`` and every ``view_x`` entry of theirs are slices of it (rows of
+    #: ``view_x[("train", view)]``)
+    whole: RankingData | None = None
 
     @property
     def train(self) -> RankingData:

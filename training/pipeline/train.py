@@ -153,10 +153,9 @@ def prepare(cfg: TrainConfig, clock: _Clock, specs: list[RunSpec],
         # runs that stop early read the validation queries in their view
         for v in dict.fromkeys(s.view for s in specs if int(s.params.get("early_stopping", 0)) > 0):
             view_x[("vali", v)] = apply_view(sets["vali"].features, sets["vali"].query_offsets, v)
-    whole_train = (whole.labels, whole.query_offsets)
     return Prepared(sets=sets, records=records, n_labels=n_labels, groupings=groupings, fit_part=fit_part,
                     cal_part=cal_part, extra_views=[v for v in EXTRA_VIEWS if v in views], view_x=view_x,
-                    whole_train=whole_train)
+                    whole=whole)
 
 
 RunInputs = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray | None]
@@ -170,8 +169,8 @@ def run_inputs(prep: Prepared, spec: RunSpec) -> RunInputs:
     backend (joblib's dask backend scatters each argument array once, by identity) sends each
     array to a worker once, not once per task."""
     if spec.params.get("fit_on") == "train":
-        assert prep.whole_train is not None
-        labels, offsets = prep.whole_train
+        assert prep.whole is not None
+        labels, offsets = prep.whole.labels, prep.whole.query_offsets
         features = prep.view_x[("train", spec.view)]
     else:
         labels, offsets = prep.fit_part.labels, prep.fit_part.query_offsets
@@ -192,17 +191,9 @@ def fit_runs(cfg: TrainConfig, prep: Prepared, specs: list[RunSpec], n_jobs: int
                        and cfg.run.backend in ("loky", "threads", "sequential"),
                        processes=cfg.run.backend == "loky") as queue:
         return run_parallel(
-            [joblib.delayed(_fit_run)(s, *run_inputs(prep, s), prep.n_labels, cfg.seed, budget, queue) for s in specs],
+            [joblib.delayed(fit_run)(s, *run_inputs(prep, s), prep.n_labels, cfg.seed, budget, queue) for s in specs],
             n_jobs, f"boosting {len(specs)} runs", progress,
         )
-
-
-def _fit_run(spec: RunSpec, features: np.ndarray, labels: np.ndarray, offsets: np.ndarray,
-             eval_features: np.ndarray | None, eval_labels: np.ndarray | None, eval_offsets: np.ndarray | None,
-             n_labels: int, seed: int, budget: float | None, queue: Any) -> RunResult:
-    eval_set = None if eval_features is None else (eval_features, eval_labels, eval_offsets)
-    return fit_run(spec, features, labels, offsets, n_labels, seed, budget, queue,
-                   eval_set=eval_set)  # type: ignore[arg-type]
 
 
 def calibrate_runs(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], n_jobs: int,
