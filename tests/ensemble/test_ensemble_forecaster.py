@@ -272,3 +272,77 @@ def test_one_se_rule_tolerance_is_the_best_points_standard_error(noisy):
     assert small.tolerance_ > f.tolerance_
     back = ExponentialForecaster.from_params(f.to_params())
     assert back.tie_tolerance == "one_se"
+
+
+def _naive_cv_surface(S, y, off, c_grid, rules, k):
+    """selection="cv", written out: queries dealt to k folds by a seeded permutation; each fold's
+    mix uses the other folds' omegas (one metric call per member) and thresholds; the surface is
+    the query-weighted mean of the folds' qualities (rescale "none": the mix is sum w s / sum w)."""
+    n_q = off.shape[0] - 1
+    fold_of = np.empty(n_q, dtype=np.int64)
+    fold_of[np.random.default_rng(0).permutation(n_q)] = np.arange(n_q) % k
+
+    def part(qs):
+        rows = np.concatenate([np.arange(off[q], off[q + 1]) for q in qs])
+        return S[rows], y[rows], np.concatenate([[0], np.cumsum(np.diff(off)[qs])])
+
+    surface = np.zeros((len(c_grid), len(rules)))
+    for f in range(k):
+        rs, ry, ro = part(np.flatnonzero(fold_of != f))
+        hs, hy, ho = part(np.flatnonzero(fold_of == f))
+        om = np.array([METRIC(ry, np.ascontiguousarray(rs[:, m]), ro, "ndcg@10", "yahoo") for m in range(S.shape[1])])
+        ranked = np.sort(om)[::-1]
+        for j, (kind, v) in enumerate(rules):
+            t = {"all": -np.inf, "quantile": np.quantile(om, v) if kind == "quantile" else 0.0,
+                 "top": ranked[int(v)] if kind == "top" else 0.0}[kind]
+            for i, c in enumerate(c_grid):
+                keep = (om > t) | (np.arange(om.size) == np.argmax(om))
+                w = np.where(keep, np.exp(c * (om - om.max())), 0.0)
+                mixed = np.ascontiguousarray(hs @ (w / w.sum()))
+                surface[i, j] += METRIC(hy, mixed, ho, "ndcg@10", "yahoo") * (ho.size - 1) / n_q
+    return surface
+
+
+def test_cross_validated_selection_against_its_slow_twin(noisy):
+    """selection="cv": the surface is the k-fold estimate of each (c, omega_min rule) point (slow
+    twin above); the chosen point is its best (ties: smaller c, then more members), applied to the
+    omegas of every tuning query; the params round-trip."""
+    (S, y, off), _ = noisy
+    S, y, off = S[: off[60]], y[: off[60]], off[:61]
+    c_grid = (0.0, 5.0, 50.0)
+    f = ExponentialForecaster(c_grid=c_grid, omega_min_quantiles=(0.5,), omega_min_top_k=(1, 2), rescale="none",
+                              selection="cv", cv_folds=4, dedupe=False, tie_tolerance=0.0, metric=METRIC)
+    f.fit(S, y, off)
+    rules = [("all", 0.0), ("quantile", 0.5), ("top", 2.0), ("top", 1.0)]
+    want = _naive_cv_surface(S, y, off, c_grid, rules, 4)
+    np.testing.assert_allclose(f.grid_quality_, want, rtol=0, atol=1e-12)
+    i, j = np.unravel_index(int(np.argmax(want)), want.shape)
+    assert f.selection_quality_ == pytest.approx(want.max())
+    assert f.c_ == c_grid[i]
+    omega = f.omega_
+    full = [-np.inf, np.quantile(omega, 0.5), np.sort(omega)[::-1][2], np.sort(omega)[::-1][1]]
+    assert f.omega_min_ == pytest.approx(full[j])
+    np.testing.assert_allclose(f.weights_, mix_weights(omega, f.c_, f.omega_min_))
+    assert f.validation_quality_ == pytest.approx(METRIC(y, f.transform(S, off), off, "ndcg@10", "yahoo"))
+    back = ExponentialForecaster.from_params(f.to_params())
+    assert (back.selection, back.cv_folds) == ("cv", 4)
+    np.testing.assert_allclose(back.transform(S, off), f.transform(S, off))
+    with pytest.raises(ValueError, match="selection"):
+        ExponentialForecaster(selection="loo", metric=METRIC).fit(S, y, off)
+
+
+def test_cross_validated_selection_generalises_better_on_few_queries():
+    """Equally good members (independent noise around one score) tuned on 15 queries: the
+    in-sample point leans on the members those queries favour, which does not carry over; the
+    cross-validated choice stays nearer uniform. Over 10 draws its quality on 400 fresh queries
+    is higher (measured: +0.0036, SE 0.0012)."""
+    rng = np.random.default_rng(7)
+    S_new, y_new, off_new = naive.noisy_members(rng, 400, 20, [1.0] * 8, [1.0] * 8)
+    gains = []
+    for _ in range(10):
+        S, y, off = naive.noisy_members(rng, 15, 20, [1.0] * 8, [1.0] * 8)
+        cv = ExponentialForecaster(selection="cv", metric=METRIC, rescale="none").fit(S, y, off)
+        val = ExponentialForecaster(metric=METRIC, rescale="none").fit(S, y, off)
+        gains.append(METRIC(y_new, cv.transform(S_new, off_new), off_new, "ndcg@10", "yahoo")
+                     - METRIC(y_new, val.transform(S_new, off_new), off_new, "ndcg@10", "yahoo"))
+    assert np.mean(gains) > 0 and sum(g >= 0 for g in gains) >= 6

@@ -302,3 +302,21 @@ def test_a_model_without_a_relevance_head_still_trains_and_ranks(tmp_path: Path,
     assert outcome.path is not None and load_model(outcome.path)[0].relevance_head is None
     x = np.random.default_rng(0).normal(size=(7, model.n_features)).astype(np.float32)
     assert np.all(np.isfinite(model.score(x, np.array([0, 3, 7]))))  # it ranks
+
+
+def test_cross_validated_mix_choice(tmp_path: Path) -> None:
+    """[mixer] selection = "cv": every rescaling mode's forecaster carries its cross-validated
+    quality; the served mode is the first best by it (not by the in-sample validation quality)."""
+    cfg_path = tmp_path / "tiny.toml"
+    cfg_path.write_text(TINY)
+    cfg = load_config(cfg_path, {"run.models_dir": str(tmp_path / "models"), "mixer.selection": "cv",
+                                 "run.report_plots": False})
+    rec = train(cfg, progress=False, save=False).record
+    rows = rec["rescaling_comparison"]
+    assert all("cv_ndcg@10" in r and "val_ndcg@10" in r for r in rows)
+    best = max(r["cv_ndcg@10"] for r in rows)
+    chosen = next(r for r in rows if r["cv_ndcg@10"] >= best - rec["mixer"]["tie_tolerance_used"])
+    assert rec["mixer"]["rescale"] == chosen["rescale"]
+    assert rec["mixer"]["validation_quality"] == pytest.approx(chosen["val_ndcg@10"])
+    with pytest.raises(Exception, match="selection"):
+        load_config(cfg_path, {"mixer.selection": "loo"})

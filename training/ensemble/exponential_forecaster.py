@@ -130,6 +130,13 @@ def duplicate_rankings(member_scores: Float2D, query_offsets: Offsets) -> npt.ND
     return out_twin
 
 
+def _query_rows(offsets: Offsets, sizes: npt.NDArray[np.int64], queries: npt.NDArray[np.intp]
+                ) -> tuple[npt.NDArray[np.int64], Offsets]:
+    """The rows of ``queries`` (in order) and their offsets as a set of their own."""
+    rows = np.concatenate([np.arange(offsets[q], offsets[q + 1]) for q in queries]).astype(np.int64)
+    return rows, np.concatenate([[0], np.cumsum(sizes[queries])]).astype(np.int64)
+
+
 class ExponentialForecaster(Mixer):
     """Exponentially weighted mix of members, c and omega_min tuned on validation queries.
 
@@ -144,6 +151,17 @@ class ExponentialForecaster(Mixer):
             smallest c, then the smallest omega_min, wins); ``"one_se"``: the standard error of
             the best point's mean over the validation queries (the one-standard-error rule: on
             a small validation set the mix stays near uniform instead of fitting its noise).
+        selection: how the grid point is chosen. ``"validation"``: the point best on the
+            tuning queries themselves (the paper's protocol). ``"cv"``: the point best when
+            cross-validated over the tuning queries (``cv_folds`` folds of queries; each fold's
+            mix uses omegas and omega_min thresholds computed on the other folds; the
+            thresholds are rules, a quantile or a top-k count, applied to those omegas). The
+            chosen (c, rule) is then applied to the omegas of all tuning queries. With few
+            validation queries the in-sample point fits their noise (the MSLR sample's 17
+            validation queries a fold); the cross-validated one is an honest estimate of the
+            mix's quality, and c = 0 (the uniform mix) is one of its candidates, so the
+            shrinkage toward uniform is chosen by cross-validation.
+        cv_folds: folds of ``selection = "cv"`` (at most one per query).
         dedupe: drop members whose validation rankings repeat an earlier member's.
         rescale: "none" | "zscore_query" | "minmax_query" | "std_global" (member_rescaling.py).
             Default "zscore_query", by measurement (test NDCG@10, yahoo):
@@ -184,6 +202,8 @@ class ExponentialForecaster(Mixer):
         omega_min_quantiles: Sequence[float] = DEFAULT_OMEGA_MIN_QUANTILES,
         omega_min_top_k: Sequence[int] = DEFAULT_OMEGA_MIN_TOP_K,
         tie_tolerance: float | str = GRID_TIE_TOLERANCE,
+        selection: str = "validation",
+        cv_folds: int = 5,
         dedupe: bool = True,
         rescale: str = DEFAULT_RESCALE,
         metric: MetricFn | None = None,
@@ -195,6 +215,8 @@ class ExponentialForecaster(Mixer):
         self.omega_min_quantiles = omega_min_quantiles
         self.omega_min_top_k = omega_min_top_k
         self.tie_tolerance = tie_tolerance
+        self.selection = selection
+        self.cv_folds = cv_folds
         self.dedupe = dedupe
         self.rescale = rescale
         # fit()'s keyword inputs, read by _fit (the base class's fit passes only the arrays)
@@ -212,13 +234,16 @@ class ExponentialForecaster(Mixer):
             "omega_min_quantiles",
             "omega_min_top_k",
             "tie_tolerance",
+            "selection",
+            "cv_folds",
             "dedupe",
             "rescale",
         )
 
     @classmethod
     def _optional_init_params(cls) -> tuple[str, ...]:
-        return ("omega_min_top_k", "tie_tolerance", "dedupe")  # fitting only; older artifacts lack them
+        # fitting only; older artifacts lack them
+        return ("omega_min_top_k", "tie_tolerance", "selection", "cv_folds", "dedupe")
 
     def _get_init_params(self) -> dict[str, Any]:
         return {
@@ -231,6 +256,8 @@ class ExponentialForecaster(Mixer):
             "omega_min_quantiles": [float(v) for v in self.omega_min_quantiles],
             "omega_min_top_k": [int(k) for k in self.omega_min_top_k],
             "tie_tolerance": self.tie_tolerance if self.tie_tolerance == "one_se" else float(self.tie_tolerance),
+            "selection": self.selection,
+            "cv_folds": int(self.cv_folds),
             "dedupe": bool(self.dedupe),
             "rescale": self.rescale,
         }
@@ -318,6 +345,13 @@ class ExponentialForecaster(Mixer):
         eligible = eligible & (duplicate_of < 0)
         if not eligible.any():  # every eligible member repeats a non-eligible one: keep them
             eligible = self._eligible if self._eligible is not None else np.ones(m, dtype=bool)
+        if self.selection not in ("validation", "cv"):
+            raise ValueError(f"selection must be 'validation' or 'cv', got {self.selection!r}")
+        n_q = query_offsets.shape[0] - 1
+        if self.selection == "cv" and n_q >= 2:
+            self._fit_cv(member_scores, scaled, labels, query_offsets, omega, eligible, duplicate_of,
+                         c_grid, metric)
+            return
         om_grid = self._checked_omega_min_grid(omega[eligible])
         # Distinct weight vectors (many grid points coincide, e.g. every omega_min at c = 0
         # that keeps the same members), then their mixes in a few matrix products, then one
@@ -364,12 +398,98 @@ class ExponentialForecaster(Mixer):
         self.weights_ = mix_weights(omega, self.c_, self.omega_min_, eligible)
         self.kept_ = self.weights_ > 0
         self.validation_quality_ = float(surface[i_best, j_best])
+        self.selection_quality_ = self.validation_quality_
         logger.debug(
             "exp_forecaster: c=%g omega_min=%g keeps %d/%d members, validation %s=%.6f "
             "(%d distinct candidates)",
             self.c_, self.omega_min_, int(self.kept_.sum()), omega.size, self.measure,
             self.validation_quality_, len(columns),
         )
+
+    # ------------------------------------------------------ cross-validation
+    def _omega_min_rules(self) -> list[tuple[str, float]]:
+        """The omega_min grid as rules that give a threshold for any omegas: keep all, a
+        quantile, the k best (or the configured absolute values), from the most members kept."""
+        if self.omega_min_grid is not None:
+            g = np.asarray(self.omega_min_grid, dtype=np.float64).ravel()
+            if g.size == 0 or np.any(np.isnan(g)):
+                raise ValueError(f"omega_min_grid must be a non-empty list of numbers (-inf allowed), "
+                                 f"got {self.omega_min_grid}")
+            return [("value", float(v)) for v in np.unique(g)]
+        self._checked_omega_min_grid(np.zeros(1))  # the same checks of the quantiles and counts
+        qs = sorted(float(q) for q in np.asarray(self.omega_min_quantiles, dtype=np.float64).ravel())
+        ks = sorted((int(k) for k in np.asarray(self.omega_min_top_k, dtype=np.int64).ravel()), reverse=True)
+        return [("all", 0.0), *(("quantile", q) for q in qs), *(("top", float(k)) for k in ks)]
+
+    @staticmethod
+    def _rule_threshold(rule: tuple[str, float], omega: Float1D) -> float:
+        kind, v = rule
+        if kind == "all":
+            return -np.inf
+        if kind == "value":
+            return v
+        if kind == "quantile":
+            return float(np.quantile(omega, v))
+        ranked = np.sort(omega)[::-1]
+        return float(ranked[int(v)]) if int(v) < ranked.size else -np.inf
+
+    def _fit_cv(self, member_scores: Float2D, scaled: Float2D, labels: Int1D, query_offsets: Offsets,
+                omega: Float1D, eligible: npt.NDArray[np.bool_], duplicate_of: npt.NDArray[np.int64],
+                c_grid: Float1D, metric: MetricFn) -> None:
+        """``selection = "cv"``: each grid point (c, omega_min rule) scored on every fold of the
+        tuning queries with the omegas of the other folds; the best (ties: smaller c, then more
+        members) applied to the omegas of all tuning queries."""
+        rules = self._omega_min_rules()
+        n_q = query_offsets.shape[0] - 1
+        k = int(min(max(int(self.cv_folds), 2), n_q))
+        fold_of = np.empty(n_q, dtype=np.int64)
+        fold_of[np.random.default_rng(0).permutation(n_q)] = np.arange(n_q) % k
+        sizes = np.diff(query_offsets)
+        surface = np.zeros((c_grid.size, len(rules)), dtype=np.float64)
+        for f in range(k):
+            held = np.flatnonzero(fold_of == f)
+            rest = np.flatnonzero(fold_of != f)
+            h_rows, h_off = _query_rows(query_offsets, sizes, held)
+            r_rows, r_off = _query_rows(query_offsets, sizes, rest)
+            om = member_qualities(np.ascontiguousarray(member_scores[r_rows]), labels[r_rows], r_off,
+                                  self.measure, self.convention, metric)
+            thresholds = [self._rule_threshold(rule, om[eligible]) for rule in rules]
+            slot = np.empty(surface.shape, dtype=np.int64)
+            distinct: dict[bytes, int] = {}
+            columns: list[Float1D] = []
+            for i, c in enumerate(c_grid):
+                for j, t in enumerate(thresholds):
+                    w = mix_weights(om, float(c), t, eligible)
+                    w = w / w.sum()
+                    slot[i, j] = distinct.setdefault(w.tobytes(), len(columns))
+                    if slot[i, j] == len(columns):
+                        columns.append(w)
+            block = scaled[h_rows] @ np.column_stack(columns)
+            quality = np.array([float(metric(labels[h_rows], np.ascontiguousarray(block[:, b]), h_off,
+                                             self.measure, self.convention)) for b in range(block.shape[1])])
+            surface += quality[slot] * (held.size / n_q)
+        full = np.array([self._rule_threshold(rule, omega[eligible]) for rule in rules])
+        tolerance = max(float(self.tie_tolerance), 0.0) if self.tie_tolerance != "one_se" else GRID_TIE_TOLERANCE
+        best_value = float(surface.max())
+        i_best, j_best = min((tuple(ij) for ij in np.argwhere(surface >= best_value - tolerance)),
+                             key=lambda ij: (c_grid[ij[0]], full[ij[1]]))
+        self.omega_ = omega
+        self.tolerance_ = tolerance
+        self.duplicate_of_ = duplicate_of
+        self.eligible_ = eligible
+        self.c_grid_ = c_grid
+        self.omega_min_grid_ = full
+        self.grid_quality_ = surface
+        self.c_ = float(c_grid[i_best])
+        self.omega_min_ = float(full[j_best])
+        self.weights_ = mix_weights(omega, self.c_, self.omega_min_, eligible)
+        self.kept_ = self.weights_ > 0
+        mixed = self.rescaler_.weighted_sum(member_scores, query_offsets, self.weights_ / self.weights_.sum())
+        self.validation_quality_ = float(metric(labels, mixed, query_offsets, self.measure, self.convention))
+        self.selection_quality_ = float(surface[i_best, j_best])
+        logger.debug("exp_forecaster (cv, %d folds): c=%g omega_min=%g keeps %d/%d members, cross-validated "
+                     "%s=%.6f, in-sample %.6f", k, self.c_, self.omega_min_, int(self.kept_.sum()), omega.size,
+                     self.measure, self.selection_quality_, self.validation_quality_)
 
     def _tolerance(self, metric: MetricFn, labels: Int1D, query_offsets: Offsets, scaled: Float2D,
                    best_w: Float1D) -> float:

@@ -171,6 +171,9 @@ class MixerConfig:
     # grid points within this of the best are ties (the simpler wins): a number, or "one_se" (the
     # standard error of the best point's validation mean: the one-standard-error rule)
     tie_tolerance: float | str = 1e-4
+    # how the forecaster's grid point (and rescaling mode, T) is chosen: "validation" (best on the
+    # tuning queries) or "cv" (best cross-validated over them: docs/method.md, the mix's choice)
+    selection: str = "validation"
 
 
 @dataclass
@@ -366,6 +369,8 @@ def validate(cfg: TrainConfig, *, require_data: bool = True) -> TrainConfig:
     tt = cfg.mixer.tie_tolerance
     _require(tt == "one_se" or (isinstance(tt, int | float) and not isinstance(tt, bool) and tt >= 0),
              f"[mixer] tie_tolerance {tt!r} is not a number >= 0 or 'one_se'")
+    _require(cfg.mixer.selection in ("validation", "cv"),
+             f"[mixer] selection {cfg.mixer.selection!r} is not 'validation' or 'cv'")
     _require(cfg.mixer.snapshots == "all" or cfg.mixer.name == "exp_forecaster",
              "[mixer] snapshots = 'tune' needs the exp_forecaster mixer")
     r = cfg.run

@@ -113,7 +113,7 @@ def search_forecasters(scores: np.ndarray, labels: np.ndarray, offsets: np.ndarr
             fc.fit(scores, labels, offsets, eligible=mask, **shared)  # type: ignore[call-arg]
             shared = {"omega": fc.omega_, "duplicate_of": fc.duplicate_of_}  # type: ignore[attr-defined]
             candidates.append((mode, T, fc))
-    keys = [float(fc.validation_quality_) for _, _, fc in candidates]
+    keys = [float(fc.selection_quality_) for _, _, fc in candidates]
     tolerance = float(max(fc.tolerance_ for _, _, fc in candidates))
     best = max(keys)
     pick = next(i for i, k in enumerate(keys) if k >= best - tolerance)
@@ -143,7 +143,8 @@ def fit_mixer(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, out: Mixin
         if cfg.mixer.snapshots == "tune" and runs is not None:
             sets = list(snapshot_sets(runs, members)) or [(None, None)]
         search = search_forecasters(tune_scores, tune_data.labels, tune_data.query_offsets, modes=modes, sets=sets,
-                                    measure=measure, convention=convention, tie_tolerance=cfg.mixer.tie_tolerance)
+                                    measure=measure, convention=convention, tie_tolerance=cfg.mixer.tie_tolerance,
+                                    selection=cfg.mixer.selection)
         for mode, T, fc in search.candidates:
             tuned = float(fc.validation_quality_)
             row: dict[str, Any] = {"rescale": mode}
@@ -155,6 +156,8 @@ def fit_mixer(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, out: Mixin
                                                     vali.query_offsets, measure, convention)
             else:
                 row[f"val_{measure}"] = tuned
+            if cfg.mixer.selection == "cv":
+                row[f"cv_{measure}"] = float(fc.selection_quality_)
             if test is not None and test_members is not None:
                 row[f"test_{measure}"] = mean_metric(test.labels, fc.transform(test_members, test.query_offsets),
                                                      test.query_offsets, measure, convention)
@@ -186,7 +189,7 @@ def compare(cfg: TrainConfig, prep: Prepared, mixing: Mixing) -> None:
     for name in names:
         if name == "exp_forecaster" and mixing.chosen_rescale is not None:
             mixer_specs.append(make_mixer(name, measure=measure, convention=convention, rescale=mixing.chosen_rescale,
-                                          tie_tolerance=cfg.mixer.tie_tolerance))
+                                          tie_tolerance=cfg.mixer.tie_tolerance, selection=cfg.mixer.selection))
         elif name == "uniform" and mixing.chosen_rescale is not None:
             mixer_specs.append(make_mixer(name, rescale=mixing.chosen_rescale))  # c = 0 of the same forecaster
         else:
@@ -221,7 +224,7 @@ def compare_type_subsets(cfg: TrainConfig, prep: Prepared, runs: list[RunResult]
         if cfg.mixer.name == "exp_forecaster":
             modes = list(RESCALE_MODES) if cfg.mixer.rescale in (None, "auto") else [str(cfg.mixer.rescale)]
             candidates = [make_mixer("exp_forecaster", measure=measure, convention=convention, rescale=mode,
-                                     tie_tolerance=cfg.mixer.tie_tolerance)
+                                     tie_tolerance=cfg.mixer.tie_tolerance, selection=cfg.mixer.selection)
                           for mode in modes]
         else:
             modes = [""]
