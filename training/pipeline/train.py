@@ -30,7 +30,7 @@ import numpy as np
 from training import __version__
 from training.artifact.store import save_artifact, sha256_file
 from training.data.dataset import RankingData
-from training.data.normalization import apply_view
+from training.data.binned import BinnedView, bin_view, view_in_chunks
 from training.data.splits import query_split
 from training.data.svmlight import read_svmlight
 from training.ensemble.registry import make_mixer
@@ -145,38 +145,59 @@ def prepare(cfg: TrainConfig, clock: _Clock, specs: list[RunSpec],
         fit_part, cal_part = whole.query_slice(0, first.size), whole.query_slice(first.size, whole.n_queries)
     with clock("views_s"):  # per query, so the views of the whole are those of each part
         views = list(dict.fromkeys([*cfg.members.views, *(s.view for s in specs)]))
+        coded = [s for s in specs if get_member_type(s.type).reads_codes_of(s)]
+        floats = [s for s in specs if not get_member_type(s.type).reads_codes_of(s)]
         view_x: dict[tuple[str, str], np.ndarray] = {}
-        for v in views:
-            view_x[("train", v)] = apply_view(whole.features, whole.query_offsets, v)
+        for v in dict.fromkeys(s.view for s in floats):
+            view_x[("train", v)] = view_in_chunks(whole.features, whole.query_offsets, v)
             view_x[("fit", v)] = view_x[("train", v)][:fit_part.n_docs]
-            view_x[("cal", v)] = view_x[("train", v)][fit_part.n_docs:]
+        for v in dict.fromkeys(s.view for s in specs):  # every run's snapshots are calibrated on it
+            view_x[("cal", v)] = (view_x[("train", v)][fit_part.n_docs:] if ("train", v) in view_x
+                                  else view_in_chunks(cal_part.features, cal_part.query_offsets, v))
+        # one binning stage: the codes of each view, shared by every run that reads codes
+        binned: dict[tuple[str, str], BinnedView] = {}
+        for v in dict.fromkeys(s.view for s in coded):
+            binned[("train", v)] = bin_view(whole.features, whole.query_offsets, v, seed=cfg.seed)
+            binned[("fit", v)] = binned[("train", v)].rows(0, fit_part.n_docs)
         # runs that stop early read the validation queries in their view
-        for v in dict.fromkeys(s.view for s in specs if int(s.params.get("early_stopping", 0)) > 0):
-            view_x[("vali", v)] = apply_view(sets["vali"].features, sets["vali"].query_offsets, v)
+        vali = sets["vali"]
+        for s in specs:
+            if int(s.params.get("early_stopping", 0)) <= 0:
+                continue
+            if ("train", s.view) in binned and ("vali", s.view) not in binned:
+                binned[("vali", s.view)] = bin_view(vali.features, vali.query_offsets, s.view,
+                                                    bins=binned[("train", s.view)].bins)
+            if not get_member_type(s.type).reads_codes_of(s) and ("vali", s.view) not in view_x:
+                view_x[("vali", s.view)] = view_in_chunks(vali.features, vali.query_offsets, s.view)
     return Prepared(sets=sets, records=records, n_labels=n_labels, groupings=groupings, fit_part=fit_part,
                     cal_part=cal_part, extra_views=[v for v in EXTRA_VIEWS if v in views], view_x=view_x,
-                    whole=whole)
+                    whole=whole, binned=binned)
 
 
-RunInputs = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray | None]
+#: features (floats, or the shared codes of the run's view), labels, query offsets, then the same
+#: of the validation queries (None unless the run stops early on them)
+RunInputs = tuple[np.ndarray | BinnedView, np.ndarray, np.ndarray, np.ndarray | BinnedView | None, np.ndarray | None,
+                  np.ndarray | None]
 
 
 def run_inputs(prep: Prepared, spec: RunSpec) -> RunInputs:
-    """What one run trains on: features (in its view), labels and query offsets of the fit part,
+    """What one run trains on: features (in its view: the shared codes for a run that reads codes,
+    else floats), labels and query offsets of the fit part,
     or of the whole training set (``fit_on = "train"``: the fit part, then the calibration part),
     and the validation queries (features in its view, labels, offsets; None unless it stops early
     on them). Every run that reads the same data gets the same array objects: a distributed
     backend (joblib's dask backend scatters each argument array once, by identity) sends each
     array to a worker once, not once per task."""
+    store: Any = prep.binned if get_member_type(spec.type).reads_codes_of(spec) else prep.view_x
     if spec.params.get("fit_on") == "train":
         assert prep.whole is not None
         labels, offsets = prep.whole.labels, prep.whole.query_offsets
-        features = prep.view_x[("train", spec.view)]
+        features = store[("train", spec.view)]
     else:
         labels, offsets = prep.fit_part.labels, prep.fit_part.query_offsets
-        features = prep.view_x[("fit", spec.view)]
+        features = store[("fit", spec.view)]
     if int(spec.params.get("early_stopping", 0)) > 0:
-        return features, labels, offsets, prep.view_x[("vali", spec.view)], prep.vali.labels, prep.vali.query_offsets
+        return features, labels, offsets, store[("vali", spec.view)], prep.vali.labels, prep.vali.query_offsets
     return features, labels, offsets, None, None, None
 
 
