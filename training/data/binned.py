@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from training.data.normalization import apply_view, view_width
 from training.data.binning import FeatureBins, fit_bins
+from training.data.normalization import apply_view, view_width
 
 #: bins per column of the shared codes: LightGBM's default ``max_bin`` (one LightGBM bin per code)
 MAX_SHARED_BINS = 255

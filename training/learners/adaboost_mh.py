@@ -44,9 +44,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from training.learners.bandits import FeatureBandit, FullSearch, make_bandit
 from training.data.binned import BinnedView
 from training.data.binning import FeatureBins, fit_bins
+from training.learners.bandits import FeatureBandit, FullSearch, make_bandit
 from training.learners.hamming_tree import HammingTreeSearch
 from training.learners.label_groups import LabelGrouping, get_grouping, identity_grouping
 from training.learners.stump_product import StumpProductSearch

@@ -16,14 +16,14 @@ from typing import Any, Self
 import numpy as np
 import numpy.typing as npt
 
-from training.learners.lightgbm_forest import lightgbm_to_forest
 from training.data.binned import BinnedView
 from training.learners.lightgbm_data import make_code_dataset
+from training.learners.lightgbm_forest import lightgbm_to_forest
 from training.learners.mcrank import (
-    same_bins,
     budget_callback,
     lightgbm_params,
     model_input,
+    same_bins,
     sampling_params,
     snapshot_list,
 )

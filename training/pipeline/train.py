@@ -29,8 +29,8 @@ import numpy as np
 
 from training import __version__
 from training.artifact.store import save_artifact, sha256_file
-from training.data.dataset import RankingData
 from training.data.binned import BinnedView, bin_view, view_in_chunks
+from training.data.dataset import RankingData
 from training.data.splits import query_split
 from training.data.svmlight import read_svmlight
 from training.ensemble.registry import make_mixer
