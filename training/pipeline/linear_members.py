@@ -78,10 +78,11 @@ def best_single_feature(features: np.ndarray, labels: np.ndarray, query_offsets:
     from training.evaluation import mean_metric
 
     best = (0, 1.0, -np.inf)
-    x = np.asarray(features, dtype=np.float64)
+    x = np.asarray(features)
     for j in range(x.shape[1]):
+        column = x[:, j].astype(np.float64)  # one column at a time: no float64 copy of the matrix
         for sign in (1.0, -1.0):
-            q = mean_metric(labels, sign * x[:, j], query_offsets, measure, convention)
+            q = mean_metric(labels, sign * column, query_offsets, measure, convention)
             if q > best[2]:
                 best = (j, sign, float(q))
     return best
