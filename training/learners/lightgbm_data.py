@@ -1,7 +1,7 @@
 """LightGBM datasets read from the shared codes (``training.data.binned``), and the conversion of
 their trees' thresholds back to real features.
 
-LightGBM is given each document's codes as float32 rows (:class:`CodeRows`, a
+LightGBM is given each document's codes as float64 rows (``CodeRows``, a
 ``lightgbm.Sequence``: a batch of rows at a time, never the whole float matrix) with
 ``max_bin = 255`` and ``min_data_in_bin = 1``, so every code value it samples gets a bin of its
 own and it splits between codes. A split ``code <= t`` (any real t) is ``code <= floor(t)``,
@@ -14,6 +14,7 @@ does). The served model therefore ranks real features exactly as LightGBM ranked
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 import numpy as np
@@ -22,8 +23,11 @@ import numpy.typing as npt
 from training.data.binned import MAX_SHARED_BINS, BinnedView
 from training.data.binning import FeatureBins
 
-#: rows a ``CodeRows`` batch converts to float32 at a time
+#: rows a ``CodeRows`` batch converts to float64 at a time
 BATCH_ROWS = 8192
+#: held while a dataset is built: runs on threads build theirs one after the other (LightGBM's
+#: Python side holds its row sample twice as float64 while it builds; two at once doubled the peak)
+_CONSTRUCTING = threading.Lock()
 
 
 #: rows LightGBM samples to find the code values of each column (its bins) at least, and at most:
@@ -79,6 +83,8 @@ def make_code_dataset(binned: BinnedView, label: npt.ArrayLike, params: dict[str
                 return self.codes[:, int(idx)].astype(np.float64)
             return np.ascontiguousarray(self.codes[:, idx].T, dtype=np.float64)
 
-    return lgb.Dataset(CodeRows(binned.codes), label=np.asarray(label), group=group, reference=reference,
-                       params=dict(reference.params) if reference is not None
-                       else code_dataset_params(params, binned.n_docs), free_raw_data=True)
+    ds = lgb.Dataset(CodeRows(binned.codes), label=np.asarray(label), group=group, reference=reference,
+                     params=dict(reference.params) if reference is not None
+                     else code_dataset_params(params, binned.n_docs), free_raw_data=True)
+    with _CONSTRUCTING:  # one construction at a time: its float64 row sample is the transient peak
+        return ds.construct()
