@@ -106,3 +106,14 @@ def test_adaboost_on_codes_is_adaboost_on_the_same_bins(sets):
     shared = AdaBoostMH(base="tree", n_leaves=4, n_iterations=15).fit(b, tr.labels)
     np.testing.assert_array_equal(own.bins_.edges, shared.bins_.edges)
     np.testing.assert_array_equal(own.decision_function(x), shared.decision_function(x))
+
+
+def test_codes_of_reordered_queries_without_a_float_copy(sets):
+    """``queries=``: the codes of a reordering of the queries, chunk by chunk from the original
+    rows, equal the codes of the reordered copy."""
+    tr = sets["train"]
+    order = np.random.default_rng(0).permutation(tr.n_queries)[:45]
+    copy = tr.subset_queries(order)
+    b = bin_view(tr.features, tr.query_offsets, "raw+std", queries=order, chunk_documents=70)
+    np.testing.assert_array_equal(
+        b.codes, b.bins.transform_columns(apply_view(copy.features, copy.query_offsets, "raw+std")))

@@ -126,12 +126,20 @@ def fit_view_bins(features: npt.ArrayLike, query_offsets: npt.ArrayLike, view: s
     return fit_bins(sample, max_bins, sample_size=sample.shape[0], seed=seed)
 
 
+def _query_rows(query_offsets: npt.NDArray[np.int64], queries: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    if queries.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.concatenate([np.arange(query_offsets[q], query_offsets[q + 1]) for q in queries]).astype(np.int64)
+
+
 def bin_view(features: npt.ArrayLike, query_offsets: npt.ArrayLike, view: str, *,
-             bins: FeatureBins | None = None, max_bins: int = MAX_SHARED_BINS,
-             chunk_documents: int = CHUNK_DOCUMENTS, seed: int = 0) -> BinnedView:
+             bins: FeatureBins | None = None, queries: npt.ArrayLike | None = None,
+             max_bins: int = MAX_SHARED_BINS, chunk_documents: int = CHUNK_DOCUMENTS, seed: int = 0) -> BinnedView:
     """``view`` of the documents (``features`` (n, d) raw, grouped by ``query_offsets``) as codes,
     under ``bins`` (e.g. the training set's, for the validation queries) or edges chosen here
-    (:func:`fit_view_bins`). The view is computed a chunk of whole queries at a time."""
+    (:func:`fit_view_bins`). The view is computed a chunk of whole queries at a time.
+    ``queries``: the codes of these queries only, in this order (a chunk gathers its rows): a
+    reordered training set as codes without a reordered float copy of it."""
     x = np.asarray(features, dtype=np.float32)
     off = np.asarray(query_offsets, dtype=np.int64)
     if x.ndim != 2:
@@ -144,9 +152,20 @@ def bin_view(features: npt.ArrayLike, query_offsets: npt.ArrayLike, view: str, *
     elif bins.n_features != width:
         raise ValueError(f"bins are for {bins.n_features} columns; view {view!r} of {x.shape[1]} features "
                          f"has {width}")
-    codes = np.empty((width, x.shape[0]), dtype=np.uint8)
-    for q0, q1 in _chunks(off, chunk_documents):
-        lo, hi = int(off[q0]), int(off[q1])
+    if queries is None:
+        codes = np.empty((width, x.shape[0]), dtype=np.uint8)
+        for q0, q1 in _chunks(off, chunk_documents):
+            lo, hi = int(off[q0]), int(off[q1])
+            if hi > lo:
+                codes[:, lo:hi] = bins.transform_columns(_view_of(x, off, q0, q1, view))
+        return BinnedView(view=view, bins=bins, codes=codes)
+    order = np.asarray(queries, dtype=np.int64)
+    sizes = np.diff(off)[order]
+    new_off = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    codes = np.empty((width, int(new_off[-1])), dtype=np.uint8)
+    for q0, q1 in _chunks(new_off, chunk_documents):
+        lo, hi = int(new_off[q0]), int(new_off[q1])
         if hi > lo:
-            codes[:, lo:hi] = bins.transform_columns(_view_of(x, off, q0, q1, view))
+            chunk = x[_query_rows(off, order[q0:q1])]
+            codes[:, lo:hi] = bins.transform_columns(apply_view(chunk, new_off[q0:q1 + 1] - lo, view))
     return BinnedView(view=view, bins=bins, codes=codes)

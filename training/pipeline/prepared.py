@@ -29,10 +29,13 @@ class Prepared:
     cal_part: RankingData
     extra_views: list[str]
     view_x: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
-    #: the training set once, the fit part's queries then the calibration part's: ``fit_part``,
-    #: ``cal_part`` and every ``view_x`` entry of theirs are slices of it (rows of
-    #: ``view_x[("train", view)]``)
+    #: the training set once, the fit part's queries first, then the calibration part's: ``fit_part``
+    #: is a slice of it. Its features are a float copy only when some run reads floats (then
+    #: ``cal_part`` and every ``view_x`` entry are slices of it); otherwise it has no feature columns
+    #: (labels and offsets) and ``cal_part`` is a copy of the calibration queries alone
     whole: RankingData | None = None
+    #: the training set's queries in the fit part, in its order
+    fit_queries: np.ndarray | None = None
     #: the shared codes (``training.data.binned``) of every view a code-reading run trains on:
     #: ``("train", view)`` (the whole training set, ``whole``'s order), ``("fit", view)`` (its first
     #: ``fit_part.n_docs`` documents) and ``("vali", view)`` (under the training codes' bins)

@@ -138,11 +138,19 @@ def prepare(cfg: TrainConfig, clock: _Clock, specs: list[RunSpec],
                 log.warning("%s has label %d, above the training data's top label %d",
                             name, int(part.labels.max()), n_labels - 1)
         groupings = {g: get_grouping(g, n_labels) for g in cfg.members.label_groupings}
-        # one copy of the training set, the fit part's queries first, then the calibration part's:
-        # the two parts and every view of them are slices of it (no copy per part or per run)
+        # the training set once, the fit part's queries first, then the calibration part's: the
+        # two parts are slices of it (no copy per part or per run). Its float features are copied
+        # only for runs that read floats; the others read the codes (computed in this order from
+        # the training set itself), and the calibration part's floats are then copied alone.
         first, second = query_split(train_set.n_queries, fraction=1.0 - cfg.run.calibration_fraction, seed=cfg.seed)
-        whole = train_set.subset_queries(np.concatenate([first, second]))
-        fit_part, cal_part = whole.query_slice(0, first.size), whole.query_slice(first.size, whole.n_queries)
+        order = np.concatenate([first, second])
+        if any(not get_member_type(s.type).reads_codes_of(s) for s in specs):
+            whole = train_set.subset_queries(order)
+            cal_part = whole.query_slice(first.size, whole.n_queries)
+        else:
+            whole = _without_features(train_set, order)
+            cal_part = train_set.subset_queries(second)
+        fit_part = whole.query_slice(0, first.size)
     with clock("views_s"):  # per query, so the views of the whole are those of each part
         views = list(dict.fromkeys([*cfg.members.views, *(s.view for s in specs)]))
         coded = [s for s in specs if get_member_type(s.type).reads_codes_of(s)]
@@ -157,7 +165,8 @@ def prepare(cfg: TrainConfig, clock: _Clock, specs: list[RunSpec],
         # one binning stage: the codes of each view, shared by every run that reads codes
         binned: dict[tuple[str, str], BinnedView] = {}
         for v in dict.fromkeys(s.view for s in coded):
-            binned[("train", v)] = bin_view(whole.features, whole.query_offsets, v, seed=cfg.seed)
+            binned[("train", v)] = bin_view(train_set.features, train_set.query_offsets, v, queries=order,
+                                            seed=cfg.seed)
             binned[("fit", v)] = binned[("train", v)].rows(0, fit_part.n_docs)
         # runs that stop early read the validation queries in their view
         vali = sets["vali"]
@@ -171,11 +180,21 @@ def prepare(cfg: TrainConfig, clock: _Clock, specs: list[RunSpec],
                 view_x[("vali", s.view)] = view_in_chunks(vali.features, vali.query_offsets, s.view)
     return Prepared(sets=sets, records=records, n_labels=n_labels, groupings=groupings, fit_part=fit_part,
                     cal_part=cal_part, extra_views=[v for v in EXTRA_VIEWS if v in views], view_x=view_x,
-                    whole=whole, binned=binned)
+                    whole=whole, binned=binned, fit_queries=first)
 
 
 #: features (floats, or the shared codes of the run's view), labels, query offsets, then the same
 #: of the validation queries (None unless the run stops early on them)
+def _without_features(data: RankingData, queries: np.ndarray) -> RankingData:
+    """``data.subset_queries(queries)`` without its features (zero columns): labels, offsets, ids."""
+    sizes = np.diff(data.query_offsets)[queries]
+    rows = (np.concatenate([np.arange(data.query_offsets[q], data.query_offsets[q + 1]) for q in queries])
+            if queries.size else np.zeros(0, dtype=np.int64))
+    return RankingData(features=np.zeros((rows.size, 0), dtype=np.float32), labels=data.labels[rows],
+                       query_offsets=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64), qids=data.qids[queries],
+                       docids=None if data.docids is None else data.docids[rows], source=data.source)
+
+
 RunInputs = tuple[np.ndarray | BinnedView, np.ndarray, np.ndarray, np.ndarray | BinnedView | None, np.ndarray | None,
                   np.ndarray | None]
 
@@ -285,7 +304,15 @@ def best_feature_baseline(cfg: TrainConfig, prep: Prepared) -> dict[str, Any]:
 
     measure, convention = cfg.mixer.measure, cfg.mixer.convention
     fit = prep.fit_part
-    j, sign, quality = best_single_feature(fit.features, fit.labels, fit.query_offsets, measure, convention)
+    if fit.n_features == prep.train.n_features:
+        j, sign, quality = best_single_feature(fit.features, fit.labels, fit.query_offsets, measure, convention)
+    else:  # the fit part holds no float copy: its rows of the training set, one column at a time
+        train = prep.train
+        assert prep.fit_queries is not None
+        rows = np.concatenate([np.arange(train.query_offsets[q], train.query_offsets[q + 1])
+                               for q in prep.fit_queries])
+        j, sign, quality = best_single_feature(train.features, fit.labels, fit.query_offsets, measure, convention,
+                                               rows=rows)
     out: dict[str, Any] = {"feature": j + 1, "sign": "+" if sign > 0 else "-", "measure": measure,
                            "convention": convention, "fit": quality}
     for split, data in (("vali", prep.vali), ("test", prep.test)):
