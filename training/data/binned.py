@@ -56,6 +56,11 @@ class BinnedView:
     def nbytes(self) -> int:
         return int(self.codes.nbytes)
 
+    def __sizeof__(self) -> int:
+        # what ``sys.getsizeof`` (and so Dask's ``sizeof``) sees: joblib's Dask backend scatters an
+        # argument to the workers once, by identity, only when it looks large
+        return object.__sizeof__(self) + int(self.codes.nbytes) + int(self.bins.edges.nbytes)
+
     def rows(self, start: int, stop: int) -> BinnedView:
         """Documents ``start`` to ``stop - 1`` (a view of the same codes, no copy)."""
         if not 0 <= start <= stop <= self.n_docs:

@@ -95,7 +95,11 @@ def model_input(features: npt.ArrayLike, bins: FeatureBins | None) -> np.ndarray
 
 def same_bins(evaluation: Any, binned: BinnedView) -> BinnedView:
     """The evaluation set's codes, which must be under the training codes' bins."""
-    if not isinstance(evaluation, BinnedView) or evaluation.bins is not binned.bins:
+    same = isinstance(evaluation, BinnedView) and (
+        evaluation.bins is binned.bins  # in one process; a copy (another process) has equal edges
+        or (np.array_equal(evaluation.bins.edges, binned.bins.edges)
+            and np.array_equal(evaluation.bins.n_bins, binned.bins.n_bins)))
+    if not same:
         raise ValueError("a model trained on codes stops early on codes of the same bins (training.data.binned)")
     return evaluation
 
