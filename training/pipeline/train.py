@@ -183,8 +183,6 @@ def prepare(cfg: TrainConfig, clock: _Clock, specs: list[RunSpec],
                     whole=whole, binned=binned, fit_queries=first)
 
 
-#: features (floats, or the shared codes of the run's view), labels, query offsets, then the same
-#: of the validation queries (None unless the run stops early on them)
 def _without_features(data: RankingData, queries: np.ndarray) -> RankingData:
     """``data.subset_queries(queries)`` without its features (zero columns): labels, offsets, ids."""
     sizes = np.diff(data.query_offsets)[queries]
@@ -201,6 +199,8 @@ def _without_features(data: RankingData, queries: np.ndarray) -> RankingData:
 THREAD_RUNS_PER_JOB = 2
 
 
+#: features (floats, or the shared codes of the run's view), labels, query offsets, then the same
+#: of the validation queries (None unless the run stops early on them)
 RunInputs = tuple[np.ndarray | BinnedView, np.ndarray, np.ndarray, np.ndarray | BinnedView | None, np.ndarray | None,
                   np.ndarray | None]
 
@@ -230,12 +230,12 @@ def run_inputs(prep: Prepared, spec: RunSpec) -> RunInputs:
 def fit_runs(cfg: TrainConfig, prep: Prepared, specs: list[RunSpec], n_jobs: int, progress: bool) -> list[RunResult]:
     """Every run on the fit part, in parallel (one job per run). On the threads backend up to
     ``THREAD_RUNS_PER_JOB`` runs per job go at once (the OS shares the cores among them)."""
-    budget = None
-    if cfg.run.time_budget_s is not None:
-        budget = 0.6 * cfg.run.time_budget_s / math.ceil(len(specs) / n_jobs)
     at_once = n_jobs
     if cfg.run.backend == "threads":
         at_once = max(n_jobs, min(len(specs), THREAD_RUNS_PER_JOB * n_jobs))
+    budget = None  # wall-clock seconds per run: the budget's boosting share, per wave of runs
+    if cfg.run.time_budget_s is not None:
+        budget = 0.6 * cfg.run.time_budget_s / math.ceil(len(specs) / at_once)
     total_iterations = sum(get_member_type(s.type).iterations(s.params) for s in specs)
     with iteration_bar(total_iterations, progress and total_iterations > 0
                        and cfg.run.backend in ("loky", "threads", "sequential"),
