@@ -5,7 +5,7 @@ mixing stages in ``training.pipeline.mixing``). Member types (AdaBoost.MH, McRan
 through ``training.pipeline.member_types``; the joblib backend and the progress bars live in
 ``training.pipeline.parallel``.
 Time budget: when ``[run] time_budget_s`` is set, 60% of it is shared among the runs (each run
-gets ``0.6 * budget / ceil(n_runs / n_jobs)`` seconds and stops after the iteration that exceeds
+gets ``0.6 * budget / ceil(n_runs / runs at once)`` seconds and stops after the iteration that exceeds
 it); calibration and mixing use the rest.
 Nothing is written until the very end, and then atomically (``training.artifact.store``):
 Ctrl-C at any point leaves no half-written model.
