@@ -29,8 +29,10 @@ Degenerate cases (documented choices):
 - a single class present: K is still the number of labels (or groups), at least 2; the
   absent classes' targets are all -1 and boosting proceeds (it usually stops as "perfect").
 
-Features are binned once per run (``binning.py``); thresholds are exported as float32 feature
-values, so the fitted model scores raw features through ``training.scoring.forest``.
+Features are binned once per run (``training/data/binning.py``), or ``fit`` is given the shared
+codes of the pipeline's binning stage (a ``training.data.binned.BinnedView``: no binning of its
+own); thresholds are exported as float32 feature values, so the fitted model scores raw features
+through ``training.scoring.forest``.
 """
 
 from __future__ import annotations
@@ -177,13 +179,14 @@ class AdaBoostMH:
     # --------------------------------------------------------------------- fit
     def fit(
         self,
-        X: npt.ArrayLike,
+        X: npt.ArrayLike | BinnedView,
         y: npt.ArrayLike,
         *,
         label_grouping: LabelGrouping | str | None = None,
         callback: Callable[[FitProgress], None] | None = None,
     ) -> AdaBoostMH:
-        """Boost on features ``X`` (n, d) and relevance labels ``y`` (n,) 0..; returns self.
+        """Boost on features ``X`` (n, d; or a ``BinnedView`` of their codes) and relevance labels
+        ``y`` (n,) 0..; returns self.
 
         ``label_grouping`` (a ``LabelGrouping`` or a standard name such as "binary") trains on
         grouped classes; ``callback`` receives a ``FitProgress`` after every iteration.
