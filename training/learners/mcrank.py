@@ -143,7 +143,8 @@ class McRank:
     def fit(self, features: npt.ArrayLike, labels: npt.ArrayLike, *, label_grouping: LabelGrouping | None = None,
             on_iteration: Callable[[int], None] | None = None,
             eval_set: tuple[npt.ArrayLike, npt.ArrayLike] | None = None, early_stopping_rounds: int = 50) -> Self:
-        """Train on ``features`` and ``labels``. With ``eval_set`` (features, labels; multiclass
+        """Train on ``features`` (floats (n, d), or the shared codes: a ``BinnedView``, whose bins
+        an eval set's codes must share) and ``labels``. With ``eval_set`` (features, labels; multiclass
         only) training stops once the eval set's log loss has not improved for
         ``early_stopping_rounds`` iterations; ``best_iteration_`` is the iteration of the lowest
         loss (``best_loss_``), the last one kept (``n_iterations_``; ``iterations_trained_``

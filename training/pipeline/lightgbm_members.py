@@ -5,6 +5,8 @@ trees in the one wide :class:`~training.scoring.forest.FlatForest`.
 - ``[[members.mcrank]]``: keys ``variant`` (``multiclass``, ``ordinal``), ``n_leaves``,
   ``learning_rate``, ``n_iterations``, ``checkpoints``, ``min_data_in_leaf``, ``n_bins``,
   ``seed``, ``feature_fraction``, ``bagging_fraction``; list values expand into a grid.
+  Runs read the shared codes of their view (``training.data.binned``: 255 bins, one LightGBM bin
+  per code); a run that sets ``n_bins`` trains LightGBM on the floats with its own ``max_bin``.
   ``early_stopping = R``: stop once the validation queries' loss (McRank multiclass: log loss;
   LambdaMART: NDCG@10) has not improved for R iterations and keep the best iteration.
   ``fit_on = "train"``: train on the whole training set (fit and calibration parts) instead of
