@@ -57,8 +57,8 @@ class LambdaMART:
         """Train on one query's documents after another (``query_offsets``: n_queries + 1 row
         offsets); ``features`` are floats (n, d) or the shared codes (a ``BinnedView``, whose
         bins the eval set's codes must share). With ``eval_set`` (features, labels, query offsets)
-        training stops once the eval queries' NDCG@10 (LightGBM's, gains 2^l - 1; a query without relevant documents counts 1,
-        as the yahoo convention) has not improved for ``early_stopping_rounds`` iterations; the
+        training stops once the eval queries' NDCG@10 (LightGBM's, gains 2^l - 1; a query
+        without relevant documents counts 1, as the yahoo convention) has not improved for ``early_stopping_rounds`` iterations; the
         trees up to the best iteration (``best_iteration_``, its NDCG ``best_score_``) are kept."""
         import lightgbm as lgb
 
