@@ -58,8 +58,9 @@ class LambdaMART:
         offsets); ``features`` are floats (n, d) or the shared codes (a ``BinnedView``, whose
         bins the eval set's codes must share). With ``eval_set`` (features, labels, query offsets)
         training stops once the eval queries' NDCG@10 (LightGBM's, gains 2^l - 1; a query
-        without relevant documents counts 1, as the yahoo convention) has not improved for ``early_stopping_rounds`` iterations; the
-        trees up to the best iteration (``best_iteration_``, its NDCG ``best_score_``) are kept."""
+        without relevant documents counts 1, as the yahoo convention) has not improved for
+        ``early_stopping_rounds`` iterations; the trees up to the best iteration
+        (``best_iteration_``, its NDCG ``best_score_``) are kept."""
         import lightgbm as lgb
 
         binned = features if isinstance(features, BinnedView) else None
