@@ -147,6 +147,8 @@ def _fit_and_score(system: str, sets: dict[str, tuple[np.ndarray, np.ndarray, np
                             "weight_share": t["weight_share"]} for t in rec["member_types"]]
         info["served_members"] = rec["served"]["members"]
         info["timings"] = {k: round(v, 2) for k, v in rec["timings"].items()}
+        info["runs"] = [{"tag": r["tag"], "view": r["view"], "iterations": r["iterations"],
+                         "stop_reason": r["stop_reason"], "fit_s": round(r["fit_seconds"], 2)} for r in rec["runs"]]
         info["mixer"] = {k: rec["mixer"].get(k) for k in ("c", "omega_min", "rescale", "choice")}
     elif system in ("lgbm", "lgbm_es"):
         import lightgbm as lgb

@@ -57,6 +57,7 @@ base = "tree"
 n_leaves = 3
 n_iterations = 6
 checkpoints = [3, 6]
+views = ["raw+std"]  # every member reads the query-wise view, whichever the mix keeps
 [mixer]
 compare = ["one_best"]
 [run]

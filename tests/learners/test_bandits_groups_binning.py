@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from training.data.binning import fit_bins
 from training.learners.bandits import Exp3PBandit, FullSearch, UCB1Bandit, edge_reward, make_bandit
-from training.learners.binning import fit_bins
 from training.learners.label_groups import STANDARD_GROUPINGS, LabelGrouping, get_grouping
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from training.learners.binning import fit_bins
+from training.data.binning import fit_bins
 from training.learners.hamming_tree import HammingTreeSearch
 from training.learners.stump_product import StumpProductSearch
 from training.learners.stump_search import ROW_BLOCK, boost_update

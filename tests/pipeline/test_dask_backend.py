@@ -69,3 +69,9 @@ def test_the_default_members_on_a_local_dask_cluster_train_the_threads_model() -
     lm = [v for k, v in inputs.items() if "lambdamart" in k]
     mc = next(v for k, v in inputs.items() if "mcrank" in k)
     assert lm[0][0] is mc[0] and lm[0][1] is lm[1][1] is mc[1] and lm[0][4] is mc[4]  # one object per array
+    # the runs read the shared codes, which look as large as they are (joblib scatters large arguments)
+    from dask.sizeof import sizeof
+
+    from training.data.binned import BinnedView
+
+    assert isinstance(mc[0], BinnedView) and sizeof(mc[0]) > mc[0].codes.nbytes > 1e3

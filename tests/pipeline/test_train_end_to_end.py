@@ -87,29 +87,34 @@ def test_round_trip_gives_identical_scores(trained: tuple[Path, dict]) -> None:
 
 
 def test_members_match_standalone_snapshots(trained: tuple[Path, dict]) -> None:
-    """A member's raw scores from the one-pass wide forest equal its run's own snapshot."""
+    """A member's raw scores from the one-pass wide forest equal its run's own snapshot: the run
+    refitted alone on the shared codes of its view (the binning stage over the whole training set,
+    the fit part's queries first) and scored on real features."""
+    from training.data.binned import bin_view
     from training.data.normalization import apply_view
+    from training.data.splits import query_split
     from training.data.synthetic import make_synthetic_splits
     from training.learners.adaboost_mh import AdaBoostMH
     from training.learners.label_groups import get_grouping
+    from training.pipeline.train import load_data
 
     _, info = trained
     model, cfg = info["model"], info["cfg"]
     data = make_synthetic_splits(n_queries={"a": 5}, docs_per_query=(3, 8), n_features=6, n_levels=3, seed=4)["a"]
     raws = model.raw_scores(data.features, data.query_offsets)
-    from training.data.splits import split_by_query
-    from training.pipeline.train import load_data
-
     sets, _ = load_data(cfg)
-    fit_part, _ = split_by_query(sets["train"], fraction=0.8, seed=cfg.seed)
+    train_set = sets["train"]
+    first, second = query_split(train_set.n_queries, fraction=1.0 - cfg.run.calibration_fraction, seed=cfg.seed)
+    whole = train_set.subset_queries(np.concatenate([first, second]))
+    fit_part = whole.query_slice(0, first.size)
     # prefer a member of a normalised view (its trees were remapped to the wide matrix)
     j = next((i for i, m in enumerate(model.members) if model.runs[m.run].view != "raw"), 0)
     member = model.members[j]
     run = model.runs[member.run]
     params = dict(run.learner)
     params.setdefault("seed", cfg.seed + member.run)
-    solo = AdaBoostMH(**params).fit(apply_view(fit_part.features, fit_part.query_offsets, run.view),
-                                    fit_part.labels, label_grouping=get_grouping(run.grouping, 3))
+    codes = bin_view(whole.features, whole.query_offsets, run.view, seed=cfg.seed).rows(0, fit_part.n_docs)
+    solo = AdaBoostMH(**params).fit(codes, fit_part.labels, label_grouping=get_grouping(run.grouping, 3))
     expected = solo.decision_function(apply_view(data.features, data.query_offsets, run.view),
                                       iterations=member.iterations)
     np.testing.assert_allclose(raws[j], expected, rtol=1e-9, atol=1e-9)

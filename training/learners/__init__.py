@@ -1,7 +1,7 @@
 """tunemix: training/learners (multi-class members: AdaBoost.MH, ...)."""
 
+from training.data.binning import FeatureBins, fit_bins
 from training.learners.adaboost_mh import AdaBoostMH, FitProgress
-from training.learners.binning import FeatureBins, fit_bins
 from training.learners.label_groups import (
     STANDARD_GROUPINGS,
     LabelGrouping,

@@ -29,8 +29,10 @@ Degenerate cases (documented choices):
 - a single class present: K is still the number of labels (or groups), at least 2; the
   absent classes' targets are all -1 and boosting proceeds (it usually stops as "perfect").
 
-Features are binned once per run (``binning.py``); thresholds are exported as float32 feature
-values, so the fitted model scores raw features through ``training.scoring.forest``.
+Features are binned once per run (``training/data/binning.py``), or ``fit`` is given the shared
+codes of the pipeline's binning stage (a ``training.data.binned.BinnedView``: no binning of its
+own); thresholds are exported as float32 feature values, so the fitted model scores raw features
+through ``training.scoring.forest``.
 """
 
 from __future__ import annotations
@@ -44,8 +46,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from training.data.binned import BinnedView
+from training.data.binning import FeatureBins, fit_bins
 from training.learners.bandits import FeatureBandit, FullSearch, make_bandit
-from training.learners.binning import FeatureBins, fit_bins
 from training.learners.hamming_tree import HammingTreeSearch
 from training.learners.label_groups import LabelGrouping, get_grouping, identity_grouping
 from training.learners.stump_product import StumpProductSearch
@@ -176,28 +179,35 @@ class AdaBoostMH:
     # --------------------------------------------------------------------- fit
     def fit(
         self,
-        X: npt.ArrayLike,
+        X: npt.ArrayLike | BinnedView,
         y: npt.ArrayLike,
         *,
         label_grouping: LabelGrouping | str | None = None,
         callback: Callable[[FitProgress], None] | None = None,
     ) -> AdaBoostMH:
-        """Boost on features ``X`` (n, d) and relevance labels ``y`` (n,) 0..; returns self.
+        """Boost on features ``X`` (n, d; or a ``BinnedView`` of their codes) and relevance labels
+        ``y`` (n,) 0..; returns self.
 
         ``label_grouping`` (a ``LabelGrouping`` or a standard name such as "binary") trains on
         grouped classes; ``callback`` receives a ``FitProgress`` after every iteration.
         """
         t0 = time.perf_counter()
         self._check_params()
-        Xa = np.ascontiguousarray(X, dtype=np.float32)
-        if Xa.ndim != 2:
-            raise ValueError(f"X must be 2-D (n, d), got shape {Xa.shape}")
-        n, d = Xa.shape
-        if n == 0 or d == 0:
-            raise ValueError(f"X must have at least one row and one column, got shape {Xa.shape}")
-        if not np.all(np.isfinite(Xa)):
-            row = int(np.argmax(~np.all(np.isfinite(Xa), axis=1)))
-            raise ValueError(f"X contains NaN or infinity (row {row})")
+        binned = X if isinstance(X, BinnedView) else None
+        if binned is not None:  # the shared codes (training.data.binned): no binning of its own
+            n, d = binned.n_docs, binned.width
+            if n == 0 or d == 0:
+                raise ValueError(f"X must have at least one row and one column, got {n} x {d} codes")
+        else:
+            Xa = np.ascontiguousarray(X, dtype=np.float32)
+            if Xa.ndim != 2:
+                raise ValueError(f"X must be 2-D (n, d), got shape {Xa.shape}")
+            n, d = Xa.shape
+            if n == 0 or d == 0:
+                raise ValueError(f"X must have at least one row and one column, got shape {Xa.shape}")
+            if not np.all(np.isfinite(Xa)):
+                row = int(np.argmax(~np.all(np.isfinite(Xa), axis=1)))
+                raise ValueError(f"X contains NaN or infinity (row {row})")
         ya = np.asarray(y)
         if ya.shape != (n,):
             raise ValueError(f"y must have shape ({n},), got {ya.shape}")
@@ -226,8 +236,12 @@ class AdaBoostMH:
         self.n_classes_ = K
         self.label_grouping_ = grouping
         self.class_gains_ = grouping.class_gains(labels)
-        self.bins_: FeatureBins = fit_bins(Xa, int(self.n_bins), seed=int(self.seed or 0))
-        codes = self.bins_.transform_columns(Xa)
+        if binned is not None:
+            self.bins_: FeatureBins = binned.bins
+            codes = binned.contiguous_codes()
+        else:
+            self.bins_ = fit_bins(Xa, int(self.n_bins), seed=int(self.seed or 0))
+            codes = self.bins_.transform_columns(Xa)
         usable = np.flatnonzero(self.bins_.n_bins >= 2).astype(np.int64)
         nbins_all = self.bins_.n_bins.astype(np.int64)
         s = initial_signed_weights(labels, classes, K, self.initial_weights)

@@ -16,8 +16,17 @@ from typing import Any, Self
 import numpy as np
 import numpy.typing as npt
 
+from training.data.binned import BinnedView
+from training.learners.lightgbm_data import make_code_dataset
 from training.learners.lightgbm_forest import lightgbm_to_forest
-from training.learners.mcrank import budget_callback, lightgbm_params, sampling_params, snapshot_list
+from training.learners.mcrank import (
+    budget_callback,
+    lightgbm_params,
+    model_input,
+    same_bins,
+    sampling_params,
+    snapshot_list,
+)
 from training.scoring.forest import FlatForest
 
 
@@ -46,13 +55,16 @@ class LambdaMART:
             eval_set: tuple[npt.ArrayLike, npt.ArrayLike, npt.ArrayLike] | None = None,
             early_stopping_rounds: int = 50) -> Self:
         """Train on one query's documents after another (``query_offsets``: n_queries + 1 row
-        offsets). With ``eval_set`` (features, labels, query offsets) training stops once the eval
-        queries' NDCG@10 (LightGBM's, gains 2^l - 1; a query without relevant documents counts 1,
-        as the yahoo convention) has not improved for ``early_stopping_rounds`` iterations; the
-        trees up to the best iteration (``best_iteration_``, its NDCG ``best_score_``) are kept."""
+        offsets); ``features`` are floats (n, d) or the shared codes (a ``BinnedView``, whose
+        bins the eval set's codes must share). With ``eval_set`` (features, labels, query offsets)
+        training stops once the eval queries' NDCG@10 (LightGBM's, gains 2^l - 1; a query
+        without relevant documents counts 1, as the yahoo convention) has not improved for
+        ``early_stopping_rounds`` iterations; the trees up to the best iteration
+        (``best_iteration_``, its NDCG ``best_score_``) are kept."""
         import lightgbm as lgb
 
-        x = np.ascontiguousarray(features, dtype=np.float32)
+        binned = features if isinstance(features, BinnedView) else None
+        x = None if binned is not None else np.ascontiguousarray(features, dtype=np.float32)
         lab = np.asarray(labels, dtype=np.int64)
         sizes = np.diff(np.asarray(query_offsets, dtype=np.int64))
         extra = sampling_params(self.feature_fraction, self.bagging_fraction)
@@ -61,14 +73,20 @@ class LambdaMART:
                                  n_threads=self.n_threads, **extra)
         t0 = time.perf_counter()
         callbacks = budget_callback(self.time_budget_s, on_iteration)
-        ds = lgb.Dataset(x, lab, group=sizes, params={"max_bin": params["max_bin"], "verbose": -1})
+        if binned is not None:
+            ds = make_code_dataset(binned, lab, params, group=sizes)
+        else:
+            ds = lgb.Dataset(x, lab, group=sizes, params={"max_bin": params["max_bin"], "verbose": -1})
         valid: dict[str, Any] = {}
         history: dict[str, Any] = {}
         if eval_set is not None:
-            ex = np.ascontiguousarray(eval_set[0], dtype=np.float32)
             ey = np.asarray(eval_set[1], dtype=np.int64)
             eg = np.diff(np.asarray(eval_set[2], dtype=np.int64))
-            valid = {"valid_sets": [lgb.Dataset(ex, ey, group=eg, reference=ds)], "valid_names": ["eval"]}
+            if binned is not None:
+                eds = make_code_dataset(same_bins(eval_set[0], binned), ey, params, group=eg, reference=ds)
+            else:
+                eds = lgb.Dataset(np.ascontiguousarray(eval_set[0], dtype=np.float32), ey, group=eg, reference=ds)
+            valid = {"valid_sets": [eds], "valid_names": ["eval"]}
             callbacks += [lgb.early_stopping(int(early_stopping_rounds), first_metric_only=True, verbose=False),
                           lgb.record_evaluation(history)]
             params = {**params, "metric": "ndcg", "eval_at": [10]}
@@ -83,21 +101,27 @@ class LambdaMART:
             self.best_score_ = float(self.booster_.best_score["eval"]["ndcg@10"])
             if self.iterations_trained_ < int(self.n_iterations) and not callbacks[0].stopped:
                 self.stop_reason_ = "early_stopping"
-        self.n_features_in_ = x.shape[1]
+        self.n_features_in_ = binned.width if binned is not None else x.shape[1]
+        self.bins_ = None if binned is None else binned.bins
         self.n_iterations_ = self.best_iteration_ or int(self.booster_.current_iteration())
         self.checkpoints_ = snapshot_list(self.checkpoints, self.n_iterations_)
         self.fit_time_s_ = time.perf_counter() - t0
         return self
 
+    def free_datasets(self) -> None:
+        """Drop LightGBM's training and evaluation datasets (the booster still predicts)."""
+        if hasattr(self, "booster_"):
+            self.booster_.free_dataset()
+
     def to_forest(self) -> FlatForest:
         """The model as a one-output ``FlatForest``, one base per iteration."""
         if not hasattr(self, "booster_"):
             raise ValueError("LambdaMART is not fitted yet: call fit() first")
-        forest = lightgbm_to_forest(self.booster_, n_features=self.n_features_in_)
+        forest = lightgbm_to_forest(self.booster_, n_features=self.n_features_in_, bins=self.bins_)
         return forest if self.best_iteration_ is None else forest.truncate(self.best_iteration_)
 
     def decision_function(self, features: npt.ArrayLike, num_iteration: int | None = None) -> np.ndarray:
-        """LightGBM's own raw scores, (n, 1)."""
-        x = np.ascontiguousarray(features, dtype=np.float32)
+        """LightGBM's own raw scores, (n, 1) (of the codes of ``features`` when trained on codes)."""
+        x = model_input(features, self.bins_)
         return np.asarray(self.booster_.predict(x, raw_score=True, num_iteration=num_iteration),
                           dtype=np.float64).reshape(-1, 1)

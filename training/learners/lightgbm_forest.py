@@ -64,12 +64,17 @@ def _check_default_direction(node: dict[str, Any], threshold: float) -> None:
     raise ValueError(f"unknown missing_type {missing!r}")
 
 
-def lightgbm_to_forest(model: Any, n_features: int | None = None, num_iteration: int | None = None) -> FlatForest:
+def lightgbm_to_forest(model: Any, n_features: int | None = None, num_iteration: int | None = None,
+                       bins: Any = None) -> FlatForest:
     """The trees of a LightGBM ``Booster`` (or its ``dump_model()`` dict) as a K-output forest.
 
     ``num_iteration`` keeps the first iterations only (``K`` trees each). See the module
-    docstring for the split, missing-value and class conventions.
+    docstring for the split, missing-value and class conventions. ``bins``
+    (:class:`~training.data.binning.FeatureBins`): the model was trained on these bins'
+    codes (``training.learners.lightgbm_data``); its thresholds become the real edges.
     """
+    from training.learners.lightgbm_data import code_threshold
+
     dump = model if isinstance(model, dict) else model.dump_model()
     if dump.get("average_output"):
         raise ValueError("random-forest models (average_output) are not converted")
@@ -99,7 +104,7 @@ def lightgbm_to_forest(model: Any, n_features: int | None = None, num_iteration:
             _check_default_direction(node, t)
             me = len(feat) - n0
             feat.append(int(node["split_feature"]))
-            thr.append(float32_above(t))
+            thr.append(float32_above(t) if bins is None else code_threshold(bins, int(node["split_feature"]), t))
             left.append(0)
             right.append(0)
             left[n0 + me] = visit(node["left_child"])

@@ -33,7 +33,10 @@ from typing import Any, Self
 import numpy as np
 import numpy.typing as npt
 
+from training.data.binned import BinnedView
+from training.data.binning import FeatureBins
 from training.learners.label_groups import LabelGrouping, identity_grouping
+from training.learners.lightgbm_data import make_code_dataset
 from training.learners.lightgbm_forest import lightgbm_to_forest
 from training.scoring.forest import FlatForest
 
@@ -83,6 +86,24 @@ def budget_callback(time_budget_s: float | None, on_iteration: Callable[[int], N
     return [callback]
 
 
+def model_input(features: npt.ArrayLike, bins: FeatureBins | None) -> np.ndarray:
+    """What a booster predicts on: the float32 features, or their codes (as float32) when it was
+    trained on codes (``bins``)."""
+    x = np.ascontiguousarray(features, dtype=np.float32)
+    return x if bins is None else bins.transform(x).astype(np.float32)
+
+
+def same_bins(evaluation: Any, binned: BinnedView) -> BinnedView:
+    """The evaluation set's codes, which must be under the training codes' bins."""
+    same = isinstance(evaluation, BinnedView) and (
+        evaluation.bins is binned.bins  # in one process; a copy (another process) has equal edges
+        or (np.array_equal(evaluation.bins.edges, binned.bins.edges)
+            and np.array_equal(evaluation.bins.n_bins, binned.bins.n_bins)))
+    if not same:
+        raise ValueError("a model trained on codes stops early on codes of the same bins (training.data.binned)")
+    return evaluation
+
+
 def snapshot_list(requested: list[int] | None, n_iterations: int) -> list[int]:
     """Requested checkpoints within 1..n_iterations, plus n_iterations, sorted."""
     ck = {int(c) for c in (requested or []) if 1 <= int(c) <= n_iterations}
@@ -122,7 +143,8 @@ class McRank:
     def fit(self, features: npt.ArrayLike, labels: npt.ArrayLike, *, label_grouping: LabelGrouping | None = None,
             on_iteration: Callable[[int], None] | None = None,
             eval_set: tuple[npt.ArrayLike, npt.ArrayLike] | None = None, early_stopping_rounds: int = 50) -> Self:
-        """Train on ``features`` and ``labels``. With ``eval_set`` (features, labels; multiclass
+        """Train on ``features`` (floats (n, d), or the shared codes: a ``BinnedView``, whose bins
+        an eval set's codes must share) and ``labels``. With ``eval_set`` (features, labels; multiclass
         only) training stops once the eval set's log loss has not improved for
         ``early_stopping_rounds`` iterations; ``best_iteration_`` is the iteration of the lowest
         loss (``best_loss_``), the last one kept (``n_iterations_``; ``iterations_trained_``
@@ -133,7 +155,8 @@ class McRank:
             raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
         if int(self.n_iterations) < 1:
             raise ValueError(f"n_iterations must be at least 1, got {self.n_iterations}")
-        x = np.ascontiguousarray(features, dtype=np.float32)
+        binned = features if isinstance(features, BinnedView) else None
+        x = None if binned is not None else np.ascontiguousarray(features, dtype=np.float32)
         lab = np.asarray(labels, dtype=np.int64)
         grouping = label_grouping or identity_grouping(max(int(lab.max()) + 1, 2))
         y = grouping.apply(lab)
@@ -159,13 +182,19 @@ class McRank:
         self.iterations_trained_: int | None = None
         for target, p in zip(targets, params, strict=True):
             callbacks = budget_callback(budget, on_iteration if len(targets) == 1 else None)
-            ds = lgb.Dataset(x, target, params={"max_bin": p["max_bin"], "verbose": -1}, free_raw_data=True)
+            if binned is not None:
+                ds = make_code_dataset(binned, target, p)
+            else:
+                ds = lgb.Dataset(x, target, params={"max_bin": p["max_bin"], "verbose": -1}, free_raw_data=True)
             valid: dict[str, Any] = {}
             history: dict[str, Any] = {}
             if eval_set is not None:
-                ex = np.ascontiguousarray(eval_set[0], dtype=np.float32)
                 ey = grouping.apply(np.asarray(eval_set[1], dtype=np.int64))
-                valid = {"valid_sets": [lgb.Dataset(ex, ey, reference=ds)], "valid_names": ["eval"]}
+                if binned is not None:
+                    eds = make_code_dataset(same_bins(eval_set[0], binned), ey, p, reference=ds)
+                else:
+                    eds = lgb.Dataset(np.ascontiguousarray(eval_set[0], dtype=np.float32), ey, reference=ds)
+                valid = {"valid_sets": [eds], "valid_names": ["eval"]}
                 callbacks += [lgb.early_stopping(int(early_stopping_rounds), first_metric_only=True, verbose=False),
                               lgb.record_evaluation(history)]
                 p = {**p, "metric": "multi_logloss"}
@@ -181,7 +210,8 @@ class McRank:
                 self.stop_reason_ = "time_budget"
         if on_iteration is not None and len(targets) > 1:
             on_iteration(int(self.n_iterations))
-        self.n_features_in_ = x.shape[1]
+        self.n_features_in_ = binned.width if binned is not None else x.shape[1]
+        self.bins_ = None if binned is None else binned.bins
         self.n_classes_ = k
         self.n_outputs_ = k if self.variant == "multiclass" else k - 1
         self.label_grouping_ = grouping
@@ -206,17 +236,23 @@ class McRank:
                 trees.append(dump["tree_info"][i] if i < len(dump["tree_info"]) else zero)
         return {"num_tree_per_iteration": len(dumps), "tree_info": trees, "max_feature_idx": self.n_features_in_ - 1}
 
+    def free_datasets(self) -> None:
+        """Drop LightGBM's training and evaluation datasets (the boosters still predict)."""
+        for booster in getattr(self, "boosters_", []):
+            booster.free_dataset()
+
     def to_forest(self) -> FlatForest:
         """The model as a ``FlatForest`` with ``n_outputs_`` outputs and ``n_outputs_`` bases per
         iteration (after early stopping: up to ``best_iteration_``)."""
-        forest = lightgbm_to_forest(self._dump(), n_features=self.n_features_in_)
+        forest = lightgbm_to_forest(self._dump(), n_features=self.n_features_in_, bins=self.bins_)
         if self.best_iteration_ is not None:
             forest = forest.truncate(self.best_iteration_ * self.n_outputs_)
         return forest
 
     def decision_function(self, features: npt.ArrayLike, num_iteration: int | None = None) -> np.ndarray:
-        """LightGBM's own raw scores, (n, n_outputs_) (the reference the forest must reproduce)."""
-        x = np.ascontiguousarray(features, dtype=np.float32)
+        """LightGBM's own raw scores, (n, n_outputs_) (the reference the forest must reproduce); a
+        model trained on codes scores the codes of ``features``."""
+        x = model_input(features, self.bins_)
         cols = [np.asarray(b.predict(x, raw_score=True, num_iteration=num_iteration), dtype=np.float64)
                 for b in self.boosters_]
         return np.ascontiguousarray(cols[0].reshape(x.shape[0], -1) if len(cols) == 1 else np.column_stack(cols))

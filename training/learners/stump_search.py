@@ -3,7 +3,8 @@
 Notation (method page 3.1; Schapire and Singer 1999; Busa-Fekete, Kégl, Éltető, Szarvas,
 "Tune and mix", Machine Learning 2013, appendix A). The boosting state is the signed weight
 matrix ``s[i, l] = w[i, l] * y[i, l]`` (float64, (n, K)), with ``w = |s|`` summing to 1 and
-``y[i, l] = +1`` iff l is row i's class. Features are pre-binned (``binning.py``): ``codes``
+``y[i, l] = +1`` iff l is row i's class. Features are pre-binned (``training/data/binning.py``; in
+training the shared codes of ``training/data/binned.py``): ``codes``
 (uint8, feature-major (d, n), C-contiguous), feature j having ``nbins[j]`` bins.
 
 A histogram of a set of rows R over the searched features ``feats`` (k of them) is

@@ -24,6 +24,7 @@ class AdaBoostMember(MemberType):
     name: ClassVar[str] = "adaboost"
     keys: ClassVar[frozenset[str]] = ADABOOST_KEYS
     default_iterations: ClassVar[int] = 100
+    reads_codes: ClassVar[bool] = True
 
     def learner_tag(self, params: dict[str, Any]) -> str:
         base = params.get("base", "tree")

@@ -18,7 +18,11 @@ What is chosen, and why (measured with ``python -m bench.defaults``; docs/method
 - **AdaBoost.MH** Hamming trees (8 leaves) on the fit part, calibrated on the calibration part:
   the method's own member and the ensemble's most different one. Its iteration count is sized to
   the data (fewer iterations on large sets: its cost grows with documents x iterations) and
-  to the time budget; it is left out when the budget is too small for it.
+  to the time budget; it is left out when the budget is too small for it, and above 100k
+  documents, where its members took no weight in the mix (``ADABOOST_MAX_DOCUMENTS``).
+- Above 200k documents (``LARGE_DOCUMENTS``) the LightGBM runs bag half the documents each
+  iteration and McRank learns at 0.2: the boosting is then the whole cost of training.
+- Every run reads the shared codes of its view (``training.data.binned``): one binning stage.
 - The calibrators of the AdaBoost.MH runs: a small pool (class-probability calibration by log
   loss and the linear regression on gains), not the whole grid: the pool's other members rarely
   take weight in the mix (the MQ2008 record) and each costs a pass over the calibration part.
@@ -47,6 +51,14 @@ AUTO_CALIBRATORS = ["cpc:ls", "rbc:linear:gain"]
 #: MQ2008 Fold1's 9,630 documents and 46 features, bench/results/bandit.json), used to size its
 #: runs to a time budget
 ADABOOST_S_PER_DOC_FEATURE_ITER = 8.0e-9
+#: documents above which the default trains no AdaBoost.MH run: its members took no weight in the
+#: mix at 120k and 500k documents (python -m bench.scale: weight share 0.0 at both, against 0.33 at
+#: 30k), and its cost grows with documents x iterations
+ADABOOST_MAX_DOCUMENTS = 100_000
+#: documents above which the LightGBM runs bag half the documents an iteration (instead of 80%)
+#: and McRank learns at 0.2: there the data are plenty (bench.scale: 0.12 NDCG@10 above the
+#: early-stopped peer at 500k documents) and the boosting is the whole cost of training
+LARGE_DOCUMENTS = 200_000
 
 
 @dataclass(frozen=True)
@@ -72,11 +84,11 @@ def adaboost_search(shape: DataShape) -> str:
 
 def adaboost_iterations(shape: DataShape, time_budget_s: float | None) -> int:
     """AdaBoost.MH iterations of the default: 300 up to 50k documents, then fewer as the data grow
-    (a run's cost is documents x iterations; 50 from 300k documents, 0 past 2M), capped so that
-    the run takes at most a quarter of the time budget."""
+    (a run's cost is documents x iterations: 150 at 100k), none above ``ADABOOST_MAX_DOCUMENTS``,
+    capped so that the run takes at most a quarter of the time budget."""
     n = max(shape.n_docs, 1)
     iterations = 300 if n <= 50_000 else int(max(50, 300 * 50_000 / n))
-    if n > 2_000_000:
+    if n > ADABOOST_MAX_DOCUMENTS:
         iterations = 0
     if time_budget_s is not None:
         searched = np.sqrt(shape.n_features) if adaboost_search(shape) == "ucb1" else shape.n_features
@@ -96,23 +108,28 @@ def auto_members(shape: DataShape, time_budget_s: float | None) -> tuple[dict[st
                 "checkpoints": []}
     small = shape.n_docs < 20_000
     min_leaf = 20 if small else 50
+    large = shape.n_docs > LARGE_DOCUMENTS
+    bagging = 0.5 if large else 0.8
+    mcrank_rate = 0.2 if large else 0.1
     members: dict[str, Any] = {
         "views": ["raw", "raw+std"],
         "label_groupings": ["original"],
         "calibrators": list(AUTO_CALIBRATORS),
         "lambdamart": [
             {**boosting, "n_leaves": 31, "min_data_in_leaf": min_leaf, "feature_fraction": 0.8,
-             "bagging_fraction": 0.8, "views": ["raw"]},
+             "bagging_fraction": bagging, "views": ["raw"]},
             {**boosting, "n_leaves": 15, "min_data_in_leaf": min_leaf, "feature_fraction": 0.8,
-             "bagging_fraction": 0.8, "views": ["raw+std"]},
+             "bagging_fraction": bagging, "views": ["raw+std"]},
         ],
-        "mcrank": [{**boosting, "variant": "multiclass", "n_leaves": 31, "min_data_in_leaf": min_leaf,
-                    "feature_fraction": 0.8, "bagging_fraction": 0.8, "views": ["raw"]}],
+        "mcrank": [{**boosting, "learning_rate": mcrank_rate, "variant": "multiclass", "n_leaves": 31,
+                    "min_data_in_leaf": min_leaf, "feature_fraction": 0.8, "bagging_fraction": bagging,
+                    "views": ["raw"]}],
         "adaboost": [],
     }
     reasons.append(f"LambdaMART (raw, 31 leaves; raw+std, 15 leaves) and McRank multiclass (raw, 31 leaves): "
                    f"whole training set, learning rate 0.1, stopped early on validation (patience {patience}), "
-                   f"min_data_in_leaf {min_leaf}")
+                   f"min_data_in_leaf {min_leaf}, bagging {bagging:g}"
+                   + (f"; above {LARGE_DOCUMENTS} documents McRank learns at {mcrank_rate:g}" if large else ""))
     iterations = adaboost_iterations(shape, time_budget_s)
     if iterations:
         checkpoints = sorted({c for c in (iterations // 10, iterations // 3, iterations) if c >= 1})
@@ -122,7 +139,9 @@ def auto_members(shape: DataShape, time_budget_s: float | None) -> tuple[dict[st
         reasons.append(f"AdaBoost.MH trees of 8 leaves on raw+std, {iterations} iterations (snapshots {checkpoints}), "
                        f"{search} search, calibrated by {', '.join(AUTO_CALIBRATORS)}")
     else:
-        reasons.append("no AdaBoost.MH run: the data are too large for it within the time budget")
+        reasons.append("no AdaBoost.MH run: " + (f"above {ADABOOST_MAX_DOCUMENTS} documents its members took no "
+                                                  "weight in the mix" if shape.n_docs > ADABOOST_MAX_DOCUMENTS
+                                                  else "the time budget is too small for it"))
     return members, reasons
 
 

@@ -5,6 +5,8 @@ trees in the one wide :class:`~training.scoring.forest.FlatForest`.
 - ``[[members.mcrank]]``: keys ``variant`` (``multiclass``, ``ordinal``), ``n_leaves``,
   ``learning_rate``, ``n_iterations``, ``checkpoints``, ``min_data_in_leaf``, ``n_bins``,
   ``seed``, ``feature_fraction``, ``bagging_fraction``; list values expand into a grid.
+  Runs read the shared codes of their view (``training.data.binned``: 255 bins, one LightGBM bin
+  per code); a run that sets ``n_bins`` trains LightGBM on the floats with its own ``max_bin``.
   ``early_stopping = R``: stop once the validation queries' loss (McRank multiclass: log loss;
   LambdaMART: NDCG@10) has not improved for R iterations and keep the best iteration.
   ``fit_on = "train"``: train on the whole training set (fit and calibration parts) instead of
@@ -79,6 +81,7 @@ class McRankMember(MemberType):
     name: ClassVar[str] = "mcrank"
     keys: ClassVar[frozenset[str]] = BOOSTING_KEYS | {"variant"}
     default_iterations: ClassVar[int] = 100
+    reads_codes: ClassVar[bool] = True
 
     def learner_tag(self, params: dict[str, Any]) -> str:
         variant = "ord" if params.get("variant", "multiclass") == "ordinal" else "mc"
@@ -100,6 +103,7 @@ class McRankMember(MemberType):
                   **stopping)
         if reporter is not None:
             reporter.flush(int(spec.params.get("n_iterations", model.n_iterations_)))
+        model.free_datasets()  # the datasets' memory goes now, not when the cycle collector runs
         forest = model.to_forest()
         per = model.n_outputs_
         return RunResult(
@@ -127,6 +131,7 @@ class LambdaMARTMember(MemberType):
     name: ClassVar[str] = "lambdamart"
     keys: ClassVar[frozenset[str]] = BOOSTING_KEYS
     default_iterations: ClassVar[int] = 100
+    reads_codes: ClassVar[bool] = True
 
     def groupings(self, cfg: Any) -> list[str]:
         return ["original"]
@@ -145,6 +150,7 @@ class LambdaMARTMember(MemberType):
         model.fit(features, labels, query_offsets, on_iteration=on_iteration, **_stopping(spec, eval_set))
         if reporter is not None:
             reporter.flush(int(spec.params.get("n_iterations", model.n_iterations_)))
+        model.free_datasets()
         arrays = model.to_forest().to_arrays()
         leaves = arrays["leaf_values"]
         arrays["leaf_values"] = np.hstack([leaves, np.zeros((leaves.shape[0], n_labels - 1))])  # (f, 0, ..., 0)

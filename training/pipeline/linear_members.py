@@ -72,16 +72,18 @@ def fit_crammer_singer(features: np.ndarray, classes: np.ndarray, n_classes: int
 
 
 def best_single_feature(features: np.ndarray, labels: np.ndarray, query_offsets: np.ndarray, measure: str,
-                        convention: str) -> tuple[int, float, float]:
+                        convention: str, rows: np.ndarray | None = None) -> tuple[int, float, float]:
     """(feature index, sign, mean quality) of the best signed raw feature on these queries; ties:
-    the lower index, + before -."""
+    the lower index, + before -. ``rows``: the queries' documents are these rows of ``features``."""
     from training.evaluation import mean_metric
 
     best = (0, 1.0, -np.inf)
-    x = np.asarray(features, dtype=np.float64)
+    x = np.asarray(features)
     for j in range(x.shape[1]):
+        # one column at a time: no float64 copy of the matrix
+        column = (x[:, j] if rows is None else x[rows, j]).astype(np.float64)
         for sign in (1.0, -1.0):
-            q = mean_metric(labels, sign * x[:, j], query_offsets, measure, convention)
+            q = mean_metric(labels, sign * column, query_offsets, measure, convention)
             if q > best[2]:
                 best = (j, sign, float(q))
     return best

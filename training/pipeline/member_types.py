@@ -104,6 +104,13 @@ class MemberType(ABC):
     keys: ClassVar[frozenset[str]] = frozenset()
     #: ``n_iterations`` of a run that does not set it (0: the type does not iterate)
     default_iterations: ClassVar[int] = 0
+    #: the type's learner reads the shared codes of its view (``training.data.binned``) instead of
+    #: a float matrix, unless a run sets its own ``n_bins``
+    reads_codes: ClassVar[bool] = False
+
+    def reads_codes_of(self, spec: RunSpec) -> bool:
+        """Whether ``spec``'s run trains on the shared codes of its view."""
+        return self.reads_codes and "n_bins" not in spec.params
 
     def blocks(self, cfg: TrainConfig) -> list[dict[str, Any]]:
         """The type's ``[[members.<name>]]`` blocks."""

@@ -9,14 +9,17 @@ from typing import Any
 
 import numpy as np
 
+from training.data.binned import BinnedView
 from training.data.dataset import RankingData
 from training.learners.label_groups import LabelGrouping
 
 
 @dataclass
 class Prepared:
-    """The data as every stage needs it: the sets, the fit / calibration parts of train and the
-    features of both parts in every view."""
+    """The data as every stage needs it: the sets, the fit / calibration parts of train, the
+    float features of the views that are read as floats (``view_x``: the calibration part of
+    every view; the fit part and the whole training set only for runs that do not read codes)
+    and the shared codes (``binned``)."""
 
     sets: dict[str, RankingData]
     records: list[dict[str, Any]]
@@ -26,10 +29,17 @@ class Prepared:
     cal_part: RankingData
     extra_views: list[str]
     view_x: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
-    #: the training set once, the fit part's queries then the calibration part's: ``fit_part``,
-    #: ``cal_part`` and every ``view_x`` entry of theirs are slices of it (rows of
-    #: ``view_x[("train", view)]``)
+    #: the training set once, the fit part's queries first, then the calibration part's: ``fit_part``
+    #: is a slice of it. Its features are a float copy only when some run reads floats (then
+    #: ``cal_part`` and every ``view_x`` entry are slices of it); otherwise it has no feature columns
+    #: (labels and offsets) and ``cal_part`` is a copy of the calibration queries alone
     whole: RankingData | None = None
+    #: the training set's queries in the fit part, in its order
+    fit_queries: np.ndarray | None = None
+    #: the shared codes (``training.data.binned``) of every view a code-reading run trains on:
+    #: ``("train", view)`` (the whole training set, ``whole``'s order), ``("fit", view)`` (its first
+    #: ``fit_part.n_docs`` documents) and ``("vali", view)`` (under the training codes' bins)
+    binned: dict[tuple[str, str], BinnedView] = field(default_factory=dict)
 
     @property
     def train(self) -> RankingData:

@@ -5,7 +5,7 @@ mixing stages in ``training.pipeline.mixing``). Member types (AdaBoost.MH, McRan
 through ``training.pipeline.member_types``; the joblib backend and the progress bars live in
 ``training.pipeline.parallel``.
 Time budget: when ``[run] time_budget_s`` is set, 60% of it is shared among the runs (each run
-gets ``0.6 * budget / ceil(n_runs / n_jobs)`` seconds and stops after the iteration that exceeds
+gets ``0.6 * budget / ceil(n_runs / runs at once)`` seconds and stops after the iteration that exceeds
 it); calibration and mixing use the rest.
 Nothing is written until the very end, and then atomically (``training.artifact.store``):
 Ctrl-C at any point leaves no half-written model.
@@ -29,8 +29,8 @@ import numpy as np
 
 from training import __version__
 from training.artifact.store import save_artifact, sha256_file
+from training.data.binned import BinnedView, bin_view, view_in_chunks
 from training.data.dataset import RankingData
-from training.data.normalization import apply_view
 from training.data.splits import query_split
 from training.data.svmlight import read_svmlight
 from training.ensemble.registry import make_mixer
@@ -138,61 +138,111 @@ def prepare(cfg: TrainConfig, clock: _Clock, specs: list[RunSpec],
                 log.warning("%s has label %d, above the training data's top label %d",
                             name, int(part.labels.max()), n_labels - 1)
         groupings = {g: get_grouping(g, n_labels) for g in cfg.members.label_groupings}
-        # one copy of the training set, the fit part's queries first, then the calibration part's:
-        # the two parts and every view of them are slices of it (no copy per part or per run)
+        # the training set once, the fit part's queries first, then the calibration part's: the
+        # two parts are slices of it (no copy per part or per run). Its float features are copied
+        # only for runs that read floats; the others read the codes (computed in this order from
+        # the training set itself), and the calibration part's floats are then copied alone.
         first, second = query_split(train_set.n_queries, fraction=1.0 - cfg.run.calibration_fraction, seed=cfg.seed)
-        whole = train_set.subset_queries(np.concatenate([first, second]))
-        fit_part, cal_part = whole.query_slice(0, first.size), whole.query_slice(first.size, whole.n_queries)
+        order = np.concatenate([first, second])
+        if any(not get_member_type(s.type).reads_codes_of(s) for s in specs):
+            whole = train_set.subset_queries(order)
+            cal_part = whole.query_slice(first.size, whole.n_queries)
+        else:
+            whole = _without_features(train_set, order)
+            cal_part = train_set.subset_queries(second)
+        fit_part = whole.query_slice(0, first.size)
     with clock("views_s"):  # per query, so the views of the whole are those of each part
         views = list(dict.fromkeys([*cfg.members.views, *(s.view for s in specs)]))
+        coded = [s for s in specs if get_member_type(s.type).reads_codes_of(s)]
+        floats = [s for s in specs if not get_member_type(s.type).reads_codes_of(s)]
         view_x: dict[tuple[str, str], np.ndarray] = {}
-        for v in views:
-            view_x[("train", v)] = apply_view(whole.features, whole.query_offsets, v)
+        for v in dict.fromkeys(s.view for s in floats):
+            view_x[("train", v)] = view_in_chunks(whole.features, whole.query_offsets, v)
             view_x[("fit", v)] = view_x[("train", v)][:fit_part.n_docs]
-            view_x[("cal", v)] = view_x[("train", v)][fit_part.n_docs:]
+        for v in dict.fromkeys(s.view for s in specs):  # every run's snapshots are calibrated on it
+            view_x[("cal", v)] = (view_x[("train", v)][fit_part.n_docs:] if ("train", v) in view_x
+                                  else view_in_chunks(cal_part.features, cal_part.query_offsets, v))
+        # one binning stage: the codes of each view, shared by every run that reads codes
+        binned: dict[tuple[str, str], BinnedView] = {}
+        for v in dict.fromkeys(s.view for s in coded):
+            binned[("train", v)] = bin_view(train_set.features, train_set.query_offsets, v, queries=order,
+                                            seed=cfg.seed)
+            binned[("fit", v)] = binned[("train", v)].rows(0, fit_part.n_docs)
         # runs that stop early read the validation queries in their view
-        for v in dict.fromkeys(s.view for s in specs if int(s.params.get("early_stopping", 0)) > 0):
-            view_x[("vali", v)] = apply_view(sets["vali"].features, sets["vali"].query_offsets, v)
+        vali = sets["vali"]
+        for s in specs:
+            if int(s.params.get("early_stopping", 0)) <= 0:
+                continue
+            if ("train", s.view) in binned and ("vali", s.view) not in binned:
+                binned[("vali", s.view)] = bin_view(vali.features, vali.query_offsets, s.view,
+                                                    bins=binned[("train", s.view)].bins)
+            if not get_member_type(s.type).reads_codes_of(s) and ("vali", s.view) not in view_x:
+                view_x[("vali", s.view)] = view_in_chunks(vali.features, vali.query_offsets, s.view)
     return Prepared(sets=sets, records=records, n_labels=n_labels, groupings=groupings, fit_part=fit_part,
                     cal_part=cal_part, extra_views=[v for v in EXTRA_VIEWS if v in views], view_x=view_x,
-                    whole=whole)
+                    whole=whole, binned=binned, fit_queries=first)
 
 
-RunInputs = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray | None]
+def _without_features(data: RankingData, queries: np.ndarray) -> RankingData:
+    """``data.subset_queries(queries)`` without its features (zero columns): labels, offsets, ids."""
+    sizes = np.diff(data.query_offsets)[queries]
+    rows = (np.concatenate([np.arange(data.query_offsets[q], data.query_offsets[q + 1]) for q in queries])
+            if queries.size else np.zeros(0, dtype=np.int64))
+    return RankingData(features=np.zeros((rows.size, 0), dtype=np.float32), labels=data.labels[rows],
+                       query_offsets=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64), qids=data.qids[queries],
+                       docids=None if data.docids is None else data.docids[rows], source=data.source)
+
+
+#: runs per job at once on the threads backend: with three or four runs of unequal length on two
+#: cores, waves of two leave a core idle while the last run finishes; all at once the cores stay
+#: busy until the work is done (each run holds its LightGBM dataset meanwhile)
+THREAD_RUNS_PER_JOB = 2
+
+
+#: features (floats, or the shared codes of the run's view), labels, query offsets, then the same
+#: of the validation queries (None unless the run stops early on them)
+RunInputs = tuple[np.ndarray | BinnedView, np.ndarray, np.ndarray, np.ndarray | BinnedView | None, np.ndarray | None,
+                  np.ndarray | None]
 
 
 def run_inputs(prep: Prepared, spec: RunSpec) -> RunInputs:
-    """What one run trains on: features (in its view), labels and query offsets of the fit part,
+    """What one run trains on: features (in its view: the shared codes for a run that reads codes,
+    else floats), labels and query offsets of the fit part,
     or of the whole training set (``fit_on = "train"``: the fit part, then the calibration part),
     and the validation queries (features in its view, labels, offsets; None unless it stops early
     on them). Every run that reads the same data gets the same array objects: a distributed
     backend (joblib's dask backend scatters each argument array once, by identity) sends each
     array to a worker once, not once per task."""
+    store: Any = prep.binned if get_member_type(spec.type).reads_codes_of(spec) else prep.view_x
     if spec.params.get("fit_on") == "train":
         assert prep.whole is not None
         labels, offsets = prep.whole.labels, prep.whole.query_offsets
-        features = prep.view_x[("train", spec.view)]
+        features = store[("train", spec.view)]
     else:
         labels, offsets = prep.fit_part.labels, prep.fit_part.query_offsets
-        features = prep.view_x[("fit", spec.view)]
+        features = store[("fit", spec.view)]
     if int(spec.params.get("early_stopping", 0)) > 0:
-        return features, labels, offsets, prep.view_x[("vali", spec.view)], prep.vali.labels, prep.vali.query_offsets
+        return features, labels, offsets, store[("vali", spec.view)], prep.vali.labels, prep.vali.query_offsets
     return features, labels, offsets, None, None, None
 
 
 # ---------------------------------------------------------------------------------- runs
 def fit_runs(cfg: TrainConfig, prep: Prepared, specs: list[RunSpec], n_jobs: int, progress: bool) -> list[RunResult]:
-    """Every run on the fit part, in parallel (one job per run)."""
-    budget = None
+    """Every run on the fit part, in parallel (one job per run). On the threads backend up to
+    ``THREAD_RUNS_PER_JOB`` runs per job go at once (the OS shares the cores among them)."""
+    at_once = n_jobs
+    if cfg.run.backend == "threads":
+        at_once = max(n_jobs, min(len(specs), THREAD_RUNS_PER_JOB * n_jobs))
+    budget = None  # wall-clock seconds per run: the budget's boosting share, per wave of runs
     if cfg.run.time_budget_s is not None:
-        budget = 0.6 * cfg.run.time_budget_s / math.ceil(len(specs) / n_jobs)
+        budget = 0.6 * cfg.run.time_budget_s / math.ceil(len(specs) / at_once)
     total_iterations = sum(get_member_type(s.type).iterations(s.params) for s in specs)
     with iteration_bar(total_iterations, progress and total_iterations > 0
                        and cfg.run.backend in ("loky", "threads", "sequential"),
                        processes=cfg.run.backend == "loky") as queue:
         return run_parallel(
             [joblib.delayed(fit_run)(s, *run_inputs(prep, s), prep.n_labels, cfg.seed, budget, queue) for s in specs],
-            n_jobs, f"boosting {len(specs)} runs", progress,
+            at_once, f"boosting {len(specs)} runs", progress,
         )
 
 
@@ -264,7 +314,15 @@ def best_feature_baseline(cfg: TrainConfig, prep: Prepared) -> dict[str, Any]:
 
     measure, convention = cfg.mixer.measure, cfg.mixer.convention
     fit = prep.fit_part
-    j, sign, quality = best_single_feature(fit.features, fit.labels, fit.query_offsets, measure, convention)
+    if fit.n_features == prep.train.n_features:
+        j, sign, quality = best_single_feature(fit.features, fit.labels, fit.query_offsets, measure, convention)
+    else:  # the fit part holds no float copy: its rows of the training set, one column at a time
+        train = prep.train
+        assert prep.fit_queries is not None
+        rows = np.concatenate([np.arange(train.query_offsets[q], train.query_offsets[q + 1])
+                               for q in prep.fit_queries])
+        j, sign, quality = best_single_feature(train.features, fit.labels, fit.query_offsets, measure, convention,
+                                               rows=rows)
     out: dict[str, Any] = {"feature": j + 1, "sign": "+" if sign > 0 else "-", "measure": measure,
                            "convention": convention, "fit": quality}
     for split, data in (("vali", prep.vali), ("test", prep.test)):

@@ -1,0 +1,90 @@
+"""LightGBM datasets read from the shared codes (``training.data.binned``), and the conversion of
+their trees' thresholds back to real features.
+
+LightGBM is given each document's codes as float64 rows (``CodeRows``, a
+``lightgbm.Sequence``: a batch of rows at a time, never the whole float matrix) with
+``max_bin = 255`` and ``min_data_in_bin = 1``, so every code value it samples gets a bin of its
+own and it splits between codes. A split ``code <= t`` (any real t) is ``code <= floor(t)``,
+i.e. ``code < b`` with ``b = floor(t) + 1``, i.e. ``x < edges[j, b - 1]`` on the real feature
+(``training.data.binning``): :func:`code_threshold` gives the float32 threshold the served
+forest compares with ``x >= threshold`` (``+inf`` when every code goes left, ``-inf`` when none
+does). The served model therefore ranks real features exactly as LightGBM ranked their codes.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from training.data.binned import MAX_SHARED_BINS, BinnedView
+from training.data.binning import FeatureBins
+
+#: rows a ``CodeRows`` batch converts to float64 at a time
+BATCH_ROWS = 8192
+#: held while a dataset is built: runs on threads build theirs one after the other (LightGBM's
+#: Python side holds its row sample twice as float64 while it builds; two at once doubled the peak)
+_CONSTRUCTING = threading.Lock()
+
+
+#: rows LightGBM samples to find the code values of each column (its bins) at least, and at most:
+#: the codes are already quantile bins (about n / 255 documents each), so a smaller sample than
+#: LightGBM's 200,000 finds them, and LightGBM's Python side holds the sample twice as float64 rows
+#: (100,000 x 272 columns: 2 x 217 MB while a dataset is built). LightGBM warns below 100,000 rows
+#: and a fifth of the data.
+CODE_SAMPLE_ROWS = (50_000, 100_000)
+
+
+def code_sample_rows(n_docs: int) -> int:
+    """Rows LightGBM samples from ``n_docs`` codes (``CODE_SAMPLE_ROWS``)."""
+    low, high = CODE_SAMPLE_ROWS
+    return int(min(max(n_docs, 1), max(low, min(high, math.ceil(0.2 * n_docs)))))
+
+
+def code_dataset_params(params: dict[str, Any], n_docs: int) -> dict[str, Any]:
+    """Dataset parameters for code input: one bin per code, nothing pre-filtered (the same
+    codes serve runs with different ``min_data_in_leaf``)."""
+    return {"max_bin": MAX_SHARED_BINS, "min_data_in_bin": 1, "feature_pre_filter": False, "verbose": -1,
+            "bin_construct_sample_cnt": code_sample_rows(n_docs), "data_random_seed": int(params.get("seed", 0))}
+
+
+def code_threshold(bins: FeatureBins, feature: int, t: float) -> np.float32:
+    """The real threshold of LightGBM's split ``code <= t`` on ``feature`` (module docstring)."""
+    b = math.floor(t) + 1  # code <= t  iff  code < b
+    if b <= 0:
+        return np.float32(-np.inf)  # no code goes left: every x >= -inf goes right
+    if b >= int(bins.n_bins[feature]):
+        return np.float32(np.inf)  # every code goes left
+    return np.float32(bins.edges[feature, b - 1])
+
+
+def make_code_dataset(binned: BinnedView, label: npt.ArrayLike, params: dict[str, Any], *,
+                      group: npt.ArrayLike | None = None, reference: Any = None) -> Any:
+    """A LightGBM ``Dataset`` of ``binned``'s codes (``reference``: the training set's, for an
+    evaluation set)."""
+    import lightgbm as lgb
+
+    class CodeRows(lgb.Sequence):
+        """Rows of a feature-major code matrix as float64 batches (what LightGBM samples and pushes)."""
+
+        batch_size = BATCH_ROWS
+
+        def __init__(self, codes: npt.NDArray[np.uint8]) -> None:
+            self.codes = codes
+
+        def __len__(self) -> int:
+            return int(self.codes.shape[1])
+
+        def __getitem__(self, idx: Any) -> np.ndarray:
+            if isinstance(idx, int | np.integer):
+                return self.codes[:, int(idx)].astype(np.float64)
+            return np.ascontiguousarray(self.codes[:, idx].T, dtype=np.float64)
+
+    ds = lgb.Dataset(CodeRows(binned.codes), label=np.asarray(label), group=group, reference=reference,
+                     params=dict(reference.params) if reference is not None
+                     else code_dataset_params(params, binned.n_docs), free_raw_data=True)
+    with _CONSTRUCTING:  # one construction at a time: its float64 row sample is the transient peak
+        return ds.construct()
