@@ -34,6 +34,8 @@ import numpy as np
 from training.data.dataset import RankingData
 
 SYSTEMS = ("tunemix", "lgbm", "lgbm_es", "xgb")
+#: environment variables that cap native thread pools, removed from the child's environment
+THREAD_CAPS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
 #: the early-stopped LightGBM peer: at most this many trees at learning rate 0.05, patience 100
 ES_TREES, ES_RATE, ES_PATIENCE = 2000, 0.05, 100
 
@@ -82,7 +84,10 @@ def run_fit(system: str, sets: dict[str, RankingData], *, timeout_s: float | Non
     with tempfile.TemporaryDirectory(prefix="tunemix-bench-") as tmp:
         data, out = Path(tmp) / "data.npz", Path(tmp) / "out.npz"
         _save(data, sets)
-        env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+        # every system uses every core: a caller's thread caps (OMP_NUM_THREADS=1, as the test
+        # suite sets) would leave the LightGBM and XGBoost peers on one thread
+        env = {k: v for k, v in os.environ.items() if k not in THREAD_CAPS}
+        env["PYTHONWARNINGS"] = "ignore"
         cmd = [sys.executable, "-m", "bench.fitproc", system, str(data), str(out), json.dumps(extra or {})]
         proc = subprocess.Popen(cmd, env=env, cwd=Path(__file__).resolve().parents[1])
         peak = 0
