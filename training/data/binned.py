@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from training.data.binning import FeatureBins, fit_bins
+from training.data.dataset import offsets_from_sizes, query_rows
 from training.data.normalization import apply_view, view_width
 
 #: bins per column of the shared codes: LightGBM's default ``max_bin`` (one LightGBM bin per code)
@@ -131,12 +132,6 @@ def fit_view_bins(features: npt.ArrayLike, query_offsets: npt.ArrayLike, view: s
     return fit_bins(sample, max_bins, sample_size=sample.shape[0], seed=seed)
 
 
-def _query_rows(query_offsets: npt.NDArray[np.int64], queries: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    if queries.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    return np.concatenate([np.arange(query_offsets[q], query_offsets[q + 1]) for q in queries]).astype(np.int64)
-
-
 def bin_view(features: npt.ArrayLike, query_offsets: npt.ArrayLike, view: str, *,
              bins: FeatureBins | None = None, queries: npt.ArrayLike | None = None,
              max_bins: int = MAX_SHARED_BINS, chunk_documents: int = CHUNK_DOCUMENTS, seed: int = 0) -> BinnedView:
@@ -165,12 +160,11 @@ def bin_view(features: npt.ArrayLike, query_offsets: npt.ArrayLike, view: str, *
                 codes[:, lo:hi] = bins.transform_columns(_view_of(x, off, q0, q1, view))
         return BinnedView(view=view, bins=bins, codes=codes)
     order = np.asarray(queries, dtype=np.int64)
-    sizes = np.diff(off)[order]
-    new_off = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    new_off = offsets_from_sizes(np.diff(off)[order])
     codes = np.empty((width, int(new_off[-1])), dtype=np.uint8)
     for q0, q1 in _chunks(new_off, chunk_documents):
         lo, hi = int(new_off[q0]), int(new_off[q1])
         if hi > lo:
-            chunk = x[_query_rows(off, order[q0:q1])]
+            chunk = x[query_rows(off, order[q0:q1])[0]]
             codes[:, lo:hi] = bins.transform_columns(apply_view(chunk, new_off[q0:q1 + 1] - lo, view))
     return BinnedView(view=view, bins=bins, codes=codes)

@@ -30,6 +30,17 @@ OffsetArray = npt.NDArray[np.int64]
 StrArray = npt.NDArray[np.str_]
 
 
+def query_rows(query_offsets: npt.NDArray[np.int64], queries: npt.ArrayLike
+               ) -> tuple[npt.NDArray[np.int64], OffsetArray]:
+    """The rows of ``queries`` (indices into ``query_offsets``' queries, in this order) and their
+    offsets as a set of their own."""
+    q = np.asarray(queries, dtype=np.int64)
+    starts, ends = query_offsets[q], query_offsets[q + 1]
+    rows = (np.concatenate([np.arange(s, e, dtype=np.int64) for s, e in zip(starts, ends, strict=True)])
+            if q.size else np.zeros(0, dtype=np.int64))
+    return rows, offsets_from_sizes(ends - starts)
+
+
 def offsets_from_sizes(sizes: Sequence[int] | npt.NDArray[np.integer]) -> OffsetArray:
     """Turn group sizes ``[2, 3, 1]`` into running totals ``[0, 2, 5, 6]``."""
     sizes_arr = np.asarray(sizes, dtype=np.int64)
@@ -131,25 +142,19 @@ class RankingData:
         )
 
     # ------------------------------------------------------------- selection
-    def subset_queries(self, query_indices: npt.ArrayLike) -> RankingData:
-        """The data set restricted to the given queries, in the given order."""
+    def subset_queries(self, query_indices: npt.ArrayLike, *, features: bool = True) -> RankingData:
+        """The data set restricted to the given queries, in the given order (``features=False``:
+        without feature columns, for labels, offsets and ids alone)."""
         q = np.asarray(query_indices, dtype=np.int64)
         if q.ndim != 1:
             raise ValueError("query_indices must be 1-D")
         if q.size and (q.min() < 0 or q.max() >= self.n_queries):
             raise ValueError("query index out of range")
-        starts = self.query_offsets[q]
-        ends = self.query_offsets[q + 1]
-        sizes = ends - starts
-        rows = (
-            np.concatenate([np.arange(s, e, dtype=np.int64) for s, e in zip(starts, ends, strict=True)])
-            if q.size
-            else np.zeros(0, dtype=np.int64)
-        )
+        rows, offsets = query_rows(self.query_offsets, q)
         return RankingData(
-            features=self.features[rows],
+            features=self.features[rows] if features else np.zeros((rows.size, 0), dtype=np.float32),
             labels=self.labels[rows],
-            query_offsets=offsets_from_sizes(sizes),
+            query_offsets=offsets,
             qids=self.qids[q],
             docids=None if self.docids is None else self.docids[rows],
             source=self.source,

@@ -37,6 +37,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from training.data.dataset import query_rows
 from training.ensemble.base import (
     Float1D,
     Float2D,
@@ -130,11 +131,30 @@ def duplicate_rankings(member_scores: Float2D, query_offsets: Offsets) -> npt.ND
     return out_twin
 
 
-def _query_rows(offsets: Offsets, sizes: npt.NDArray[np.int64], queries: npt.NDArray[np.intp]
-                ) -> tuple[npt.NDArray[np.int64], Offsets]:
-    """The rows of ``queries`` (in order) and their offsets as a set of their own."""
-    rows = np.concatenate([np.arange(offsets[q], offsets[q + 1]) for q in queries]).astype(np.int64)
-    return rows, np.concatenate([[0], np.cumsum(sizes[queries])]).astype(np.int64)
+def _candidate_weights(omega: Float1D, c_grid: Float1D, thresholds: Float1D, eligible: npt.NDArray[np.bool_]
+                       ) -> tuple[npt.NDArray[np.int64], Float2D]:
+    """The grid's distinct normalised weight vectors as the columns of ``W`` and each grid point's
+    column (``slot[i, j]`` for ``c_grid[i]``, ``thresholds[j]``): many points coincide (e.g. every
+    omega_min at c = 0 that keeps the same members), so each distinct mix is scored once."""
+    slot = np.empty((c_grid.size, thresholds.size), dtype=np.int64)
+    distinct: dict[bytes, int] = {}
+    columns: list[Float1D] = []
+    for i, c in enumerate(c_grid):
+        for j, t in enumerate(thresholds):
+            w = mix_weights(omega, float(c), float(t), eligible)
+            w = w / w.sum()
+            slot[i, j] = distinct.setdefault(w.tobytes(), len(columns))
+            if slot[i, j] == len(columns):
+                columns.append(w)
+    return slot, np.column_stack(columns)
+
+
+def _simplest_best(surface: Float2D, tolerance: float, c_grid: Float1D, thresholds: Float1D) -> tuple[int, int]:
+    """The grid point within ``tolerance`` of the best quality with the smallest c, then the
+    smallest omega_min (the flatter, less tuned mix)."""
+    candidates = np.argwhere(surface >= float(surface.max()) - tolerance)
+    i, j = min((tuple(ij) for ij in candidates), key=lambda ij: (c_grid[ij[0]], thresholds[ij[1]]))
+    return int(i), int(j)
 
 
 class ExponentialForecaster(Mixer):
@@ -353,22 +373,25 @@ class ExponentialForecaster(Mixer):
                          c_grid, metric)
             return
         om_grid = self._checked_omega_min_grid(omega[eligible])
-        # Distinct weight vectors (many grid points coincide, e.g. every omega_min at c = 0
-        # that keeps the same members), then their mixes in a few matrix products, then one
-        # metric call per distinct candidate.
-        slot = np.empty((c_grid.size, om_grid.size), dtype=np.int64)
-        distinct: dict[bytes, int] = {}
-        columns: list[Float1D] = []
-        for i, c in enumerate(c_grid):
-            for j, om_min in enumerate(om_grid):
-                w = mix_weights(omega, float(c), float(om_min), eligible)
-                w = w / w.sum()
-                key = w.tobytes()
-                if key not in distinct:
-                    distinct[key] = len(columns)
-                    columns.append(w)
-                slot[i, j] = distinct[key]
-        W = np.column_stack(columns)
+        slot, W = _candidate_weights(omega, c_grid, om_grid, eligible)
+        quality = self._qualities(scaled, W, labels, query_offsets, metric)
+        surface = quality[slot]
+        tolerance = self._tolerance(metric, labels, query_offsets, scaled, W[:, int(np.argmax(quality))])
+        i_best, j_best = _simplest_best(surface, tolerance, c_grid, om_grid)
+        self._keep(omega, tolerance, duplicate_of, eligible, c_grid, om_grid, surface, i_best, j_best)
+        self.validation_quality_ = float(surface[i_best, j_best])
+        self.selection_quality_ = self.validation_quality_
+        logger.debug(
+            "exp_forecaster: c=%g omega_min=%g keeps %d/%d members, validation %s=%.6f "
+            "(%d distinct candidates)",
+            self.c_, self.omega_min_, int(self.kept_.sum()), omega.size, self.measure,
+            self.validation_quality_, W.shape[1],
+        )
+
+    def _qualities(self, scaled: Float2D, W: Float2D, labels: Int1D, query_offsets: Offsets,
+                   metric: MetricFn) -> Float1D:
+        """The tuning quality of each candidate mix (column of ``W``), a few matrix products of
+        ``_CANDIDATE_BLOCK`` columns, then one metric call per candidate."""
         quality = np.empty(W.shape[1], dtype=np.float64)
         for start in range(0, W.shape[1], _CANDIDATE_BLOCK):
             block = scaled @ W[:, start : start + _CANDIDATE_BLOCK]
@@ -377,15 +400,12 @@ class ExponentialForecaster(Mixer):
                     metric(labels, np.ascontiguousarray(block[:, b]), query_offsets,
                            self.measure, self.convention)
                 )
-        surface = quality[slot]
-        best_value = float(surface.max())
-        tolerance = self._tolerance(metric, labels, query_offsets, scaled,
-                                    W[:, int(np.argmax(quality))])
-        # Ties (within the tolerance) go to the smaller c, then the smaller omega_min.
-        candidates = np.argwhere(surface >= best_value - tolerance)
-        i_best, j_best = min(
-            (tuple(ij) for ij in candidates), key=lambda ij: (c_grid[ij[0]], om_grid[ij[1]])
-        )
+        return quality
+
+    def _keep(self, omega: Float1D, tolerance: float, duplicate_of: npt.NDArray[np.int64],
+              eligible: npt.NDArray[np.bool_], c_grid: Float1D, om_grid: Float1D, surface: Float2D,
+              i_best: int, j_best: int) -> None:
+        """Set the fitted attributes of the chosen grid point (``c_grid[i_best]``, ``om_grid[j_best]``)."""
         self.omega_ = omega
         self.tolerance_ = tolerance
         self.duplicate_of_ = duplicate_of
@@ -397,14 +417,6 @@ class ExponentialForecaster(Mixer):
         self.omega_min_ = float(om_grid[j_best])
         self.weights_ = mix_weights(omega, self.c_, self.omega_min_, eligible)
         self.kept_ = self.weights_ > 0
-        self.validation_quality_ = float(surface[i_best, j_best])
-        self.selection_quality_ = self.validation_quality_
-        logger.debug(
-            "exp_forecaster: c=%g omega_min=%g keeps %d/%d members, validation %s=%.6f "
-            "(%d distinct candidates)",
-            self.c_, self.omega_min_, int(self.kept_.sum()), omega.size, self.measure,
-            self.validation_quality_, len(columns),
-        )
 
     # ------------------------------------------------------ cross-validation
     def _omega_min_rules(self) -> list[tuple[str, float]]:
@@ -444,46 +456,22 @@ class ExponentialForecaster(Mixer):
         k = int(min(max(int(self.cv_folds), 2), n_q))
         fold_of = np.empty(n_q, dtype=np.int64)
         fold_of[np.random.default_rng(0).permutation(n_q)] = np.arange(n_q) % k
-        sizes = np.diff(query_offsets)
         surface = np.zeros((c_grid.size, len(rules)), dtype=np.float64)
         for f in range(k):
             held = np.flatnonzero(fold_of == f)
             rest = np.flatnonzero(fold_of != f)
-            h_rows, h_off = _query_rows(query_offsets, sizes, held)
-            r_rows, r_off = _query_rows(query_offsets, sizes, rest)
+            h_rows, h_off = query_rows(query_offsets, held)
+            r_rows, r_off = query_rows(query_offsets, rest)
             om = member_qualities(np.ascontiguousarray(member_scores[r_rows]), labels[r_rows], r_off,
                                   self.measure, self.convention, metric)
-            thresholds = [self._rule_threshold(rule, om[eligible]) for rule in rules]
-            slot = np.empty(surface.shape, dtype=np.int64)
-            distinct: dict[bytes, int] = {}
-            columns: list[Float1D] = []
-            for i, c in enumerate(c_grid):
-                for j, t in enumerate(thresholds):
-                    w = mix_weights(om, float(c), t, eligible)
-                    w = w / w.sum()
-                    slot[i, j] = distinct.setdefault(w.tobytes(), len(columns))
-                    if slot[i, j] == len(columns):
-                        columns.append(w)
-            block = scaled[h_rows] @ np.column_stack(columns)
-            quality = np.array([float(metric(labels[h_rows], np.ascontiguousarray(block[:, b]), h_off,
-                                             self.measure, self.convention)) for b in range(block.shape[1])])
+            thresholds = np.array([self._rule_threshold(rule, om[eligible]) for rule in rules])
+            slot, W = _candidate_weights(om, c_grid, thresholds, eligible)
+            quality = self._qualities(scaled[h_rows], W, labels[h_rows], h_off, metric)
             surface += quality[slot] * (held.size / n_q)
         full = np.array([self._rule_threshold(rule, omega[eligible]) for rule in rules])
         tolerance = max(float(self.tie_tolerance), 0.0) if self.tie_tolerance != "one_se" else GRID_TIE_TOLERANCE
-        best_value = float(surface.max())
-        i_best, j_best = min((tuple(ij) for ij in np.argwhere(surface >= best_value - tolerance)),
-                             key=lambda ij: (c_grid[ij[0]], full[ij[1]]))
-        self.omega_ = omega
-        self.tolerance_ = tolerance
-        self.duplicate_of_ = duplicate_of
-        self.eligible_ = eligible
-        self.c_grid_ = c_grid
-        self.omega_min_grid_ = full
-        self.grid_quality_ = surface
-        self.c_ = float(c_grid[i_best])
-        self.omega_min_ = float(full[j_best])
-        self.weights_ = mix_weights(omega, self.c_, self.omega_min_, eligible)
-        self.kept_ = self.weights_ > 0
+        i_best, j_best = _simplest_best(surface, tolerance, c_grid, full)
+        self._keep(omega, tolerance, duplicate_of, eligible, c_grid, full, surface, i_best, j_best)
         mixed = self.rescaler_.weighted_sum(member_scores, query_offsets, self.weights_ / self.weights_.sum())
         self.validation_quality_ = float(metric(labels, mixed, query_offsets, self.measure, self.convention))
         self.selection_quality_ = float(surface[i_best, j_best])

@@ -17,16 +17,9 @@ import numpy as np
 import numpy.typing as npt
 
 from training.data.binned import BinnedView
-from training.learners.lightgbm_data import make_code_dataset
+from training.learners.lightgbm_data import evaluation_dataset, model_input, training_dataset
 from training.learners.lightgbm_forest import lightgbm_to_forest
-from training.learners.mcrank import (
-    budget_callback,
-    lightgbm_params,
-    model_input,
-    same_bins,
-    sampling_params,
-    snapshot_list,
-)
+from training.learners.mcrank import budget_callback, lightgbm_params, sampling_params, snapshot_list
 from training.scoring.forest import FlatForest
 
 
@@ -63,8 +56,7 @@ class LambdaMART:
         (``best_iteration_``, its NDCG ``best_score_``) are kept."""
         import lightgbm as lgb
 
-        binned = features if isinstance(features, BinnedView) else None
-        x = None if binned is not None else np.ascontiguousarray(features, dtype=np.float32)
+        x = features if isinstance(features, BinnedView) else np.ascontiguousarray(features, dtype=np.float32)
         lab = np.asarray(labels, dtype=np.int64)
         sizes = np.diff(np.asarray(query_offsets, dtype=np.int64))
         extra = sampling_params(self.feature_fraction, self.bagging_fraction)
@@ -73,20 +65,13 @@ class LambdaMART:
                                  n_threads=self.n_threads, **extra)
         t0 = time.perf_counter()
         callbacks = budget_callback(self.time_budget_s, on_iteration)
-        if binned is not None:
-            ds = make_code_dataset(binned, lab, params, group=sizes)
-        else:
-            ds = lgb.Dataset(x, lab, group=sizes, params={"max_bin": params["max_bin"], "verbose": -1})
+        ds = training_dataset(x, lab, params, group=sizes)
         valid: dict[str, Any] = {}
         history: dict[str, Any] = {}
         if eval_set is not None:
             ey = np.asarray(eval_set[1], dtype=np.int64)
             eg = np.diff(np.asarray(eval_set[2], dtype=np.int64))
-            if binned is not None:
-                eds = make_code_dataset(same_bins(eval_set[0], binned), ey, params, group=eg, reference=ds)
-            else:
-                eds = lgb.Dataset(np.ascontiguousarray(eval_set[0], dtype=np.float32), ey, group=eg, reference=ds)
-            valid = {"valid_sets": [eds], "valid_names": ["eval"]}
+            valid = {"valid_sets": [evaluation_dataset(eval_set[0], ey, x, ds, group=eg)], "valid_names": ["eval"]}
             callbacks += [lgb.early_stopping(int(early_stopping_rounds), first_metric_only=True, verbose=False),
                           lgb.record_evaluation(history)]
             params = {**params, "metric": "ndcg", "eval_at": [10]}
@@ -101,8 +86,8 @@ class LambdaMART:
             self.best_score_ = float(self.booster_.best_score["eval"]["ndcg@10"])
             if self.iterations_trained_ < int(self.n_iterations) and not callbacks[0].stopped:
                 self.stop_reason_ = "early_stopping"
-        self.n_features_in_ = binned.width if binned is not None else x.shape[1]
-        self.bins_ = None if binned is None else binned.bins
+        self.n_features_in_ = x.width if isinstance(x, BinnedView) else x.shape[1]
+        self.bins_ = x.bins if isinstance(x, BinnedView) else None
         self.n_iterations_ = self.best_iteration_ or int(self.booster_.current_iteration())
         self.checkpoints_ = snapshot_list(self.checkpoints, self.n_iterations_)
         self.fit_time_s_ = time.perf_counter() - t0

@@ -61,6 +61,24 @@ def code_threshold(bins: FeatureBins, feature: int, t: float) -> np.float32:
     return np.float32(bins.edges[feature, b - 1])
 
 
+def model_input(features: npt.ArrayLike, bins: FeatureBins | None) -> np.ndarray:
+    """What a booster predicts on: the float32 features, or their codes (as float32) when it was
+    trained on codes (``bins``)."""
+    x = np.ascontiguousarray(features, dtype=np.float32)
+    return x if bins is None else bins.transform(x).astype(np.float32)
+
+
+def same_bins(evaluation: Any, binned: BinnedView) -> BinnedView:
+    """The evaluation set's codes, which must be under the training codes' bins."""
+    same = isinstance(evaluation, BinnedView) and (
+        evaluation.bins is binned.bins  # in one process; a copy (another process) has equal edges
+        or (np.array_equal(evaluation.bins.edges, binned.bins.edges)
+            and np.array_equal(evaluation.bins.n_bins, binned.bins.n_bins)))
+    if not same:
+        raise ValueError("a model trained on codes stops early on codes of the same bins (training.data.binned)")
+    return evaluation
+
+
 def make_code_dataset(binned: BinnedView, label: npt.ArrayLike, params: dict[str, Any], *,
                       group: npt.ArrayLike | None = None, reference: Any = None) -> Any:
     """A LightGBM ``Dataset`` of ``binned``'s codes (``reference``: the training set's, for an
@@ -88,3 +106,26 @@ def make_code_dataset(binned: BinnedView, label: npt.ArrayLike, params: dict[str
                      else code_dataset_params(params, binned.n_docs), free_raw_data=True)
     with _CONSTRUCTING:  # one construction at a time: its float64 row sample is the transient peak
         return ds.construct()
+
+
+def training_dataset(features: np.ndarray | BinnedView, label: npt.ArrayLike, params: dict[str, Any], *,
+                     group: npt.ArrayLike | None = None) -> Any:
+    """A LightGBM training ``Dataset`` of float features (binned by LightGBM with ``params``'
+    ``max_bin``) or of the shared codes (:func:`make_code_dataset`)."""
+    import lightgbm as lgb
+
+    if isinstance(features, BinnedView):
+        return make_code_dataset(features, label, params, group=group)
+    return lgb.Dataset(features, label, group=group, params={"max_bin": params["max_bin"], "verbose": -1},
+                       free_raw_data=True)
+
+
+def evaluation_dataset(features: Any, label: npt.ArrayLike, trained_on: np.ndarray | BinnedView, reference: Any,
+                       *, group: npt.ArrayLike | None = None) -> Any:
+    """The evaluation ``Dataset`` of early stopping, in the kind of input the training set was
+    (``trained_on``: its features; codes must be under the same bins), binned as ``reference``."""
+    import lightgbm as lgb
+
+    if isinstance(trained_on, BinnedView):
+        return make_code_dataset(same_bins(features, trained_on), label, {}, group=group, reference=reference)
+    return lgb.Dataset(np.ascontiguousarray(features, dtype=np.float32), label, group=group, reference=reference)

@@ -34,9 +34,8 @@ import numpy as np
 import numpy.typing as npt
 
 from training.data.binned import BinnedView
-from training.data.binning import FeatureBins
 from training.learners.label_groups import LabelGrouping, identity_grouping
-from training.learners.lightgbm_data import make_code_dataset
+from training.learners.lightgbm_data import evaluation_dataset, model_input, training_dataset
 from training.learners.lightgbm_forest import lightgbm_to_forest
 from training.scoring.forest import FlatForest
 
@@ -84,24 +83,6 @@ def budget_callback(time_budget_s: float | None, on_iteration: Callable[[int], N
     callback.order = 30  # type: ignore[attr-defined]
     callback.stopped = stopped  # type: ignore[attr-defined]
     return [callback]
-
-
-def model_input(features: npt.ArrayLike, bins: FeatureBins | None) -> np.ndarray:
-    """What a booster predicts on: the float32 features, or their codes (as float32) when it was
-    trained on codes (``bins``)."""
-    x = np.ascontiguousarray(features, dtype=np.float32)
-    return x if bins is None else bins.transform(x).astype(np.float32)
-
-
-def same_bins(evaluation: Any, binned: BinnedView) -> BinnedView:
-    """The evaluation set's codes, which must be under the training codes' bins."""
-    same = isinstance(evaluation, BinnedView) and (
-        evaluation.bins is binned.bins  # in one process; a copy (another process) has equal edges
-        or (np.array_equal(evaluation.bins.edges, binned.bins.edges)
-            and np.array_equal(evaluation.bins.n_bins, binned.bins.n_bins)))
-    if not same:
-        raise ValueError("a model trained on codes stops early on codes of the same bins (training.data.binned)")
-    return evaluation
 
 
 def snapshot_list(requested: list[int] | None, n_iterations: int) -> list[int]:
@@ -155,8 +136,7 @@ class McRank:
             raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
         if int(self.n_iterations) < 1:
             raise ValueError(f"n_iterations must be at least 1, got {self.n_iterations}")
-        binned = features if isinstance(features, BinnedView) else None
-        x = None if binned is not None else np.ascontiguousarray(features, dtype=np.float32)
+        x = features if isinstance(features, BinnedView) else np.ascontiguousarray(features, dtype=np.float32)
         lab = np.asarray(labels, dtype=np.int64)
         grouping = label_grouping or identity_grouping(max(int(lab.max()) + 1, 2))
         y = grouping.apply(lab)
@@ -182,19 +162,12 @@ class McRank:
         self.iterations_trained_: int | None = None
         for target, p in zip(targets, params, strict=True):
             callbacks = budget_callback(budget, on_iteration if len(targets) == 1 else None)
-            if binned is not None:
-                ds = make_code_dataset(binned, target, p)
-            else:
-                ds = lgb.Dataset(x, target, params={"max_bin": p["max_bin"], "verbose": -1}, free_raw_data=True)
+            ds = training_dataset(x, target, p)
             valid: dict[str, Any] = {}
             history: dict[str, Any] = {}
             if eval_set is not None:
                 ey = grouping.apply(np.asarray(eval_set[1], dtype=np.int64))
-                if binned is not None:
-                    eds = make_code_dataset(same_bins(eval_set[0], binned), ey, p, reference=ds)
-                else:
-                    eds = lgb.Dataset(np.ascontiguousarray(eval_set[0], dtype=np.float32), ey, reference=ds)
-                valid = {"valid_sets": [eds], "valid_names": ["eval"]}
+                valid = {"valid_sets": [evaluation_dataset(eval_set[0], ey, x, ds)], "valid_names": ["eval"]}
                 callbacks += [lgb.early_stopping(int(early_stopping_rounds), first_metric_only=True, verbose=False),
                               lgb.record_evaluation(history)]
                 p = {**p, "metric": "multi_logloss"}
@@ -210,8 +183,8 @@ class McRank:
                 self.stop_reason_ = "time_budget"
         if on_iteration is not None and len(targets) > 1:
             on_iteration(int(self.n_iterations))
-        self.n_features_in_ = binned.width if binned is not None else x.shape[1]
-        self.bins_ = None if binned is None else binned.bins
+        self.n_features_in_ = x.width if isinstance(x, BinnedView) else x.shape[1]
+        self.bins_ = x.bins if isinstance(x, BinnedView) else None
         self.n_classes_ = k
         self.n_outputs_ = k if self.variant == "multiclass" else k - 1
         self.label_grouping_ = grouping

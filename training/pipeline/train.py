@@ -30,7 +30,7 @@ import numpy as np
 from training import __version__
 from training.artifact.store import save_artifact, sha256_file
 from training.data.binned import BinnedView, bin_view, view_in_chunks
-from training.data.dataset import RankingData
+from training.data.dataset import RankingData, query_rows
 from training.data.splits import query_split
 from training.data.svmlight import read_svmlight
 from training.ensemble.registry import make_mixer
@@ -144,17 +144,17 @@ def prepare(cfg: TrainConfig, clock: _Clock, specs: list[RunSpec],
         # the training set itself), and the calibration part's floats are then copied alone.
         first, second = query_split(train_set.n_queries, fraction=1.0 - cfg.run.calibration_fraction, seed=cfg.seed)
         order = np.concatenate([first, second])
-        if any(not get_member_type(s.type).reads_codes_of(s) for s in specs):
+        coded = [s for s in specs if get_member_type(s.type).reads_codes_of(s)]
+        floats = [s for s in specs if s not in coded]
+        if floats:
             whole = train_set.subset_queries(order)
             cal_part = whole.query_slice(first.size, whole.n_queries)
         else:
-            whole = _without_features(train_set, order)
+            whole = train_set.subset_queries(order, features=False)
             cal_part = train_set.subset_queries(second)
         fit_part = whole.query_slice(0, first.size)
     with clock("views_s"):  # per query, so the views of the whole are those of each part
         views = list(dict.fromkeys([*cfg.members.views, *(s.view for s in specs)]))
-        coded = [s for s in specs if get_member_type(s.type).reads_codes_of(s)]
-        floats = [s for s in specs if not get_member_type(s.type).reads_codes_of(s)]
         view_x: dict[tuple[str, str], np.ndarray] = {}
         for v in dict.fromkeys(s.view for s in floats):
             view_x[("train", v)] = view_in_chunks(whole.features, whole.query_offsets, v)
@@ -170,27 +170,17 @@ def prepare(cfg: TrainConfig, clock: _Clock, specs: list[RunSpec],
             binned[("fit", v)] = binned[("train", v)].rows(0, fit_part.n_docs)
         # runs that stop early read the validation queries in their view
         vali = sets["vali"]
-        for s in specs:
-            if int(s.params.get("early_stopping", 0)) <= 0:
-                continue
-            if ("train", s.view) in binned and ("vali", s.view) not in binned:
-                binned[("vali", s.view)] = bin_view(vali.features, vali.query_offsets, s.view,
-                                                    bins=binned[("train", s.view)].bins)
-            if not get_member_type(s.type).reads_codes_of(s) and ("vali", s.view) not in view_x:
-                view_x[("vali", s.view)] = view_in_chunks(vali.features, vali.query_offsets, s.view)
+
+        def stopping_views(runs: list[RunSpec]) -> dict[str, None]:
+            return dict.fromkeys(s.view for s in runs if int(s.params.get("early_stopping", 0)) > 0)
+
+        for v in stopping_views(coded):
+            binned[("vali", v)] = bin_view(vali.features, vali.query_offsets, v, bins=binned[("train", v)].bins)
+        for v in stopping_views(floats):
+            view_x[("vali", v)] = view_in_chunks(vali.features, vali.query_offsets, v)
     return Prepared(sets=sets, records=records, n_labels=n_labels, groupings=groupings, fit_part=fit_part,
                     cal_part=cal_part, extra_views=[v for v in EXTRA_VIEWS if v in views], view_x=view_x,
                     whole=whole, binned=binned, fit_queries=first)
-
-
-def _without_features(data: RankingData, queries: np.ndarray) -> RankingData:
-    """``data.subset_queries(queries)`` without its features (zero columns): labels, offsets, ids."""
-    sizes = np.diff(data.query_offsets)[queries]
-    rows = (np.concatenate([np.arange(data.query_offsets[q], data.query_offsets[q + 1]) for q in queries])
-            if queries.size else np.zeros(0, dtype=np.int64))
-    return RankingData(features=np.zeros((rows.size, 0), dtype=np.float32), labels=data.labels[rows],
-                       query_offsets=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64), qids=data.qids[queries],
-                       docids=None if data.docids is None else data.docids[rows], source=data.source)
 
 
 #: runs per job at once on the threads backend: with three or four runs of unequal length on two
@@ -319,8 +309,7 @@ def best_feature_baseline(cfg: TrainConfig, prep: Prepared) -> dict[str, Any]:
     else:  # the fit part holds no float copy: its rows of the training set, one column at a time
         train = prep.train
         assert prep.fit_queries is not None
-        rows = np.concatenate([np.arange(train.query_offsets[q], train.query_offsets[q + 1])
-                               for q in prep.fit_queries])
+        rows, _ = query_rows(train.query_offsets, prep.fit_queries)
         j, sign, quality = best_single_feature(train.features, fit.labels, fit.query_offsets, measure, convention,
                                                rows=rows)
     out: dict[str, Any] = {"feature": j + 1, "sign": "+" if sign > 0 else "-", "measure": measure,
