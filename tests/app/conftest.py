@@ -200,13 +200,18 @@ def start_server(models_dir: Path, token: str, log_path: Path, **env_extra: str)
             time.sleep(0.1)
 
 
-def stop_server(server: LiveServer) -> None:
-    server.proc.terminate()
+def stop_process(proc: subprocess.Popen, timeout: float = 15) -> None:
+    """Terminate a server process; kill it if it has not exited within ``timeout`` seconds."""
+    proc.terminate()
     try:
-        server.proc.wait(timeout=15)
+        proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        server.proc.kill()
-        server.proc.wait(timeout=15)
+        proc.kill()
+        proc.wait(timeout=timeout)
+
+
+def stop_server(server: LiveServer) -> None:
+    stop_process(server.proc)
 
 
 @pytest.fixture(scope="module")

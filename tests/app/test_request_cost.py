@@ -38,6 +38,7 @@ from tests.app.conftest import (
     free_port,
     ready_client,
     start_server,
+    stop_process,
     stop_server,
     wait_ready,
 )
@@ -95,12 +96,7 @@ def app_two(store: Store, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             time.sleep(0.05 if ok else 0.2)
         yield url, proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=20)
+        stop_process(proc, timeout=20)
 
 
 class HealthWatch:

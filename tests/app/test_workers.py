@@ -25,7 +25,16 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.worker_state import live_workers
-from tests.app.conftest import N_FEATURES, ROOT, Store, copy_version, free_port, offsets_of, rank_body
+from tests.app.conftest import (
+    N_FEATURES,
+    ROOT,
+    Store,
+    copy_version,
+    free_port,
+    offsets_of,
+    rank_body,
+    stop_process,
+)
 
 TOKEN = "workers-token"
 SIZES = [7, 5]
@@ -69,12 +78,7 @@ def two_workers(store: Store, tmp_path_factory: pytest.TempPathFactory) -> Itera
             time.sleep(0.1)
         yield url, models
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=20)
+        stop_process(proc, timeout=20)
 
 
 def rank_total(url: str) -> tuple[float, float]:
