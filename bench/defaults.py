@@ -19,6 +19,13 @@ Data:
 
 ``--datasets mq2008,mslr-sample`` picks some; ``--systems`` some systems; ``--config FILE.toml``
 gives tunemix a configuration instead of the default (what-if runs; the JSON says so).
+
+``--seeds 0,1,2``: tunemix is also fitted with ``random_state`` 1 and 2 (its LightGBM runs bag
+documents and features, AdaBoost.MH's calibration part is drawn: one seed is one draw of a
+noisy result; the early-stopped peer bags nothing and is the same at every seed). The row
+``tunemix`` is seed 0, what ``TuneMixRanker()`` gives; ``tunemix_seeds`` is the mean over the
+seeds of each fold's test NDCG@10, then over the folds (SE over the folds), with its per-query
+difference to the early-stopped peer.
 """
 
 from __future__ import annotations
@@ -112,36 +119,79 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def run(datasets: list[str], systems: list[str], config: str | None) -> dict[str, Any]:
+def per_query_difference(ours: list[np.ndarray], peer: list[np.ndarray]) -> dict[str, Any]:
+    """Mean and SE of the pooled per-query test NDCG@10 differences (NaN queries left out)."""
+    diff = np.concatenate(ours) - np.concatenate(peer)
+    diff = diff[~np.isnan(diff)]
+    return {"mean": round(float(diff.mean()), 4), "se": round(float(diff.std(ddof=1) / math.sqrt(diff.size)), 4),
+            "queries": int(diff.size)}
+
+
+def seed_summary(rows: dict[int, list[dict[str, Any]]], per_query: dict[int, list[np.ndarray]],
+                 peer: list[np.ndarray]) -> dict[str, Any]:
+    """tunemix over its seeds: each fold's test NDCG@10 averaged over the seeds, then the folds'
+    mean with its SE; the per-query scores averaged the same way against the peer's."""
+    seeds = sorted(rows)
+    folds = [[r.get("test_ndcg") for r in rows[s]] for s in seeds]
+    if any(v is None for f in folds for v in f):
+        return {"seeds": seeds, "error": "a fit failed"}
+    by_fold = np.mean(np.array(folds, dtype=np.float64), axis=0)
+    out: dict[str, Any] = {"seeds": seeds, "test_ndcg@10": round(float(by_fold.mean()), 4),
+                           "test_ndcg@10_se": round(float(by_fold.std(ddof=1) / math.sqrt(by_fold.size)), 4)
+                           if by_fold.size > 1 else None,
+                           "per_seed": [round(float(np.mean(f)), 4) for f in folds]}
+    if peer:
+        mean_pq = [np.mean([per_query[s][k] for s in seeds], axis=0) for k in range(len(peer))]
+        out["minus_lgbm_es_per_query"] = per_query_difference(mean_pq, peer)
+    return out
+
+
+def run(datasets: list[str], systems: list[str], config: str | None, seeds: list[int] | None = None
+        ) -> dict[str, Any]:
     extra = {"config": str(Path(config).resolve())} if config else {}
+    seeds = seeds or [0]
     report: dict[str, Any] = {"machine": machine_info(), "measure": MEASURE, "convention": CONVENTION,
-                              "tunemix_config": config or "default (chosen from the data)", "datasets": {}}
+                              "tunemix_config": config or "default (chosen from the data)", "tunemix_seeds": seeds,
+                              "datasets": {}}
+    # tunemix at every seed (the first is the row "tunemix"), the peers once
+    fits = [(s, seed) for s in systems for seed in (seeds if s == "tunemix" else [None])]
     for name in datasets:
         folds = splits(name)
         per_system: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
         per_query: dict[str, list[np.ndarray]] = {s: [] for s in systems}
+        seed_rows: dict[int, list[dict[str, Any]]] = {s: [] for s in seeds}
+        seed_pq: dict[int, list[np.ndarray]] = {s: [] for s in seeds}
         for k, sets in enumerate(folds):
-            for system in systems:
-                res = run_fit(system, sets, extra=extra if system == "tunemix" else None)
+            for system, seed in fits:
+                options = {**extra, "random_state": seed} if system == "tunemix" else None
+                res = run_fit(system, sets, extra=options)
                 row = {k2: v for k2, v in res.items() if k2 != "scores"}
                 row["fold"] = k + 1
                 row["train_docs"] = sets["train"].n_docs
                 if "scores" in res:
                     row["vali_ndcg"], _ = ndcg(sets["vali"], res["scores"]["vali"])
                     row["test_ndcg"], pq = ndcg(sets["test"], res["scores"]["test"])
-                    per_query[system].append(pq)
-                per_system[system].append(row)
-                print(f"{name} fold {k + 1} {system:8s} test {row.get('test_ndcg', float('nan')):.4f} "
+                    if seed is not None:
+                        seed_pq[seed].append(pq)
+                    if seed in (None, seeds[0]):
+                        per_query[system].append(pq)
+                if seed is not None:
+                    row["seed"] = seed
+                    seed_rows[seed].append(row)
+                if seed in (None, seeds[0]):
+                    per_system[system].append(row)
+                label = system if seed is None else f"{system}@{seed}"
+                print(f"{name} fold {k + 1} {label:10s} test {row.get('test_ndcg', float('nan')):.4f} "
                       f"vali {row.get('vali_ndcg', float('nan')):.4f} fit {row.get('fit_s', float('nan')):7.1f} s "
                       f"peak {row['peak_mb']:7.1f} MB {row.get('error', '')}", flush=True)
-        summary = {s: summarise(rows) for s, rows in per_system.items()}
+        summary: dict[str, Any] = {s: summarise(rows) for s, rows in per_system.items()}
         if "tunemix" in systems and "lgbm_es" in systems and per_query["tunemix"] and per_query["lgbm_es"]:
-            diff = np.concatenate(per_query["tunemix"]) - np.concatenate(per_query["lgbm_es"])
-            diff = diff[~np.isnan(diff)]
-            summary["tunemix_minus_lgbm_es_per_query"] = {
-                "mean": round(float(diff.mean()), 4), "se": round(float(diff.std(ddof=1) / math.sqrt(diff.size)), 4),
-                "queries": int(diff.size)}
-        report["datasets"][name] = {"folds": per_system, "summary": summary}
+            summary["tunemix_minus_lgbm_es_per_query"] = per_query_difference(per_query["tunemix"],
+                                                                              per_query["lgbm_es"])
+        if "tunemix" in systems and len(seeds) > 1:
+            summary["tunemix_seeds"] = seed_summary(seed_rows, seed_pq, per_query.get("lgbm_es", []))
+        report["datasets"][name] = {"folds": per_system, "tunemix_seed_folds": seed_rows if len(seeds) > 1 else None,
+                                    "summary": summary}
     return report
 
 
@@ -160,6 +210,17 @@ def markdown(report: dict[str, Any]) -> str:
             se = f" ± {r['test_ndcg@10_se']:.4f}" if r.get("test_ndcg@10_se") is not None else ""
             cells.append(f"{r['test_ndcg@10']:.4f}{se}; {r['fit_s']:.0f} s; {r['peak_mb']:.0f} MB")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    seeded = [(name, d["summary"]["tunemix_seeds"]) for name, d in report["datasets"].items()
+              if "test_ndcg@10" in d["summary"].get("tunemix_seeds", {})]
+    if seeded:
+        lines += ["", "tunemix over seeds " + ", ".join(str(s) for s in report["tunemix_seeds"])
+                  + " (each fold's mean over the seeds, then the folds' mean ± SE; per-query difference to "
+                  "lgbm_es ± SE):", ""]
+        for name, r in seeded:
+            d = r.get("minus_lgbm_es_per_query", {})
+            lines.append(f"- {name}: {r['test_ndcg@10']:.4f} ± {r['test_ndcg@10_se']:.4f} (per seed "
+                         + ", ".join(f"{v:.4f}" for v in r["per_seed"]) + ")"
+                         + (f"; {d['mean']:+.4f} ± {d['se']:.4f} over {d['queries']} queries" if d else ""))
     return "\n".join(lines) + "\n"
 
 
@@ -168,10 +229,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--datasets", default=",".join(DATASETS))
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--config", default=None, help="a tunemix TOML to measure instead of the default")
+    ap.add_argument("--seeds", default="0,1,2", help="tunemix's random_state values (the first is the row 'tunemix')")
     ap.add_argument("--out", default=str(RESULTS / "defaults.json"))
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    report = run(args.datasets.split(","), args.systems.split(","), args.config)
+    report = run(args.datasets.split(","), args.systems.split(","), args.config,
+                 [int(s) for s in args.seeds.split(",")])
     report["seconds"] = round(time.perf_counter() - t0, 1)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

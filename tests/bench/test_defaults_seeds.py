@@ -1,0 +1,28 @@
+"""bench.defaults' summary of tunemix over several seeds (pure functions; no fits)."""
+
+import numpy as np
+
+from bench.defaults import per_query_difference, seed_summary
+
+
+def test_seed_summary_averages_each_fold_over_seeds_then_the_folds() -> None:
+    rows = {0: [{"test_ndcg": 0.70}, {"test_ndcg": 0.80}], 1: [{"test_ndcg": 0.74}, {"test_ndcg": 0.76}]}
+    pq = {0: [np.array([1.0, 0.0]), np.array([0.5, np.nan])], 1: [np.array([0.0, 0.0]), np.array([0.7, np.nan])]}
+    peer = [np.array([0.25, 0.25]), np.array([0.5, 0.1])]
+    out = seed_summary(rows, pq, peer)
+    # fold means over seeds: 0.72 and 0.78; their mean 0.75, SE = sd([0.72, 0.78]) / sqrt(2) = 0.03
+    assert out["test_ndcg@10"] == 0.75 and out["test_ndcg@10_se"] == 0.03
+    assert out["per_seed"] == [0.75, 0.75]
+    # per query: seed means (0.5, 0.0) and (0.6, nan) against the peer: 0.25, -0.25, 0.1 (nan left out)
+    d = out["minus_lgbm_es_per_query"]
+    assert d["queries"] == 3 and d["mean"] == round((0.25 - 0.25 + 0.1) / 3, 4)
+
+
+def test_seed_summary_reports_a_failed_fit_instead_of_a_mean() -> None:
+    rows = {0: [{"test_ndcg": 0.7}], 1: [{"error": "timeout"}]}
+    assert seed_summary(rows, {0: [], 1: []}, [])["error"] == "a fit failed"
+
+
+def test_per_query_difference_pools_the_folds() -> None:
+    d = per_query_difference([np.array([1.0, 0.5]), np.array([0.0])], [np.array([0.5, 0.5]), np.array([0.5])])
+    assert d == {"mean": 0.0, "se": round(float(np.std([0.5, 0.0, -0.5], ddof=1) / np.sqrt(3)), 4), "queries": 3}
