@@ -45,7 +45,10 @@ def _shape(n_docs: int, n_features: int = 136) -> DataShape:
 
 def test_the_choice_follows_the_data_and_the_budget() -> None:
     small, reasons = auto_members(_shape(10_000), None)
-    assert [b["views"] for b in small["lambdamart"]] == [["raw"], ["raw+std"]]
+    # small data: a third LambdaMART run of 7 leaves on raw+std; from 20k documents two runs
+    assert [(b["views"], b["n_leaves"]) for b in small["lambdamart"]] == [(["raw"], 31), (["raw+std"], 15),
+                                                                           (["raw+std"], 7)]
+    assert [b["n_leaves"] for b in auto_members(_shape(20_000), None)[0]["lambdamart"]] == [31, 15]
     assert all(b["fit_on"] == "train" and b["early_stopping"] > 0 for b in small["lambdamart"] + small["mcrank"])
     assert small["adaboost"][0]["n_iterations"] == 300 and small["adaboost"][0]["checkpoints"] == [30, 100, 300]
     assert small["adaboost"][0]["search"] == "full"
@@ -57,10 +60,11 @@ def test_the_choice_follows_the_data_and_the_budget() -> None:
     assert its == [300, 250, 150, 0, 0]
     large, reasons = auto_members(_shape(500_000), None)
     assert large["adaboost"] == [] and any("no AdaBoost.MH" in r and "weight" in r for r in reasons)
-    # above 200k documents: half the documents bagged, every LightGBM run at 0.2 (0.1 below)
+    # above 200k documents: half the documents bagged, every LightGBM run at 0.2 (0.1 below, 0.05 on small data)
     assert {b["bagging_fraction"] for b in large["lambdamart"] + large["mcrank"]} == {0.5}
     assert {b["learning_rate"] for b in large["lambdamart"] + large["mcrank"]} == {0.2}
-    assert {b["learning_rate"] for b in small["lambdamart"] + small["mcrank"]} == {0.1}
+    assert {b["learning_rate"] for b in small["lambdamart"] + small["mcrank"]} == {0.05}
+    assert {b["learning_rate"] for b in auto_members(_shape(100_000), None)[0]["lambdamart"]} == {0.1}
     assert {b["bagging_fraction"] for b in small["lambdamart"] + small["mcrank"]} == {0.8}
     assert adaboost_iterations(_shape(100_000), 0.1) == 0
     assert 0 < adaboost_iterations(_shape(100_000), 3600.0) <= adaboost_iterations(_shape(100_000), None)
@@ -79,7 +83,7 @@ def test_a_config_naming_only_its_data_trains_the_default_members() -> None:
     assert types == {"lambdamart", "mcrank", "adaboost"}
     # the choice is in the resolved configuration: retraining from the record trains the same runs
     members = rec["config"]["members"]
-    assert len(members["lambdamart"]) == 2 and len(members["mcrank"]) == 1 and len(members["adaboost"]) == 1
+    assert len(members["lambdamart"]) == 3 and len(members["mcrank"]) == 1 and len(members["adaboost"]) == 1
     for r in rec["runs"]:
         if r["type"] in ("lambdamart", "mcrank"):
             assert r["params"]["fit_on"] == "train"
@@ -93,7 +97,7 @@ def test_a_config_naming_only_its_data_trains_the_default_members() -> None:
             assert calibrator.startswith("er:")
     # the McRank member is the relevance head's model
     head = rec["relevance_head"]
-    assert [m["member"] for m in head["models"]] == ["raw|original|mcrank-mc31-lr0.1"], head
+    assert [m["member"] for m in head["models"]] == ["raw|original|mcrank-mc31-lr0.05"], head
     assert out.model.relevance_head is not None
     split = rec["split"]
     assert split["fit_rows"] + split["calibration_rows"] == next(d["rows"] for d in rec["data"] if d["role"] == "train")
