@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from bench.common import RESULTS, SHARED_DATA, machine_info
-from bench.fitproc import SYSTEMS, run_fit
+from bench.fitproc import SYSTEMS, run_fit, warm_up
 from training.data.dataset import RankingData
 from training.evaluation import evaluate
 
@@ -153,6 +153,8 @@ def run(datasets: list[str], systems: list[str], config: str | None, seeds: list
     report: dict[str, Any] = {"machine": machine_info(), "measure": MEASURE, "convention": CONVENTION,
                               "tunemix_config": config or "default (chosen from the data)", "tunemix_seeds": seeds,
                               "datasets": {}}
+    if "tunemix" in systems:  # numba's first compilation is not the fit a user meets every time
+        report["warm_up"] = warm_up()
     # tunemix at every seed (the first is the row "tunemix"), the peers once
     fits = [(s, seed) for s in systems for seed in (seeds if s == "tunemix" else [None])]
     for name in datasets:

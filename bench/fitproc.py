@@ -74,6 +74,21 @@ def _save(path: Path, sets: dict[str, RankingData]) -> None:
     np.savez(path, **arrays)
 
 
+def warm_up() -> dict[str, Any]:
+    """One tunemix fit, not measured, before the measured ones: numba compiles a fresh checkout's
+    kernels on their first call and caches them on disk, so the first fit of a clean clone pays
+    that once (at 30k documents: 49.8 s and 889 MB, against 20 s and 681 MB for every later fit).
+    The data are synthetic and MSLR-shaped (about 20k documents of 136 features, 5 grades): the
+    code paths of the measured fits, AdaBoost.MH's bandit search among them. Returns that fit's
+    seconds and peak memory, for the record."""
+    from training.data.synthetic import make_synthetic_splits
+
+    sets = make_synthetic_splits(n_queries={"train": 166, "vali": 33, "test": 20}, docs_per_query=(60, 180),
+                                 n_features=136, n_levels=5, noise=0.3, seed=1)
+    res = run_fit("tunemix", sets)
+    return {k: res[k] for k in ("fit_s", "peak_mb", "error") if k in res}
+
+
 def run_fit(system: str, sets: dict[str, RankingData], *, timeout_s: float | None = None,
             extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Fit ``system`` on ``sets`` (train, vali, test) in a child process; fit seconds (inside the
