@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from training.pipeline.auto import DataShape, adaboost_iterations, auto_members, auto_relevance
+from training.pipeline.auto import DataShape, adaboost_iterations, auto_members, auto_relevance, lambdamart_rate
 from training.pipeline.config import ConfigError, SyntheticData, load_config
 from training.pipeline.train import train
 
@@ -60,9 +60,15 @@ def test_the_choice_follows_the_data_and_the_budget() -> None:
     assert its == [300, 250, 150, 0, 0]
     large, reasons = auto_members(_shape(500_000), None)
     assert large["adaboost"] == [] and any("no AdaBoost.MH" in r and "weight" in r for r in reasons)
-    # above 200k documents: half the documents bagged, every LightGBM run at 0.2 (0.1 below, 0.05 on small data)
+    # above 200k documents: half the documents bagged, McRank at 0.2; LambdaMART at 0.1 up to 500k,
+    # then faster with the data up to 0.2 from 1M documents; 0.05 on small data
     assert {b["bagging_fraction"] for b in large["lambdamart"] + large["mcrank"]} == {0.5}
-    assert {b["learning_rate"] for b in large["lambdamart"] + large["mcrank"]} == {0.2}
+    assert large["mcrank"][0]["learning_rate"] == 0.2
+    assert {b["learning_rate"] for b in large["lambdamart"]} == {0.1}
+    assert [lambdamart_rate(n) for n in (19_999, 20_000, 500_000, 750_000, 1_000_000, 5_000_000)] == [
+        0.05, 0.1, 0.1, 0.15, 0.2, 0.2]
+    huge = auto_members(_shape(1_000_000), None)[0]
+    assert {b["learning_rate"] for b in huge["lambdamart"] + huge["mcrank"]} == {0.2}
     assert {b["learning_rate"] for b in small["lambdamart"] + small["mcrank"]} == {0.05}
     assert {b["learning_rate"] for b in auto_members(_shape(100_000), None)[0]["lambdamart"]} == {0.1}
     assert {b["bagging_fraction"] for b in small["lambdamart"] + small["mcrank"]} == {0.8}
