@@ -9,7 +9,10 @@ fitted in a process of its own: fit seconds, peak memory of the process tree, te
 (yahoo). The ratios to the early-stopped peer are computed per size, in the same run (these
 machines are shared: absolute seconds drift, ratios much less).
 
-``--sizes 30000,120000`` picks sizes; ``--timeout S`` stops a fit after S seconds (recorded).
+``--sizes 30000,120000`` picks sizes; ``--timeout S`` stops a fit after S seconds (recorded);
+``--update`` re-measures the given sizes and keeps the other rows of the existing ``--out`` (each
+row says when and at which commit it was measured: a change that only touches one size
+re-measures that size, peers included, not all four).
 Goal (issue "better than LightGBM out of the box"): at every size the default within 3x the
 early-stopped peer's fit time and peak memory, at least its NDCG@10; 1M documents within 15
 minutes on 2 cores.
@@ -44,7 +47,9 @@ def run(sizes: list[int], systems: list[str], timeout_s: float | None) -> dict[s
         report["warm_up"] = warm_up()
     for size in sizes:
         sets = make_sets(size)
-        row: dict[str, Any] = {"target_docs": size, "train_docs": sets["train"].n_docs,
+        row: dict[str, Any] = {"target_docs": size, "commit": git_commit(),
+                               "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                               "train_docs": sets["train"].n_docs,
                                "train_queries": sets["train"].n_queries, "vali_docs": sets["vali"].n_docs,
                                "systems": {}}
         for system in systems:
@@ -66,6 +71,25 @@ def run(sizes: list[int], systems: list[str], timeout_s: float | None) -> dict[s
         report["sizes"].append(row)
         del sets
     return report
+
+
+def git_commit() -> str | None:
+    """The commit of the code measured (None outside a git checkout)."""
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                              cwd=Path(__file__).resolve().parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def updated(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """``old`` with the rows of ``new``'s sizes replaced (or added), in size order; the rest of
+    ``new`` (machine, warm-up) describes the newest run."""
+    rows = {r["target_docs"]: r for r in old.get("sizes", [])}
+    rows.update({r["target_docs"]: r for r in new["sizes"]})
+    return {**new, "sizes": [rows[k] for k in sorted(rows)]}
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
@@ -98,11 +122,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--timeout", type=float, default=None)
     ap.add_argument("--out", default=str(RESULTS / "scale.json"))
+    ap.add_argument("--update", action="store_true", help="keep the existing rows of the other sizes")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     report = run([int(s) for s in args.sizes.split(",")], args.systems.split(","), args.timeout)
     report["seconds"] = round(time.perf_counter() - t0, 1)
     out = Path(args.out)
+    if args.update and out.exists():
+        report = updated(json.loads(out.read_text()), report)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1))
     plot(report, out.with_suffix(".png"))
