@@ -220,7 +220,8 @@ def markdown(report: dict[str, Any]) -> str:
                   "lgbm_es ± SE):", ""]
         for name, r in seeded:
             d = r.get("minus_lgbm_es_per_query", {})
-            lines.append(f"- {name}: {r['test_ndcg@10']:.4f} ± {r['test_ndcg@10_se']:.4f} (per seed "
+            se = f" ± {r['test_ndcg@10_se']:.4f}" if r.get("test_ndcg@10_se") is not None else ""
+            lines.append(f"- {name}: {r['test_ndcg@10']:.4f}{se} (per seed "
                          + ", ".join(f"{v:.4f}" for v in r["per_seed"]) + ")"
                          + (f"; {d['mean']:+.4f} ± {d['se']:.4f} over {d['queries']} queries" if d else ""))
     return "\n".join(lines) + "\n"

@@ -26,3 +26,16 @@ def test_seed_summary_reports_a_failed_fit_instead_of_a_mean() -> None:
 def test_per_query_difference_pools_the_folds() -> None:
     d = per_query_difference([np.array([1.0, 0.5]), np.array([0.0])], [np.array([0.5, 0.5]), np.array([0.5])])
     assert d == {"mean": 0.0, "se": round(float(np.std([0.5, 0.0, -0.5], ddof=1) / np.sqrt(3)), 4), "queries": 3}
+
+
+def test_the_table_says_the_seed_means_of_one_split_and_of_folds() -> None:
+    from bench.defaults import markdown
+
+    one = {"tunemix_seeds": {"test_ndcg@10": 0.36, "test_ndcg@10_se": None, "per_seed": [0.35, 0.37],
+                             "minus_lgbm_es_per_query": {"mean": 0.05, "se": 0.01, "queries": 100}}}
+    five = {"tunemix_seeds": {"test_ndcg@10": 0.79, "test_ndcg@10_se": 0.006, "per_seed": [0.78, 0.8]}}
+    report = {"measure": "ndcg@10", "convention": "yahoo", "tunemix_config": "default", "tunemix_seeds": [0, 1],
+              "datasets": {"synthetic": {"summary": one}, "mq2008": {"summary": five}}}
+    text = markdown(report)
+    assert "- synthetic: 0.3600 (per seed 0.3500, 0.3700); +0.0500 ± 0.0100 over 100 queries" in text
+    assert "- mq2008: 0.7900 ± 0.0060 (per seed 0.7800, 0.8000)" in text
