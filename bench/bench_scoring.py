@@ -47,7 +47,6 @@ import hashlib
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -57,7 +56,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import ROOT, SHARED_DATA, ensure_model, machine_probe_ms, write_result
+from bench.common import ROOT, SHARED_DATA, ensure_model, git, machine_probe_ms, write_result
 from training.learners.lightgbm_forest import lightgbm_to_forest
 from training.scoring import forest as forest_module
 from training.scoring import runtime
@@ -73,14 +72,6 @@ DEFAULT_LLEAVES_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".ca
 
 
 # ----------------------------------------------------------------------------- environment
-def _git(*args: str) -> str | None:
-    try:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
-                              timeout=30).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
 def environment() -> dict[str, Any]:
     import lightgbm
     import lleaves
@@ -95,14 +86,14 @@ def environment() -> dict[str, Any]:
     except OSError:
         pass
     forest_py = ROOT / "training" / "scoring" / "forest.py"
-    status = _git("status", "--porcelain", "--", "training/scoring/forest.py")
+    status = git("status", "--porcelain", "--", "training/scoring/forest.py")
     return {
         "cpu_model": cpu,
         "load_average_at_start": list(os.getloadavg()),
         "lightgbm": lightgbm.__version__,
         "lleaves": getattr(lleaves, "__version__", None) or _dist_version("lleaves"),
         "llvmlite": llvmlite.__version__,
-        "git_head": _git("rev-parse", "HEAD"),
+        "git_head": git("rev-parse", "HEAD"),
         "forest_py_sha256": hashlib.sha256(forest_py.read_bytes()).hexdigest(),
         "forest_py_modified_vs_head": bool(status) if status is not None else None,
         "has_set_scoring_threads": hasattr(forest_module, "set_scoring_threads"),

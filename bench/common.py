@@ -21,6 +21,24 @@ MODELS_DIR = ROOT / "models"
 CONFIG = ROOT / "configs" / "mq2008.toml"
 
 
+def git(*args: str) -> str | None:
+    """``git args`` in the repository, its output stripped (None when git cannot run)."""
+    try:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def mslr_shaped_sets(n_queries: dict[str, int], seed: int = 0) -> Any:
+    """Synthetic MSLR-shaped train / vali / test sets (McRank's cubic polynomials, 136 features,
+    5 grades, 60 to 180 documents a query): the data of bench.scale, bench.defaults' synthetic
+    split and the fit benchmarks' warm-up."""
+    from training.data.synthetic import make_synthetic_splits
+
+    return make_synthetic_splits(n_queries=n_queries, docs_per_query=(60, 180), n_features=136, n_levels=5,
+                                 noise=0.3, seed=seed)
+
+
 def machine_info() -> dict[str, Any]:
     import numba
     import numpy

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from bench.common import RESULTS, machine_info
-from bench.defaults import ndcg, splits
+from bench.defaults import mean_se, ndcg, splits
 
 VARIANTS = ("default", "before", "rate", "third", "svm", "noab", "bag1", "pat100", "rep2")
 
@@ -69,9 +69,9 @@ def apply_variant(members: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def run(datasets: list[str], variants: list[str], seeds: list[int]) -> dict[str, Any]:
-    from training.pipeline.auto import DataShape, auto_members
+    from training.pipeline.auto import auto_members
     from training.pipeline.config import load_config
-    from training.pipeline.train import label_count, train
+    from training.pipeline.train import data_shape, train
 
     report: dict[str, Any] = {"machine": machine_info(), "measure": "ndcg@10", "convention": "yahoo",
                               "seeds": seeds, "datasets": {}}
@@ -82,18 +82,15 @@ def run(datasets: list[str], variants: list[str], seeds: list[int]) -> dict[str,
             table = np.full((len(folds), len(seeds)), np.nan)
             t0 = time.perf_counter()
             for k, sets in enumerate(folds):
-                tr = sets["train"]
-                shape = DataShape(tr.n_docs, tr.n_features, label_count(tr), tr.n_queries, sets["vali"].n_queries)
-                members = apply_variant(auto_members(shape, None)[0], variant)
+                members = apply_variant(auto_members(data_shape(sets), None)[0], variant)
                 for j, seed in enumerate(seeds):
                     cfg = load_config(None, {"run.n_jobs": 2, "seed": seed}, require_data=False,
                                       tables={"members": copy.deepcopy(members), "mixer": {"compare": []},
                                               "relevance": {"enabled": False}})
                     model = train(cfg, progress=False, sets=sets, save=False).model
                     table[k, j] = ndcg(sets["test"], model.score(sets["test"].features, sets["test"].query_offsets))[0]
-            by_fold = table.mean(axis=1)
-            out[variant] = {"test_ndcg@10": round(float(by_fold.mean()), 4),
-                            "test_ndcg@10_se": round(float(by_fold.std(ddof=1) / np.sqrt(by_fold.size)), 4),
+            mean, se = mean_se(table.mean(axis=1))
+            out[variant] = {"test_ndcg@10": mean, "test_ndcg@10_se": se,
                             "per_seed": [round(float(v), 4) for v in table.mean(axis=0)],
                             "per_fold_and_seed": np.round(table, 4).tolist(),
                             "seconds": round(time.perf_counter() - t0, 1)}

@@ -38,8 +38,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
-from bench.common import RESULTS, SHARED_DATA, machine_info
+from bench.common import RESULTS, SHARED_DATA, machine_info, mslr_shaped_sets
 from bench.fitproc import SYSTEMS, run_fit, warm_up
 from training.data.dataset import RankingData
 from training.evaluation import evaluate
@@ -85,11 +86,7 @@ def mslr_sample_splits(n_folds: int = 5) -> list[dict[str, RankingData]]:
 
 
 def synthetic_mslr_splits(train_queries: int = 250, seed: int = 0) -> list[dict[str, RankingData]]:
-    from training.data.synthetic import make_synthetic_splits
-
-    sets = make_synthetic_splits(n_queries={"train": train_queries, "vali": 60, "test": 100},
-                                 docs_per_query=(60, 180), n_features=136, n_levels=5, noise=0.3, seed=seed)
-    return [sets]
+    return [mslr_shaped_sets({"train": train_queries, "vali": 60, "test": 100}, seed)]
 
 
 def splits(name: str) -> list[dict[str, RankingData]]:
@@ -103,6 +100,13 @@ def ndcg(data: RankingData, scores: np.ndarray) -> tuple[float, np.ndarray]:
     return float(np.nanmean(per_query)), per_query
 
 
+def mean_se(values: npt.ArrayLike) -> tuple[float, float | None]:
+    """The mean of ``values`` and its standard error (None for fewer than two), rounded to 4 places."""
+    v = np.asarray(values, dtype=np.float64)
+    se = round(float(v.std(ddof=1) / math.sqrt(v.size)), 4) if v.size > 1 else None
+    return round(float(v.mean()), 4), se
+
+
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Mean test NDCG@10 over folds with the standard error of that mean, summed fit seconds and the
     largest peak memory; the pooled per-query differences against the early-stopped peer."""
@@ -110,9 +114,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"folds": len(rows), "folds_done": len(ok)}
     if not ok:
         return out
-    vals = np.array([r["test_ndcg"] for r in ok])
-    out["test_ndcg@10"] = round(float(vals.mean()), 4)
-    out["test_ndcg@10_se"] = round(float(vals.std(ddof=1) / math.sqrt(len(vals))), 4) if len(vals) > 1 else None
+    out["test_ndcg@10"], out["test_ndcg@10_se"] = mean_se([r["test_ndcg"] for r in ok])
     out["vali_ndcg@10"] = round(float(np.mean([r["vali_ndcg"] for r in ok])), 4)
     out["fit_s"] = round(float(sum(r["fit_s"] for r in ok)), 1)
     out["peak_mb"] = round(float(max(r["peak_mb"] for r in ok)), 1)
@@ -135,10 +137,8 @@ def seed_summary(rows: dict[int, list[dict[str, Any]]], per_query: dict[int, lis
     folds = [[r.get("test_ndcg") for r in rows[s]] for s in seeds]
     if any(v is None for f in folds for v in f):
         return {"seeds": seeds, "error": "a fit failed"}
-    by_fold = np.mean(np.array(folds, dtype=np.float64), axis=0)
-    out: dict[str, Any] = {"seeds": seeds, "test_ndcg@10": round(float(by_fold.mean()), 4),
-                           "test_ndcg@10_se": round(float(by_fold.std(ddof=1) / math.sqrt(by_fold.size)), 4)
-                           if by_fold.size > 1 else None,
+    mean, se = mean_se(np.mean(np.array(folds, dtype=np.float64), axis=0))
+    out: dict[str, Any] = {"seeds": seeds, "test_ndcg@10": mean, "test_ndcg@10_se": se,
                            "per_seed": [round(float(np.mean(f)), 4) for f in folds]}
     if peer:
         mean_pq = [np.mean([per_query[s][k] for s in seeds], axis=0) for k in range(len(peer))]
@@ -170,17 +170,18 @@ def run(datasets: list[str], systems: list[str], config: str | None, seeds: list
                 row = {k2: v for k2, v in res.items() if k2 != "scores"}
                 row["fold"] = k + 1
                 row["train_docs"] = sets["train"].n_docs
+                headline = seed in (None, seeds[0])  # a peer, or tunemix's first seed
                 if "scores" in res:
                     row["vali_ndcg"], _ = ndcg(sets["vali"], res["scores"]["vali"])
                     row["test_ndcg"], pq = ndcg(sets["test"], res["scores"]["test"])
                     if seed is not None:
                         seed_pq[seed].append(pq)
-                    if seed in (None, seeds[0]):
+                    if headline:
                         per_query[system].append(pq)
                 if seed is not None:
                     row["seed"] = seed
                     seed_rows[seed].append(row)
-                if seed in (None, seeds[0]):
+                if headline:
                     per_system[system].append(row)
                 label = system if seed is None else f"{system}@{seed}"
                 print(f"{name} fold {k + 1} {label:10s} test {row.get('test_ndcg', float('nan')):.4f} "
@@ -197,6 +198,12 @@ def run(datasets: list[str], systems: list[str], config: str | None, seeds: list
     return report
 
 
+def _plus_minus(r: dict[str, Any]) -> str:
+    """``0.7871 ± 0.0086`` (the SE left out when there is none)."""
+    se = r.get("test_ndcg@10_se")
+    return f"{r['test_ndcg@10']:.4f}" + (f" ± {se:.4f}" if se is not None else "")
+
+
 def markdown(report: dict[str, Any]) -> str:
     systems = list(SYSTEMS)
     lines = [f"Test {report['measure']} ({report['convention']}), mean over folds ± SE; fit seconds (sum over "
@@ -209,8 +216,7 @@ def markdown(report: dict[str, Any]) -> str:
             if not r or "test_ndcg@10" not in r:
                 cells.append("")
                 continue
-            se = f" ± {r['test_ndcg@10_se']:.4f}" if r.get("test_ndcg@10_se") is not None else ""
-            cells.append(f"{r['test_ndcg@10']:.4f}{se}; {r['fit_s']:.0f} s; {r['peak_mb']:.0f} MB")
+            cells.append(f"{_plus_minus(r)}; {r['fit_s']:.0f} s; {r['peak_mb']:.0f} MB")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     seeded = [(name, d["summary"]["tunemix_seeds"]) for name, d in report["datasets"].items()
               if "test_ndcg@10" in d["summary"].get("tunemix_seeds", {})]
@@ -220,8 +226,7 @@ def markdown(report: dict[str, Any]) -> str:
                   "lgbm_es ± SE):", ""]
         for name, r in seeded:
             d = r.get("minus_lgbm_es_per_query", {})
-            se = f" ± {r['test_ndcg@10_se']:.4f}" if r.get("test_ndcg@10_se") is not None else ""
-            lines.append(f"- {name}: {r['test_ndcg@10']:.4f}{se} (per seed "
+            lines.append(f"- {name}: {_plus_minus(r)} (per seed "
                          + ", ".join(f"{v:.4f}" for v in r["per_seed"]) + ")"
                          + (f"; {d['mean']:+.4f} ± {d['se']:.4f} over {d['queries']} queries" if d else ""))
     return "\n".join(lines) + "\n"

@@ -81,11 +81,9 @@ def warm_up() -> dict[str, Any]:
     The data are synthetic and MSLR-shaped (about 20k documents of 136 features, 5 grades): the
     code paths of the measured fits, AdaBoost.MH's bandit search among them. Returns that fit's
     seconds and peak memory, for the record."""
-    from training.data.synthetic import make_synthetic_splits
+    from bench.common import mslr_shaped_sets
 
-    sets = make_synthetic_splits(n_queries={"train": 166, "vali": 33, "test": 20}, docs_per_query=(60, 180),
-                                 n_features=136, n_levels=5, noise=0.3, seed=1)
-    res = run_fit("tunemix", sets)
+    res = run_fit("tunemix", mslr_shaped_sets({"train": 166, "vali": 33, "test": 20}, seed=1))
     return {k: res[k] for k in ("fit_s", "peak_mb", "error") if k in res}
 
 

@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from bench.common import RESULTS, machine_info
-from bench.defaults import splits
+from bench.defaults import mean_se, per_query_difference, splits
 from training.data.dataset import RankingData
 from training.evaluation import evaluate
 
@@ -44,17 +43,15 @@ RULES: dict[str, dict[str, Any]] = {
 
 def member_scores(sets: dict[str, RankingData], seed: int = 0) -> dict[str, np.ndarray]:
     """The default members' calibrated scores on validation and test (the pipeline's stages)."""
-    from training.pipeline.auto import DataShape, apply_auto
+    from training.pipeline.auto import apply_auto
     from training.pipeline.config import load_config
     from training.pipeline.member_types import run_specs
     from training.pipeline.mixing import score_members
     from training.pipeline.parallel import parallel_backend
-    from training.pipeline.train import _Clock, assemble, calibrate_runs, fit_runs, label_count, prepare
+    from training.pipeline.train import _Clock, assemble, calibrate_runs, data_shape, fit_runs, prepare
 
-    tr = sets["train"]
     cfg = load_config(None, {"seed": seed}, tables={"name": "mix-choice"}, require_data=False)
-    cfg, _ = apply_auto(cfg, DataShape(n_docs=tr.n_docs, n_features=tr.n_features, n_labels=label_count(tr),
-                                       n_queries=tr.n_queries, vali_queries=sets["vali"].n_queries))
+    cfg, _ = apply_auto(cfg, data_shape(sets))
     specs = run_specs(cfg)
     prep = prepare(cfg, _Clock(), specs, sets)
     with parallel_backend(cfg.run.backend, cfg.run.n_jobs, cfg.run.scheduler) as n_jobs:
@@ -122,15 +119,11 @@ def run(datasets: list[str], cache: Path) -> dict[str, Any]:
             print(f"{name} fold {k + 1}: " + "  ".join(f"{rule} {row[rule]['test_ndcg@10']:.4f}" for rule in res),
                   flush=True)
         summary: dict[str, Any] = {}
-        base = np.concatenate(pooled["uniform"])
         for rule, parts in pooled.items():
-            vals = np.array([f[rule]["test_ndcg@10"] for f in folds])
-            diff = np.concatenate(parts) - base
-            diff = diff[~np.isnan(diff)]
-            summary[rule] = {"test_ndcg@10": round(float(vals.mean()), 4),
-                             "se": round(float(vals.std(ddof=1) / math.sqrt(vals.size)), 4),
-                             "minus_uniform_per_query": round(float(diff.mean()), 4),
-                             "minus_uniform_se": round(float(diff.std(ddof=1) / math.sqrt(diff.size)), 4)}
+            mean, se = mean_se([f[rule]["test_ndcg@10"] for f in folds])
+            diff = per_query_difference(parts, pooled["uniform"])
+            summary[rule] = {"test_ndcg@10": mean, "se": se, "minus_uniform_per_query": diff["mean"],
+                             "minus_uniform_se": diff["se"]}
         report["datasets"][name] = {"folds": folds, "summary": summary}
         for rule, s in summary.items():
             print(f"{name:12s} {rule:10s} {s['test_ndcg@10']:.4f} ± {s['se']:.4f}   vs uniform "

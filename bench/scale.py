@@ -26,10 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS, machine_info
+from bench.common import RESULTS, git, machine_info, mslr_shaped_sets
 from bench.defaults import ndcg
 from bench.fitproc import SYSTEMS, run_fit, warm_up
-from training.data.synthetic import make_synthetic_splits
 
 SIZES = (30_000, 120_000, 500_000, 1_000_000)
 MEAN_DOCS_PER_QUERY = 120
@@ -37,8 +36,7 @@ MEAN_DOCS_PER_QUERY = 120
 
 def make_sets(train_docs: int, seed: int = 0) -> dict[str, Any]:
     q = max(train_docs // MEAN_DOCS_PER_QUERY, 10)
-    return make_synthetic_splits(n_queries={"train": q, "vali": max(q // 5, 20), "test": 100},
-                                 docs_per_query=(60, 180), n_features=136, n_levels=5, noise=0.3, seed=seed)
+    return mslr_shaped_sets({"train": q, "vali": max(q // 5, 20), "test": 100}, seed)
 
 
 def run(sizes: list[int], systems: list[str], timeout_s: float | None) -> dict[str, Any]:
@@ -47,7 +45,7 @@ def run(sizes: list[int], systems: list[str], timeout_s: float | None) -> dict[s
         report["warm_up"] = warm_up()
     for size in sizes:
         sets = make_sets(size)
-        row: dict[str, Any] = {"target_docs": size, "commit": git_commit(),
+        row: dict[str, Any] = {"target_docs": size, "commit": git("rev-parse", "HEAD") or None,
                                "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                "train_docs": sets["train"].n_docs,
                                "train_queries": sets["train"].n_queries, "vali_docs": sets["vali"].n_docs,
@@ -71,17 +69,6 @@ def run(sizes: list[int], systems: list[str], timeout_s: float | None) -> dict[s
         report["sizes"].append(row)
         del sets
     return report
-
-
-def git_commit() -> str | None:
-    """The commit of the code measured (None outside a git checkout)."""
-    import subprocess
-
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-                              cwd=Path(__file__).resolve().parent).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 def updated(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

@@ -136,7 +136,7 @@ def auto_members(shape: DataShape, time_budget_s: float | None) -> tuple[dict[st
     patience = 50 if small else 25
     large = shape.n_docs > LARGE_DOCUMENTS
     rate = lambdamart_rate(shape.n_docs)
-    mcrank_rate = 0.2 if large else 0.05 if small else 0.1
+    mcrank_rate = 0.2 if large else rate  # up to 200k documents LambdaMART's rate (0.05 or 0.1)
     bagging = 0.5 if large else 0.8
     boosting = {"learning_rate": rate, "n_iterations": 2000, "early_stopping": patience, "fit_on": "train",
                 "checkpoints": []}

@@ -121,6 +121,13 @@ def label_count(train: RankingData) -> int:
     return max(int(train.labels.max()) + 1, 2)
 
 
+def data_shape(sets: dict[str, RankingData]) -> DataShape:
+    """What the default's choice (``training.pipeline.auto``) reads of the training and validation sets."""
+    tr = sets["train"]
+    return DataShape(n_docs=tr.n_docs, n_features=tr.n_features, n_labels=label_count(tr), n_queries=tr.n_queries,
+                     vali_queries=sets["vali"].n_queries)
+
+
 def prepare(cfg: TrainConfig, clock: _Clock, specs: list[RunSpec],
             sets: dict[str, RankingData] | None = None, records: list[dict[str, Any]] | None = None) -> Prepared:
     """Read (or take ``sets``: train, vali and optionally test, already in memory), split train by
@@ -361,10 +368,7 @@ def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingDat
                 sets, records = load_data(cfg)
     if auto:
         assert sets is not None
-        tr = sets["train"]
-        cfg, auto_reasons = apply_auto(cfg, DataShape(n_docs=tr.n_docs, n_features=tr.n_features,
-                                                      n_labels=label_count(tr), n_queries=tr.n_queries,
-                                                      vali_queries=sets["vali"].n_queries))
+        cfg, auto_reasons = apply_auto(cfg, data_shape(sets))
     if "all" in cfg.members.label_groupings:
         assert sets is not None
         n_labels = label_count(sets["train"])
