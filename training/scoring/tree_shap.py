@@ -1,0 +1,253 @@
+"""Exact attributions of a flat forest's running sums to features against one reference row.
+
+Imports numpy and numba only (the service uses it). **The game.** For a document x, a reference
+r and a set S of *players* (groups of columns: a raw feature and its standardised copy are one
+player), the hybrid ``z_S`` takes x's columns for the players in S and r's elsewhere. Each base
+classifier h is a game ``v_h(S) = h(z_S)`` and its Shapley values with this one reference are
+the "baseline Shapley" values of Sundararajan and Najmi (2020, "The many Shapley values for
+model explanation"), the interventional TreeSHAP of Lundberg et al. (2020, "From local
+explanations to global understanding with explainable AI for trees", Nat. Mach. Intell. 2:56)
+with a background of one row. They add up: ``sum_g phi_g = h(x) - h(r)``. A running sum of bases
+is a sum of games, so its Shapley values are the sums of the bases' (linearity).
+
+**Trees** (``base_kind`` 0). For a leaf with value v, let A be the players whose conditions along
+the leaf's path x satisfies and r does not, B those r satisfies and x does not (a player neither
+satisfies makes the leaf unreachable by every hybrid; one both satisfy is irrelevant). The hybrid
+z_S reaches the leaf iff A is in S and S misses B, so the leaf is the game ``v * [A in S][S cap B
+empty]``, whose Shapley values are (|A| = a, |B| = b)
+
+    phi_f = + v (a - 1)! b! / (a + b)!      for f in A,
+    phi_f = - v a! (b - 1)! / (a + b)!      for f in B,   0 otherwise,
+
+(sum over f: v [b = 0] - v [a = 0], i.e. v [x reaches the leaf] - v [r reaches it]). A depth
+first walk follows only the children x or r goes to, tracking per player whether x and r still
+satisfy its conditions (a feature may be tested again down the path), so it visits the leaves
+some hybrid reaches: one path where x and r agree, at most a path per leaf where they differ.
+
+**Products of stumps** (``base_kind`` 1): ``h = prod_j phi_j * row``, phi_j = +-1. Grouped by
+player, x's and r's factors of player g are equal or opposite; with D the players whose factors
+differ (m = |D|) and c = prod_j phi_j(r) * row, ``v(S) = c (-1)^{|S cap D|}``, so by symmetry
+
+    phi_g = -2 c / m  for g in D when m is odd,   0 when m is even (v(D) = v(empty)).
+
+``forest_attributions`` returns, for every document and checkpoint, the attributions of the
+running sum after the first ``checkpoints[c]`` bases: (n, C, G, K), in one pass over the forest.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from math import factorial
+
+import numpy as np
+import numpy.typing as npt
+from numba import njit
+
+from training.scoring.forest import KIND_PRODUCT, FlatForest
+
+
+def shapley_weights(max_players: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """(plus, minus), (P + 1, P + 1): ``plus[a, b] = (a - 1)! b! / (a + b)!`` (a >= 1) and
+    ``minus[a, b] = a! (b - 1)! / (a + b)!`` (b >= 1), computed exactly and rounded once."""
+    p = max_players + 1
+    plus = np.zeros((p, p))
+    minus = np.zeros((p, p))
+    for a in range(p):
+        for b in range(p):
+            if a + b == 0:
+                continue
+            total = factorial(a + b)
+            if a:
+                plus[a, b] = float(Fraction(factorial(a - 1) * factorial(b), total))
+            if b:
+                minus[a, b] = float(Fraction(factorial(a) * factorial(b - 1), total))
+    return plus, minus
+
+
+@njit(cache=True, nogil=True)
+def _tree(ns, ls, n_nodes, feat, thr, left, right, leaves, x, r, group, plus, minus, acc,
+          st_node, st_depth, st_g, st_x, st_r, path_g, path_x, path_r, mark, stamp):  # pragma: no cover
+    """Add one tree's attributions for document x to ``acc`` (G, K); returns the next stamp."""
+    k_out = leaves.shape[1]
+    sp = 0
+    st_node[0] = 0
+    st_depth[0] = 0
+    st_g[0] = -1
+    st_x[0] = True
+    st_r[0] = True
+    sp = 1
+    while sp > 0:
+        sp -= 1
+        c = st_node[sp]
+        depth = st_depth[sp]
+        if depth > 0:
+            path_g[depth - 1] = st_g[sp]
+            path_x[depth - 1] = st_x[sp]
+            path_r[depth - 1] = st_r[sp]
+        if c < 0:  # a leaf: players of A (x only) and B (r only), the last entry of each player
+            stamp += 1
+            a = 0
+            b = 0
+            for p in range(depth - 1, -1, -1):
+                g = path_g[p]
+                if mark[g] != stamp:
+                    mark[g] = stamp
+                    if path_x[p] and not path_r[p]:
+                        a += 1
+                    elif path_r[p] and not path_x[p]:
+                        b += 1
+            if a + b == 0:
+                continue
+            row = ls + (-c - 1)
+            wa = plus[a, b]
+            wb = minus[a, b]
+            stamp += 1
+            for p in range(depth - 1, -1, -1):
+                g = path_g[p]
+                if mark[g] != stamp:
+                    mark[g] = stamp
+                    if path_x[p] and not path_r[p]:
+                        for k in range(k_out):
+                            acc[g, k] += wa * leaves[row, k]
+                    elif path_r[p] and not path_x[p]:
+                        for k in range(k_out):
+                            acc[g, k] -= wb * leaves[row, k]
+            continue
+        t = ns + c
+        f = feat[t]
+        gg = group[f]
+        cx = True
+        cr = True
+        for p in range(depth - 1, -1, -1):
+            if path_g[p] == gg:
+                cx = path_x[p]
+                cr = path_r[p]
+                break
+        x_right = x[f] >= thr[t]
+        r_right = r[f] >= thr[t]
+        if x_right == r_right:
+            st_node[sp] = right[t] if x_right else left[t]
+            st_depth[sp] = depth + 1
+            st_g[sp] = gg
+            st_x[sp] = cx
+            st_r[sp] = cr
+            sp += 1
+            continue
+        if cx:
+            st_node[sp] = right[t] if x_right else left[t]
+            st_depth[sp] = depth + 1
+            st_g[sp] = gg
+            st_x[sp] = True
+            st_r[sp] = False
+            sp += 1
+        if cr:
+            st_node[sp] = right[t] if r_right else left[t]
+            st_depth[sp] = depth + 1
+            st_g[sp] = gg
+            st_x[sp] = False
+            st_r[sp] = True
+            sp += 1
+    return stamp
+
+
+@njit(cache=True, nogil=True)
+def _product(ns, ne, ls, feat, thr, leaves, x, r, group, acc, parity, touched):  # pragma: no cover
+    """Add one product of stumps' attributions (closed form, module docstring) to ``acc``."""
+    sign = 1.0
+    n_touched = 0
+    for t in range(ns, ne):
+        f = feat[t]
+        px = x[f] >= thr[t]
+        pr = r[f] >= thr[t]
+        if not pr:
+            sign = -sign
+        if px != pr:
+            g = group[f]
+            if parity[g] == 0:  # bit 1: listed in ``touched``, bit 0: the parity of differing factors
+                touched[n_touched] = g
+                n_touched += 1
+                parity[g] = 2
+            parity[g] ^= 1
+    m = 0
+    for j in range(n_touched):
+        m += parity[touched[j]] & 1
+    if m % 2 == 1:
+        w = -2.0 * sign / m
+        for j in range(n_touched):
+            g = touched[j]
+            if parity[g] & 1:
+                for k in range(leaves.shape[1]):
+                    acc[g, k] += w * leaves[ls, k]
+    for j in range(n_touched):
+        parity[touched[j]] = 0
+
+
+@njit(cache=True, nogil=True)
+def _forest_attributions(kind, node_start, leaf_start, feat, thr, left, right, leaves, x, r, group,
+                         n_groups, checkpoints, plus, minus, out):  # pragma: no cover
+    n = x.shape[0]
+    n_base = kind.shape[0]
+    k_out = leaves.shape[1]
+    max_nodes = 1
+    for b in range(n_base):
+        max_nodes = max(max_nodes, node_start[b + 1] - node_start[b])
+    size = 2 * max_nodes + 2
+    st_node = np.empty(size, dtype=np.int64)
+    st_depth = np.empty(size, dtype=np.int64)
+    st_g = np.empty(size, dtype=np.int64)
+    st_x = np.empty(size, dtype=np.bool_)
+    st_r = np.empty(size, dtype=np.bool_)
+    path_g = np.empty(size, dtype=np.int64)
+    path_x = np.empty(size, dtype=np.bool_)
+    path_r = np.empty(size, dtype=np.bool_)
+    mark = np.zeros(n_groups, dtype=np.int64)
+    parity = np.zeros(n_groups, dtype=np.int64)
+    touched = np.empty(size, dtype=np.int64)
+    acc = np.zeros((n_groups, k_out))
+    n_ck = checkpoints.shape[0]
+    stamp = 0
+    for i in range(n):
+        acc[:, :] = 0.0
+        c = 0
+        xi = x[i]
+        for b in range(n_base + 1):
+            while c < n_ck and checkpoints[c] == b:
+                out[i, c, :, :k_out] = acc
+                c += 1
+            if b == n_base or c == n_ck:
+                break
+            ns = node_start[b]
+            ne = node_start[b + 1]
+            if kind[b] == KIND_PRODUCT:
+                _product(ns, ne, leaf_start[b], feat, thr, leaves, xi, r, group, acc, parity, touched)
+            elif ne > ns:
+                stamp = _tree(ns, leaf_start[b], ne - ns, feat, thr, left, right, leaves, xi, r, group, plus,
+                              minus, acc, st_node, st_depth, st_g, st_x, st_r, path_g, path_x, path_r, mark, stamp)
+
+
+def forest_attributions(forest: FlatForest, x: npt.ArrayLike, r: npt.ArrayLike, group: npt.ArrayLike,
+                        n_groups: int, checkpoints: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    """Attributions (n, C, G, K) of the running sums at ``checkpoints`` (base counts, non-decreasing)
+    of every row of ``x`` (n, columns) against the reference ``r`` (columns,), column c belonging to
+    player ``group[c]`` in 0..G-1 (module docstring): ``out[i, c].sum(0) == S_c(x_i) - S_c(r)`` to
+    float rounding. Both rows are compared with the thresholds as float32, as the scoring kernel does."""
+    xa = np.ascontiguousarray(x, dtype=np.float32)
+    ra = np.ascontiguousarray(r, dtype=np.float32).reshape(-1)
+    ga = np.ascontiguousarray(group, dtype=np.int64).reshape(-1)
+    ck = np.ascontiguousarray(checkpoints, dtype=np.int64).reshape(-1)
+    cols = forest.n_features
+    if xa.ndim != 2 or xa.shape[1] != cols or ra.shape != (cols,) or ga.shape != (cols,):
+        raise ValueError(f"x (n, {cols}), r ({cols},) and group ({cols},) expected, got {xa.shape}, {ra.shape}, "
+                         f"{ga.shape}")
+    if ga.size and (ga.min() < 0 or ga.max() >= n_groups):
+        raise ValueError(f"group entries must lie in 0..{n_groups - 1}")
+    if ck.size and (ck.min() < 0 or ck.max() > forest.n_base or np.any(np.diff(ck) < 0)):
+        raise ValueError(f"checkpoints must be non-decreasing base counts in 0..{forest.n_base}")
+    depth = int(np.diff(forest.base_node_start).max(initial=0)) + 1
+    plus, minus = shapley_weights(min(depth, n_groups))
+    out = np.zeros((xa.shape[0], ck.size, n_groups, forest.n_outputs), dtype=np.float64)
+    if xa.shape[0] and ck.size:
+        _forest_attributions(forest.base_kind, forest.base_node_start, forest.base_leaf_start, forest.node_feature,
+                             forest.node_threshold, forest.node_left, forest.node_right, forest.leaf_values, xa,
+                             ra, ga, np.int64(n_groups), ck, plus, minus, out)
+    return out
