@@ -1,4 +1,4 @@
-"""Shapley explanations of the whole model's score (``training.scoring.explanation``) against their
+"""Whole-model Shapley explanations (``method="shapley"``, ``training.scoring.whole_model_shapley``) against their
 slow twin: brute-force Shapley values of the game v(S) = score(list with row i := hybrid)[i]
 computed from ``tunemix.Model.predict`` alone, on models of 6 features (every member type, every
 view, calibrators and per-query mixing), plus additivity, the sampled estimator and pairs."""
@@ -147,7 +147,7 @@ def learner_type(model: EnsembleModel, m: int) -> str:
 
 
 def check_against_brute_force(ensemble: EnsembleModel, x: np.ndarray, rows: list[int]) -> None:
-    e = explain_rows(ensemble, x, [0, x.shape[0]], rows)
+    e = explain_rows(ensemble, x, [0, x.shape[0]], rows, method="shapley")
     scores = as_model(ensemble).predict(x)
     np.testing.assert_allclose(e.baseline + e.contributions.sum(axis=1), scores[rows], rtol=0, atol=1e-9)
     assert e.exact.all()
@@ -182,18 +182,19 @@ def test_every_member_type_and_view_alone(models: dict[str, EnsembleModel], game
 def test_sampled_estimate_adds_up_and_reports_its_error(models: dict[str, EnsembleModel]) -> None:
     model = models["raw+std"]
     x = candidate_list(3, n=11)
-    exact = explain_rows(model, x, [0, 11], [2, 6])
-    sampled = explain_rows(model, x, [0, 11], [2, 6], budget=20_000, seed=5, exact_max_features=0)
+    exact = explain_rows(model, x, [0, 11], [2, 6], method="shapley")
+    sampled = explain_rows(model, x, [0, 11], [2, 6], method="shapley", budget=20_000, seed=5, exact_max_features=0)
     assert not sampled.exact.any() and (sampled.n_permutations >= 100).all()
     np.testing.assert_allclose(sampled.baseline + sampled.contributions.sum(axis=1), sampled.scores, atol=1e-9)
     np.testing.assert_allclose(sampled.baseline, exact.baseline, atol=1e-12)
     err = np.abs(sampled.contributions - exact.contributions)
     assert np.all(err <= 5 * sampled.standard_error + 1e-12)
     assert np.all(sampled.standard_error[:, 4] == 0)  # the dummy
-    few = explain_rows(model, x, [0, 11], [2, 6], budget=1, seed=5)  # at least two pairs, whatever the budget
+    # at least two pairs, whatever the budget
+    few = explain_rows(model, x, [0, 11], [2, 6], method="shapley", budget=1, seed=5)
     assert (few.n_permutations == 4).all()
     np.testing.assert_allclose(few.baseline + few.contributions.sum(axis=1), few.scores, atol=1e-9)
-    again = explain_rows(model, x, [0, 11], [2, 6], budget=20_000, seed=5, exact_max_features=0)
+    again = explain_rows(model, x, [0, 11], [2, 6], method="shapley", budget=20_000, seed=5, exact_max_features=0)
     np.testing.assert_array_equal(again.contributions, sampled.contributions)
 
 
@@ -201,8 +202,8 @@ def test_pair_is_the_difference_of_two_explanations(models: dict[str, EnsembleMo
     model = models["raw+std"]
     x = np.vstack([candidate_list(4, n=8), candidate_list(5, n=6)])
     off = [0, 8, 14]
-    single = explain_rows(model, x, off, [9, 12])
-    pair = explain_pair(model, x, off, 9, 12)
+    single = explain_rows(model, x, off, [9, 12], method="shapley")
+    pair = explain_pair(model, x, off, 9, 12, method="shapley")
     np.testing.assert_allclose(pair.contributions, single.contributions[0] - single.contributions[1], atol=1e-12)
     assert pair.baseline + pair.contributions.sum() == pytest.approx(pair.score_a - pair.score_b, abs=1e-9)
     with pytest.raises(ValueError, match="different queries"):
@@ -213,12 +214,13 @@ def test_reference_and_rows_are_checked(models: dict[str, EnsembleModel]) -> Non
     model = models["raw+std"]
     x = candidate_list(6, n=5)
     np.testing.assert_array_equal(reference_row(x, "median"), np.median(x, axis=0).astype(np.float32))
-    e = explain_rows(model, x, [0, 5], [0], reference="mean")
+    e = explain_rows(model, x, [0, 5], [0], reference="mean", method="shapley")
     np.testing.assert_array_equal(e.reference[0], x.astype(np.float64).mean(axis=0).astype(np.float32))
-    e = explain_rows(model, x, [0, 5], [0], reference=x[0])  # the document itself: nothing to explain
+    e = explain_rows(model, x, [0, 5], [0], reference=x[0], method="shapley")  # the document itself: nothing to explain
     assert e.n_relevant[0] == 0 and np.all(e.contributions == 0) and e.baseline[0] == e.scores[0]
     for bad, match in (({"rows": [5]}, "outside"), ({"reference": "mode"}, "reference"),
-                       ({"reference": np.zeros(3)}, "shape"), ({"budget": 0}, "budget")):
+                       ({"reference": np.zeros(3)}, "shape"), ({"budget": 0}, "budget"),
+                       ({"method": "sampled"}, "method")):
         options: dict[str, Any] = {"rows": [0], **bad}
         with pytest.raises(ValueError, match=match):
             explain_rows(model, x, [0, 5], **options)

@@ -1,0 +1,170 @@
+"""Exact explanations (``method="exact"``, ``training.scoring.exact_explanation``): equal to brute-force
+Shapley enumeration of the whole model where every layer is linear (identity calibrator, a uniform
+mix without per-query statistics, the raw view) for every member type; additive to 1e-9 for every
+member type, view, calibrator and mixer; deterministic; a pair is a difference; the sampled whole-model
+values within 5 standard errors of their enumeration on the same small models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.scoring.test_explanation import (
+    MEMBERS,
+    OTHER_TYPES,
+    D,
+    as_model,
+    brute_force,
+    candidate_list,
+    learner_type,
+    sub_model,
+    trained,
+)
+from training.calibration.expected_relevance import IdentityCalibrator
+from training.ensemble.base import Mixer
+from training.ensemble.exponential_forecaster import ExponentialForecaster
+from training.ensemble.member_rescaling import MemberRescaler
+from training.ensemble.registry import mixer_from_params
+from training.scoring.ensemble_model import EnsembleModel, Member
+from training.scoring.exact_explanation import linear_mix
+from training.scoring.explanation import explain_pair, explain_rows
+
+pytest.importorskip("lightgbm")
+pytest.importorskip("sklearn")
+
+MIXERS = [
+    {"mixer": "uniform", "rescale": "zscore_query"},
+    {"mixer": "uniform", "rescale": "minmax_query"},
+    {"mixer": "uniform", "rescale": "none"},
+    {"mixer": "exp_forecaster", "rescale": "zscore_query"},
+    {"mixer": "one_best"},
+]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, EnsembleModel]:
+    return {
+        "raw": trained(tmp_path_factory.mktemp("raw"), ["raw"], MEMBERS + OTHER_TYPES),
+        "raw+std": trained(tmp_path_factory.mktemp("std"), ["raw", "raw+std"], MEMBERS + OTHER_TYPES),
+        "raw+white": trained(tmp_path_factory.mktemp("white"), ["raw+white"], MEMBERS),
+    }
+
+
+def linear_layers(model: EnsembleModel, m: int) -> EnsembleModel:
+    """Member m alone with its calibrator replaced by the identity (reads class 0 of its K-vector: a
+    linear map) and a uniform mix without rescaling: every layer after the member is linear."""
+    k = model.runs[model.members[m].run].n_classes
+    identity = IdentityCalibrator()
+    identity.gains_ = np.arange(k, dtype=np.float64)  # the calibration step checks the class count
+    member = Member(name="id", run=model.members[m].run, iterations=model.members[m].iterations, calibrator=identity)
+    mixer = mixer_from_params({"mixer": "uniform", "n_members": 1, "rescale": "none", "rescale_scale": np.zeros(0)})
+    return EnsembleModel(n_features=model.n_features, extra_views=model.extra_views, forest=model.forest,
+                         runs=model.runs, members=[member], mixer=mixer, linear=model.linear)
+
+
+def with_mixer(model: EnsembleModel, params: dict[str, object]) -> EnsembleModel:
+    m = model.n_members
+    full = {"n_members": m, "rescale_scale": np.zeros(0), **params}
+    if params["mixer"] == "one_best":
+        full.update(best=m // 2, omega=np.zeros(m), measure="ndcg@10", convention="yahoo")
+    if params["mixer"] == "exp_forecaster":  # fitted weights 1 .. 2 (its params hold the whole grid search)
+        mixer: Mixer = ExponentialForecaster(rescale=str(params["rescale"]))
+        mixer.weights_ = np.linspace(1.0, 2.0, m)
+        mixer.rescaler_ = MemberRescaler(str(params["rescale"]))
+        mixer.n_members_ = m
+    else:
+        mixer = mixer_from_params(full)
+    return EnsembleModel(n_features=model.n_features, extra_views=model.extra_views, forest=model.forest,
+                         runs=model.runs, members=model.members, mixer=mixer, linear=model.linear)
+
+
+def assert_adds_up(model: EnsembleModel, x: np.ndarray, off: list[int]) -> None:
+    e = explain_rows(model, x, off)
+    assert e.method == "exact" and e.exact.all() and np.all(e.standard_error == 0)
+    np.testing.assert_allclose(e.baseline + e.contributions.sum(axis=1), model.score(x, off), rtol=0, atol=1e-9)
+    np.testing.assert_array_equal(e.scores, model.score(x, off))
+
+
+def test_linear_layers_equal_brute_force_on_every_member_type(models: dict[str, EnsembleModel]) -> None:
+    """Trees, products of stumps, Hamming trees (AdaBoost.MH), LightGBM trees (McRank, LambdaMART),
+    the SVM and the best single feature (linear): exact == whole-model Shapley by enumeration."""
+    model = models["raw"]
+    first: dict[str, int] = {}
+    for m in range(model.n_members):
+        first.setdefault(learner_type(model, m), m)
+    assert {k.split("/")[0] for k in first} >= {"adaboost", "svm", "best_feature", "mcrank", "lambdamart"}
+    bases = {model.forest.base_kind[model.runs[model.members[m].run].base_start] for m in first.values()
+             if model.runs[model.members[m].run].kind == "forest"}
+    assert bases == {0, 1}  # trees and products of stumps
+    x = candidate_list(2, n=7)
+    for m in first.values():
+        sub = linear_layers(model, m)
+        e = explain_rows(sub, x, [0, 7], [1, 5])
+        for k, i in enumerate([1, 5]):
+            base, phi = brute_force(as_model(sub), x, i)
+            np.testing.assert_allclose(e.contributions[k], phi, rtol=0, atol=1e-9)
+            assert e.baseline[k] == pytest.approx(base, abs=1e-9)
+
+
+@pytest.mark.parametrize("view", ["raw", "raw+std", "raw+white"])
+def test_additivity_on_every_member_type_view_and_calibrator(models: dict[str, EnsembleModel], view: str) -> None:
+    """Each member alone (its own calibrator: shift, cpc, rbc, er, ordinal, identity) and the whole model."""
+    model = models[view]
+    x = np.vstack([candidate_list(7, n=9), candidate_list(8, n=5)])
+    off = [0, 9, 14]
+    for m in range(model.n_members):
+        assert_adds_up(sub_model(model, [m]), x, off)
+    assert_adds_up(model, x, off)
+
+
+@pytest.mark.parametrize("params", MIXERS, ids=lambda p: f"{p['mixer']}-{p.get('rescale', '')}")
+def test_additivity_on_every_linear_mixer(models: dict[str, EnsembleModel], params: dict[str, object]) -> None:
+    model = with_mixer(models["raw+std"], params)
+    x = candidate_list(9, n=10)
+    member = model.member_scores(x, [0, 10])
+    coef, shift = linear_mix(model.mixer, member)  # type: ignore[misc]
+    np.testing.assert_allclose((member - shift) @ coef, model.score(x, [0, 10]), atol=1e-12)
+    assert_adds_up(model, x, [0, 10])
+
+
+def test_rank_fusion_falls_back_to_the_whole_model_values(models: dict[str, EnsembleModel]) -> None:
+    model = with_mixer(models["raw"], {"mixer": "rrf", "k": 60.0})
+    x = candidate_list(10, n=6)
+    e = explain_rows(model, x, [0, 6], [0, 3], budget=1 << 12)
+    assert e.method == "shapley"
+    np.testing.assert_allclose(e.baseline + e.contributions.sum(axis=1), e.scores, atol=1e-9)
+
+
+def test_deterministic_and_pairs_are_differences(models: dict[str, EnsembleModel]) -> None:
+    model = models["raw+std"]
+    x = np.vstack([candidate_list(4, n=8), candidate_list(5, n=6)])
+    off = [0, 8, 14]
+    one, two = explain_rows(model, x, off), explain_rows(model, x, off)
+    np.testing.assert_array_equal(one.contributions, two.contributions)
+    np.testing.assert_array_equal(one.baseline, two.baseline)
+    # the baseline is the reference document's score in the list: one value per query
+    assert len(set(one.baseline[:8].tolist())) == 1 and len(set(one.baseline[8:].tolist())) == 1
+    pair = explain_pair(model, x, off, 9, 12)
+    np.testing.assert_array_equal(pair.contributions, one.contributions[9] - one.contributions[12])
+    assert pair.rest_of_list == 0.0
+    assert pair.contributions.sum() == pytest.approx(pair.score_a - pair.score_b, abs=1e-9)
+    assert all(c != 0.0 for _, c in pair.top(D))  # zero contributions are not listed
+    assert np.all(one.contributions[:, 4] == 0.0)  # a constant feature
+
+
+def test_the_reference_itself_gets_nothing(models: dict[str, EnsembleModel]) -> None:
+    model = models["raw+white"]
+    x = candidate_list(6, n=5)
+    e = explain_rows(model, x, [0, 5], [0, 2], reference=x[0])
+    assert np.all(e.contributions[0] == 0.0) and e.n_relevant[0] == 0
+    assert e.baseline[0] == pytest.approx(e.scores[0], abs=1e-9)
+
+
+def test_sampled_option_within_five_standard_errors_of_enumeration(models: dict[str, EnsembleModel]) -> None:
+    model = models["raw"]
+    x = candidate_list(3, n=11)
+    enumerated = explain_rows(model, x, [0, 11], [2, 6], method="shapley")
+    assert enumerated.exact.all()
+    sampled = explain_rows(model, x, [0, 11], [2, 6], method="shapley", budget=20_000, seed=1, exact_max_features=0)
+    assert not sampled.exact.any()
+    assert np.all(np.abs(sampled.contributions - enumerated.contributions) <= 5 * sampled.standard_error + 1e-12)

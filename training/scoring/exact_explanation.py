@@ -1,0 +1,242 @@
+"""Exact, deterministic explanations of the served score: one-reference TreeSHAP per member,
+propagated through calibrators and the mix (generalized DeepSHAP).
+
+Imports numpy/numba code only (the service uses it). tunemix's score of document i of a posted
+list is a series of models (``training.scoring.ensemble_model``): views -> members' raw K-vectors
+u_m -> calibrators g_m -> per-query rescaling and weighted mix. With the list's statistics
+(the views' per-query means, deviations and whitening matrix; the rescaling's per-member means and
+deviations or ranges) **held at the posted list's values**, each layer is a function of row i
+alone, and the explanation of row i against the reference document r is built layer by layer
+(Chen, Lundberg and Lee 2022, "Explaining a series of models by propagating Shapley values",
+Nat. Commun. 13:4512):
+
+1. **Views.** A raw feature j and its standardised copy (x_j - mean_j) / std_j are one player
+   (a function of x_j alone); a whitened column k, ``(x - mean) . W[:, k]``, is a player of its
+   own, whose attribution is split over the raw features in proportion to
+   ``(x_j - r_j) W[j, k]`` (the exact Shapley values of a linear map).
+2. **Members.** Forests: the one-reference interventional TreeSHAP of ``tree_shap`` (exact
+   Shapley values of every checkpoint's running sum, one pass); linear runs: ``W[c] (x_c - r_c)``
+   per wide column c. Each member gets A_m (players, K): ``sum_p A_m[p, k] = u_mk(x) - u_mk(r)``.
+3. **Calibrators** (nonlinear, K inputs): the exact Shapley values phi_mk of g_m over its K inputs
+   between u_m(r) and u_m(r) + sum_p A_m (2^K evaluations of every calibrator at once, the
+   packed calibration step; McRank's ordinal members through their class probabilities), each
+   input's share split over the players in proportion to that input's own attributions (the
+   rescale rule): ``C_m[p] = sum_k phi_mk A_m[p, k] / sum_p' A_m[p', k]`` (an input that does not
+   move gives nothing).
+4. **Mix.** A linear mixer with its rescaling is ``sum_m c_m (s_m - o_m)`` once the list's
+   statistics are fixed (``linear_mix``): contributions ``sum_m c_m C_m``, baseline
+   ``sum_m c_m (g_m(u_m(r)) - o_m)``.
+
+Every layer's attributions add up to its output's change, so ``baseline + sum(contributions)``
+equals the served score to float rounding; nothing is sampled. Where every layer is linear
+(identity calibrators, a mix without per-query statistics, the raw view) this is exactly the
+whole-model Shapley value of ``training.scoring.explanation``'s game (Shapley values are linear
+in the game); with nonlinear calibrators it is the propagated approximation of Chen et al., and
+it treats the list's statistics as fixed where the whole-model game recomputes them for every
+hybrid list. The baseline is the score of the reference document in the posted list: with the
+default reference (the list's per-feature median) a function of the list alone -- "the rest of
+the list" -- and the same for every document of the query, so a pair's difference is carried by
+the features alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from training.calibration.expected_relevance import OrdinalCalibrator, ordinal_probabilities
+from training.data.normalization import ILL_CONDITIONED, NULL_SPACE, WHITEN_EPS, _centre_cov, _whitening_matrix
+from training.ensemble.base import Mixer
+from training.ensemble.exponential_forecaster import ExponentialForecaster
+from training.ensemble.member_rescaling import MemberRescaler
+from training.ensemble.simple_mixers import OneBest, Uniform
+from training.scoring.ensemble_model import EnsembleModel
+from training.scoring.tree_shap import forest_attributions
+
+_NEVER = np.iinfo(np.int64).max
+#: elements of one batch's largest arrays (documents x members x coalitions x inputs), to bound memory
+BATCH_ELEMENTS = 1 << 21
+
+
+def linear_mix(mixer: Mixer, member: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(c, o) (M,) with ``mixer.transform(member, [0, n]) == (member - o) @ c`` for one query's
+    member scores (n, M), the rescaling's statistics taken from ``member`` as
+    ``fusion_kernels.weighted_rescaled_sum`` takes them; None for a mixer that is not linear in
+    the member scores (rank fusion)."""
+    m = member.shape[1]
+    if isinstance(mixer, OneBest):
+        c = np.zeros(m)
+        c[mixer.best_] = 1.0
+        return c, np.zeros(m)
+    if isinstance(mixer, ExponentialForecaster):
+        w = mixer.weights_ / mixer.weights_.sum()
+    elif isinstance(mixer, Uniform):
+        w = np.full(m, 1.0 / max(m, 1))
+    else:
+        return None
+    rescaler: MemberRescaler = mixer.rescaler_
+    if rescaler.mode == "none":
+        return w.copy(), np.zeros(m)
+    if rescaler.mode == "std_global":
+        assert rescaler.scale_ is not None
+        return w / rescaler.scale_, np.zeros(m)
+    n = member.shape[0]
+    if rescaler.mode == "zscore_query":
+        shift = member.sum(axis=0) / n
+        std = np.sqrt(((member - shift) ** 2).sum(axis=0) / n)
+        varies = np.any(member != member[:1], axis=0) & (std > 0.0)
+        return np.where(varies, w / np.where(varies, std, 1.0), 0.0), shift
+    lo, hi = member.min(axis=0), member.max(axis=0)
+    return np.where(hi > lo, w / np.where(hi > lo, hi - lo, 1.0), 0.0), lo
+
+
+def reference_views(model: EnsembleModel, xq: np.ndarray, r: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, int, np.ndarray | None]:
+    """(r's wide row with the posted list's statistics, the player of each wide column, the number
+    of players, the whitening matrix (d, d) or None): players 0..d-1 are the raw features (a
+    standardised column belongs to its feature), d..2d-1 the whitened columns."""
+    n, d = xq.shape
+    blocks = [r.astype(np.float32)]
+    group = [np.arange(d)]
+    white = None
+    players = d
+    x64 = xq.astype(np.float64)
+    for view in model.extra_views:
+        if view == "raw+std":  # training.data.normalization._standardise_feature's statistics
+            mean = x64.sum(axis=0) / n
+            std = np.sqrt(((x64 - mean) ** 2).sum(axis=0) / n)
+            flat = std <= 1e-12 * np.maximum(1.0, np.abs(mean))
+            blocks.append(np.where(flat, 0.0, (r - mean) / np.where(flat, 1.0, std)).astype(np.float32))
+            group.append(np.arange(d))
+        else:  # whiten_by_query's mean and matrix, the same kernels
+            means, cov = np.empty((1, d)), np.empty((1, d, d))
+            _centre_cov(x64, np.array([0, n], dtype=np.int64), 0, means, cov, _NEVER)
+            lam, vec = np.linalg.eigh(cov)
+            white = np.empty((d, d))
+            _whitening_matrix(np.ascontiguousarray(lam[0]), np.ascontiguousarray(vec[0]), WHITEN_EPS,
+                              ILL_CONDITIONED, NULL_SPACE, white)
+            blocks.append(((r.astype(np.float64) - means[0]) @ white).astype(np.float32))
+            group.append(d + np.arange(d))
+            players = 2 * d
+    return np.concatenate(blocks), np.concatenate(group).astype(np.int64), players, white
+
+
+def _calibrated(model: EnsembleModel, raw: np.ndarray) -> np.ndarray:
+    """Member scores (N, M) from raw K-vectors (N, M, K_max): ordinal members through their class
+    probabilities, then every calibrator in one call of the model's calibration step."""
+    k_in = max([model.runs[m.run].n_classes + 1 for m in model.members], default=1)
+    block = np.zeros((raw.shape[0], raw.shape[1], max(k_in, raw.shape[2])))
+    block[:, :, : raw.shape[2]] = raw
+    for k, idx in _ordinal_groups(model).items():
+        probs = ordinal_probabilities(raw[:, idx, :k].reshape(-1, k))
+        block[:, idx, : k + 1] = probs.reshape(raw.shape[0], idx.size, k + 1)
+    return model._calibration.apply(block)
+
+
+def _ordinal_groups(model: EnsembleModel) -> dict[int, np.ndarray]:
+    groups: dict[int, list[int]] = {}
+    for i, m in enumerate(model.members):
+        if isinstance(m.calibrator, OrdinalCalibrator):
+            groups.setdefault(model.runs[m.run].n_classes, []).append(i)
+    return {k: np.array(v, dtype=np.int64) for k, v in groups.items()}
+
+
+def _raw_attributions(model: EnsembleModel, wide: np.ndarray, r_wide: np.ndarray, group: np.ndarray,
+                      players: int) -> np.ndarray:
+    """A (n, M, players, K_max): each member's raw K-vector attributed to the players."""
+    n, mm = wide.shape[0], model.n_members
+    k_max = max([model.runs[m.run].n_classes for m in model.members], default=1)
+    out = np.zeros((n, mm, players, k_max))
+    forest_members = np.array([model.runs[m.run].kind == "forest" for m in model.members], dtype=bool)
+    if forest_members.any():
+        ck = forest_attributions(model.forest, wide, r_wide, group, players, model._checkpoints)
+        kf = min(ck.shape[3], k_max)
+        idx = np.flatnonzero(forest_members)
+        out[:, idx, :, :kf] = (ck[:, model._hi[idx]] - ck[:, model._lo[idx]])[..., :kf]
+    if model._linear_runs:
+        onehot = np.zeros((wide.shape[1], players))
+        onehot[np.arange(wide.shape[1]), group] = 1.0
+        diff = wide.astype(np.float64) - r_wide.astype(np.float64)          # (n, columns)
+        for j, run in enumerate(model._linear_runs):
+            c0, c1 = int(model._linear_cols[j]), int(model._linear_cols[j + 1])
+            per_player = np.einsum("nck,cp->npk", diff[:, :, None] * model._linear_w[None, :, c0:c1], onehot,
+                                   optimize=True)
+            for i in np.flatnonzero([m.run == run for m in model.members]):
+                out[:, i, :, : c1 - c0] = per_player
+    return out
+
+
+def _input_shapley(model: EnsembleModel, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(g(lo) (N, M), phi (N, M, K)): exact Shapley values of every calibrator over its K inputs,
+    the game v(T) = g(hi on T, lo elsewhere), by enumerating the 2^K input coalitions."""
+    nn, mm, k = lo.shape
+    masks = ((np.arange(1 << k)[:, None] >> np.arange(k)) & 1).astype(bool)       # (2^K, K)
+    hybrid = np.where(masks[:, None, None, :], hi[None], lo[None])                # (2^K, N, M, K)
+    values = _calibrated(model, hybrid.reshape(-1, mm, k)).reshape(1 << k, nn, mm)
+    size = masks.sum(axis=1)
+    phi = np.zeros((nn, mm, k))
+    fact = [float(np.prod(np.arange(1, s + 1))) for s in range(k + 1)]
+    for f in range(k):
+        for code in np.flatnonzero(~masks[:, f]):
+            s = int(size[code])
+            phi[:, :, f] += fact[s] * fact[k - s - 1] / fact[k] * (values[code | (1 << f)] - values[code])
+    return values[0], phi
+
+
+def explain_query(model: EnsembleModel, xq: np.ndarray, rows: np.ndarray, r: np.ndarray
+                  ) -> dict[str, Any] | None:
+    """Exact explanations of ``rows`` (indices into the query's list ``xq`` (n, d)) against ``r``:
+    ``{"scores": (k,), "baseline": float, "contributions": (k, d)}``; None when the mixer is not
+    linear in the member scores (the caller falls back to the whole-model Shapley values)."""
+    n, d = xq.shape
+    off = np.array([0, n], dtype=np.int64)
+    member, served = model._mixed(xq, off)
+    mix = linear_mix(model.mixer, member)
+    if mix is None:
+        return None
+    coef, shift = mix
+    wide = model._wide(xq, off)
+    r_wide, group, players, white = reference_views(model, xq, r)
+    u_r = model._raw_block(r_wide[None])                                         # (1, M, K_model)
+    contrib = np.zeros((rows.size, players))
+    g_r = np.zeros(model.n_members)
+    k_max = max([model.runs[m.run].n_classes for m in model.members], default=1)
+    step = max(1, BATCH_ELEMENTS // ((1 << k_max) * max(model.n_members, 1) * k_max
+                                     + model._checkpoints.size * players * k_max))
+    for s in range(0, rows.size, step):
+        attr = _raw_attributions(model, wide[rows[s : s + step]], r_wide, group, players)  # (k, M, P, K)
+        lo = np.broadcast_to(u_r[:, :, :k_max], (attr.shape[0], model.n_members, k_max)).copy()
+        delta = attr.sum(axis=2)                                                 # (k, M, K)
+        g_lo, phi = _input_shapley(model, lo, lo + delta)
+        g_r = g_lo[0]
+        # the rescale rule: input k's share phi_mk over the players in proportion to A_m[., k]
+        moving = delta != 0.0
+        ratio = np.where(moving, phi / np.where(moving, delta, 1.0), 0.0)       # (k, M, K)
+        contrib[s : s + step] = np.einsum("imk,impk->ip", coef[None, :, None] * ratio, attr)
+    if white is not None:
+        contrib = contrib[:, :d] + _unwhiten(contrib[:, d:], xq[rows], r, white)
+    if not rows.size:
+        g_r = _calibrated(model, u_r[:, :, :k_max])[0]
+    baseline = float(np.dot(coef, g_r - shift))
+    return {"scores": served[rows], "baseline": baseline, "contributions": contrib}
+
+
+def _unwhiten(phi_white: np.ndarray, x: np.ndarray, r: np.ndarray, white: np.ndarray) -> np.ndarray:
+    """Whitened columns' attributions (k, d) split over the raw features in proportion to
+    ``(x_j - r_j) W[j, c]`` (those shares sum to column c's change, so nothing is lost); a column
+    whose shares cancel to exactly 0 (its attribution is then rounding) goes by |shares|."""
+    share = (x.astype(np.float64) - r.astype(np.float64))[:, :, None] * white[None]  # (k, d, columns)
+    total = share.sum(axis=1, keepdims=True)
+    flat = total == 0.0
+    alt = np.abs(share)
+    alt_total = alt.sum(axis=1, keepdims=True)
+    frac = np.where(flat, alt / np.where(alt_total > 0, alt_total, 1.0), share / np.where(flat, 1.0, total))
+    return np.asarray(np.einsum("kjc,kc->kj", frac, phi_white))
+
+
+def attributions_for(model: EnsembleModel, xq: np.ndarray, r: np.ndarray) -> npt.NDArray[np.float64] | None:
+    """Every row's exact contributions (n, d) of one query (for global importances)."""
+    out = explain_query(model, xq, np.arange(xq.shape[0]), r)
+    return None if out is None else np.asarray(out["contributions"])
