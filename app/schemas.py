@@ -37,12 +37,14 @@ class Contribution(BaseModel):
 
 
 class Explanation(BaseModel):
-    baseline: float = Field(description="the score the document would get with the query's per-feature median "
-                                        "values (the other documents as posted)", examples=[0.04])
+    baseline: float = Field(description="the rest of the list: the score of the query's per-feature median "
+                                        "document in this list (the same for every document of the query)",
+                            examples=[0.04])
     contributions: list[Contribution] = Field(description="the \"explain\" largest contributions by absolute value")
     rest: float = Field(description="the other features' contributions together: baseline + contributions + rest "
                                     "= score", examples=[0.013])
-    exact: bool = Field(description="true: exact Shapley values; false: a sampled estimate that still adds up")
+    exact: bool = Field(description="true: exact (the default explanations, the same on every call); false: a "
+                                    "sampled estimate that still adds up")
     standard_error: float | None = Field(None, description="sampled: the largest standard error of a contribution")
 
 
@@ -57,8 +59,8 @@ class PairExplanation(BaseModel):
     a: Id
     b: Id
     score_difference: float = Field(description="score(a) - score(b)", examples=[0.35])
-    baseline: float = Field(description="baseline(a) - baseline(b): non-zero only through the model's query-wise "
-                                        "parts (views, per-query rescaling)", examples=[0.0])
+    baseline: float = Field(description="the rest of the list: baseline(a) - baseline(b), 0 with exact explanations "
+                                        "(the difference is carried by the features)", examples=[0.0])
     contributions: list[PairContribution] = Field(description="the largest contributions to the difference")
     rest: float = Field(description="the other features' together: baseline + contributions + rest = "
                                     "score_difference")

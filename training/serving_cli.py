@@ -40,10 +40,12 @@ def add_parser(subparsers: Any) -> None:
 
     e = subparsers.add_parser(
         "explain", help="why a document of a LETOR/SVMlight file scores what it scores (or why one is above another)",
-        description="Each feature's contribution to a document's score: Shapley values of the whole model (views, "
-                    "members, calibrators, mix), against the query's per-feature median document, the query's other "
-                    "documents as in the file; baseline + contributions = score. Two --doc: the contributions to "
-                    "score(first) - score(second), two documents of one query.")
+        description="Each feature's contribution to a document's score, exact and the same on every run: each "
+                    "member's exact Shapley values against the query's per-feature median document, carried through "
+                    "the calibrators and the mix (the query's other documents as in the file). score = the rest of "
+                    "the list (what the median document scores in it) + contributions. Two --doc: the contributions "
+                    "to score(first) - score(second), two documents of one query. --method shapley: the whole "
+                    "model's Shapley values (slower; sampled when --budget does not suffice).")
     e.add_argument("file", help="LETOR/SVMlight file holding the document's whole query (labels are ignored)")
     e.add_argument("--model", required=True, help="model name under --models-dir, or a model/version directory")
     e.add_argument("--models-dir", default="models", help="where model names are looked up (default: models)")
@@ -53,9 +55,22 @@ def add_parser(subparsers: Any) -> None:
                         "of query qid, from 1) or line:N (the file's N-th document); twice for a pair")
     e.add_argument("--qid", help="the query of --doc when a docid occurs in several queries")
     e.add_argument("--top", type=int, default=10, help="contributions shown, largest first (default: 10)")
+    e.add_argument("--method", choices=("exact", "shapley"), default="exact",
+                   help="exact (default) or the whole model's Shapley values (shapley)")
     e.add_argument("--budget", type=int, default=1 << 16,
-                   help="forest rows scored per document at most (exact when that suffices; default: 65536)")
+                   help="--method shapley: forest rows scored per document at most (default: 65536)")
     e.set_defaults(func=run_explain)
+
+    i = subparsers.add_parser(
+        "importance", help="global feature importance of a model over a LETOR/SVMlight file",
+        description="Each feature's mean absolute exact contribution over the documents of up to 200 queries of the "
+                    "file (evenly spread, whole queries, up to 5,000 documents), largest first.")
+    i.add_argument("file", help="LETOR/SVMlight file (labels are ignored)")
+    i.add_argument("--model", required=True, help="model name under --models-dir, or a model/version directory")
+    i.add_argument("--models-dir", default="models", help="where model names are looked up (default: models)")
+    i.add_argument("--version", help="a version of the model (default: the latest)")
+    i.add_argument("--top", type=int, default=20, help="features shown (default: 20; 0: all)")
+    i.set_defaults(func=run_importance)
 
     s = subparsers.add_parser("serve", help="serve the models over HTTP (what `python -m app` does)")
     s.add_argument("--models-dir", help="directory of <name>/vN versions (TUNEMIX_MODELS_DIR)")
@@ -204,27 +219,57 @@ def run_explain(args: argparse.Namespace) -> int:
     x = data.features[lo:hi]
     local = [r - lo for r in rows]
     if len(rows) == 1:
-        e = model.explain(x, rows=local, budget=args.budget)
+        e = model.explain(x, rows=local, method=args.method, budget=args.budget)
         c, exact, columns = e.contributions[0], bool(e.exact[0]), ("value", "median")
         values = (x[local[0]], e.reference[0])
         head = (f"query {data.qids[q[0]]}, document {args.doc[0]} ({hi - lo} documents in the query)\n"
-                f"score {e.scores[0]:.6g} = baseline {e.baseline[0]:.6g} (with the query's median document's "
-                "features) + contributions")
+                f"score {e.scores[0]:.6g} = {e.baseline[0]:.6g} from the rest of the list (what the query's median "
+                "document scores in it) + the features' contributions")
         se = float(e.standard_error[0].max())
     else:
-        p = model.explain_pair(x, local[0], local[1], budget=args.budget)
-        c, exact, columns = p.contributions, p.exact, (args.doc[0][:10], args.doc[1][:10])
+        p = model.explain_pair(x, local[0], local[1], method=args.method, budget=args.budget)
+        c, exact, columns = p.contributions, p.exact, (args.doc[0], args.doc[1])
         values = (x[local[0]], x[local[1]])
+        rest = f" + {p.rest_of_list:+.6g} from the rest of the list" if p.rest_of_list != 0.0 else ""
         head = (f"query {data.qids[q[0]]}: {args.doc[0]} scores {p.score_a:.6g}, {args.doc[1]} {p.score_b:.6g}\n"
-                f"difference {p.score_a - p.score_b:+.6g} = {p.baseline:+.6g} (the baselines' difference) + "
-                "contributions")
+                f"difference {p.score_a - p.score_b:+.6g} = the features' contributions{rest}")
         se = float(p.standard_error.max())
     names = model.feature_names
     width = max(len(n) for n in (*names, "feature"))
-    top = np.argsort(-np.abs(c), kind="stable")[: args.top]
-    how = "exact Shapley values" if exact else f"a sampled estimate, largest standard error {se:.2g}"
-    lines = [f"{head} ({how})", f"  {'feature':<{width}}  {columns[0]:>10}  {columns[1]:>10}  contribution"]
-    lines += [f"  {names[f]:<{width}}  {values[0][f]:>10.4g}  {values[1][f]:>10.4g}  {c[f]:+.6g}" for f in top]
-    lines.append(f"  {'(the other ' + str(len(names) - top.size) + ')':<{width + 24}}  {c.sum() - c[top].sum():+.6g}")
+    wide = max(10, *(len(col) for col in columns))
+    top = np.array([f for f in np.argsort(-np.abs(c), kind="stable")[: args.top] if c[f] != 0.0], dtype=np.int64)
+    how = ("exact" if args.method == "exact" else "the whole model's Shapley values") if exact else \
+        f"a sampled estimate, largest standard error {se:.2g}"
+    lines = [f"{head} ({how})", f"  {'feature':<{width}}  {columns[0]:>{wide}}  {columns[1]:>{wide}}  contribution"]
+    lines += [f"  {names[f]:<{width}}  {values[0][f]:>{wide}.4g}  {values[1][f]:>{wide}.4g}  {c[f]:+.6g}" for f in top]
+    others = int(np.count_nonzero(c)) - top.size
+    if others:
+        lines.append(f"  {'(the other ' + str(others) + ')':<{width + 2 * wide + 4}}  {c.sum() - c[top].sum():+.6g}")
+    if not np.any(c):
+        lines.append("  (no feature contributes: the document matches the reference wherever the model looks)")
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
+def run_importance(args: argparse.Namespace) -> int:
+    """``tunemix importance``: the mean absolute exact contribution per feature, largest first."""
+    import numpy as np
+
+    from training.data.svmlight import read_svmlight
+    from training.pipeline.importance import global_importance
+
+    if args.top < 0:
+        raise ValueError("--top must be at least 0")
+    model = _load(args)
+    data = read_svmlight(args.file, n_features=model.n_features)
+    mean, queries, docs = global_importance(model.ensemble, data.features, data.query_offsets)
+    names = model.feature_names
+    order = np.argsort(-mean, kind="stable")
+    order = order[: args.top] if args.top else order
+    width = max(len(n) for n in (*names, "feature"))
+    lines = [f"{args.file}: mean absolute contribution to the score over {docs} documents of {queries} queries "
+             "(exact explanations against each query's median document)",
+             f"  {'feature':<{width}}  mean |contribution|"]
+    lines += [f"  {names[f]:<{width}}  {mean[f]:.6g}" for f in order]
     sys.stdout.write("\n".join(lines) + "\n")
     return 0

@@ -92,16 +92,17 @@ class Model:
         return self.ensemble.score_and_relevance(x, query_offsets(group, x.shape[0]))[2]
 
     def explain(self, X: Any, group: Any = None, *, rows: Any = None, reference: Any = "median",
-                budget: int = DEFAULT_BUDGET, seed: int = 0) -> Explanation:
+                method: str = "exact", budget: int = DEFAULT_BUDGET, seed: int = 0) -> Explanation:
         """Why each document (or each of ``rows``) scores what it scores: per document a
         ``baseline`` and one contribution per feature, ``baseline + contributions.sum() == score``
-        (to float rounding). The contributions are Shapley values of the whole model's score
-        (views, members, calibrators and mix) as a function of the document's features, the
-        query's other documents held at their posted values; the baseline is the score the
-        document gets with the ``reference`` document's features (default: the query's
-        per-feature median; ``"mean"`` or an array of n_features). Exact when the features that
-        matter for the document are few enough for ``budget`` (documents scored per explained
-        document), else an estimate that still adds up exactly, with its ``standard_error``
+        (to float rounding). By default (``method="exact"``) exact and the same on every call:
+        each member's exact Shapley values against the ``reference`` document (default: the
+        query's per-feature median; ``"mean"`` or an array of n_features), carried through the
+        calibrators and the mix with the query's statistics as posted; the baseline is the
+        reference document's score in this list (the rest of the list). ``method="shapley"``:
+        the Shapley values of the whole model's score, the list's statistics recomputed for each
+        hybrid list, enumerated when the features that matter fit ``budget`` (documents scored
+        per explained document), else sampled (``seed``) with a ``standard_error``
         (``training.scoring.explanation`` has the details and the references).
 
         >>> e = model.explain(X, group=[20, 35], rows=[0])                # doctest: +SKIP
@@ -111,13 +112,22 @@ class Model:
         """
         x = features_matrix(X, self.n_features)
         return explain_rows(self.ensemble, x, query_offsets(group, x.shape[0]), rows, reference=reference,
-                            budget=budget, seed=seed, feature_names=self.feature_names)
+                            method=method, budget=budget, seed=seed, feature_names=self.feature_names)
+
+    def feature_importances(self, X: Any, group: Any = None) -> npt.NDArray[np.float64]:
+        """Mean absolute exact contribution of each feature over a deterministic sample of the
+        rows of ``X`` (whole queries evenly spread, up to 5,000 documents:
+        ``training.pipeline.importance.global_importance``)."""
+        from training.pipeline.importance import global_importance
+
+        x = features_matrix(X, self.n_features)
+        return global_importance(self.ensemble, x, query_offsets(group, x.shape[0]))[0]
 
     def explain_pair(self, X: Any, a: int, b: int, group: Any = None, **options: Any) -> PairExplanation:
         """Why row ``a`` is above (or below) row ``b`` of the same query: contributions to
         score(a) - score(b), the difference of the two documents' explanations (``explain``'s
-        keyword options apply). ``baseline`` is what the two baselines differ by (zero unless
-        the model has query-wise views or per-query rescaling)."""
+        keyword options apply). ``rest_of_list`` (also ``baseline``) is what the two baselines
+        differ by: 0 with the exact method, the query-wise parts' share with ``"shapley"``."""
         x = features_matrix(X, self.n_features)
         return explain_pair(self.ensemble, x, query_offsets(group, x.shape[0]), a, b,
                             feature_names=self.feature_names, **options)

@@ -229,7 +229,7 @@ class PairExplained(msgspec.Struct, omit_defaults=True):
     a: Id
     b: Id
     score_difference: float  # score(a) - score(b)
-    baseline: float  # baseline(a) - baseline(b): non-zero only through query-wise views and rescaling
+    baseline: float  # the rest of the list: baseline(a) - baseline(b), 0 with exact explanations
     contributions: list[PairContribution]
     rest: float
     exact: bool
@@ -340,7 +340,8 @@ def with_explanations(fn: Callable[..., Any], served: ServedModel, options: Opti
 
 
 def _top(contributions: np.ndarray, k: int) -> list[int]:
-    return np.argsort(-np.abs(contributions), kind="stable")[:k].tolist()
+    """The k largest non-zero contributions (zero ones are not listed)."""
+    return [f for f in np.argsort(-np.abs(contributions), kind="stable")[:k].tolist() if contributions[f] != 0.0]
 
 
 def explained_documents(e: Any, features: np.ndarray, k: int) -> dict[int, Explained]:

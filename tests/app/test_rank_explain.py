@@ -35,7 +35,8 @@ def test_explain_keeps_the_ranking_and_adds_up(client: TestClient, served_dir: P
         e = model.explain(x[lo : lo + SIZES[q]], rows=[j - lo for j in rows])
         for k, d in enumerate(r["ranking"]):
             ex = d["explanation"]
-            assert len(ex["contributions"]) == 2 and ex["exact"] is True
+            # the two largest, zero contributions not listed
+            assert len(ex["contributions"]) == min(2, np.count_nonzero(e.contributions[k])) and ex["exact"] is True
             total = ex["baseline"] + sum(c["contribution"] for c in ex["contributions"]) + ex["rest"]
             assert abs(total - d["score"]) < 1e-9
             assert abs(ex["baseline"] - e.baseline[k]) < 1e-12
@@ -43,8 +44,8 @@ def test_explain_keeps_the_ranking_and_adds_up(client: TestClient, served_dir: P
                 f = e.feature_names.index(c["feature"])
                 assert abs(c["contribution"] - e.contributions[k, f]) < 1e-12 and c["value"] == float(x[rows[k], f])
             magnitudes = [abs(c["contribution"]) for c in ex["contributions"]]
-            assert magnitudes == sorted(magnitudes, reverse=True) and magnitudes[-1] >= np.sort(
-                np.abs(e.contributions[k]))[-2] - 1e-15
+            assert magnitudes == sorted(magnitudes, reverse=True)
+            assert not magnitudes or magnitudes[-1] >= np.sort(np.abs(e.contributions[k]))[-2] - 1e-15
         lo += SIZES[q]
 
 

@@ -99,7 +99,8 @@ def test_tunemix_explain_from_the_command_line(trained: dict[str, Any]) -> None:
                    "--top", "3")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert f"score {e.scores[0]:.6g} = baseline {e.baseline[0]:.6g}" in lines[1] and "exact" in lines[1]
+    assert f"score {e.scores[0]:.6g} = {e.baseline[0]:.6g} from the rest of the list" in lines[1]
+    assert "(exact)" in lines[1]
     best = np.argsort(-np.abs(e.contributions[0]), kind="stable")[:3]
     assert [ln.split()[0] for ln in lines[3:6]] == [e.feature_names[f] for f in best]
     assert [float(ln.split()[-1]) for ln in lines[3:6]] == pytest.approx(e.contributions[0, best], abs=1e-5)

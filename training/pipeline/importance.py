@@ -1,5 +1,12 @@
 """What the training report says about why documents rank where they do: global feature importance
-and two worked examples, from the explanations of ``training.scoring.explanation``.
+and two worked examples, from the exact explanations of ``training.scoring.explanation``; and
+``global_importance``, the fitted ranker's ``feature_importances_`` and ``tunemix importance``.
+
+``global_importance(model, X, offsets)``: the mean absolute exact contribution of each feature
+over every document of up to ``GLOBAL_QUERIES`` queries of the data (queries of at least 2
+documents, evenly spread over the set in its order, so the sample is deterministic), stopping
+once ``GLOBAL_ROWS`` documents are in; each document is explained against its query's
+per-feature median document.
 
 Global importance is the mean absolute contribution of each feature over the top
 ``IMPORTANCE_TOP`` documents (the ones a user sees) of up to ``IMPORTANCE_QUERIES`` test queries
@@ -21,6 +28,9 @@ from training.scoring.ensemble_model import EnsembleModel
 from training.scoring.explanation import Explanation, explain_rows
 
 IMPORTANCE_QUERIES = 40
+#: ``global_importance``'s sample: whole queries, evenly spread, up to this many documents
+GLOBAL_QUERIES = 200
+GLOBAL_ROWS = 5_000
 IMPORTANCE_TOP = 5
 IMPORTANCE_BUDGET = 2048
 #: features in the report's table and bar chart; contributions in a worked example
@@ -30,9 +40,30 @@ EXAMPLE_SHOWN = 8
 
 def _contributions(e: Explanation, k: int, values: np.ndarray, shown: int) -> tuple[list[dict[str, Any]], float]:
     c = e.contributions[k]
-    top = np.argsort(-np.abs(c), kind="stable")[:shown]
+    top = [f for f in np.argsort(-np.abs(c), kind="stable")[:shown] if c[f] != 0.0]
     return ([{"feature": e.feature_names[f], "value": float(values[f]), "contribution": float(c[f])} for f in top],
             float(c.sum() - c[top].sum()))
+
+
+def global_importance(model: EnsembleModel, features: np.ndarray, query_offsets: np.ndarray
+                      ) -> tuple[np.ndarray, int, int]:
+    """(mean absolute exact contribution per feature (d,), queries, documents) over the sample of
+    the module docstring."""
+    off = np.asarray(query_offsets, dtype=np.int64)
+    candidates = np.flatnonzero(np.diff(off) >= 2)
+    picked = candidates[np.unique(np.linspace(0, candidates.size - 1, min(GLOBAL_QUERIES, candidates.size))
+                                  .round().astype(np.int64))] if candidates.size else candidates
+    total = np.zeros(model.n_features)
+    n_docs = n_queries = 0
+    for q in picked.tolist():
+        lo, hi = int(off[q]), int(off[q + 1])
+        e = explain_rows(model, features[lo:hi], np.array([0, hi - lo], dtype=np.int64))
+        total += np.abs(e.contributions).sum(axis=0)
+        n_docs += hi - lo
+        n_queries += 1
+        if n_docs >= GLOBAL_ROWS:
+            break
+    return total / max(n_docs, 1), n_queries, n_docs
 
 
 def explanation_summary(model: EnsembleModel, data: RankingData, names: list[str], split: str) -> dict[str, Any]:
@@ -59,7 +90,8 @@ def explanation_summary(model: EnsembleModel, data: RankingData, names: list[str
     out: dict[str, Any] = {"split": split, "queries": int(picked.size), "documents": n_docs,
                            "top_per_query": IMPORTANCE_TOP, "budget": IMPORTANCE_BUDGET,
                            "exact_share": n_exact / n_docs if n_docs else None,
-                           "reference": "the query's per-feature median document, the other documents as posted"}
+                           "reference": "the query's per-feature median document, the list's statistics as posted",
+                           "method": first[2].method if first is not None else "exact"}
     mean = total / max(n_docs, 1)
     rank = np.argsort(-mean, kind="stable")[:SHOWN]
     out["importance"] = [{"feature": names[f], "mean_abs_contribution": float(mean[f])} for f in rank]
@@ -73,7 +105,8 @@ def explanation_summary(model: EnsembleModel, data: RankingData, names: list[str
                       "rest": rest}
     if order.size >= 2:
         diff = e.contributions[0] - e.contributions[1]
-        top = np.argsort(-np.abs(diff), kind="stable")[:EXAMPLE_SHOWN]
+        top = np.array([f for f in np.argsort(-np.abs(diff), kind="stable")[:EXAMPLE_SHOWN] if diff[f] != 0.0],
+                       dtype=np.int64)
         out["pair"] = {
             "qid": str(data.qids[q]), "a": ids[0], "b": ids[1],
             "score_difference": float(e.scores[0] - e.scores[1]), "baseline": float(e.baseline[0] - e.baseline[1]),
@@ -94,26 +127,28 @@ def explanation_lines(record: dict[str, Any]) -> list[str]:
     if "skipped" in ex:
         return [*lines, f"No explanations: {ex['skipped']}; `Model.explain` and `tunemix explain` give them.", ""]
     exact = "–" if ex.get("exact_share") is None else f"{100 * ex['exact_share']:.0f}%"
-    lines += [f"Each feature's contribution to a document's score is its Shapley value for the whole model (views, "
-              f"members, calibrators and mix), against {ex['reference']}: a baseline plus the contributions is the "
-              f"served score. Global importance: the mean absolute contribution over the top {ex['top_per_query']} "
-              f"documents of {ex['queries']} {ex['split']} queries ({ex['documents']} documents; {exact} explained "
-              f"exactly, the others estimated within {ex['budget']} forest rows each).", "",
+    lines += [f"Each feature's contribution to a document's score is exact and the same on every run: each "
+              f"member's exact Shapley values against {ex['reference']} (one-reference TreeSHAP), carried through "
+              "the calibrators and the mix (docs/method.md). The rest of the list (what the query's median document "
+              "scores in it) plus the contributions is the served score. Global importance: the mean absolute "
+              f"contribution over the top {ex['top_per_query']} documents of {ex['queries']} {ex['split']} queries "
+              f"({ex['documents']} documents; {exact} exact).", "",
               "| feature | mean abs. contribution |", "|---|---|"]
     lines += [f"| {r['feature']} | {r['mean_abs_contribution']:.4f} |" for r in ex["importance"]]
     lines += ["", "![importance](importance.png)", ""]
     if "example" in ex:
         e = ex["example"]
-        lines += [f"**The top document of query {e['qid']}** (`{e['docid']}`): score {e['score']:.4f} = baseline "
-                  f"{e['baseline']:.4f} + the contributions below + {e['rest']:.4f} from the other features.", "",
+        lines += [f"**The top document of query {e['qid']}** (`{e['docid']}`): score {e['score']:.4f} = "
+                  f"{e['baseline']:.4f} from the rest of the list (what the query's median document scores in "
+                  f"it) + the contributions below + {e['rest']:.4f} from the other features.", "",
                   "| feature | value | contribution |", "|---|---|---|"]
         lines += [f"| {c['feature']} | {c['value']:.4g} | {c['contribution']:+.4f} |" for c in e["contributions"]]
         lines.append("")
     if "pair" in ex:
         p = ex["pair"]
         lines += [f"**Why `{p['a']}` is above `{p['b']}`** (query {p['qid']}): score difference "
-                  f"{p['score_difference']:+.4f} = {p['baseline']:+.4f} (the baselines' difference, through the "
-                  f"query-wise parts of the model) + the contributions below + {p['rest']:+.4f} from the others.", "",
+                  f"{p['score_difference']:+.4f} = the contributions below + {p['rest']:+.4f} from the other features"
+                  + (f" + {p['baseline']:+.4f} from the rest of the list" if p["baseline"] != 0.0 else "") + ".", "",
                   f"| feature | `{p['a']}` | `{p['b']}` | contribution to the difference |", "|---|---|---|---|"]
         lines += [f"| {c['feature']} | {c['value_a']:.4g} | {c['value_b']:.4g} | {c['contribution']:+.4f} |"
                   for c in p["contributions"]]

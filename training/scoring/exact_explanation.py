@@ -143,28 +143,43 @@ def _ordinal_groups(model: EnsembleModel) -> dict[int, np.ndarray]:
     return {k: np.array(v, dtype=np.int64) for k, v in groups.items()}
 
 
-def _raw_attributions(model: EnsembleModel, wide: np.ndarray, r_wide: np.ndarray, group: np.ndarray,
-                      players: int) -> np.ndarray:
-    """A (n, M, players, K_max): each member's raw K-vector attributed to the players."""
-    n, mm = wide.shape[0], model.n_members
-    k_max = max([model.runs[m.run].n_classes for m in model.members], default=1)
-    out = np.zeros((n, mm, players, k_max))
-    forest_members = np.array([model.runs[m.run].kind == "forest" for m in model.members], dtype=bool)
-    if forest_members.any():
+def _sources(model: EnsembleModel) -> tuple[list[tuple[str, int, int]], np.ndarray]:
+    """The distinct raw K-vectors the members read (a snapshot's checkpoints ("forest", lo, hi) or a
+    linear run ("linear", run, 0)) and each member's index among them: members share a few dozen
+    snapshots and differ in their calibrators."""
+    keys: list[tuple[str, int, int]] = []
+    src = np.empty(model.n_members, dtype=np.int64)
+    for i, m in enumerate(model.members):
+        key = (("forest", int(model._lo[i]), int(model._hi[i])) if model.runs[m.run].kind == "forest"
+               else ("linear", m.run, 0))
+        if key not in keys:
+            keys.append(key)
+        src[i] = keys.index(key)
+    return keys, src
+
+
+def _raw_attributions(model: EnsembleModel, keys: list[tuple[str, int, int]], wide: np.ndarray,
+                      r_wide: np.ndarray, group: np.ndarray, players: int, k_max: int) -> np.ndarray:
+    """A (n, sources, players, K_max): each source's raw K-vector attributed to the players."""
+    n = wide.shape[0]
+    out = np.zeros((n, len(keys), players, k_max))
+    forest = [u for u, key in enumerate(keys) if key[0] == "forest"]
+    if forest:
         ck = forest_attributions(model.forest, wide, r_wide, group, players, model._checkpoints)
         kf = min(ck.shape[3], k_max)
-        idx = np.flatnonzero(forest_members)
-        out[:, idx, :, :kf] = (ck[:, model._hi[idx]] - ck[:, model._lo[idx]])[..., :kf]
-    if model._linear_runs:
+        lo = np.array([keys[u][1] for u in forest], dtype=np.int64)
+        hi = np.array([keys[u][2] for u in forest], dtype=np.int64)
+        out[:, forest, :, :kf] = (ck[:, hi] - ck[:, lo])[..., :kf]
+    linear = [u for u, key in enumerate(keys) if key[0] == "linear"]
+    if linear:
         onehot = np.zeros((wide.shape[1], players))
         onehot[np.arange(wide.shape[1]), group] = 1.0
         diff = wide.astype(np.float64) - r_wide.astype(np.float64)          # (n, columns)
-        for j, run in enumerate(model._linear_runs):
+        for u in linear:
+            j = model._linear_runs.index(keys[u][1])
             c0, c1 = int(model._linear_cols[j]), int(model._linear_cols[j + 1])
-            per_player = np.einsum("nck,cp->npk", diff[:, :, None] * model._linear_w[None, :, c0:c1], onehot,
-                                   optimize=True)
-            for i in np.flatnonzero([m.run == run for m in model.members]):
-                out[:, i, :, : c1 - c0] = per_player
+            out[:, u, :, : c1 - c0] = np.einsum("nck,cp->npk", diff[:, :, None] * model._linear_w[None, :, c0:c1],
+                                                onehot, optimize=True)
     return out
 
 
@@ -203,18 +218,23 @@ def explain_query(model: EnsembleModel, xq: np.ndarray, rows: np.ndarray, r: np.
     contrib = np.zeros((rows.size, players))
     g_r = np.zeros(model.n_members)
     k_max = max([model.runs[m.run].n_classes for m in model.members], default=1)
+    keys, src = _sources(model)
+    onehot = np.zeros((model.n_members, len(keys)))
+    onehot[np.arange(model.n_members), src] = 1.0
     step = max(1, BATCH_ELEMENTS // ((1 << k_max) * max(model.n_members, 1) * k_max
-                                     + model._checkpoints.size * players * k_max))
+                                     + (model._checkpoints.size + len(keys)) * players * k_max))
     for s in range(0, rows.size, step):
-        attr = _raw_attributions(model, wide[rows[s : s + step]], r_wide, group, players)  # (k, M, P, K)
+        attr = _raw_attributions(model, keys, wide[rows[s : s + step]], r_wide, group, players, k_max)  # (k, U, P, K)
         lo = np.broadcast_to(u_r[:, :, :k_max], (attr.shape[0], model.n_members, k_max)).copy()
-        delta = attr.sum(axis=2)                                                 # (k, M, K)
+        delta = attr.sum(axis=2)[:, src]                                         # (k, M, K)
         g_lo, phi = _input_shapley(model, lo, lo + delta)
         g_r = g_lo[0]
-        # the rescale rule: input k's share phi_mk over the players in proportion to A_m[., k]
+        # the rescale rule: input k's share phi_mk over the players in proportion to A_m[., k];
+        # members reading the same source are summed first (their A is the same)
         moving = delta != 0.0
         ratio = np.where(moving, phi / np.where(moving, delta, 1.0), 0.0)       # (k, M, K)
-        contrib[s : s + step] = np.einsum("imk,impk->ip", coef[None, :, None] * ratio, attr)
+        per_source = np.einsum("imk,mu->iuk", coef[None, :, None] * ratio, onehot, optimize=True)
+        contrib[s : s + step] = np.einsum("iuk,iupk->ip", per_source, attr)
     if white is not None:
         contrib = contrib[:, :d] + _unwhiten(contrib[:, d:], xq[rows], r, white)
     if not rows.size:
