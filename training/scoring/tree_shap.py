@@ -37,6 +37,7 @@ running sum after the first ``checkpoints[c]`` bases: (n, C, G, K), in one pass 
 from __future__ import annotations
 
 from fractions import Fraction
+from functools import lru_cache
 from math import factorial
 
 import numpy as np
@@ -46,9 +47,11 @@ from numba import njit
 from training.scoring.forest import KIND_PRODUCT, FlatForest
 
 
+@lru_cache(maxsize=8)
 def shapley_weights(max_players: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """(plus, minus), (P + 1, P + 1): ``plus[a, b] = (a - 1)! b! / (a + b)!`` (a >= 1) and
-    ``minus[a, b] = a! (b - 1)! / (a + b)!`` (b >= 1), computed exactly and rounded once."""
+    ``minus[a, b] = a! (b - 1)! / (a + b)!`` (b >= 1), computed exactly and rounded once (kept per
+    size, read-only)."""
     p = max_players + 1
     plus = np.zeros((p, p))
     minus = np.zeros((p, p))
@@ -61,6 +64,8 @@ def shapley_weights(max_players: int) -> tuple[npt.NDArray[np.float64], npt.NDAr
                 plus[a, b] = float(Fraction(factorial(a - 1) * factorial(b), total))
             if b:
                 minus[a, b] = float(Fraction(factorial(a) * factorial(b - 1), total))
+    plus.flags.writeable = False
+    minus.flags.writeable = False
     return plus, minus
 
 
