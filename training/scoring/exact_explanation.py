@@ -58,6 +58,8 @@ from training.scoring.tree_shap import forest_attributions
 _NEVER = np.iinfo(np.int64).max
 #: elements of one batch's largest arrays (documents x members x coalitions x inputs), to bound memory
 BATCH_ELEMENTS = 1 << 21
+#: an input's attributions summing to at most this times their absolute sum count as no change
+CANCELLED = 1e-12
 
 
 def linear_mix(mixer: Mixer, member: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -207,12 +209,13 @@ def explain_query(model: EnsembleModel, xq: np.ndarray, rows: np.ndarray, r: np.
     linear in the member scores (the caller falls back to the whole-model Shapley values)."""
     n, d = xq.shape
     off = np.array([0, n], dtype=np.int64)
-    member, served = model._mixed(xq, off)
+    wide = model._wide(xq, off)
+    member = model._calibrate(model._sums(wide))
     mix = linear_mix(model.mixer, member)
     if mix is None:
         return None
     coef, shift = mix
-    wide = model._wide(xq, off)
+    served = np.asarray(model.mixer.transform(member, off), dtype=np.float64)
     r_wide, group, players, white = reference_views(model, xq, r)
     u_r = model._raw_block(r_wide[None])                                         # (1, M, K_model)
     contrib = np.zeros((rows.size, players))
@@ -226,7 +229,11 @@ def explain_query(model: EnsembleModel, xq: np.ndarray, rows: np.ndarray, r: np.
     for s in range(0, rows.size, step):
         attr = _raw_attributions(model, keys, wide[rows[s : s + step]], r_wide, group, players, k_max)  # (k, U, P, K)
         lo = np.broadcast_to(u_r[:, :, :k_max], (attr.shape[0], model.n_members, k_max)).copy()
-        delta = attr.sum(axis=2)[:, src]                                         # (k, M, K)
+        # an input whose attributions cancel to within rounding of their sizes has not moved: its
+        # share would be rounding noise divided by rounding noise
+        total = attr.sum(axis=2)
+        total[np.abs(total) <= CANCELLED * np.abs(attr).sum(axis=2)] = 0.0
+        delta = total[:, src]                                                    # (k, M, K)
         g_lo, phi = _input_shapley(model, lo, lo + delta)
         g_r = g_lo[0]
         # the rescale rule: input k's share phi_mk over the players in proportion to A_m[., k];
