@@ -113,6 +113,7 @@ def test_tunemix_explain_from_the_command_line(trained: dict[str, Any]) -> None:
     pair = run_cli("explain", str(tmp / "test.txt"), "--model", str(trained["path"]), "--doc", f"doc{lo}",
                    "--doc", f"doc{lo + 1}")
     assert pair.returncode == 0 and "difference" in pair.stdout
+    assert f"doc{lo}" in pair.stdout.splitlines()[2] and "baseline" not in pair.stdout  # ids whole, plain words
     for doc, message in (("nope", "no document 'nope'"), (f"{data.qids[1]}:99", "asks for document 99")):
         bad = run_cli("explain", str(tmp / "test.txt"), "--model", str(trained["path"]), "--doc", doc)
         assert bad.returncode == 2 and message in bad.stderr and "test.txt" in bad.stderr

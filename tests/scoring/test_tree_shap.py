@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from training.scoring.forest import KIND_PRODUCT, KIND_TREE, FlatForest, score_forest
-from training.scoring.tree_shap import forest_attributions, shapley_weights
+from training.scoring.tree_shap import _forest_attributions, forest_attributions, shapley_weights
 
 
 def random_tree(rng: np.random.Generator, cols: int, n_leaves: int) -> tuple[list[int], list[float], list[int],
@@ -188,3 +188,9 @@ def test_bad_shapes_are_refused() -> None:
         forest_attributions(forest, np.zeros((1, 3)), np.zeros(3), [0, 1, 1], 2, [2, 1])
     with pytest.raises(ValueError, match=r"x \(n, 3\)"):
         forest_attributions(forest, np.zeros((1, 4)), np.zeros(3), [0, 1, 1], 2, [2])
+
+
+def test_kernel_releases_the_gil_and_is_cached() -> None:
+    """Explanations run beside other requests: the kernel is compiled nogil (and cached on disk)."""
+    assert _forest_attributions.targetoptions["nogil"] is True
+    assert _forest_attributions._cache.__class__.__name__ == "FunctionCache"
