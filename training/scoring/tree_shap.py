@@ -95,7 +95,7 @@ def _tree(ns, ls, n_nodes, feat, thr, left, right, leaves, x, r, group, plus, mi
             b = 0
             for p in range(depth - 1, -1, -1):
                 g = path_g[p]
-                if mark[g] != stamp:
+                if g >= 0 and mark[g] != stamp:
                     mark[g] = stamp
                     if path_x[p] and not path_r[p]:
                         a += 1
@@ -109,7 +109,7 @@ def _tree(ns, ls, n_nodes, feat, thr, left, right, leaves, x, r, group, plus, mi
             stamp += 1
             for p in range(depth - 1, -1, -1):
                 g = path_g[p]
-                if mark[g] != stamp:
+                if g >= 0 and mark[g] != stamp:
                     mark[g] = stamp
                     if path_x[p] and not path_r[p]:
                         for k in range(k_out):
@@ -120,6 +120,16 @@ def _tree(ns, ls, n_nodes, feat, thr, left, right, leaves, x, r, group, plus, mi
             continue
         t = ns + c
         f = feat[t]
+        x_right = x[f] >= thr[t]
+        r_right = r[f] >= thr[t]
+        if x_right == r_right:  # both go one way: no player's flags change (a path entry of -1)
+            st_node[sp] = right[t] if x_right else left[t]
+            st_depth[sp] = depth + 1
+            st_g[sp] = -1
+            st_x[sp] = True
+            st_r[sp] = True
+            sp += 1
+            continue
         gg = group[f]
         cx = True
         cr = True
@@ -128,16 +138,6 @@ def _tree(ns, ls, n_nodes, feat, thr, left, right, leaves, x, r, group, plus, mi
                 cx = path_x[p]
                 cr = path_r[p]
                 break
-        x_right = x[f] >= thr[t]
-        r_right = r[f] >= thr[t]
-        if x_right == r_right:
-            st_node[sp] = right[t] if x_right else left[t]
-            st_depth[sp] = depth + 1
-            st_g[sp] = gg
-            st_x[sp] = cx
-            st_r[sp] = cr
-            sp += 1
-            continue
         if cx:
             st_node[sp] = right[t] if x_right else left[t]
             st_depth[sp] = depth + 1
