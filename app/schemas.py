@@ -37,9 +37,8 @@ class Contribution(BaseModel):
 
 
 class Explanation(BaseModel):
-    baseline: float = Field(description="the rest of the list: the score of the query's per-feature median "
-                                        "document in this list (the same for every document of the query)",
-                            examples=[0.04])
+    baseline: float = Field(description="the rest of the list: the score the query's per-feature median "
+                                        "document would get in this document's place", examples=[0.04])
     contributions: list[Contribution] = Field(description="the \"explain\" largest contributions by absolute value")
     rest: float = Field(description="the other features' contributions together: baseline + contributions + rest "
                                     "= score", examples=[0.013])
@@ -59,8 +58,9 @@ class PairExplanation(BaseModel):
     a: Id
     b: Id
     score_difference: float = Field(description="score(a) - score(b)", examples=[0.35])
-    baseline: float = Field(description="the rest of the list: baseline(a) - baseline(b), 0 with exact explanations "
-                                        "(the difference is carried by the features)", examples=[0.0])
+    baseline: float = Field(description="the rest of the list: baseline(a) - baseline(b), what the other "
+                                        "documents do to a's score against b's (through the per-query rescaling of "
+                                        "the mix; 0 without it)", examples=[0.0])
     contributions: list[PairContribution] = Field(description="the largest contributions to the difference")
     rest: float = Field(description="the other features' together: baseline + contributions + rest = "
                                     "score_difference")

@@ -73,7 +73,9 @@ def test_pair_from_python(fitted: tunemix.TuneMixRanker, data: dict[str, Any]) -
     pair = fitted.explain_pair(xt, top, bottom, group=gt)
     assert pair.score_a - pair.score_b == pytest.approx(scores[top] - scores[bottom], abs=1e-12)
     assert pair.baseline + pair.contributions.sum() == pytest.approx(pair.score_a - pair.score_b, abs=1e-9)
-    assert pair.rest_of_list == 0.0  # exact: the difference is carried by the features alone
+    # the rest of the list: the baselines' difference (the default mix rescales per query)
+    single = fitted.explain(xt, gt, rows=[top, bottom])
+    assert pair.rest_of_list == single.baseline[0] - single.baseline[1]
     assert pair.top(2)[0][0] in NAMES
     old = fitted.explain_pair(xt, top, bottom, group=gt, method="shapley", budget=1 << 12, seed=1)
     assert old.method == "shapley"

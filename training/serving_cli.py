@@ -43,9 +43,9 @@ def add_parser(subparsers: Any) -> None:
         description="Each feature's contribution to a document's score, exact and the same on every run: each "
                     "member's exact Shapley values against the query's per-feature median document, carried through "
                     "the calibrators and the mix (the query's other documents as in the file). score = the rest of "
-                    "the list (what the median document scores in it) + contributions. Two --doc: the contributions "
-                    "to score(first) - score(second), two documents of one query. --method shapley: the whole "
-                    "model's Shapley values (slower; sampled when --budget does not suffice).")
+                    "the list (what the median document would score in its place) + contributions. Two --doc: the "
+                    "contributions to score(first) - score(second), two documents of one query. --method shapley: "
+                    "the whole model's Shapley values (slower; sampled when --budget does not suffice).")
     e.add_argument("file", help="LETOR/SVMlight file holding the document's whole query (labels are ignored)")
     e.add_argument("--model", required=True, help="model name under --models-dir, or a model/version directory")
     e.add_argument("--models-dir", default="models", help="where model names are looked up (default: models)")
@@ -224,13 +224,14 @@ def run_explain(args: argparse.Namespace) -> int:
         values = (x[local[0]], e.reference[0])
         head = (f"query {data.qids[q[0]]}, document {args.doc[0]} ({hi - lo} documents in the query)\n"
                 f"score {e.scores[0]:.6g} = {e.baseline[0]:.6g} from the rest of the list (what the query's median "
-                "document scores in it) + the features' contributions")
+                "document would score in its place) + the features' contributions")
         se = float(e.standard_error[0].max())
     else:
         p = model.explain_pair(x, local[0], local[1], method=args.method, budget=args.budget)
         c, exact, columns = p.contributions, p.exact, (args.doc[0], args.doc[1])
         values = (x[local[0]], x[local[1]])
-        rest = f" + {p.rest_of_list:+.6g} from the rest of the list" if p.rest_of_list != 0.0 else ""
+        v = p.rest_of_list
+        rest = f" {'+' if v >= 0 else '-'} {abs(v):.6g} from the rest of the list" if v != 0.0 else ""
         head = (f"query {data.qids[q[0]]}: {args.doc[0]} scores {p.score_a:.6g}, {args.doc[1]} {p.score_b:.6g}\n"
                 f"difference {p.score_a - p.score_b:+.6g} = the features' contributions{rest}")
         se = float(p.standard_error.max())

@@ -98,8 +98,8 @@ class Model:
         (to float rounding). By default (``method="exact"``) exact and the same on every call:
         each member's exact Shapley values against the ``reference`` document (default: the
         query's per-feature median; ``"mean"`` or an array of n_features), carried through the
-        calibrators and the mix with the query's statistics as posted; the baseline is the
-        reference document's score in this list (the rest of the list). ``method="shapley"``:
+        calibrators and the mix, the rest of the list as posted; the baseline is the score the
+        reference document would get in the document's place (the rest of the list). ``method="shapley"``:
         the Shapley values of the whole model's score, the list's statistics recomputed for each
         hybrid list, enumerated when the features that matter fit ``budget`` (documents scored
         per explained document), else sampled (``seed``) with a ``standard_error``
@@ -127,7 +127,8 @@ class Model:
         """Why row ``a`` is above (or below) row ``b`` of the same query: contributions to
         score(a) - score(b), the difference of the two documents' explanations (``explain``'s
         keyword options apply). ``rest_of_list`` (also ``baseline``) is what the two baselines
-        differ by: 0 with the exact method, the query-wise parts' share with ``"shapley"``."""
+        differ by: what the other documents do to a's score against b's (0 unless the model rescales
+        its members per query or has query-wise views)."""
         x = features_matrix(X, self.n_features)
         return explain_pair(self.ensemble, x, query_offsets(group, x.shape[0]), a, b,
                             feature_names=self.feature_names, **options)

@@ -229,7 +229,7 @@ class PairExplained(msgspec.Struct, omit_defaults=True):
     a: Id
     b: Id
     score_difference: float  # score(a) - score(b)
-    baseline: float  # the rest of the list: baseline(a) - baseline(b), 0 with exact explanations
+    baseline: float  # the rest of the list: baseline(a) - baseline(b), through per-query rescaling
     contributions: list[PairContribution]
     rest: float
     exact: bool

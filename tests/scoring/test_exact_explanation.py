@@ -26,8 +26,8 @@ from training.ensemble.exponential_forecaster import ExponentialForecaster
 from training.ensemble.member_rescaling import MemberRescaler
 from training.ensemble.registry import mixer_from_params
 from training.scoring.ensemble_model import EnsembleModel, Member
-from training.scoring.exact_explanation import linear_mix
 from training.scoring.explanation import explain_pair, explain_rows
+from training.scoring.mix_propagation import mix_layer
 
 pytest.importorskip("lightgbm")
 pytest.importorskip("sklearn")
@@ -124,8 +124,10 @@ def test_additivity_on_every_linear_mixer(models: dict[str, EnsembleModel], para
     model = with_mixer(models["raw+std"], params)
     x = candidate_list(9, n=10)
     member = model.member_scores(x, [0, 10])
-    coef, shift = linear_mix(model.mixer, member)  # type: ignore[misc]
-    np.testing.assert_allclose((member - shift) @ coef, model.score(x, [0, 10]), atol=1e-12)
+    layer = mix_layer(model.mixer, member)
+    assert layer is not None
+    # each document's own score in its place: the served mix
+    np.testing.assert_allclose(layer.value(np.arange(10), member).sum(axis=1), model.score(x, [0, 10]), atol=1e-12)
     assert_adds_up(model, x, [0, 10])
 
 
@@ -138,20 +140,39 @@ def test_rank_fusion_falls_back_to_the_whole_model_values(models: dict[str, Ense
 
 
 def test_deterministic_and_pairs_are_differences(models: dict[str, EnsembleModel]) -> None:
-    model = models["raw+std"]
+    model = models["raw+std"]  # a uniform mix of per-query z-scores
     x = np.vstack([candidate_list(4, n=8), candidate_list(5, n=6)])
     off = [0, 8, 14]
     one, two = explain_rows(model, x, off), explain_rows(model, x, off)
     np.testing.assert_array_equal(one.contributions, two.contributions)
     np.testing.assert_array_equal(one.baseline, two.baseline)
-    # the baseline is the reference document's score in the list: one value per query
-    assert len(set(one.baseline[:8].tolist())) == 1 and len(set(one.baseline[8:].tolist())) == 1
     pair = explain_pair(model, x, off, 9, 12)
     np.testing.assert_array_equal(pair.contributions, one.contributions[9] - one.contributions[12])
-    assert pair.rest_of_list == 0.0
-    assert pair.contributions.sum() == pytest.approx(pair.score_a - pair.score_b, abs=1e-9)
+    # the rest of the list: the two baselines' difference (through the per-query rescaling)
+    assert pair.rest_of_list == one.baseline[9] - one.baseline[12] != 0.0
+    assert pair.rest_of_list + pair.contributions.sum() == pytest.approx(pair.score_a - pair.score_b, abs=1e-9)
     assert all(c != 0.0 for _, c in pair.top(D))  # zero contributions are not listed
     assert np.all(one.contributions[:, 4] == 0.0)  # a constant feature
+    # without per-query rescaling the baseline is one value per query, and a pair is the features alone
+    flat = with_mixer(model, {"mixer": "uniform", "rescale": "none"})
+    e = explain_rows(flat, x, off)
+    assert len(set(e.baseline[:8].tolist())) == 1 and len(set(e.baseline[8:].tolist())) == 1
+    assert explain_pair(flat, x, off, 9, 12).rest_of_list == 0.0
+
+
+def test_a_member_flat_on_the_list_stays_bounded(models: dict[str, EnsembleModel]) -> None:
+    """Members whose scores barely vary on the list (five documents that differ by 1e-6 in one
+    feature, and one far from them): the mix layer keeps the contributions within the z-score's
+    range, where fixed statistics would make them as large as 1 / spread."""
+    model = with_mixer(models["raw"], {"mixer": "uniform", "rescale": "zscore_query"})
+    x = np.repeat(candidate_list(11, n=1), 6, axis=0)
+    x[:, 0] += np.float32(1e-6) * np.arange(6, dtype=np.float32)  # a tiny spread
+    x[5] = candidate_list(12, n=1)[0]  # one document far from the others
+    e = explain_rows(model, x, [0, 6])
+    np.testing.assert_allclose(e.baseline + e.contributions.sum(axis=1), model.score(x, [0, 6]), atol=1e-9)
+    # a z-score of one document among 6 lies in [-sqrt(5), sqrt(5)]: each of a member's two shares
+    # moves its w_m z by at most 2 sqrt(5) w_m, so all members together by 4 sqrt(5)
+    assert np.abs(e.contributions).sum(axis=1).max() <= 4 * np.sqrt(5) + 1e-9
 
 
 def test_the_reference_itself_gets_nothing(models: dict[str, EnsembleModel]) -> None:

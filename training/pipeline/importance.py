@@ -130,7 +130,8 @@ def explanation_lines(record: dict[str, Any]) -> list[str]:
     lines += [f"Each feature's contribution to a document's score is exact and the same on every run: each "
               f"member's exact Shapley values against {ex['reference']} (one-reference TreeSHAP), carried through "
               "the calibrators and the mix (docs/method.md). The rest of the list (what the query's median document "
-              "scores in it) plus the contributions is the served score. Global importance: the mean absolute "
+              "would score in the document's place) plus the contributions is the served score. Global "
+              "importance: the mean absolute "
               f"contribution over the top {ex['top_per_query']} documents of {ex['queries']} {ex['split']} queries "
               f"({ex['documents']} documents; {exact} exact).", "",
               "| feature | mean abs. contribution |", "|---|---|"]
@@ -139,8 +140,8 @@ def explanation_lines(record: dict[str, Any]) -> list[str]:
     if "example" in ex:
         e = ex["example"]
         lines += [f"**The top document of query {e['qid']}** (`{e['docid']}`): score {e['score']:.4f} = "
-                  f"{e['baseline']:.4f} from the rest of the list (what the query's median document scores in "
-                  f"it) + the contributions below + {e['rest']:.4f} from the other features.", "",
+                  f"{e['baseline']:.4f} from the rest of the list (what the query's median document would "
+                  f"score in its place) + the contributions below + {e['rest']:.4f} from the other features.", "",
                   "| feature | value | contribution |", "|---|---|---|"]
         lines += [f"| {c['feature']} | {c['value']:.4g} | {c['contribution']:+.4f} |" for c in e["contributions"]]
         lines.append("")

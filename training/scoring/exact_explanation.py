@@ -3,10 +3,10 @@ propagated through calibrators and the mix (generalized DeepSHAP).
 
 Imports numpy/numba code only (the service uses it). tunemix's score of document i of a posted
 list is a series of models (``training.scoring.ensemble_model``): views -> members' raw K-vectors
-u_m -> calibrators g_m -> per-query rescaling and weighted mix. With the list's statistics
-(the views' per-query means, deviations and whitening matrix; the rescaling's per-member means and
-deviations or ranges) **held at the posted list's values**, each layer is a function of row i
-alone, and the explanation of row i against the reference document r is built layer by layer
+u_m -> calibrators g_m -> per-query rescaling and weighted mix. With the views' statistics (the
+per-query means, deviations and whitening matrix) **held at the posted list's values** and the
+other documents' member scores as posted, each layer is a function of row i alone, and the
+explanation of row i against the reference document r is built layer by layer
 (Chen, Lundberg and Lee 2022, "Explaining a series of models by propagating Shapley values",
 Nat. Commun. 13:4512):
 
@@ -22,21 +22,25 @@ Nat. Commun. 13:4512):
    packed calibration step; McRank's ordinal members through their class probabilities), each
    input's share split over the players in proportion to that input's own attributions (the
    rescale rule): ``C_m[p] = sum_k phi_mk A_m[p, k] / sum_p' A_m[p', k]`` (an input that does not
-   move gives nothing).
-4. **Mix.** A linear mixer with its rescaling is ``sum_m c_m (s_m - o_m)`` once the list's
-   statistics are fixed (``linear_mix``): contributions ``sum_m c_m C_m``, baseline
-   ``sum_m c_m (g_m(u_m(r)) - o_m)``.
+   move gives nothing; one whose attributions cancel to within ``CANCELLED`` of their absolute
+   sum counts as not moving, so that no share is rounding noise over rounding noise).
+4. **Mix.** Each member's weighted, rescaled score as a function of the document's member score,
+   the rest of the list as posted (``mix_propagation``: linear without per-query rescaling,
+   bounded z-scores or min-max otherwise), its change shared by the member's positive and
+   negative attributions by their exact two-player Shapley values (RevealCancel).
 
 Every layer's attributions add up to its output's change, so ``baseline + sum(contributions)``
 equals the served score to float rounding; nothing is sampled. Where every layer is linear
 (identity calibrators, a mix without per-query statistics, the raw view) this is exactly the
 whole-model Shapley value of ``training.scoring.explanation``'s game (Shapley values are linear
-in the game); with nonlinear calibrators it is the propagated approximation of Chen et al., and
-it treats the list's statistics as fixed where the whole-model game recomputes them for every
-hybrid list. The baseline is the score of the reference document in the posted list: with the
-default reference (the list's per-feature median) a function of the list alone -- "the rest of
-the list" -- and the same for every document of the query, so a pair's difference is carried by
-the features alone.
+in the game); with nonlinear calibrators or a per-query rescaled mix it is the propagated
+approximation of Chen et al., and it holds the views' statistics at the posted list's where the
+whole-model game recomputes them for every hybrid list. The baseline is the score the reference
+document gets in row i's place (the views' statistics as posted): with the default reference
+(the list's per-feature median) a function of the list and of which document it replaces -- "the
+rest of the list". Without per-query rescaling it is the same for every document of the query;
+with it, two documents' baselines differ by what the rest of the list does to each, and that
+difference is a pair's named term.
 """
 
 from __future__ import annotations
@@ -48,11 +52,8 @@ import numpy.typing as npt
 
 from training.calibration.expected_relevance import OrdinalCalibrator, ordinal_probabilities
 from training.data.normalization import ILL_CONDITIONED, NULL_SPACE, WHITEN_EPS, _centre_cov, _whitening_matrix
-from training.ensemble.base import Mixer
-from training.ensemble.exponential_forecaster import ExponentialForecaster
-from training.ensemble.member_rescaling import MemberRescaler
-from training.ensemble.simple_mixers import OneBest, Uniform
 from training.scoring.ensemble_model import EnsembleModel
+from training.scoring.mix_propagation import mix_layer, reveal_cancel
 from training.scoring.tree_shap import forest_attributions
 
 _NEVER = np.iinfo(np.int64).max
@@ -60,38 +61,6 @@ _NEVER = np.iinfo(np.int64).max
 BATCH_ELEMENTS = 1 << 21
 #: an input's attributions summing to at most this times their absolute sum count as no change
 CANCELLED = 1e-12
-
-
-def linear_mix(mixer: Mixer, member: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """(c, o) (M,) with ``mixer.transform(member, [0, n]) == (member - o) @ c`` for one query's
-    member scores (n, M), the rescaling's statistics taken from ``member`` as
-    ``fusion_kernels.weighted_rescaled_sum`` takes them; None for a mixer that is not linear in
-    the member scores (rank fusion)."""
-    m = member.shape[1]
-    if isinstance(mixer, OneBest):
-        c = np.zeros(m)
-        c[mixer.best_] = 1.0
-        return c, np.zeros(m)
-    if isinstance(mixer, ExponentialForecaster):
-        w = mixer.weights_ / mixer.weights_.sum()
-    elif isinstance(mixer, Uniform):
-        w = np.full(m, 1.0 / max(m, 1))
-    else:
-        return None
-    rescaler: MemberRescaler = mixer.rescaler_
-    if rescaler.mode == "none":
-        return w.copy(), np.zeros(m)
-    if rescaler.mode == "std_global":
-        assert rescaler.scale_ is not None
-        return w / rescaler.scale_, np.zeros(m)
-    n = member.shape[0]
-    if rescaler.mode == "zscore_query":
-        shift = member.sum(axis=0) / n
-        std = np.sqrt(((member - shift) ** 2).sum(axis=0) / n)
-        varies = np.any(member != member[:1], axis=0) & (std > 0.0)
-        return np.where(varies, w / np.where(varies, std, 1.0), 0.0), shift
-    lo, hi = member.min(axis=0), member.max(axis=0)
-    return np.where(hi > lo, w / np.where(hi > lo, hi - lo, 1.0), 0.0), lo
 
 
 def reference_views(model: EnsembleModel, xq: np.ndarray, r: np.ndarray
@@ -211,42 +180,36 @@ def explain_query(model: EnsembleModel, xq: np.ndarray, rows: np.ndarray, r: np.
     off = np.array([0, n], dtype=np.int64)
     wide = model._wide(xq, off)
     member = model._calibrate(model._sums(wide))
-    mix = linear_mix(model.mixer, member)
-    if mix is None:
+    layer = mix_layer(model.mixer, member)
+    if layer is None:
         return None
-    coef, shift = mix
     served = np.asarray(model.mixer.transform(member, off), dtype=np.float64)
     r_wide, group, players, white = reference_views(model, xq, r)
     u_r = model._raw_block(r_wide[None])                                         # (1, M, K_model)
     contrib = np.zeros((rows.size, players))
-    g_r = np.zeros(model.n_members)
+    baseline = np.zeros(rows.size)
+    mm = model.n_members
     k_max = max([model.runs[m.run].n_classes for m in model.members], default=1)
     keys, src = _sources(model)
-    onehot = np.zeros((model.n_members, len(keys)))
-    onehot[np.arange(model.n_members), src] = 1.0
-    step = max(1, BATCH_ELEMENTS // ((1 << k_max) * max(model.n_members, 1) * k_max
-                                     + (model._checkpoints.size + len(keys)) * players * k_max))
+    step = max(1, BATCH_ELEMENTS // ((1 << k_max) * max(mm, 1) * k_max + (model._checkpoints.size + len(keys)
+                                                                          + mm) * players * k_max))
     for s in range(0, rows.size, step):
-        attr = _raw_attributions(model, keys, wide[rows[s : s + step]], r_wide, group, players, k_max)  # (k, U, P, K)
-        lo = np.broadcast_to(u_r[:, :, :k_max], (attr.shape[0], model.n_members, k_max)).copy()
+        chunk = rows[s : s + step]
+        attr = _raw_attributions(model, keys, wide[chunk], r_wide, group, players, k_max)  # (k, U, P, K)
+        lo = np.broadcast_to(u_r[:, :, :k_max], (chunk.size, mm, k_max)).copy()
         # an input whose attributions cancel to within rounding of their sizes has not moved: its
         # share would be rounding noise divided by rounding noise
         total = attr.sum(axis=2)
         total[np.abs(total) <= CANCELLED * np.abs(attr).sum(axis=2)] = 0.0
         delta = total[:, src]                                                    # (k, M, K)
         g_lo, phi = _input_shapley(model, lo, lo + delta)
-        g_r = g_lo[0]
-        # the rescale rule: input k's share phi_mk over the players in proportion to A_m[., k];
-        # members reading the same source are summed first (their A is the same)
+        # the rescale rule: input k's share phi_mk over the players in proportion to A_m[., k]
         moving = delta != 0.0
         ratio = np.where(moving, phi / np.where(moving, delta, 1.0), 0.0)       # (k, M, K)
-        per_source = np.einsum("imk,mu->iuk", coef[None, :, None] * ratio, onehot, optimize=True)
-        contrib[s : s + step] = np.einsum("iuk,iupk->ip", per_source, attr)
+        per_member = np.einsum("imk,impk->imp", ratio, attr[:, src])             # (k, M, P)
+        contrib[s : s + step], baseline[s : s + step] = reveal_cancel(layer, chunk, g_lo, per_member)
     if white is not None:
         contrib = contrib[:, :d] + _unwhiten(contrib[:, d:], xq[rows], r, white)
-    if not rows.size:
-        g_r = _calibrated(model, u_r[:, :, :k_max])[0]
-    baseline = float(np.dot(coef, g_r - shift))
     return {"scores": served[rows], "baseline": baseline, "contributions": contrib}
 
 

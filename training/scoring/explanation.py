@@ -9,14 +9,14 @@ Two methods (``method=``):
 
 - ``"exact"`` (the default): deterministic, no sampling, no seed
   (``training.scoring.exact_explanation``): one-reference TreeSHAP per member propagated exactly
-  through the views, calibrators and the mix with the posted list's statistics fixed
-  (generalized DeepSHAP, Chen, Lundberg and Lee 2022). The baseline is the score of the
-  reference document in this list; with the default reference it depends on the list alone
-  and is reported as **the rest of the list**. It is the same for every document of a query,
-  so a pair's score difference is carried by the features alone.
+  through the views (their statistics as posted), calibrators and the mix (generalized
+  DeepSHAP, Chen, Lundberg and Lee 2022). The baseline is the score the reference document
+  would get in the explained document's place; with the default reference it depends on the
+  list alone and is reported as **the rest of the list**. Two documents' baselines differ only
+  through the mix's per-query rescaling; a pair reports that difference as the rest of the list.
 - ``"shapley"``: the Shapley values of the whole model's game, the list's statistics recomputed
   for every hybrid list (``training.scoring.whole_model_shapley``): enumerated when it fits
-  ``budget``, else estimated by permutation sampling (``seed``); kept for audits. There the
+  ``budget``, else estimated by permutation sampling (``seed``); kept for audits. There too the
   baselines of two documents differ through the query-wise parts of the model, and a pair
   explanation reports that difference as the rest of the list.
 
@@ -82,7 +82,7 @@ class Explanation:
     """Explanations of some rows of a feature matrix (all arrays have one entry per explained row).
 
     ``baseline[k] + contributions[k].sum() == scores[k]`` (to float rounding). ``baseline[k]`` is
-    the score of the reference document in row k's list (the rest of the list). ``exact[k]`` says
+    the score of the reference document in row k's place (the rest of the list). ``exact[k]`` says
     whether row k's values are exact (always with ``method == "exact"``); otherwise
     ``standard_error[k]`` holds the sampling standard error of each contribution."""
 
@@ -109,8 +109,8 @@ class Explanation:
 class PairExplanation:
     """Why row a scores above (or below) row b of the same query:
     ``score_a - score_b == rest_of_list + contributions.sum()``. ``rest_of_list`` (also
-    ``baseline``) is baseline_a - baseline_b: 0 with ``method == "exact"``, the query-wise parts'
-    share with ``"shapley"``."""
+    ``baseline``) is baseline_a - baseline_b: what the other documents do to a's score against
+    b's, through the query-wise parts of the model (0 without them)."""
 
     a: int
     b: int
