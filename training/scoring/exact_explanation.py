@@ -191,8 +191,8 @@ def explain_query(model: EnsembleModel, xq: np.ndarray, rows: np.ndarray, r: np.
     mm = model.n_members
     k_max = max([model.runs[m.run].n_classes for m in model.members], default=1)
     keys, src = _sources(model)
-    step = max(1, BATCH_ELEMENTS // ((1 << k_max) * max(mm, 1) * k_max + (model._checkpoints.size + len(keys)
-                                                                          + mm) * players * k_max))
+    step = max(1, BATCH_ELEMENTS // ((1 << k_max) * max(mm, 1) * k_max
+                                     + (model._checkpoints.size + len(keys)) * players * k_max))
     for s in range(0, rows.size, step):
         chunk = rows[s : s + step]
         attr = _raw_attributions(model, keys, wide[chunk], r_wide, group, players, k_max)  # (k, U, P, K)
@@ -206,8 +206,7 @@ def explain_query(model: EnsembleModel, xq: np.ndarray, rows: np.ndarray, r: np.
         # the rescale rule: input k's share phi_mk over the players in proportion to A_m[., k]
         moving = delta != 0.0
         ratio = np.where(moving, phi / np.where(moving, delta, 1.0), 0.0)       # (k, M, K)
-        per_member = np.einsum("imk,impk->imp", ratio, attr[:, src])             # (k, M, P)
-        contrib[s : s + step], baseline[s : s + step] = reveal_cancel(layer, chunk, g_lo, per_member)
+        contrib[s : s + step], baseline[s : s + step] = reveal_cancel(layer, chunk, g_lo, ratio, attr, src)
     if white is not None:
         contrib = contrib[:, :d] + _unwhiten(contrib[:, d:], xq[rows], r, white)
     return {"scores": served[rows], "baseline": baseline, "contributions": contrib}

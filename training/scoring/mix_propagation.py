@@ -1,7 +1,7 @@
 """The mix layer of an exact explanation: each member's rescaled, weighted score as a function of
 the explained document's member score, the rest of the list held as posted.
 
-Imports numpy code only (the service uses it). For document i of a list and member m, the mixer
+Imports numpy/numba code only (the service uses it). For document i of a list and member m, the mixer
 (``training.ensemble``) serves ``w_m r_m(s_im)`` summed over the members, where r_m rescales by
 statistics of the member's scores on the whole list, document i's own included:
 
@@ -33,6 +33,7 @@ and that difference is a pair's "rest of the list".
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from training.ensemble.base import Mixer
 from training.ensemble.exponential_forecaster import ExponentialForecaster
@@ -110,19 +111,65 @@ def mix_layer(mixer: Mixer, member: np.ndarray) -> MixLayer | None:
     return MixLayer(w, "zscore" if rescaler.mode == "zscore_query" else "minmax", member)
 
 
-def reveal_cancel(layer: MixLayer, rows: np.ndarray, s_r: np.ndarray, c: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """(contributions (k, P), baselines (k,)): each member's attributions ``c`` (k, M, P) of its
-    change from ``s_r`` (k, M) carried through the mix layer by the two-player rule of the module
-    docstring, summed over the members."""
-    pos = np.where(c > 0, c, 0.0).sum(axis=2)
-    neg = np.where(c < 0, c, 0.0).sum(axis=2)
+@njit(cache=True, nogil=True)
+def _parts(ratio, attr, src, pos, neg):  # pragma: no cover
+    """pos, neg (k, M): the sums of member m's positive and negative attributions
+    ``C[i, m, p] = sum_q ratio[i, m, q] attr[i, src[m], p, q]`` (never built: (k, M, P) is large)."""
+    for i in range(ratio.shape[0]):
+        for m in range(ratio.shape[1]):
+            u = src[m]
+            sp = 0.0
+            sn = 0.0
+            for p in range(attr.shape[2]):
+                c = 0.0
+                for q in range(ratio.shape[2]):
+                    c += ratio[i, m, q] * attr[i, u, p, q]
+                if c > 0.0:
+                    sp += c
+                elif c < 0.0:
+                    sn += c
+            pos[i, m] = sp
+            neg[i, m] = sn
+
+
+@njit(cache=True, nogil=True)
+def _shared(ratio, attr, src, k_pos, k_neg, out):  # pragma: no cover
+    """out[i, p] += C[i, m, p] * (k_pos[i, m] if C > 0 else k_neg[i, m]), over the members."""
+    for i in range(ratio.shape[0]):
+        for m in range(ratio.shape[1]):
+            kp = k_pos[i, m]
+            kn = k_neg[i, m]
+            if kp == 0.0 and kn == 0.0:
+                continue
+            u = src[m]
+            for p in range(attr.shape[2]):
+                c = 0.0
+                for q in range(ratio.shape[2]):
+                    c += ratio[i, m, q] * attr[i, u, p, q]
+                if c > 0.0:
+                    out[i, p] += c * kp
+                elif c < 0.0:
+                    out[i, p] += c * kn
+
+
+def reveal_cancel(layer: MixLayer, rows: np.ndarray, s_r: np.ndarray, ratio: np.ndarray, attr: np.ndarray,
+                  src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(contributions (k, P), baselines (k,)): member m's attributions
+    ``C[i, m, p] = sum_q ratio[i, m, q] attr[i, src[m], p, q]`` of its change from ``s_r`` (k, M)
+    carried through the mix layer by the two-player rule of the module docstring, summed over the
+    members (two numba passes; ``tests/scoring/test_mix_propagation.py`` has the NumPy twin)."""
+    ratio = np.ascontiguousarray(ratio, dtype=np.float64)
+    attr = np.ascontiguousarray(attr, dtype=np.float64)
+    src = np.ascontiguousarray(src, dtype=np.int64)
+    k, m = ratio.shape[:2]
+    pos, neg = np.zeros((k, m)), np.zeros((k, m))
+    _parts(ratio, attr, src, pos, neg)
     f0 = layer.value(rows, s_r)
     fp, fn, fpn = layer.value(rows, s_r + pos), layer.value(rows, s_r + neg), layer.value(rows, s_r + pos + neg)
     d_pos = 0.5 * (fp - f0) + 0.5 * (fpn - fn)
     d_neg = 0.5 * (fn - f0) + 0.5 * (fpn - fp)
     k_pos = np.where(pos != 0, d_pos / np.where(pos != 0, pos, 1.0), 0.0)
     k_neg = np.where(neg != 0, d_neg / np.where(neg != 0, neg, 1.0), 0.0)
-    out = np.einsum("imp,im->ip", np.where(c > 0, c, 0.0), k_pos) + np.einsum("imp,im->ip", np.where(c < 0, c, 0.0),
-                                                                              k_neg)
+    out = np.zeros((k, attr.shape[2]))
+    _shared(ratio, attr, src, k_pos, k_neg, out)
     return out, f0.sum(axis=1)
