@@ -118,15 +118,13 @@ def _sources(model: EnsembleModel) -> tuple[list[tuple[str, int, int]], np.ndarr
     """The distinct raw K-vectors the members read (a snapshot's checkpoints ("forest", lo, hi) or a
     linear run ("linear", run, 0)) and each member's index among them: members share a few dozen
     snapshots and differ in their calibrators."""
-    keys: list[tuple[str, int, int]] = []
+    index: dict[tuple[str, int, int], int] = {}
     src = np.empty(model.n_members, dtype=np.int64)
     for i, m in enumerate(model.members):
         key = (("forest", int(model._lo[i]), int(model._hi[i])) if model.runs[m.run].kind == "forest"
                else ("linear", m.run, 0))
-        if key not in keys:
-            keys.append(key)
-        src[i] = keys.index(key)
-    return keys, src
+        src[i] = index.setdefault(key, len(index))
+    return list(index), src
 
 
 def _raw_attributions(model: EnsembleModel, keys: list[tuple[str, int, int]], wide: np.ndarray,
