@@ -22,7 +22,7 @@ so ``baseline + sum(phi) == v(N)``, the served score, to float rounding, where
 reference is by default the list's per-feature median (``"median"``; ``"mean"`` or any (d,) array
 may be given). ``explain_pair`` is the difference of two documents' explanations: contributions
 to score(a) - score(b); their baselines differ only through the query-wise parts of the model
-(views, per-query rescaling), and that difference is reported as ``baseline``.
+(views, per-query rescaling), and that difference is the pair's "rest of the list" (``rest_of_list``).
 
 **Dummies.** A feature f for which v(S + f) = v(S) for every S has phi_f = 0 and leaves the game
 (Shapley's dummy axiom). Without a whitened view every column of the model's input depends on
