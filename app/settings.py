@@ -79,11 +79,10 @@ class Settings(BaseSettings):
         20, ge=0, description="/rank \"explain\": documents explained per request at most (each query's returned "
                               "top_k; more: HTTP 422 asking for a smaller top_k). 0 disables explanations")
     explain_budget: int = Field(
-        8192, ge=1, description="/rank \"explain\": forest rows scored per explained document at most (exact "
-                                "Shapley values when they fit, else a sampled estimate that still adds up, with "
-                                "its standard error, from at least two permutation pairs: 4 (m - 1) coalitions "
-                                "for m relevant features, whatever the budget): a request's explanations cost about "
-                                "explain_max_documents x explain_budget rows")
+        8192, ge=1, description="/rank \"explain\": used only when a model is explained by method=\"shapley\" "
+                                "(a rank-fusion mixer; other models get the exact, deterministic explanations, "
+                                "which take no budget): forest rows scored per explained document at most, else "
+                                "a sampled estimate with its standard error")
     max_id_length: int = Field(256, ge=1, description="characters of a document id or qid (more: HTTP 422)")
     max_metrics: int = Field(32, ge=1, le=1000, description="/evaluate: measures per request (more: HTTP 413)")
     max_per_query_values: int = Field(
