@@ -9,9 +9,11 @@ same training data, in the same run; ``SHAPLEY_DOCS`` of the documents are also 
 the two: the mean Spearman rank correlation of the documents' contributions over the features
 either method gives a non-zero value, and the mean number of top-3 features (by absolute
 contribution) in common. And /rank p50 with ``"explain": 10`` at 100 documents over real HTTP
-(a ``python -m app`` process, one worker, the MQ2008 model), beside the same requests without it.
+(a ``python -m app`` process, one worker; the MQ2008 model and the MSLR default model), beside the
+same requests without it, the two kinds in turn on one connection.
 
     python -m bench.bench_explain [--model MQ2008_VERSION_DIR] [--mslr-model VERSION_DIR] [--quick]
+                                  [--part all|service|agreement]
 
 Writes ``bench/results/explain.json``. Without ``--model`` the MQ2008 model is models/mq2008-fold1
 (trained from configs/mq2008.toml when absent); without ``--mslr-model`` the default model is
@@ -32,12 +34,13 @@ from typing import Any
 import numpy as np
 
 from bench.bench_service import Server, free_port, make_bodies, sequential
-from bench.common import ROOT, SHARED_DATA, best_of, ensure_model, machine_probe_ms, write_result
+from bench.common import RESULTS, ROOT, SHARED_DATA, best_of, ensure_model, machine_probe_ms, write_result
 
 N_DOCS = 100
 TOP = 10
 EXPLAIN = 10
 SHAPLEY_DOCS = 10
+PARTS = ("all", "service", "agreement")
 MSLR = SHARED_DATA / "MSLR-WEB10K-sample"
 
 
@@ -140,7 +143,44 @@ def mslr_default_model(workdir: Path) -> Path:
     return ranker.save(workdir / "models", "mslr-default")
 
 
+def interleaved(base: str, bodies: dict[str, list[bytes]], n: int) -> dict[str, dict[str, Any]]:
+    """``n`` rounds of one request of each kind in turn on one keep-alive connection (the standard
+    library's ``http.client``), so that both kinds see the same machine load: client p50/p90/min
+    and the server's own ``server_time_ms`` p50 per kind."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(base)
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=60.0)
+    lat: dict[str, list[float]] = {k: [] for k in bodies}
+    st: dict[str, list[float]] = {k: [] for k in bodies}
+    try:
+        for i in range(n):
+            for kind, group in bodies.items():
+                t0 = time.perf_counter()
+                conn.request("POST", "/rank", body=group[i % len(group)], headers={"Content-Type": "application/json"})
+                r = conn.getresponse()
+                content = r.read()
+                dt = time.perf_counter() - t0
+                if r.status != 200:
+                    raise SystemExit(f"{base}/rank answered {r.status}: {content[:500]!r}")
+                doc = json.loads(content)
+                if len(doc["results"][0]["ranking"]) != TOP:
+                    raise SystemExit(f"{base}/rank returned {len(doc['results'][0]['ranking'])} documents, not {TOP}")
+                if kind != "without_explain" and "explanation" not in doc["results"][0]["ranking"][0]:
+                    raise SystemExit(f"{base}/rank returned no explanation")
+                lat[kind].append(dt * 1e3)
+                st[kind].append(float(doc["server_time_ms"]))
+    finally:
+        conn.close()
+    return {k: {"n": n, "p50_ms": round(float(np.percentile(lat[k], 50)), 3),
+                "p90_ms": round(float(np.percentile(lat[k], 90)), 3), "min_ms": round(min(lat[k]), 3),
+                "server_time_p50_ms": round(float(np.percentile(st[k], 50)), 3)} for k in bodies}
+
+
 def http_side(model_path: Path, test: Any, n: int, workdir: Path) -> dict[str, Any]:
+    """/rank p50 at 100 documents, top_k 10, with ``"explain": 10`` and without, requests of the two
+    kinds in turn (``interleaved``), one worker serving ``model_path``."""
     port = free_port()
     env = {**os.environ, "TUNEMIX_MODELS_DIR": str(model_path.parent.parent),
            "TUNEMIX_DEFAULT_MODEL": model_path.parent.name, "TUNEMIX_PORT": str(port), "TUNEMIX_HOST": "127.0.0.1",
@@ -150,16 +190,19 @@ def http_side(model_path: Path, test: Any, n: int, workdir: Path) -> dict[str, A
     with_top = [json.dumps({**json.loads(b), "top_k": TOP}, separators=(",", ":")).encode() for b in plain]
     explained = [json.dumps({**json.loads(b), "top_k": TOP, "explain": EXPLAIN}, separators=(",", ":")).encode()
                  for b in plain]
-    server = Server("python -m app", [sys.executable, "-m", "app"], env, port, workdir / "server.log")
+    server = Server("python -m app", [sys.executable, "-m", "app"], env, port, workdir / f"server-{port}.log")
     try:
         ready_s = server.wait_ready(600)
-        sequential(server.base, explained, 2, TOP)  # warm the explanation path
-        out = {"ready_s": round(ready_s, 1), "documents": N_DOCS, "top_k": TOP,
-               "workers": 1, "explain": EXPLAIN,
-               "without_explain": sequential(server.base, with_top, 3 * n, TOP),
-               "with_explain": sequential(server.base, explained, n, TOP)}
+        sequential(server.base, explained, 3, TOP)  # warm the explanation path
+        sequential(server.base, with_top, 3, TOP)
+        out: dict[str, Any] = {"model": str(model_path), "ready_s": round(ready_s, 1), "documents": N_DOCS,
+                               "top_k": TOP, "workers": 1, "explain": EXPLAIN, "order": "interleaved",
+                               **interleaved(server.base, {"without_explain": with_top, "with_explain": explained}, n)}
     finally:
         server.stop()
+    out["p50_ratio"] = round(out["with_explain"]["p50_ms"] / out["without_explain"]["p50_ms"], 2)
+    out["server_time_p50_ratio"] = round(out["with_explain"]["server_time_p50_ms"]
+                                         / out["without_explain"]["server_time_p50_ms"], 2)
     log(f"http: {out}")
     return out
 
@@ -169,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", type=Path, help="the MQ2008 version directory (default: models/mq2008-fold1)")
     p.add_argument("--mslr-model", type=Path, help="a default model trained on the MSLR sample (default: train one)")
     p.add_argument("--quick", action="store_true", help="fewer repeats, fewer HTTP requests")
+    p.add_argument("--part", choices=PARTS, default="all",
+                   help="all; or only the /rank service part (both models) or only the cost and agreement part, "
+                        "the other part's figures kept from bench/results/explain.json")
     args = p.parse_args(argv)
     from training.data.splits import split_by_query
     from training.data.svmlight import read_svmlight
@@ -179,39 +225,47 @@ def main(argv: list[str] | None = None) -> int:
     repeat = 1 if args.quick else 3
     probe_before = machine_probe_ms()
     t0 = time.perf_counter()
-    results: dict[str, Any] = {}
+    previous = RESULTS / "explain.json"
+    results: dict[str, Any] = (json.loads(previous.read_text()) if args.part != "all" and previous.exists() else {})
+    for key in ("benchmark", "machine"):
+        results.pop(key, None)
+    command = ("python -m bench.bench_explain" + (f" --model {args.model}" if args.model else "")
+               + (f" --mslr-model {args.mslr_model}" if args.mslr_model else "")
+               + (" --quick" if args.quick else "") + (f" --part {args.part}" if args.part != "all" else ""))
     with tempfile.TemporaryDirectory() as tmp:
         mq_path = args.model or ensure_model()
-        train = read_svmlight(fold / "train.txt")
-        vali = read_svmlight(fold / "vali.txt", n_features=train.n_features)
-        test = read_svmlight(fold / "test.txt", n_features=train.n_features)
-        x = candidate_list(test)
-        results["mq2008"] = {"list": "MQ2008 Fold1 test.txt, 100 rows drawn (seed 0)",
-                             "ensemble": ensemble_side(mq_path, x, repeat),
-                             "lightgbm_pred_contrib": lightgbm_side(train, vali, x, repeat, Path(tmp))}
+        test = read_svmlight(fold / "test.txt")
         mslr_path = args.mslr_model or mslr_default_model(Path(tmp))
-        mtrain = read_svmlight(MSLR / "msn1.fold1.train.5k.txt", n_features=136)
         mtest = read_svmlight(MSLR / "msn1.fold1.test.5k.txt", n_features=136)
-        # the ranker held out 20% of the training queries for calibration and the mix; LightGBM
-        # stops early on the same kind of hold-out
-        ltrain, lvali = split_by_query(mtrain, fraction=0.8, seed=0)
-        xm = candidate_list(mtest)
-        results["mslr_sample"] = {"list": "MSLR-WEB10K sample msn1.fold1.test.5k.txt, 100 rows drawn (seed 0)",
-                                  "ensemble": ensemble_side(mslr_path, xm, repeat),
-                                  "lightgbm_pred_contrib": lightgbm_side(ltrain, lvali, xm, repeat, Path(tmp))}
-        for name, r in results.items():
-            r["ratio_to_lightgbm_per_document"] = round(r["ensemble"]["exact"]["per_document_ms"]
-                                                        / r["lightgbm_pred_contrib"]["per_document_ms"], 2)
-            log(f"{name}: exact / pred_contrib per document = {r['ratio_to_lightgbm_per_document']}")
-        http = http_side(mq_path, test, 10 if args.quick else 30, Path(tmp))
+        if args.part in ("all", "agreement"):
+            train = read_svmlight(fold / "train.txt")
+            vali = read_svmlight(fold / "vali.txt", n_features=train.n_features)
+            x = candidate_list(test)
+            results["mq2008"] = {"list": "MQ2008 Fold1 test.txt, 100 rows drawn (seed 0)",
+                                 "ensemble": ensemble_side(mq_path, x, repeat),
+                                 "lightgbm_pred_contrib": lightgbm_side(train, vali, x, repeat, Path(tmp))}
+            mtrain = read_svmlight(MSLR / "msn1.fold1.train.5k.txt", n_features=136)
+            # the ranker held out 20% of the training queries for calibration and the mix; LightGBM
+            # stops early on the same kind of hold-out
+            ltrain, lvali = split_by_query(mtrain, fraction=0.8, seed=0)
+            xm = candidate_list(mtest)
+            results["mslr_sample"] = {"list": "MSLR-WEB10K sample msn1.fold1.test.5k.txt, 100 rows drawn (seed 0)",
+                                      "ensemble": ensemble_side(mslr_path, xm, repeat),
+                                      "lightgbm_pred_contrib": lightgbm_side(ltrain, lvali, xm, repeat, Path(tmp))}
+            for name in ("mq2008", "mslr_sample"):
+                r = results[name]
+                r["ratio_to_lightgbm_per_document"] = round(r["ensemble"]["exact"]["per_document_ms"]
+                                                            / r["lightgbm_pred_contrib"]["per_document_ms"], 2)
+                log(f"{name}: exact / pred_contrib per document = {r['ratio_to_lightgbm_per_document']}")
+            results["agreement_command"] = command
+        if args.part in ("all", "service"):
+            n = 10 if args.quick else 30
+            results.pop("rank_http_p50_ratio", None)
+            results["rank_http"] = {"mq2008": http_side(mq_path, test, n, Path(tmp)),
+                                    "mslr_sample_default": http_side(mslr_path, mtest, n, Path(tmp))}
+            results["service_command"] = command
     result = {
-        "command": "python -m bench.bench_explain" + (f" --model {args.model}" if args.model else "")
-                   + (f" --mslr-model {args.mslr_model}" if args.mslr_model else "")
-                   + (" --quick" if args.quick else ""),
-        "threads": 1, "reference": "the list's per-feature median document",
-        **results, "rank_http": http,
-        "rank_http_p50_ratio": round(http["with_explain"]["p50_ms"] / http["without_explain"]["p50_ms"], 2)
-        if "p50_ms" in http.get("with_explain", {}) else None,
+        **results, "command": command, "threads": 1, "reference": "the list's per-feature median document",
         "machine_probe_ms": {"before": probe_before, "after": machine_probe_ms()},
         "seconds": round(time.perf_counter() - t0, 1),
     }

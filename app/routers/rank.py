@@ -317,22 +317,24 @@ def explain_options(lists: CandidateLists, pairs: list[tuple[int, Any]], options
     return dataclasses.replace(options, pairs=tuple(rows))
 
 
-def with_explanations(fn: Callable[..., Any], served: ServedModel, options: Options, budget: int
-                      ) -> Callable[..., Any]:
-    """``fn`` (the scoring call) followed by the explanations ``options`` ask for: (what ``fn``
-    returns, the documents' explanation or None, the pairs' explanations)."""
+def with_explanations(served: ServedModel, options: Options, budget: int) -> Callable[..., Any]:
+    """The scoring call followed by the explanations ``options`` ask for, on one scoring pass
+    (``EnsembleModel.scoring_pass``): (what ``score`` or ``score_and_relevance`` returns, the
+    documents' explanation or None, the pairs' explanations)."""
     names = manifest_feature_names(served.manifest, served.n_features)
 
     def scored_and_explained(features: np.ndarray, offsets: np.ndarray) -> tuple[Any, Any, list[Any]]:
-        scored = fn(features, offsets)
+        # one scoring pass: its scores answer the request and the explanations reuse it
+        sp = served.model.scoring_pass(features, offsets, relevance=options.needs_head)
+        scores = sp.scores
+        scored = (scores, *sp.relevance) if options.needs_head and sp.relevance is not None else scores
         explanation = None
         if options.explain:
-            scores = scored[0] if options.needs_head else scored
             rows = [lo + np.argsort(-scores[lo:hi], kind="stable")[: options.top_k]
                     for lo, hi in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)]
             explanation = explain_rows(served.model, features, offsets, np.concatenate(rows), budget=budget,
-                                       feature_names=names)
-        pairs = [explain_pair(served.model, features, offsets, a, b, budget=budget, feature_names=names)
+                                       feature_names=names, scoring=sp)
+        pairs = [explain_pair(served.model, features, offsets, a, b, budget=budget, feature_names=names, scoring=sp)
                  for _, a, b in options.pairs]
         return scored, explanation, pairs
 
@@ -433,7 +435,7 @@ async def rank(
 
     def score(served: ServedModel, options: Options) -> Callable[..., Any]:
         fn = served.model.score_and_relevance if options.needs_head else served.model.score
-        return with_explanations(fn, served, options, settings.explain_budget) if options.explains else fn
+        return with_explanations(served, options, settings.explain_budget) if options.explains else fn
 
     def answer(served: ServedModel, lists: CandidateLists, options: Options, scored: Any) -> bytes:
         explained, pair_answers = None, {}

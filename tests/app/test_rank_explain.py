@@ -85,3 +85,15 @@ def test_text_bodies_and_models_show_names(client: TestClient) -> None:
     assert all(len(d["explanation"]["contributions"]) == 1 for d in r.json()["results"][0]["ranking"])
     detail = client.get("/models/default").json()
     assert detail["feature_names"] == [f"f{j + 1}" for j in range(N_FEATURES)]
+
+
+def test_explain_with_relevance_keeps_the_head_answer(client: TestClient) -> None:
+    """With ``relevance`` and ``explain`` the one scoring pass answers both: the ranking, scores,
+    relevance and probabilities are those of the request without ``explain``."""
+    body = {**rank_body(_x(2), SIZES, top_k=3), "relevance": True}
+    plain = client.post("/rank", json=body).json()["results"]
+    rich = client.post("/rank", json={**body, "explain": 2}).json()["results"]
+    for p, r in zip(plain, rich, strict=True):
+        for dp, dr in zip(p["ranking"], r["ranking"], strict=True):
+            assert "relevance" in dp and dr["explanation"]["exact"] is True
+            assert {k: v for k, v in dr.items() if k != "explanation"} == dp

@@ -191,3 +191,49 @@ def test_sampled_option_within_five_standard_errors_of_enumeration(models: dict[
     sampled = explain_rows(model, x, [0, 11], [2, 6], method="shapley", budget=20_000, seed=1, exact_max_features=0)
     assert not sampled.exact.any()
     assert np.all(np.abs(sampled.contributions - enumerated.contributions) <= 5 * sampled.standard_error + 1e-12)
+
+
+def test_the_request_scoring_pass_is_reused(models: dict[str, EnsembleModel]) -> None:
+    """explain_rows(scoring=model.scoring_pass(...)) gives the same explanations as scoring the
+    lists again, the pass's scores are score()'s; a pass of other arrays is refused."""
+    for view in ("raw+std", "raw+white"):
+        model = models[view]
+        x = np.vstack([candidate_list(4, n=8), candidate_list(5, n=6)])
+        off = [0, 8, 14]
+        sp = model.scoring_pass(x, off)
+        np.testing.assert_array_equal(sp.scores, model.score(x, off))
+        again, reused = explain_rows(model, x, off, [1, 9, 12]), explain_rows(model, x, off, [1, 9, 12], scoring=sp)
+        np.testing.assert_allclose(reused.contributions, again.contributions, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(reused.baseline, again.baseline, rtol=0, atol=1e-12)
+        np.testing.assert_array_equal(reused.scores, sp.scores[[1, 9, 12]])
+        pair = explain_pair(model, x, off, 9, 12, scoring=sp)
+        np.testing.assert_array_equal(pair.contributions, reused.contributions[1] - reused.contributions[2])
+        other = x.copy()
+        other[3, 0] += 1.0
+        with pytest.raises(ValueError, match="scoring pass of other"):
+            explain_rows(model, other, off, scoring=sp)
+        with pytest.raises(ValueError, match="scoring pass of other"):
+            explain_rows(model, x, [0, 7, 14], scoring=sp)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+def test_input_shapley_matrix_equals_permutation_enumeration(k: int) -> None:
+    """The calibrators' K-input Shapley values as one matrix product equal the average marginal
+    contribution over all K! orders (the slow, obvious twin) on a random game."""
+    import itertools
+
+    from training.scoring.exact_explanation import _shapley_matrix
+
+    values = np.random.default_rng(k).normal(size=1 << k)
+    values[0] = 0.3
+    want = np.zeros(k)
+    orders = list(itertools.permutations(range(k)))
+    for order in orders:
+        code = 0
+        for f in order:
+            want[f] += values[code | (1 << f)] - values[code]
+            code |= 1 << f
+    want /= len(orders)
+    got = values @ _shapley_matrix(k)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+    assert got.sum() == pytest.approx(values[-1] - values[0], abs=1e-12)

@@ -140,6 +140,20 @@ def remap_forest(forest: FlatForest, view: str, n_raw: int, extra_views: Sequenc
     return FlatForest.from_arrays(arrays)
 
 
+@dataclass
+class ScoringPass:
+    """What one scoring pass of checked arrays computed: the features ``x`` (n, d) and query
+    offsets, the wide features (views appended), the calibrated member scores (n, M), the served
+    scores (n,), and the relevance head's (P(y = k) (n, K), E[y] (n,)) when asked for."""
+
+    x: np.ndarray
+    offsets: np.ndarray
+    wide: np.ndarray
+    member: np.ndarray
+    scores: np.ndarray
+    relevance: tuple[np.ndarray, ...] | None = None
+
+
 class EnsembleModel:
     """A calibrated, mixed ensemble of boosting snapshots (see the module docstring)."""
 
@@ -358,6 +372,10 @@ class EnsembleModel:
     def _mixed(self, x: np.ndarray, off: np.ndarray, timings: dict[str, float] | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
         """(calibrated member scores (n, M), mixed scores (n,)) of checked arrays."""
+        p = self._pass(x, off, timings)
+        return p.member, p.scores
+
+    def _pass(self, x: np.ndarray, off: np.ndarray, timings: dict[str, float] | None = None) -> ScoringPass:
         t0 = time.perf_counter()
         wide = self._wide(x, off)
         t1 = time.perf_counter()
@@ -368,7 +386,27 @@ class EnsembleModel:
         out = np.asarray(self.mixer.transform(member, off), dtype=np.float64)
         if timings is not None:
             timings.update(views=t1 - t0, forest=t2 - t1, calibrators=t3 - t2, mixer=time.perf_counter() - t3)
-        return member, out
+        return ScoringPass(x, off, wide, member, out)
+
+    def scoring_pass(self, features: npt.ArrayLike, query_offsets: npt.ArrayLike,
+                     relevance: bool = False) -> ScoringPass:
+        """One scoring pass with what it computed on the way (``ScoringPass``): the scores as
+        ``score`` gives them, and, with ``relevance``, the relevance head's estimates as
+        ``score_and_relevance`` gives them. An explanation of the same arrays reuses it
+        (``explain_rows(..., scoring=)``) instead of scoring the list again."""
+        if relevance and self.relevance_head is None:
+            raise ValueError("this model has no relevance head (trained without one, or before the current "
+                             "head existed): retrain it")
+        x, off = self._check(features, query_offsets)
+        if x.shape[0] == 0:
+            p = ScoringPass(x, off, np.zeros((0, 0), dtype=np.float32), np.zeros((0, self.n_members)),
+                            np.zeros(0, dtype=np.float64))
+        else:
+            p = self._pass(x, off)
+        if relevance:
+            assert self.relevance_head is not None
+            p.relevance = tuple(self.relevance_head.estimate(x, p.scores, off))
+        return p
 
     def mix_weights(self) -> np.ndarray | None:
         """The mixer's member weights where it has them (the exponential forecaster), else None."""

@@ -45,6 +45,8 @@ difference is a pair's named term.
 
 from __future__ import annotations
 
+import weakref
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -97,7 +99,7 @@ def reference_views(model: EnsembleModel, xq: np.ndarray, r: np.ndarray
 def _calibrated(model: EnsembleModel, raw: np.ndarray) -> np.ndarray:
     """Member scores (N, M) from raw K-vectors (N, M, K_max): ordinal members through their class
     probabilities, then every calibrator in one call of the model's calibration step."""
-    k_in = max([model.runs[m.run].n_classes + 1 for m in model.members], default=1)
+    k_in = _k_max(model) + 1 if model.n_members else 1
     block = np.zeros((raw.shape[0], raw.shape[1], max(k_in, raw.shape[2])))
     block[:, :, : raw.shape[2]] = raw
     for k, idx in _ordinal_groups(model).items():
@@ -106,7 +108,29 @@ def _calibrated(model: EnsembleModel, raw: np.ndarray) -> np.ndarray:
     return model._calibration.apply(block)
 
 
+_K_MAX: weakref.WeakKeyDictionary[EnsembleModel, int] = weakref.WeakKeyDictionary()
+
+
+def _k_max(model: EnsembleModel) -> int:
+    """The members' largest class count K (kept per model)."""
+    known = _K_MAX.get(model)
+    if known is None:
+        known = _K_MAX[model] = max([model.runs[m.run].n_classes for m in model.members], default=1)
+    return known
+
+
+_ORDINAL: weakref.WeakKeyDictionary[EnsembleModel, dict[int, np.ndarray]] = weakref.WeakKeyDictionary()
+
+
 def _ordinal_groups(model: EnsembleModel) -> dict[int, np.ndarray]:
+    """The ordinal members by class count (kept per model)."""
+    known = _ORDINAL.get(model)
+    if known is None:
+        known = _ORDINAL[model] = _find_ordinal_groups(model)
+    return known
+
+
+def _find_ordinal_groups(model: EnsembleModel) -> dict[int, np.ndarray]:
     groups: dict[int, list[int]] = {}
     for i, m in enumerate(model.members):
         if isinstance(m.calibrator, OrdinalCalibrator):
@@ -114,10 +138,21 @@ def _ordinal_groups(model: EnsembleModel) -> dict[int, np.ndarray]:
     return {k: np.array(v, dtype=np.int64) for k, v in groups.items()}
 
 
+_SOURCES: weakref.WeakKeyDictionary[EnsembleModel, tuple[list[tuple[str, int, int]], np.ndarray]] = (
+    weakref.WeakKeyDictionary())
+
+
 def _sources(model: EnsembleModel) -> tuple[list[tuple[str, int, int]], np.ndarray]:
     """The distinct raw K-vectors the members read (a snapshot's checkpoints ("forest", lo, hi) or a
     linear run ("linear", run, 0)) and each member's index among them: members share a few dozen
-    snapshots and differ in their calibrators."""
+    snapshots and differ in their calibrators. Kept per model (a Python loop over its members)."""
+    known = _SOURCES.get(model)
+    if known is None:
+        known = _SOURCES[model] = _find_sources(model)
+    return known
+
+
+def _find_sources(model: EnsembleModel) -> tuple[list[tuple[str, int, int]], np.ndarray]:
     index: dict[tuple[str, int, int], int] = {}
     src = np.empty(model.n_members, dtype=np.int64)
     for i, m in enumerate(model.members):
@@ -159,35 +194,54 @@ def _input_shapley(model: EnsembleModel, lo: np.ndarray, hi: np.ndarray) -> tupl
     masks = ((np.arange(1 << k)[:, None] >> np.arange(k)) & 1).astype(bool)       # (2^K, K)
     hybrid = np.where(masks[:, None, None, :], hi[None], lo[None])                # (2^K, N, M, K)
     values = _calibrated(model, hybrid.reshape(-1, mm, k)).reshape(1 << k, nn, mm)
-    size = masks.sum(axis=1)
-    phi = np.zeros((nn, mm, k))
-    fact = [float(np.prod(np.arange(1, s + 1))) for s in range(k + 1)]
-    for f in range(k):
-        for code in np.flatnonzero(~masks[:, f]):
-            s = int(size[code])
-            phi[:, :, f] += fact[s] * fact[k - s - 1] / fact[k] * (values[code | (1 << f)] - values[code])
+    phi = np.tensordot(values, _shapley_matrix(k), axes=([0], [0]))             # (N, M, K)
     return values[0], phi
 
 
-def explain_query(model: EnsembleModel, xq: np.ndarray, rows: np.ndarray, r: np.ndarray
-                  ) -> dict[str, Any] | None:
+@lru_cache(maxsize=16)
+def _shapley_matrix(k: int) -> np.ndarray:
+    """(2^K, K) read-only: ``phi_f = sum_T coef[T, f] v(T)`` for a game of K players, coalition T
+    coded by its bits: ``coef[T, f] = |T|!(K-|T|)!/K!`` if f in T, ``-(|T|)!(K-|T|-1)!/K!`` if not
+    (the Shapley weights of v(T + f) - v(T), collected per coalition)."""
+    masks = ((np.arange(1 << k)[:, None] >> np.arange(k)) & 1).astype(bool)
+    fact = [float(np.prod(np.arange(1, s + 1))) for s in range(k + 1)]
+    size = masks.sum(axis=1)
+    coef = np.zeros((1 << k, k))
+    for code in range(1 << k):
+        s = int(size[code])
+        for f in range(k):
+            coef[code, f] = (fact[s - 1] * fact[k - s] / fact[k] if masks[code, f]
+                             else -fact[s] * fact[k - s - 1] / fact[k])
+    coef.setflags(write=False)
+    return coef
+
+
+def explain_query(model: EnsembleModel, xq: np.ndarray, rows: np.ndarray, r: np.ndarray,
+                  scored: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> dict[str, Any] | None:
     """Exact explanations of ``rows`` (indices into the query's list ``xq`` (n, d)) against ``r``:
     ``{"scores": (k,), "baseline": float, "contributions": (k, d)}``; None when the mixer is not
-    linear in the member scores (the caller falls back to the whole-model Shapley values)."""
+    linear in the member scores (the caller falls back to the whole-model Shapley values).
+    ``scored``: the list's (wide features, member scores, served scores) from the request's own
+    scoring pass (``EnsembleModel.scoring_pass``), else computed here."""
     n, d = xq.shape
-    off = np.array([0, n], dtype=np.int64)
-    wide = model._wide(xq, off)
-    member = model._calibrate(model._sums(wide))
+    if scored is None:
+        off = np.array([0, n], dtype=np.int64)
+        wide = model._wide(xq, off)
+        member = model._calibrate(model._sums(wide))
+        served = None
+    else:
+        wide, member, served = scored
     layer = mix_layer(model.mixer, member)
     if layer is None:
         return None
-    served = np.asarray(model.mixer.transform(member, off), dtype=np.float64)
+    if served is None:
+        served = np.asarray(model.mixer.transform(member, off), dtype=np.float64)
     r_wide, group, players, white = reference_views(model, xq, r)
     u_r = model._raw_block(r_wide[None])                                         # (1, M, K_model)
     contrib = np.zeros((rows.size, players))
     baseline = np.zeros(rows.size)
     mm = model.n_members
-    k_max = max([model.runs[m.run].n_classes for m in model.members], default=1)
+    k_max = _k_max(model)
     keys, src = _sources(model)
     step = max(1, BATCH_ELEMENTS // ((1 << k_max) * max(mm, 1) * k_max
                                      + (model._checkpoints.size + len(keys)) * players * k_max))

@@ -37,7 +37,7 @@ from threadpoolctl import ThreadpoolController
 from training.artifact.store import ArtifactError
 from training.data.dataset import validate_offsets
 from training.scoring import exact_explanation, whole_model_shapley
-from training.scoring.ensemble_model import EnsembleModel
+from training.scoring.ensemble_model import EnsembleModel, ScoringPass
 from training.scoring.whole_model_shapley import DEFAULT_BUDGET, EXACT_MAX_FEATURES
 
 __all__ = ["DEFAULT_BUDGET", "EXACT_MAX_FEATURES", "METHODS", "REFERENCES", "REST_OF_LIST", "Explanation",
@@ -151,12 +151,14 @@ def explain_rows(model: EnsembleModel, features: npt.ArrayLike, query_offsets: n
                  rows: Sequence[int] | npt.ArrayLike | None = None, *, method: str = "exact",
                  reference: Any = "median", budget: int = DEFAULT_BUDGET, seed: int = 0,
                  exact_max_features: int = EXACT_MAX_FEATURES,
-                 feature_names: Sequence[str] | None = None) -> Explanation:
+                 feature_names: Sequence[str] | None = None, scoring: ScoringPass | None = None) -> Explanation:
     """Explanations (module docstring) of ``rows`` (default: every row) of ``features`` (n, d)
     split into queries by ``query_offsets``. ``method``: ``"exact"`` (deterministic) or
     ``"shapley"`` (the whole-model game: ``budget``, documents scored per explained row at most,
     exact enumeration when it fits and there are at most ``exact_max_features`` relevant
-    features, else as many permutations as fit, at least 2 pairs; ``seed`` fixes them)."""
+    features, else as many permutations as fit, at least 2 pairs; ``seed`` fixes them).
+    ``scoring``: the request's own ``model.scoring_pass(features, query_offsets)``, reused by the
+    exact method instead of scoring the lists again (ValueError when it is of other arrays)."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
     x, off = model._check(features, query_offsets)
@@ -171,6 +173,8 @@ def explain_rows(model: EnsembleModel, features: npt.ArrayLike, query_offsets: n
         raise ValueError(f"row {bad} is outside the {x.shape[0]} rows")
     if budget < 1:
         raise ValueError(f"budget must be at least 1, got {budget}")
+    if scoring is not None and (not np.array_equal(scoring.offsets, off) or not np.array_equal(scoring.x, x)):
+        raise ValueError("scoring is a scoring pass of other features or query offsets")
     k = picked.size
     res = {"scores": np.zeros(k), "baseline": np.zeros(k), "contributions": np.zeros((k, d)),
            "standard_error": np.zeros((k, d)), "exact": np.ones(k, dtype=bool),
@@ -187,7 +191,9 @@ def explain_rows(model: EnsembleModel, features: npt.ArrayLike, query_offsets: n
             xq = x[lo:hi]
             r = reference_row(xq, reference)
             slots = np.flatnonzero(query == q)
-            exact = exact_explanation.explain_query(model, xq, picked[slots] - lo, r) if method == "exact" else None
+            part = None if scoring is None else (scoring.wide[lo:hi], scoring.member[lo:hi], scoring.scores[lo:hi])
+            exact = (exact_explanation.explain_query(model, xq, picked[slots] - lo, r, part) if method == "exact"
+                     else None)
             if exact is None:
                 used = "shapley"
                 whole_model_shapley.explain_query(model, xq, r, picked[slots] - lo, slots, budget, exact_max_features,

@@ -112,15 +112,33 @@ def mix_layer(mixer: Mixer, member: np.ndarray) -> MixLayer | None:
 
 
 @njit(cache=True, nogil=True)
+def _moving(attr, i, nz, count):  # pragma: no cover
+    """nz[u, :count[u]]: the players p with a non-zero attr[i, u, p, :] (the others give nothing)."""
+    for u in range(attr.shape[1]):
+        c = 0
+        for p in range(attr.shape[2]):
+            for q in range(attr.shape[3]):
+                if attr[i, u, p, q] != 0.0:
+                    nz[u, c] = p
+                    c += 1
+                    break
+        count[u] = c
+
+
+@njit(cache=True, nogil=True)
 def _parts(ratio, attr, src, pos, neg):  # pragma: no cover
     """pos, neg (k, M): the sums of member m's positive and negative attributions
     ``C[i, m, p] = sum_q ratio[i, m, q] attr[i, src[m], p, q]`` (never built: (k, M, P) is large)."""
+    nz = np.empty((attr.shape[1], attr.shape[2]), dtype=np.int64)
+    count = np.empty(attr.shape[1], dtype=np.int64)
     for i in range(ratio.shape[0]):
+        _moving(attr, i, nz, count)
         for m in range(ratio.shape[1]):
             u = src[m]
             sp = 0.0
             sn = 0.0
-            for p in range(attr.shape[2]):
+            for j in range(count[u]):
+                p = nz[u, j]
                 c = 0.0
                 for q in range(ratio.shape[2]):
                     c += ratio[i, m, q] * attr[i, u, p, q]
@@ -135,14 +153,18 @@ def _parts(ratio, attr, src, pos, neg):  # pragma: no cover
 @njit(cache=True, nogil=True)
 def _shared(ratio, attr, src, k_pos, k_neg, out):  # pragma: no cover
     """out[i, p] += C[i, m, p] * (k_pos[i, m] if C > 0 else k_neg[i, m]), over the members."""
+    nz = np.empty((attr.shape[1], attr.shape[2]), dtype=np.int64)
+    count = np.empty(attr.shape[1], dtype=np.int64)
     for i in range(ratio.shape[0]):
+        _moving(attr, i, nz, count)
         for m in range(ratio.shape[1]):
             kp = k_pos[i, m]
             kn = k_neg[i, m]
             if kp == 0.0 and kn == 0.0:
                 continue
             u = src[m]
-            for p in range(attr.shape[2]):
+            for j in range(count[u]):
+                p = nz[u, j]
                 c = 0.0
                 for q in range(ratio.shape[2]):
                     c += ratio[i, m, q] * attr[i, u, p, q]
