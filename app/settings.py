@@ -75,6 +75,25 @@ class Settings(BaseSettings):
     max_header_bytes: int = Field(32 * 1024, ge=1024, le=16 * 1024 * 1024,
                                   description="`python -m app`: bytes of a request's line and headers together "
                                               "(more: HTTP 431 and the connection is closed)")
+    request_timeout_s: float = Field(
+        10.0, gt=0, le=3600,
+        description="seconds a request's work may take once its body has arrived (the deadline; a client may ask "
+                    "for another with ?timeout_s= or the X-Request-Timeout-S header, capped at "
+                    "max_request_timeout_s). Checked between batches of every loop that can run long; past it: "
+                    "HTTP 504 and the work stops; a request that waited for a thread past it: HTTP 503 with "
+                    "Retry-After")
+    max_request_timeout_s: float = Field(60.0, gt=0, le=3600,
+                                         description="the longest deadline a client may ask for (a longer ask is "
+                                                     "cut to it)")
+    explain_timeout_s: float = Field(
+        2.0, gt=0, le=3600,
+        description="/rank \"explain\": seconds a request's explanations may take (within its deadline; more: "
+                    "HTTP 504 and the explanation stops between batches of coalitions)")
+    explain_concurrency: int = Field(
+        1, ge=1, le=64,
+        description="/rank requests with explanations one worker works on at once (their own lane: they never "
+                    "hold the scoring slots or Python lanes plain /rank requests wait for; the others wait for the "
+                    "lane within their deadline)")
     explain_max_documents: int = Field(
         20, ge=0, description="/rank \"explain\": documents explained per request at most (each query's returned "
                               "top_k; more: HTTP 422 asking for a smaller top_k). 0 disables explanations")
@@ -82,8 +101,9 @@ class Settings(BaseSettings):
         8192, ge=1, description="/rank \"explain\": forest rows scored per explained document at most (exact "
                                 "Shapley values when they fit, else a sampled estimate that still adds up, with "
                                 "its standard error, from at least two permutation pairs: 4 (m - 1) coalitions "
-                                "for m relevant features, whatever the budget): a request's explanations cost about "
-                                "explain_max_documents x explain_budget rows")
+                                "for m relevant features, whatever the budget). Enforced as the rows are scored: a "
+                                "request may score at most (explained documents) x explain_budget rows for its "
+                                "explanations (more: HTTP 422)")
     max_id_length: int = Field(256, ge=1, description="characters of a document id or qid (more: HTTP 422)")
     max_metrics: int = Field(32, ge=1, le=1000, description="/evaluate: measures per request (more: HTTP 413)")
     max_per_query_values: int = Field(

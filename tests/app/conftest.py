@@ -36,6 +36,13 @@ from app.settings import Settings
 from training.scoring.ensemble_model import EnsembleModel, load_model
 
 ROOT = Path(__file__).resolve().parents[2]
+
+# Every request has a deadline (app.deadlines, 10 s by default). With an empty numba cache the first
+# request of a kind compiles its kernels first (tens of seconds on a busy machine): the suite's
+# servers get a deadline that leaves room for that; the tests of the deadline ask for short ones
+# (?timeout_s=), and one test checks the documented default.
+os.environ.setdefault("TUNEMIX_REQUEST_TIMEOUT_S", "600")
+os.environ.setdefault("TUNEMIX_MAX_REQUEST_TIMEOUT_S", "600")
 N_FEATURES = 5
 WIDE_FEATURES = 7
 
