@@ -34,6 +34,7 @@ import anyio
 import pydantic_core
 from fastapi import Depends, Request
 from fastapi.responses import Response
+from starlette.requests import ClientDisconnect
 
 from app.deadlines import request_deadline
 from app.errors import ServiceError, too_large
@@ -154,6 +155,9 @@ async def read_body(request: Request, settings: Settings, limit: int | None = No
                 if hold is not None and size > hold.held:
                     hold.take(size - hold.held)
                 chunks.append(chunk)
+    except ClientDisconnect:  # gone, or refused by the protocol (a chunked body past its wire limit)
+        raise ServiceError(400, f"the client disconnected after {size} bytes of the body", kind="disconnected",
+                           headers={"Connection": "close"}) from None
     except TimeoutError:
         raise ServiceError(408, f"the body did not arrive within {settings.body_timeout_s:g} s "
                                 f"({size} bytes received; TUNEMIX_BODY_TIMEOUT_S)", kind="body_timeout",

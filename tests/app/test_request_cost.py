@@ -8,13 +8,10 @@ a request), against ``python -m app`` with two workers; the rest in-process."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import socket
 import subprocess
-import sys
 import threading
-import time
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,16 +28,16 @@ from app.parsing import _pairs, _Repeated, check_repeated_keys
 from app.settings import DECODED_BODY_MULTIPLE, Settings
 from tests.app.conftest import (
     N_FEATURES,
-    ROOT,
+    HealthWatch,
     LiveServer,
     Store,
     copy_version,
-    free_port,
     ready_client,
     start_server,
-    stop_process,
     stop_server,
+    vm,
     wait_ready,
+    worker_pids,
 )
 from training.evaluation import conventions
 from training.evaluation import evaluate as evaluate_offsets
@@ -48,87 +45,6 @@ from training.evaluation import evaluate as evaluate_offsets
 JSON = {"Content-Type": "application/json"}
 MIB = 1024 * 1024
 DEFAULTS = Settings()
-
-
-# ---------------------------------------------------------------------------- python -m app, two workers
-def worker_pids(pid: int) -> list[int]:
-    """The uvicorn worker processes under ``python -m app`` (its children other than helpers)."""
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    out = []
-    for child in map(int, children):
-        cmd = Path(f"/proc/{child}/cmdline").read_bytes()
-        if b"resource_tracker" not in cmd and b"semaphore_tracker" not in cmd:
-            out.append(child)
-    return sorted(out)
-
-
-def vm(pid: int, key: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError(f"no {key} for {pid}")
-
-
-@pytest.fixture(scope="module")
-def app_two(store: Store, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """``python -m app`` with two workers and the default bounds, both workers ready."""
-    base = tmp_path_factory.mktemp("cost")
-    copy_version(store.default_v1, base / "models", "default", "v1")
-    port = free_port()
-    env = dict(os.environ, TUNEMIX_MODELS_DIR=str(base / "models"), TUNEMIX_DEFAULT_MODEL="default",
-               TUNEMIX_PORT=str(port), TUNEMIX_HOST="127.0.0.1", TUNEMIX_WORKERS="2", TUNEMIX_LOG_LEVEL="warning")
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    for key in ("TUNEMIX_MAX_BODY_BYTES", "TUNEMIX_MAX_INFLIGHT_BYTES"):
-        env.pop(key, None)
-    log = (base / "server.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "app"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        in_a_row = 0
-        while in_a_row < 10:  # ten fresh connections ready in a row: both workers loaded
-            if proc.poll() is not None:
-                raise AssertionError(f"not ready: {(base / 'server.log').read_text()[-2000:]}")
-            try:
-                ok = httpx.get(url + "/ready", timeout=None, headers={"Connection": "close"}).status_code == 200
-            except httpx.TransportError:
-                ok = False
-            in_a_row = in_a_row + 1 if ok else 0
-            time.sleep(0.05 if ok else 0.2)
-        yield url, proc
-    finally:
-        stop_process(proc, timeout=20)
-
-
-class HealthWatch:
-    """``/health`` polled back to back on its own connection while a block runs; ``worst``: the
-    slowest answer in seconds (each poll waits for its answer: the event)."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.worst = 0.0
-        self.failed: str | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        with httpx.Client(base_url=self.url, timeout=None) as c:
-            while not self._stop.is_set():
-                t0 = time.perf_counter()
-                try:
-                    if c.get("/health").status_code != 200:
-                        self.failed = "status"
-                except httpx.TransportError as exc:
-                    self.failed = repr(exc)
-                    return
-                self.worst = max(self.worst, time.perf_counter() - t0)
-
-    def __enter__(self) -> HealthWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def empty_rows(size: int) -> bytes:
