@@ -86,7 +86,7 @@ class Settings(BaseSettings):
                                          description="the longest deadline a client may ask for (a longer ask is "
                                                      "cut to it)")
     explain_timeout_s: float = Field(
-        2.0, gt=0, le=3600,
+        5.0, gt=0, le=3600,
         description="/rank \"explain\": seconds a request's explanations may take (within its deadline; more: "
                     "HTTP 504 and the explanation stops between batches of coalitions)")
     explain_concurrency: int = Field(

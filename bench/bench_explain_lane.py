@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         train_model(models)
         server = Server(models, work / "server.log", workers=2, cwd=args.app_dir)
         try:
-            server.wait_warm()
+            server.wait_warm(timeout=1800)  # another tree compiles its kernels afresh
             plain_phase(server.url, 20)  # both workers past their first request
             quiet = plain_phase(server.url, args.requests)
             stop = threading.Event()

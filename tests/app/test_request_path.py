@@ -248,7 +248,7 @@ def test_the_asked_deadline_is_capped_and_the_default_documented(monkeypatch: py
     for key in ("TUNEMIX_REQUEST_TIMEOUT_S", "TUNEMIX_MAX_REQUEST_TIMEOUT_S", "TUNEMIX_EXPLAIN_TIMEOUT_S"):
         monkeypatch.delenv(key, raising=False)
     fresh = Settings(_env_file=None)  # type: ignore[call-arg]
-    assert (fresh.request_timeout_s, fresh.max_request_timeout_s, fresh.explain_timeout_s) == (10.0, 60.0, 2.0)
+    assert (fresh.request_timeout_s, fresh.max_request_timeout_s, fresh.explain_timeout_s) == (10.0, 60.0, 5.0)
 
 
 def test_work_that_waited_past_its_deadline_never_starts() -> None:
