@@ -164,7 +164,10 @@ class Settings(BaseSettings):
 #: How much a request raises a worker's peak memory, per byte of the body limit: measured worst
 #: 25.5 (bench/results/request_cost.json: 4 MiB of empty /rank rows, 102 MB; a body of many small
 #: objects reaches 86 times its own size, 101 MB for the 100,000 one-id /fuse systems the limits
-#: let in, 37 for 10,000 one-document /evaluate queries, still within this times the limit).
+#: let in, 37 for 10,000 one-document /evaluate queries, still within this times the limit). With
+#: /evaluate and /fuse decoded by msgspec (issue 37, bench/results/request_cost_issue37.json): empty
+#: /rank rows 25.5 still the worst at the limit; the one-id /fuse systems 51 times their 1.2 MB
+#: (60 MB); bodies at the limit refused after the typed decode 14 times (57 MB).
 DECODED_BODY_MULTIPLE = 26
 
 #: With several workers, lists of fewer documents score on one thread. Measured on 2 cores, the
