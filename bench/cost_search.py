@@ -182,8 +182,9 @@ def health_poller(url: str, stop: threading.Event, worst: list[float]) -> None:
 
 
 def worker_pids(pid: int) -> list[int]:
+    """The uvicorn workers under ``python -m app`` (its children but multiprocessing's resource tracker)."""
     children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return sorted(int(c) for c in children if b"multiprocessing" not in Path(f"/proc/{c}/cmdline").read_bytes())
+    return sorted(int(c) for c in children if b"resource_tracker" not in Path(f"/proc/{c}/cmdline").read_bytes())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -321,7 +321,9 @@ def explain_options(lists: CandidateLists, pairs: list[tuple[int, Any]], options
             found.append(by_text[str(doc)])
         rows.append((q, found[0], found[1]))
     sizes = np.diff(lists.offsets)
-    n = (int(np.minimum(sizes, options.top_k or sizes.max(initial=0)).sum()) if options.explain else 0) + 2 * len(rows)
+    longest = int(sizes.max(initial=0))
+    top_k = longest if options.top_k is None else min(options.top_k, longest)  # top_k may exceed 64 bits
+    n = (int(np.minimum(sizes, top_k).sum()) if options.explain else 0) + 2 * len(rows)
     if n > settings.explain_max_documents:
         raise input_error(f"explain: the request asks to explain {n} documents (each query's returned top_k, and 2 per "
                           f"explain_pair); the limit is {settings.explain_max_documents} "

@@ -177,6 +177,15 @@ def test_an_escaped_explain_key_is_parsed_and_never_explained_on_the_event_loop(
     assert on_loop == [False]
 
 
+def test_explain_with_a_top_k_beyond_64_bits_is_answered(client: TestClient) -> None:
+    """Found by bench.cost_search: ``"explain"`` with ``"top_k": 10**30`` was a 500 (numpy could
+    not take the integer); top_k beyond every list is every document."""
+    r = client.post("/rank", json=rank_body(X[:4], [4], explain=2, top_k=10**30))
+    assert r.status_code == 200, r.text
+    assert [len(q["ranking"]) for q in r.json()["results"]] == [4]
+    assert all("explanation" in d for d in r.json()["results"][0]["ranking"])
+
+
 @pytest.mark.parametrize(("path", "body", "words"), [
     ("/rank", b'{"queries":[{"qid":"q","ids":["a"],"features":[[1,2,3,4,5]]}],"top_k":1,"top_k":2}',
      ["top_k", "twice"]),
