@@ -14,6 +14,7 @@ Connections are served by ``app.http_protocol``: a request's line and headers mu
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import logging
 import os
@@ -33,11 +34,14 @@ from app.supervisor import serve_workers
 log = logging.getLogger("app")
 
 
-def http_protocol(settings: Settings) -> tuple[str, dict[str, int]]:
+def http_protocol(settings: Settings) -> tuple[str | type[asyncio.Protocol], dict[str, int]]:
     """(uvicorn's ``http`` setting, extra Config arguments): the bounded httptools protocol, or, without
-    httptools, h11 with its head size limit (and no head deadline: a warning says so)."""
+    httptools, h11 with its head size limit (and no head deadline: a warning says so). The class itself,
+    not its import string: uvicorn before 0.31 takes only its own protocols' names as strings."""
     if importlib.util.find_spec("httptools") is not None:
-        return "app.http_protocol:BoundedHttpToolsProtocol", {}
+        from app.http_protocol import BoundedHttpToolsProtocol
+
+        return BoundedHttpToolsProtocol, {}
     log.warning("httptools is not installed (pip install 'tunemix[serve]'): h11 serves, with a %d-byte head limit "
                 "answered 400 and no head deadline (TUNEMIX_HEADER_TIMEOUT_S is not applied)",
                 settings.max_header_bytes)

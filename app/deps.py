@@ -1,7 +1,7 @@
 """Dependencies shared by the routers (``Annotated`` aliases) and the thread hops.
 
 The event loop only reads bodies and writes responses, so ``/health`` answers while a large
-list scores. Work leaves it through two limiters of the application (made in its lifespan, on
+list scores. Work leaves it through three limiters of the application (made in its lifespan, on
 its event loop: an anyio limiter must not be shared by two event loops):
 
 - ``python_work``: parsing, validation, evaluation, fusion, ranking: Python that holds the GIL.
@@ -10,14 +10,17 @@ its event loop: an anyio limiter must not be shared by two event loops):
   threads, 200 requests/s of 100 documents saturated the service at 170/s with the CPU at 63%).
   Bodies over ``LARGE_BODY_BYTES`` are decoded one at a time: a decoder holds the GIL for its
   whole call.
+- ``explain_lane``: /rank requests that ask for explanations, scored and explained on one thread
+  (``TUNEMIX_EXPLAIN_CONCURRENCY`` of them at once, one by default), outside the other two: explain
+  traffic never holds what plain requests wait for.
 - ``scoring``: the model's kernels, which release the GIL (``nogil``), in ``Settings.concurrency``
   slots (default: cores / workers), so requests score side by side on the cores. A request uses
   several threads only when it is the worker's only one scoring or waiting to
   (``training.scoring.forest.single_threaded`` otherwise).
 
 Bodies come in through ``read_body`` (bytes and time bounded) and, for the endpoints that take
-large ones, count in the worker's ``Admission`` (``HoldDep``) until the request ends: past
-``TUNEMIX_MAX_INFLIGHT_BYTES`` a new body is answered 503 with ``Retry-After``.
+large ones, count in the worker's ``Admission`` (``HoldDep``) as they are received, until the
+request ends: past ``TUNEMIX_MAX_INFLIGHT_BYTES`` a body is answered 503 with ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ import anyio
 import pydantic_core
 from fastapi import Depends, Request
 from fastapi.responses import Response
+from starlette.requests import ClientDisconnect
 
+from app.deadlines import request_deadline
 from app.errors import ServiceError, too_large
 from app.observability import Metrics
 from app.registry import ModelRegistry, ServedModel
@@ -131,15 +136,14 @@ async def read_body(request: Request, settings: Settings, limit: int | None = No
     from the declared length before reading when there is one, else as soon as the chunks add up
     to more), all of it within ``body_timeout_s`` seconds (HTTP 408, and the connection closed:
     a client that sends a byte a second holds no worker past that). With ``hold``, the bytes
-    count in the worker's admission (HTTP 503 past it, before the body is read when its length
-    is declared)."""
+    count in the worker's admission as they are received (HTTP 503 past it), never the length a
+    client declares: 16 connections that announce 4 MiB and send a byte hold 16 bytes, not 64 MiB
+    (a client that sends nothing holds nothing)."""
     limit = settings.max_body_bytes if limit is None else limit
     declared = request.headers.get("content-length")
     length = int(declared) if declared is not None and declared.isdigit() else None
     if length is not None and length > limit:
         raise too_large(f"the body has {length} bytes; {split_hint(limit)}")
-    if hold is not None and length is not None:
-        hold.take(length)
     chunks: list[bytes] = []
     size = 0
     try:
@@ -151,6 +155,9 @@ async def read_body(request: Request, settings: Settings, limit: int | None = No
                 if hold is not None and size > hold.held:
                     hold.take(size - hold.held)
                 chunks.append(chunk)
+    except ClientDisconnect:  # gone, or refused by the protocol (a chunked body past its wire limit)
+        raise ServiceError(400, f"the client disconnected after {size} bytes of the body", kind="disconnected",
+                           headers={"Connection": "close"}) from None
     except TimeoutError:
         raise ServiceError(408, f"the body did not arrive within {settings.body_timeout_s:g} s "
                                 f"({size} bytes received; TUNEMIX_BODY_TIMEOUT_S)", kind="body_timeout",
@@ -209,13 +216,35 @@ async def python_work(request: Request, fn: Callable[..., T], *args: Any, body_s
     limit), and two such calls back to back would keep the event loop, and the thread that
     answers uvicorn's supervisor, waiting for twice that."""
     state = request.app.state
+    work, args = within_deadline(request, fn, args)
     if body_size <= LARGE_BODY_BYTES:
-        return await anyio.to_thread.run_sync(fn, *args, limiter=state.python_lanes)
+        return await anyio.to_thread.run_sync(work, *args, limiter=state.python_lanes)
     large = getattr(state, "large_lane", None)
     if large is None:  # made on first use, on the serving loop, once per application
         large = state.large_lane = anyio.CapacityLimiter(1)
     async with large:
-        return await anyio.to_thread.run_sync(fn, *args, limiter=state.python_lanes)
+        return await anyio.to_thread.run_sync(work, *args, limiter=state.python_lanes)
+
+
+def within_deadline(request: Request, fn: Callable[..., T], args: tuple[Any, ...]
+                    ) -> tuple[Callable[..., T], tuple[Any, ...]]:
+    """``fn`` and ``args`` to run on a thread under the request's deadline (``app.deadlines``):
+    checked before the work starts (it may have waited for a thread past it) and active while it
+    runs, for the loops that check it."""
+    deadline = request_deadline(request)
+    if deadline is None:
+        return fn, args
+    return deadline.run, (fn, *args)
+
+
+async def explain_work(request: Request, fn: Callable[..., T], *args: Any) -> T:
+    """A request's scoring and explanations in the worker's explain lane
+    (``TUNEMIX_EXPLAIN_CONCURRENCY`` threads, one by default), under its deadline. The lane holds
+    none of the Python lanes or scoring slots plain requests wait for, and the work scores on one
+    numba thread: explain traffic takes at most one core of the worker's share and queues behind
+    itself only (a request that waited past its deadline gets 503 without running)."""
+    work, args = within_deadline(request, fn, args)
+    return await anyio.to_thread.run_sync(work, *args, limiter=request.app.state.explain_lane)
 
 
 @contextlib.contextmanager
@@ -236,10 +265,11 @@ async def scoring(request: Request, fn: Callable[..., T], *args: Any) -> T:
     requests score side by side, one thread each (no cycles lost to splitting and joining)."""
     state = request.app.state
     with scoring_turn(state) as alone:
-        return await anyio.to_thread.run_sync(score_call, fn, args, alone, limiter=state.scoring_slots)
+        work, call = within_deadline(request, score_call, (fn, args, alone))
+        return await anyio.to_thread.run_sync(work, *call, limiter=state.scoring_slots)
 
 
-async def parse_and_score(state: Any, fn: Callable[[bool], T]) -> T | None:
+async def parse_and_score(request: Request, fn: Callable[[bool], T]) -> T | None:
     """``fn(alone)`` (parse, score and serialise one request) in a single thread hop, holding a
     Python lane and a scoring slot, when the worker is idle: no request scoring or waiting to,
     and a lane and a slot free. None otherwise: the caller then takes the two hops
@@ -248,6 +278,7 @@ async def parse_and_score(state: Any, fn: Callable[[bool], T]) -> T | None:
     A hop costs a cross-thread wake-up each way: measured with anyio on this 2-core VM, 0.17 ms
     back to back and 0.5 ms after 50 ms of idle, the gap a worker has between 1,000-document
     requests at 20/s."""
+    state = request.app.state
     if state.scoring_requests or not state.python_lanes.available_tokens:
         return None
     slots = state.scoring_slots
@@ -257,7 +288,8 @@ async def parse_and_score(state: Any, fn: Callable[[bool], T]) -> T | None:
         return None
     try:
         with scoring_turn(state) as alone:
-            return await anyio.to_thread.run_sync(fn, alone, limiter=state.python_lanes)
+            work, args = within_deadline(request, fn, (alone,))
+            return await anyio.to_thread.run_sync(work, *args, limiter=state.python_lanes)
     finally:
         slots.release()
 

@@ -1,4 +1,4 @@
-"""uvicorn's httptools protocol with a deadline and a size limit on every request's head.
+"""uvicorn's httptools protocol with a deadline and a size limit on every request's head and chunked body.
 
 uvicorn reads a request line and headers for as long as a client takes and however large they grow
 (encode/uvicorn#157): 100 connections sending one header byte every 5 s stay open indefinitely, and
@@ -12,6 +12,13 @@ closes both, as nginx's ``client_header_timeout`` and ``large_client_header_buff
   length).
 - a size limit: at most ``TUNEMIX_MAX_HEADER_BYTES`` bytes of request line and headers; the parser is
   never fed more. Past it: HTTP 431 and the connection is closed.
+
+- chunked bodies: at most ``TUNEMIX_MAX_BODY_BYTES`` + ``TUNEMIX_MAX_HEADER_BYTES`` bytes on the wire,
+  chunk sizes, chunk extensions and trailers included (llhttp skips extensions: 200 MiB of them were
+  read for a body of a few bytes). Past it: HTTP 413 and the connection is closed.
+- pipelined requests: each request's head is counted on its own (``data_received`` feeds the parser
+  a slice at a time while a head is awaited or a chunked body read, and a body of declared length
+  exactly): any number of small pipelined requests in one packet is served, in order.
 
 A refusal is written, the sending side shut (the client reads the answer, then end of file) and what
 the client still sends is discarded unread for at most ``LINGER_S`` seconds before the socket closes
@@ -35,7 +42,9 @@ from app.settings import get_settings
 #: seconds a refused connection's further bytes are read and dropped before it is closed
 LINGER_S = 1.0
 
-_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+_REASONS = {408: b"Request Timeout", 413: b"Content Too Large", 431: b"Request Header Fields Too Large"}
+#: bytes fed to the parser at a time while a head is awaited or a chunked body is read
+SLICE = 4096
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -46,11 +55,17 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         settings = get_settings()
         self.head_timeout = settings.header_timeout_s
         self.max_head_bytes = settings.max_header_bytes
+        #: wire bytes a chunked body may take: the body limit and, for its framing, the head limit
+        self.max_chunked_bytes = settings.max_body_bytes + settings.max_header_bytes
         self._awaiting_head = True  # the connection waits for a request's head (none begun, or not complete)
         self._head_begun = False  # the parser has seen the first byte of that request
         self._head_bytes = 0
         self._head_timer: asyncio.TimerHandle | None = None
         self._refused = False
+        self._messages = 0  # messages completed on this connection (tells where a fed slice ended one)
+        self._chunked = False  # the current request's body is chunked
+        self._wire_bytes = 0  # and the bytes of it received so far, framing and extensions included
+        self._body_left = 0  # bytes still to come of a body of declared length
 
     # ------------------------------------------------------------------ connection
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -62,26 +77,47 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self._refused:
-            return  # lingering: read and drop
-        if not self._awaiting_head:
-            super().data_received(data)
+        """Feed ``data`` to the parser a slice at a time while a head is awaited or a chunked body
+        read, so that each request's bytes are counted on their own even when a client pipelines
+        many requests in one packet (counted over the packet, 32 KiB of small pipelined requests
+        looked like one oversized head and the connection was reset). A slice in which a request
+        ended counts whole towards the next one's head: a head may be refused up to ``SLICE``
+        bytes early when pipelined, never let past its limit."""
+        view = memoryview(data)
+        while view and not self._refused and not self.transport.is_closing():
+            if self._awaiting_head:
+                room = self.max_head_bytes - self._head_bytes
+                if room <= 0:
+                    self._refuse(431, f"the request line and headers exceed {self.max_head_bytes} bytes "
+                                      "(TUNEMIX_MAX_HEADER_BYTES)")
+                    return
+                piece, view = view[:min(room, SLICE)], view[min(room, SLICE):]
+                self._feed(bytes(piece), head=True)
+            elif self._chunked:
+                piece, view = view[:SLICE], view[SLICE:]
+                self._wire_bytes += len(piece)
+                if self._wire_bytes > self.max_chunked_bytes:
+                    self._refuse_body(f"the chunked body exceeds {self.max_chunked_bytes} bytes on the wire "
+                                      "(TUNEMIX_MAX_BODY_BYTES, and TUNEMIX_MAX_HEADER_BYTES for its chunk sizes, "
+                                      "extensions and trailers); send it with Content-Length, or in larger chunks")
+                    return
+                self._feed(bytes(piece), head=False)
+            else:  # a body of declared length: exactly its bytes (read_body bounds them), then the next head
+                n = max(self._body_left, 1)
+                piece, view = view[:n], view[n:]
+                self._feed(bytes(piece), head=False, exact=True)
+
+    def _feed(self, piece: bytes, *, head: bool, exact: bool = False) -> None:
+        """``piece`` to the parser; ``head``: it was fed while a head was awaited; ``exact``: it
+        holds the rest of a body of declared length and nothing after it."""
+        before = self._messages
+        super().data_received(piece)
+        if not self._awaiting_head or exact:
             return
-        room = self.max_head_bytes - self._head_bytes
-        if len(data) <= room:
-            self._head_bytes += len(data)
-            super().data_received(data)
-            return
-        # feed what the limit allows: a head complete within it goes on (body bytes after it included)
-        self._head_bytes = self.max_head_bytes
-        super().data_received(data[:room])
-        if self.transport.is_closing():
-            return
-        if self._awaiting_head:
-            self._refuse(431, f"the request line and headers exceed {self.max_head_bytes} bytes "
-                              "(TUNEMIX_MAX_HEADER_BYTES)")
-            return
-        self.data_received(data[room:])
+        if self._messages != before:
+            self._head_bytes = len(piece)  # the next head may have begun in this slice: count it whole
+        elif head:
+            self._head_bytes += len(piece)
 
     # ------------------------------------------------------------------ parser callbacks
     def on_message_begin(self) -> None:
@@ -92,12 +128,23 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._awaiting_head = False
         self._head_begun = False
         self._cancel_head_timer()
+        self._chunked = any(name == b"transfer-encoding" and b"chunked" in value.lower()
+                            for name, value in self.headers)
+        self._wire_bytes = 0
+        length = next((value for name, value in self.headers if name == b"content-length"), b"0")
+        self._body_left = int(length) if length.isdigit() else 0  # llhttp refuses any other length
         super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        self._body_left -= len(body)
+        super().on_body(body)
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
+        self._messages += 1
         self._awaiting_head = True  # the next request's head, counted from here
         self._head_bytes = 0
+        self._chunked = False
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -129,6 +176,21 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                           "(TUNEMIX_HEADER_TIMEOUT_S)")
 
     # ------------------------------------------------------------------ refusing
+    def _refuse_body(self, detail: str) -> None:
+        """413 for a request whose body is being read: the application sees the client gone (its
+        ``read_body`` stops) and the answer is written here, unless it has begun its own."""
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            started = cycle.response_started
+            cycle.disconnected = True
+            cycle.message_event.set()
+            if started:
+                self._refused = True
+                self.transport.close()
+                return
+            cycle.response_complete = True  # this protocol answers it
+        self._refuse(413, detail)
+
     def _refuse(self, status: int, detail: str) -> None:
         """Answer ``status`` with ``{"detail": ...}``, shut the sending side, drop what the client
         still sends for ``LINGER_S`` seconds, then close."""

@@ -25,6 +25,7 @@ from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.deadlines import budget_answer, deadline_answer
 from app.deps import PYTHON_LANES
 from app.errors import ServiceError, plain_errors, validation_message
 from app.observability import Metrics, MetricsMiddleware
@@ -33,7 +34,7 @@ from app.registry import ModelRegistry
 from app.routers import evaluate, fuse, health, models, rank
 from app.settings import Settings, get_settings
 from tunemix import __version__
-from tunemix.serving import configure_runtime, scoring_threads
+from tunemix.serving import BudgetExceeded, DeadlineExceeded, configure_runtime, scoring_threads
 
 log = logging.getLogger("app")
 
@@ -97,6 +98,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     # not be shared by two event loops), once per application
     app.state.python_lanes = anyio.CapacityLimiter(PYTHON_LANES)
     app.state.scoring_slots = anyio.CapacityLimiter(settings.scoring_concurrency())
+    app.state.explain_lane = anyio.CapacityLimiter(settings.explain_concurrency)
     app.state.scoring_requests = 0  # requests scoring or waiting to (app.deps.scoring)
     metrics: Metrics = app.state.metrics
     metrics.served = registry.served_by_worker
@@ -152,6 +154,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             body["errors"] = exc.errors
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else exc.headers
         return JSONResponse(body, status_code=exc.status, headers=headers)
+
+    @app.exception_handler(DeadlineExceeded)
+    async def past_deadline(request: Request, exc: DeadlineExceeded) -> JSONResponse:
+        return deadline_answer(exc, metrics)
+
+    @app.exception_handler(BudgetExceeded)
+    async def past_budget(request: Request, exc: BudgetExceeded) -> JSONResponse:
+        return budget_answer(exc, metrics)
 
     @app.exception_handler(RequestValidationError)
     async def request_validation(request: Request, exc: RequestValidationError) -> JSONResponse:

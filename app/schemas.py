@@ -1,8 +1,8 @@
 """Request and response models: the OpenAPI contract of the service.
 
-The /rank body is decoded by msgspec structs (``app.routers.rank``); the other bodies are
-validated from raw JSON bytes by pydantic-core (``Model.model_validate_json``), strictly (no
-coercion), then turned into the project's array layout by ``app.parsing``. Feature ids in the sparse form are
+The /rank, /evaluate and /fuse bodies are decoded by msgspec structs defined in their routers
+(strict: no coercion, unknown fields refused; the OpenAPI schema comes from those structs); the
+/models/reload body is validated by pydantic-core. The answers are described here. Feature ids in the sparse form are
 1-based, as in LETOR files (``{"7": 0.31}`` is column 6); absent sparse features are 0.
 """
 
@@ -104,39 +104,6 @@ Convention = Literal["letor3", "letor4", "mslr", "yahoo", "ranklib", "trec", "li
                      "all"]
 
 
-class EvalQuery(BaseModel):
-    """Labels with ``scores``, or with a ``ranking`` of ``docids`` best first, or with
-    features (``documents`` / ``features``) scored by ``model`` first."""
-
-    model_config = _STRICT
-    qid: Qid
-    labels: list[int]
-    scores: list[float] | None = None
-    docids: list[Id] | None = None
-    ranking: list[Id] | None = Field(None, description="docids best first (a permutation of docids)")
-    documents: list[Document] | None = Field(None, description="with `model`: documents to score (labels in order)")
-    features: list[DenseFeatures] | None = Field(None, description="with `model`: columnar features")
-
-
-_EVAL_EXAMPLE: dict[str, Any] = {
-    "queries": [{"qid": "a", "labels": [2, 0, 1], "scores": [0.9, 0.8, 0.3]},
-                {"qid": "b", "labels": [0, 1], "docids": ["x", "y"], "ranking": ["y", "x"]}],
-    "metrics": ["ndcg@10", "err"],
-    "convention": "yahoo",
-}
-
-
-class EvaluateRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [_EVAL_EXAMPLE]})
-    queries: list[EvalQuery] = Field(min_length=1)
-    metrics: list[str] = Field(default_factory=lambda: ["ndcg@10"], min_length=1,
-                               description="ndcg@k, dcg@k, err, err@k, err@k:top=L, p@k, map, meanndcg")
-    convention: Convention = "yahoo"
-    per_query: bool = Field(False, description="also return every query's values")
-    model: str | None = Field(None, description="score posted features with this model first")
-    version: str | None = None
-
-
 class ConventionResult(BaseModel):
     convention: str = Field(description="the tool whose rules gave these values", examples=["yahoo"])
     error: str | None = Field(None, description="with convention 'all': why this convention could not "
@@ -159,37 +126,6 @@ class EvaluateResponse(BaseModel):
 
 
 # ---------------------------------------------------------------------------- fuse
-class FuseSystem(BaseModel):
-    """One system's result list: ids with scores, or ids alone (a ranking, best first)."""
-
-    model_config = _STRICT
-    ids: list[Id] = Field(min_length=1)
-    scores: list[float] | None = None
-
-
-class FuseQuery(BaseModel):
-    model_config = _STRICT
-    qid: Qid
-    systems: list[FuseSystem] = Field(min_length=1)
-
-
-_FUSE_EXAMPLE: dict[str, Any] = {
-    "queries": [{"qid": "q", "systems": [{"ids": ["a", "b", "c"], "scores": [12.1, 9.5, 3.2]},
-                                         {"ids": ["c", "a", "d"]}]}],
-    "method": "rrf",
-    "k": 60,
-}
-
-
-class FuseRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [_FUSE_EXAMPLE]})
-    queries: list[FuseQuery] = Field(min_length=1)
-    method: Literal["rrf", "combsum", "combmnz", "condorcet"] = "rrf"
-    k: float = Field(60.0, gt=0, allow_inf_nan=False, description="RRF constant")
-    top_k: int | None = Field(None, ge=1, description="CombSUM/CombMNZ: only each system's top_k count; "
-                                                      "also cuts the returned list")
-
-
 class FuseResponse(BaseModel):
     method: str = Field(description="the fusion method", examples=["rrf"])
     results: list[RankedQuery] = Field(description="each query's fused list, best first")

@@ -75,14 +75,35 @@ class Settings(BaseSettings):
     max_header_bytes: int = Field(32 * 1024, ge=1024, le=16 * 1024 * 1024,
                                   description="`python -m app`: bytes of a request's line and headers together "
                                               "(more: HTTP 431 and the connection is closed)")
+    request_timeout_s: float = Field(
+        10.0, gt=0, le=3600,
+        description="seconds a request's work may take once its body has arrived (the deadline; a client may ask "
+                    "for another with ?timeout_s= or the X-Request-Timeout-S header, capped at "
+                    "max_request_timeout_s). Checked between batches of every loop that can run long; past it: "
+                    "HTTP 504 and the work stops; a request that waited for a thread past it: HTTP 503 with "
+                    "Retry-After")
+    max_request_timeout_s: float = Field(60.0, gt=0, le=3600,
+                                         description="the longest deadline a client may ask for (a longer ask is "
+                                                     "cut to it)")
+    explain_timeout_s: float = Field(
+        5.0, gt=0, le=3600,
+        description="/rank \"explain\": seconds a request's explanations may take (within its deadline; more: "
+                    "HTTP 504 and the explanation stops between batches of coalitions)")
+    explain_concurrency: int = Field(
+        1, ge=1, le=64,
+        description="/rank requests with explanations one worker works on at once (their own lane: they never "
+                    "hold the scoring slots or Python lanes plain /rank requests wait for; the others wait for the "
+                    "lane within their deadline)")
     explain_max_documents: int = Field(
         20, ge=0, description="/rank \"explain\": documents explained per request at most (each query's returned "
                               "top_k; more: HTTP 422 asking for a smaller top_k). 0 disables explanations")
     explain_budget: int = Field(
-        8192, ge=1, description="/rank \"explain\": used only when a model is explained by method=\"shapley\" "
-                                "(a rank-fusion mixer; other models get the exact, deterministic explanations, "
-                                "which take no budget): forest rows scored per explained document at most, else "
-                                "a sampled estimate with its standard error")
+        8192, ge=1, description="/rank \"explain\": forest rows an explanation may score per explained document. "
+                                "The exact, deterministic explanations (every model but a rank-fusion mix) score "
+                                "no coalitions; a model explained by method=\"shapley\" (a rank-fusion mixer) "
+                                "samples within it, with its standard error. Enforced as the rows are scored: a "
+                                "request may score at most (explained documents) x explain_budget rows for its "
+                                "explanations (more: HTTP 422)")
     max_id_length: int = Field(256, ge=1, description="characters of a document id or qid (more: HTTP 422)")
     max_metrics: int = Field(32, ge=1, le=1000, description="/evaluate: measures per request (more: HTTP 413)")
     max_per_query_values: int = Field(
@@ -143,7 +164,10 @@ class Settings(BaseSettings):
 #: How much a request raises a worker's peak memory, per byte of the body limit: measured worst
 #: 25.5 (bench/results/request_cost.json: 4 MiB of empty /rank rows, 102 MB; a body of many small
 #: objects reaches 86 times its own size, 101 MB for the 100,000 one-id /fuse systems the limits
-#: let in, 37 for 10,000 one-document /evaluate queries, still within this times the limit).
+#: let in, 37 for 10,000 one-document /evaluate queries, still within this times the limit). With
+#: /evaluate and /fuse decoded by msgspec (issue 37, bench/results/request_cost_issue37.json): empty
+#: /rank rows 25.5 still the worst at the limit; the one-id /fuse systems 51 times their 1.2 MB
+#: (60 MB); bodies at the limit refused after the typed decode 14 times (57 MB).
 DECODED_BODY_MULTIPLE = 26
 
 #: With several workers, lists of fewer documents score on one thread. Measured on 2 cores, the

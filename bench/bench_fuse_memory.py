@@ -19,8 +19,8 @@ from bench.common import ROOT, write_result
 CODE = r"""
 import json, resource, sys
 import numpy as np
-from app.routers.fuse import fuse_entries
-from app.schemas import FuseRequest
+import msgspec
+from app.routers.fuse import FuseRequest, fuse_entries
 from app.settings import Settings
 from training.ensemble.list_fusion import fuse_lists
 
@@ -44,8 +44,8 @@ way = sys.argv[1]
 body = {"queries": [{"qid": "a", "systems": [{"ids": [str(i)]} for i in range(6000)]},
                     {"qid": "b", "systems": [{"ids": [str(i) for i in range(6000)]}]}]}
 raw = json.dumps(body).encode()
-req = FuseRequest.model_validate_json(raw)
-small = FuseRequest.model_validate({"queries": [{"qid": "w", "systems": [{"ids": ["x", "y"]}, {"ids": ["y"]}]}]})
+req = msgspec.json.decode(raw, type=FuseRequest)
+small = msgspec.convert({"queries": [{"qid": "w", "systems": [{"ids": ["x", "y"]}, {"ids": ["y"]}]}]}, FuseRequest)
 run = (lambda r: fuse_entries(r, Settings(max_fuse_systems=6000))[1]) if way == "entries" else dense
 run(small)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -3,6 +3,7 @@ long the worker's event loop stalls, per endpoint, over a corpus of hostile and 
 
     python -m bench.bench_request_cost              # every case (~5-10 min on 2 busy cores)
     python -m bench.bench_request_cost --only rank   # the cases whose name contains "rank"
+    python -m bench.bench_request_cost --app-dir DIR --name request_cost_before  # another tree's app
 
 Writes ``bench/results/request_cost.json`` (``--name``: another name).
 
@@ -204,12 +205,47 @@ def fuse_systems(size: int) -> bytes:
     return ('{"queries":[' + ",".join(q % i for i in range(n)) + "]}").encode()
 
 
+def fuse_empty_id_lists(size: int) -> bytes:
+    """Issue 37, reproduction 1: empty lists where a system's ids go (a validator error each)."""
+    return repeat_to(b'{"queries":[{"qid":"q","systems":[{"ids":[', b"[],", b"]}]}]}", size)
+
+
+def evaluate_empty_docid_lists(size: int) -> bytes:
+    return repeat_to(b'{"queries":[{"qid":"q","labels":[0],"scores":[0],"docids":[', b"[],", b"]}]}", size)
+
+
+def evaluate_empty_label_lists(size: int) -> bytes:
+    return repeat_to(b'{"queries":[{"qid":"q","labels":[', b"[],", b"]}]}", size)
+
+
+def rank_columnar(size: int) -> bytes:
+    """Ordinary columnar queries of 1,000 documents, as many as fit (the common large body)."""
+    rows = ",".join(dense_row(j) for j in range(1000))
+    ids = ",".join(f'"d{j}"' for j in range(1000))
+    q = '{"qid":"q%d","ids":[' + ids + '],"features":[' + rows + "]}"
+    n = max(1, min(size // len(q), 100))
+    return ('{"queries":[' + ",".join(q % i for i in range(n)) + "]}").encode()
+
+
+def rank_columnar_repeated_key(size: int) -> bytes:
+    """``rank_columnar`` with ``"top_k"`` twice (the last used to win silently)."""
+    return rank_columnar(size)[:-1] + b',"top_k":1,"top_k":2}'
+
+
+def rank_escaped_explain(size: int) -> bytes:
+    """Issue 37, reproduction 4: ``"\u0065xplain"`` on a body under the inline threshold (64 KiB)."""
+    rows = ",".join(dense_row(j) for j in range(size))
+    ids = ",".join(f'"d{j}"' for j in range(size))
+    return ('{"queries":[{"qid":"q","ids":[' + ids + '],"features":[' + rows + ']}],"top_k":20,'
+            '"\\u0065xplain":5}').encode()
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
     path: str
     make: Callable[[int], bytes]
-    size: str  # "60MiB", "limit", "1MiB" or "fixed"
+    size: str  # "60MiB", "limit", "1MiB", "fixed" or a count passed as it is
     content_type: str = "application/json"
     query: str = ""
     concurrent: int = 1
@@ -241,11 +277,20 @@ def cases() -> list[Case]:
             Case("fuse_one_id_systems_limit", "/fuse", fuse_one_id_systems, "limit"),
             Case("evaluate_empty_queries_limit", "/evaluate", evaluate_empty_queries, "limit"),
             Case("fuse_one_id_systems_accepted", "/fuse", fuse_one_id_systems_accepted, "fixed"),
-            Case("evaluate_small_queries_10000", "/evaluate", evaluate_small_queries, "fixed")]
+            Case("evaluate_small_queries_10000", "/evaluate", evaluate_small_queries, "fixed"),
+            # issue 37
+            Case("fuse_empty_id_lists_limit", "/fuse", fuse_empty_id_lists, "limit"),
+            Case("evaluate_empty_docid_lists_limit", "/evaluate", evaluate_empty_docid_lists, "limit"),
+            Case("evaluate_empty_label_lists_limit", "/evaluate", evaluate_empty_label_lists, "limit"),
+            Case("rank_columnar_limit", "/rank", rank_columnar, "limit"),
+            Case("rank_columnar_repeated_key_limit", "/rank", rank_columnar_repeated_key, "limit"),
+            Case("rank_escaped_explain_150_documents", "/rank", rank_escaped_explain, "150")]
     return out
 
 
 def body_size(size: str, limit: int) -> int:
+    if size.isdigit():
+        return int(size)
     return {"60MiB": 60 * MIB, "16MiB": 16 * MIB, "1MiB": MIB, "fixed": 0}.get(size, limit - 1024)
 
 
@@ -280,14 +325,17 @@ def cpu_seconds(pid: int) -> float:
 
 
 class Server:
-    def __init__(self, models: Path, log_path: Path) -> None:
+    """``python -m app`` of the tree ``cwd`` (default: this one) with ``workers`` workers."""
+
+    def __init__(self, models: Path, log_path: Path, *, workers: int = 1, cwd: Path = ROOT) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "TUNEMIX_MODELS_DIR": str(models), "TUNEMIX_DEFAULT_MODEL": "default",
-               "TUNEMIX_WORKERS": "1", "TUNEMIX_PORT": str(self.port), "TUNEMIX_HOST": "127.0.0.1",
-               "TUNEMIX_LOG_LEVEL": "warning"}
+               "TUNEMIX_WORKERS": str(workers), "TUNEMIX_PORT": str(self.port), "TUNEMIX_HOST": "127.0.0.1",
+               "TUNEMIX_LOG_LEVEL": "warning", "PYTHONPATH": str(cwd)}
+        env.pop("PROMETHEUS_MULTIPROC_DIR", None)
         self.log = log_path.open("ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "app"], cwd=ROOT, env=env, stdout=self.log,
+        self.proc = subprocess.Popen([sys.executable, "-m", "app"], cwd=cwd, env=env, stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
 
     def wait_warm(self, timeout: float = 300) -> None:
@@ -339,8 +387,8 @@ def health_poller(url: str, stop: threading.Event, worst: list[float]) -> None:
             time.sleep(0.02)
 
 
-def measure(case: Case, body: bytes, models: Path, work: Path) -> dict[str, Any]:
-    server = Server(models, work / "server.log")
+def measure(case: Case, body: bytes, models: Path, work: Path, app_dir: Path = ROOT) -> dict[str, Any]:
+    server = Server(models, work / "server.log", cwd=app_dir)
     try:
         server.wait_warm()
         pid = server.proc.pid
@@ -415,8 +463,10 @@ def summary(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", default="", help="run the cases whose name contains this")
+    parser.add_argument("--only", default="", help="run the cases whose name contains this (or one of these, "
+                                                   "comma-separated)")
     parser.add_argument("--name", default="request_cost", help="result file name (bench/results/<name>.json)")
+    parser.add_argument("--app-dir", type=Path, default=ROOT, help="the tree whose app is served (a \"before\")")
     args = parser.parse_args(argv)
     from app.settings import Settings
 
@@ -428,12 +478,13 @@ def main(argv: list[str] | None = None) -> int:
         models = work / "models"
         train_model(models)
         for case in cases():
-            if args.only not in case.name:
+            if not any(part in case.name for part in args.only.split(",")):
                 continue
             body = case.make(body_size(case.size, limit))
-            rows[case.name] = measure(case, body, models, work)
+            rows[case.name] = measure(case, body, models, work, args.app_dir)
             print(case.name, json.dumps(rows[case.name]), flush=True)
-    out = {"command": "python -m bench.bench_request_cost" + (f" --only {args.only}" if args.only else ""),
+    out = {"command": "python -m bench.bench_request_cost" + (f" --only {args.only}" if args.only else "")
+           + (f" --app-dir {args.app_dir}" if args.app_dir != ROOT else ""),
            "max_body_bytes": limit, "small_body_counted_as": SMALL_BODY,
            "machine_probe_ms": [probe_before, machine_probe_ms()], "summary": summary(rows), "cases": rows}
     path = write_result(args.name, out)

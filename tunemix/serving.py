@@ -8,12 +8,15 @@ through ``tunemix`` only; an import-linter contract in ``make lint`` keeps it so
 - evaluation over the project's array layout: ``evaluate_offsets`` (labels, scores, query
   offsets), ``CONVENTION_NAMES``, ``Measure``, ``EvaluationInputError``, ``MAX_LABEL``;
 - list fusion: ``fuse_lists``, ``competition_ranks``;
-- explanations: ``explain_rows``, ``explain_pair``, ``manifest_feature_names``.
+- explanations: ``explain_rows``, ``explain_pair``, ``manifest_feature_names``;
+- a request's deadline and work budget: ``Deadline``, ``DeadlineExceeded``, ``BudgetExceeded``,
+  ``check_deadline``, ``current_deadline`` (``training.deadline``).
 """
 
 from __future__ import annotations
 
 from training.artifact.store import ArtifactError, check_name, check_version, list_versions, versions_on_disk
+from training.deadline import BudgetExceeded, Deadline, DeadlineExceeded, check_deadline, current_deadline
 from training.ensemble.list_fusion import competition_ranks, fuse_lists
 from training.evaluation import CONVENTION_NAMES, EvaluationInputError, Measure
 from training.evaluation import evaluate as evaluate_offsets
@@ -24,7 +27,8 @@ from training.scoring.forest import get_scoring_threads as scoring_threads
 from training.scoring.forest import single_threaded
 from training.scoring.runtime import configure as configure_runtime
 
-__all__ = ["CONVENTION_NAMES", "MAX_LABEL", "ArtifactError", "EnsembleModel", "EvaluationInputError", "Measure",
-           "check_name", "check_version", "competition_ranks", "configure_runtime", "evaluate_offsets", "explain_pair",
+__all__ = ["CONVENTION_NAMES", "MAX_LABEL", "ArtifactError", "BudgetExceeded", "Deadline", "DeadlineExceeded",
+           "EnsembleModel", "EvaluationInputError", "Measure", "check_deadline", "check_name", "check_version",
+           "competition_ranks", "configure_runtime", "current_deadline", "evaluate_offsets", "explain_pair",
            "explain_rows", "fuse_lists", "list_versions", "load_model", "manifest_feature_names", "scoring_threads",
            "single_threaded", "versions_on_disk"]

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
+from app.deadlines import start_deadline
 from app.deps import (
     HoldDep,
     MetricsDep,
@@ -32,23 +34,65 @@ from app.deps import (
 )
 from app.errors import input_error, query_label, too_large
 from app.letor import letor_lists
-from app.openapi import body_spec
-from app.parsing import (
-    candidate_rows,
-    check_counts,
-    check_ids,
-    check_limits,
-    check_sparse_keys_once,
-    parse_json,
-)
+from app.openapi import msgspec_body_spec
+from app.parsing import candidate_rows, check_ids, check_limits, check_repeated_keys, decode_json
 from app.registry import ModelRegistry, ServedModel
-from app.routers.rank import ERRORS
-from app.schemas import EvalQuery, EvaluateRequest, EvaluateResponse
+from app.routers.rank import ERRORS, Document, Id
+from app.schemas import EvaluateResponse
 from app.settings import Settings
-from tunemix.serving import CONVENTION_NAMES, EvaluationInputError, Measure
+from tunemix.serving import CONVENTION_NAMES, EvaluationInputError, Measure, check_deadline
 from tunemix.serving import evaluate_offsets as evaluate
 
 router = APIRouter(tags=["evaluation"])
+
+CONVENTIONS = (*CONVENTION_NAMES, "all")
+
+
+# ---------------------------------------------------------------------------- the body's types
+class EvalQuery(msgspec.Struct, forbid_unknown_fields=True):
+    """Labels with ``scores``, or with a ``ranking`` of ``docids`` best first, or with
+    features (``documents`` / ``features``) scored by ``model`` first."""
+
+    qid: Id
+    labels: list[int]
+    scores: list[float] | None = None
+    docids: list[Id] | None = None
+    #: docids best first (a permutation of docids)
+    ranking: Annotated[list[Id], msgspec.Meta(description="docids best first (a permutation of docids)")] | None = None
+    #: with ``model``: documents to score (labels in order)
+    documents: Annotated[list[Document], msgspec.Meta(description="with `model`: documents to score (labels in "
+                                                                  "order)")] | None = None
+    #: with ``model``: columnar features
+    features: Annotated[list[list[float]], msgspec.Meta(description="with `model`: columnar features")] | None = None
+
+
+Convention = Literal["letor3", "letor4", "mslr", "yahoo", "ranklib", "trec", "lightgbm", "xgboost", "sklearn", "ranx",
+                     "all"]
+
+
+class EvaluateRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """The /evaluate JSON body."""
+
+    queries: Annotated[list[EvalQuery], msgspec.Meta(min_length=1)]
+    metrics: Annotated[list[str], msgspec.Meta(
+        min_length=1, description="ndcg@k, dcg@k, err, err@k, err@k:top=L, p@k, map, meanndcg")] = msgspec.field(
+        default_factory=lambda: ["ndcg@10"])
+    convention: Convention = "yahoo"
+    #: also return every query's values
+    per_query: bool = False
+    #: score posted features with this model first
+    model: str | None = None
+    version: str | None = None
+
+
+def example(n_features: int | None) -> dict[str, Any]:
+    """An /evaluate body: one query with scores, one with a ranking of its docids."""
+    return {"queries": [{"qid": "a", "labels": [2, 0, 1], "scores": [0.9, 0.8, 0.3]},
+                        {"qid": "b", "labels": [0, 1], "docids": ["x", "y"], "ranking": ["y", "x"]}],
+            "metrics": ["ndcg@10", "err"], "convention": "yahoo"}
+
+
+DECODER = msgspec.json.Decoder(EvaluateRequest)
 
 #: the largest cutoff accepted (``ndcg@k``); the kernels count ranks in 64-bit integers
 MAX_CUTOFF = 2**31 - 1
@@ -138,6 +182,7 @@ def _json_batch(req: EvaluateRequest, served: ServedModel | None, settings: Sett
     scores: list[npt.NDArray[np.float64]] = []
     rows: list[npt.NDArray[np.float32]] = []
     for i, q in enumerate(req.queries):
+        check_deadline("/evaluate: checking the queries")
         where = query_label(i, q.qid)
         n = len(q.labels)
         if n == 0:
@@ -195,6 +240,7 @@ def _results(batch: _Batch, measures: list[str], convention: str, per_query: boo
         raise input_error("nothing to evaluate: the queries carry neither scores nor a model to score them")
     out = []
     for name in names:
+        check_deadline(f"/evaluate: before convention {name}")
         try:
             res = evaluate(batch.labels, batch.scores, batch.offsets, measures, name,
                            docids=batch.docids, qids=batch.qids)
@@ -215,8 +261,9 @@ def _results(batch: _Batch, measures: list[str], convention: str, per_query: boo
     summary="Evaluate rankings under one or all ten tools' conventions",
     response_model=EvaluateResponse,
     responses=ERRORS,  # type: ignore[arg-type]
-    openapi_extra=body_spec(EvaluateRequest, text="LETOR lines with labels, scored by `model` (query parameters: "
-                                                  "model, version, metrics, convention, per_query)"),
+    openapi_extra=msgspec_body_spec(EvaluateRequest, example,
+                                    text="LETOR lines with labels, scored by `model` (query parameters: model, "
+                                         "version, metrics, convention, per_query)"),
 )
 async def evaluate_endpoint(
     request: Request,
@@ -233,6 +280,7 @@ async def evaluate_endpoint(
     start = time.perf_counter()
     text = body_kind(request) == "text"
     body = await read_body(request, settings, hold=hold)
+    start_deadline(request, settings)
 
     def parse() -> tuple[_Batch, list[str], str, bool, ServedModel | None]:
         if text:
@@ -249,15 +297,14 @@ async def evaluate_endpoint(
             b = _Batch(labels=lists.labels.astype(np.int64), offsets=lists.offsets,
                        qids=[str(q) for q in lists.qids], docids=ids, features=lists.features)
             return b, measures, convention, per_query, served
-        check_counts(body, settings)
-        req = parse_json(EvaluateRequest, body)
+        req = decode_json(DECODER, body, "/evaluate", {"convention": CONVENTIONS})
+        check_deadline("/evaluate: decoding")
         measures = _measures(req.metrics, settings)
         _check_answer_size(len(req.queries), measures, req.convention, req.per_query, settings)
         name = req.model or model
         chosen = _get(registry, name, req.version or version) if name else None
         batch = _json_batch(req, chosen, settings)
-        if any(isinstance(d.features, dict) for q in req.queries for d in q.documents or ()):
-            check_sparse_keys_once(body)
+        check_repeated_keys(body)  # after the counts: its own pass is then small
         return batch, measures, req.convention, req.per_query, chosen
 
     batch, measures, conv, want_per_query, served = await python_work(request, parse, body_size=len(body))

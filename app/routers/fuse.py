@@ -8,27 +8,66 @@ not be the same across systems. A system with ``scores`` is scored; one without 
 from __future__ import annotations
 
 import itertools
+import sys
 import time
-from typing import Any
+from typing import Annotated, Any, Literal
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from app.deadlines import start_deadline
 from app.deps import HoldDep, SettingsDep, body_kind, json_bytes_response, python_work, read_body
 from app.errors import input_error, query_label, too_large
-from app.openapi import body_spec
-from app.parsing import CandidateLists, check_counts, check_ids, check_limits, parse_json
-from app.routers.rank import ENCODER, ranked
-from app.schemas import ErrorResponse, FuseRequest, FuseResponse
+from app.openapi import msgspec_body_spec
+from app.parsing import CandidateLists, check_ids, check_limits, check_repeated_keys, decode_json
+from app.routers.rank import ENCODER, Id, ranked
+from app.schemas import ErrorResponse, FuseResponse
 from app.settings import Settings
-from tunemix.serving import competition_ranks, fuse_lists
+from tunemix.serving import check_deadline, competition_ranks, fuse_lists
 
 router = APIRouter(tags=["fusion"])
 
 #: Condorcet compares every pair of a query's documents (O(n^2) memory)
 CONDORCET_MAX_DOCS = 5_000
+METHODS = ("rrf", "combsum", "combmnz", "condorcet")
+
+
+# ---------------------------------------------------------------------------- the body's types
+class FuseSystem(msgspec.Struct, forbid_unknown_fields=True):
+    """One system's result list: ids with scores, or ids alone (a ranking, best first)."""
+
+    ids: Annotated[list[Id], msgspec.Meta(min_length=1)]
+    scores: list[float] | None = None
+
+
+class FuseQuery(msgspec.Struct, forbid_unknown_fields=True):
+    qid: Id
+    systems: Annotated[list[FuseSystem], msgspec.Meta(min_length=1)]
+
+
+class FuseRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """The /fuse JSON body."""
+
+    queries: Annotated[list[FuseQuery], msgspec.Meta(min_length=1)]
+    method: Literal["rrf", "combsum", "combmnz", "condorcet"] = "rrf"
+    #: the RRF constant
+    k: Annotated[float, msgspec.Meta(gt=0, le=sys.float_info.max, description="RRF constant")] = 60.0
+    #: CombSUM/CombMNZ: only each system's top_k count; also cuts the returned list
+    top_k: Annotated[int, msgspec.Meta(ge=1, description="CombSUM/CombMNZ: only each system's top_k count; also "
+                                                         "cuts the returned list")] | None = None
+
+
+def example(n_features: int | None) -> dict[str, Any]:
+    """A /fuse body: a scored system and a ranking."""
+    return {"queries": [{"qid": "q", "systems": [{"ids": ["a", "b", "c"], "scores": [12.1, 9.5, 3.2]},
+                                                 {"ids": ["c", "a", "d"]}]}],
+            "method": "rrf", "k": 60}
+
+
+DECODER = msgspec.json.Decoder(FuseRequest)
 
 
 def _entries(req: FuseRequest, settings: Settings) -> tuple[CandidateLists, list[npt.NDArray[np.int64]],
@@ -36,16 +75,18 @@ def _entries(req: FuseRequest, settings: Settings) -> tuple[CandidateLists, list
     """The posted entries, system by system: each system's documents as indices into its query's
     distinct ids (``lists``) and its scores (a ranking scores n - position). Memory in proportion
     to the entries posted, whatever the number of systems."""
+    for i, q in enumerate(req.queries):
+        if len(q.systems) > settings.max_fuse_systems:
+            raise too_large(f"{query_label(i, q.qid)}: {len(q.systems)} systems; the limit is "
+                            f"{settings.max_fuse_systems} (TUNEMIX_MAX_FUSE_SYSTEMS)")
     check_limits(len(req.queries), sum(len(s.ids) for q in req.queries for s in q.systems), settings)
     ids: list[Any] = []
     sizes: list[int] = []
     where_docs: list[npt.NDArray[np.int64]] = []
     values: list[npt.NDArray[np.float64]] = []
     for i, q in enumerate(req.queries):
+        check_deadline("/fuse: checking the queries")
         where = query_label(i, q.qid)
-        if len(q.systems) > settings.max_fuse_systems:
-            raise too_large(f"{where}: {len(q.systems)} systems; the limit is {settings.max_fuse_systems} "
-                            "(TUNEMIX_MAX_FUSE_SYSTEMS)")
         index: dict[str, int] = {}
         for m, s in enumerate(q.systems):
             if len(s.ids) > settings.max_fuse_ids:
@@ -112,6 +153,7 @@ def fuse_entries(req: FuseRequest, settings: Settings) -> tuple[CandidateLists, 
         off = lists.offsets
         first = 0
         for q, query in enumerate(req.queries):
+            check_deadline("/fuse: condorcet, per query")
             lo, hi = int(off[q]), int(off[q + 1])
             mat = np.full((hi - lo, len(query.systems)), np.nan)
             for m in range(len(query.systems)):
@@ -143,19 +185,24 @@ def fuse_entries(req: FuseRequest, settings: Settings) -> tuple[CandidateLists, 
     responses={413: {"model": ErrorResponse, "description": "more bytes, queries, systems or ids than the limits"},
                422: {"model": ErrorResponse, "description": "the message names the query and the field"},
                503: {"model": ErrorResponse, "description": "the worker holds TUNEMIX_MAX_INFLIGHT_BYTES of requests "
-                                                        "(Retry-After)"}},
-    openapi_extra=body_spec(FuseRequest),
+                                                        "(Retry-After), or the request waited past its deadline"},
+               504: {"model": ErrorResponse, "description": "the work ran past the request's deadline "
+                                                        "(TUNEMIX_REQUEST_TIMEOUT_S, ?timeout_s=)"}},
+    openapi_extra=msgspec_body_spec(FuseRequest, example),
 )
 async def fuse(request: Request, settings: SettingsDep, hold: HoldDep) -> Response:
     start = time.perf_counter()
     body_kind(request, text=False)
     body = await read_body(request, settings, hold=hold)
+    start_deadline(request, settings)
 
     def work() -> bytes:
-        check_counts(body, settings, fuse=True)
-        req = parse_json(FuseRequest, body)
+        req = decode_json(DECODER, body, "/fuse", {"method": METHODS})
+        check_deadline("/fuse: decoding")
         lists, fused = fuse_entries(req, settings)
+        check_repeated_keys(body)  # after the counts: its own pass is then small
         top_k = applied_top_k(req.top_k, lists.n_documents)
+        check_deadline("/fuse: ranking")
         return ENCODER.encode({"method": req.method, "results": ranked(fused, lists, top_k),
                                "server_time_ms": round((time.perf_counter() - start) * 1e3, 3)})
 

@@ -54,6 +54,7 @@ import numpy.typing as npt
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
+from app.deadlines import start_deadline
 from app.deps import (
     LARGE_BODY_BYTES,
     HoldDep,
@@ -61,6 +62,7 @@ from app.deps import (
     RegistryDep,
     SettingsDep,
     body_kind,
+    explain_work,
     json_bytes_response,
     parse_and_score,
     python_work,
@@ -77,13 +79,21 @@ from app.parsing import (
     candidate_rows,
     check_ids,
     check_limits,
-    check_sparse_keys_once,
+    check_repeated_keys,
     decode_json,
 )
 from app.registry import ServedModel
 from app.schemas import ErrorResponse, RankResponse
 from app.settings import Settings
-from tunemix.serving import explain_pair, explain_rows, manifest_feature_names
+from tunemix.serving import (
+    Deadline,
+    check_deadline,
+    current_deadline,
+    explain_pair,
+    explain_rows,
+    manifest_feature_names,
+    single_threaded,
+)
 
 router = APIRouter(tags=["ranking"])
 
@@ -181,6 +191,7 @@ def rank_lists(req: RankRequest, d: int, settings: Settings) -> CandidateLists:
     blocks: list[npt.NDArray[np.float32]] = []
     ids: list[Any] = []
     for i, q in enumerate(req.queries):
+        check_deadline("/rank: checking the queries")
         where = query_label(i, q.qid)
         rows, q_ids = candidate_rows(q.documents, q.ids, q.features, d, where)
         check_ids(q_ids, where, "id", settings.max_id_length)
@@ -265,6 +276,7 @@ def ranked(scores: npt.NDArray[np.float64], lists: CandidateLists, top_k: int | 
     ids = lists.ids
     with_relevance = head is not None and options.relevance
     for q, qid in enumerate(lists.qids):
+        check_deadline("ranking the queries")
         lo, hi = off[q], off[q + 1]
         s = scores[lo:hi]
         order = np.argsort(-s, kind="stable")[:top_k]
@@ -309,7 +321,9 @@ def explain_options(lists: CandidateLists, pairs: list[tuple[int, Any]], options
             found.append(by_text[str(doc)])
         rows.append((q, found[0], found[1]))
     sizes = np.diff(lists.offsets)
-    n = (int(np.minimum(sizes, options.top_k or sizes.max(initial=0)).sum()) if options.explain else 0) + 2 * len(rows)
+    longest = int(sizes.max(initial=0))
+    top_k = longest if options.top_k is None else min(options.top_k, longest)  # top_k may exceed 64 bits
+    n = (int(np.minimum(sizes, top_k).sum()) if options.explain else 0) + 2 * len(rows)
     if n > settings.explain_max_documents:
         raise input_error(f"explain: the request asks to explain {n} documents (each query's returned top_k, and 2 per "
                           f"explain_pair); the limit is {settings.explain_max_documents} "
@@ -317,11 +331,15 @@ def explain_options(lists: CandidateLists, pairs: list[tuple[int, Any]], options
     return dataclasses.replace(options, pairs=tuple(rows))
 
 
-def with_explanations(served: ServedModel, options: Options, budget: int) -> Callable[..., Any]:
+def with_explanations(served: ServedModel, options: Options, settings: Settings) -> Callable[..., Any]:
     """The scoring call followed by the explanations ``options`` ask for, on one scoring pass
     (``EnsembleModel.scoring_pass``): (what ``score`` or ``score_and_relevance`` returns, the
-    documents' explanation or None, the pairs' explanations)."""
+    documents' explanation or None, the pairs' explanations). Run in the explain lane
+    (``explain_work``), on one thread; the explanations run under a deadline of their own
+    (``TUNEMIX_EXPLAIN_TIMEOUT_S``, within the request's) and a budget of forest rows counted as
+    they are scored (``explain_row_budget``)."""
     names = manifest_feature_names(served.manifest, served.n_features)
+    budget = settings.explain_budget
 
     def scored_and_explained(features: np.ndarray, offsets: np.ndarray) -> tuple[Any, Any, list[Any]]:
         # one scoring pass: its scores answer the request and the explanations reuse it
@@ -329,16 +347,35 @@ def with_explanations(served: ServedModel, options: Options, budget: int) -> Cal
         scores = sp.scores
         scored = (scores, *sp.relevance) if options.needs_head and sp.relevance is not None else scores
         explanation = None
+        rows = np.zeros(0, dtype=np.int64)
         if options.explain:
-            rows = [lo + np.argsort(-scores[lo:hi], kind="stable")[: options.top_k]
-                    for lo, hi in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)]
-            explanation = explain_rows(served.model, features, offsets, np.concatenate(rows), budget=budget,
-                                       feature_names=names, scoring=sp)
-        pairs = [explain_pair(served.model, features, offsets, a, b, budget=budget, feature_names=names, scoring=sp)
-                 for _, a, b in options.pairs]
+            rows = np.concatenate([lo + np.argsort(-scores[lo:hi], kind="stable")[: options.top_k]
+                                   for lo, hi in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)])
+        outer = current_deadline()
+        limit = explain_row_budget(offsets, rows, options.pairs, budget)
+        lane = (outer.within(settings.explain_timeout_s, row_budget=limit) if outer is not None
+                else Deadline.after(settings.explain_timeout_s, row_budget=limit))
+        with lane.active():
+            if rows.size:
+                explanation = explain_rows(served.model, features, offsets, rows, budget=budget,
+                                           feature_names=names, scoring=sp)
+            pairs = [explain_pair(served.model, features, offsets, a, b, budget=budget, feature_names=names,
+                                  scoring=sp)
+                     for _, a, b in options.pairs]
         return scored, explanation, pairs
 
     return scored_and_explained
+
+
+def explain_row_budget(offsets: npt.NDArray[np.int64], rows: npt.NDArray[np.int64],
+                       pairs: tuple[tuple[int, int, int], ...], budget: int) -> int:
+    """Forest rows a request's explanations may score: per explained document (each pair counts
+    two) ``budget`` for its coalitions and two passes over its query's list (the posted scores and
+    the members' scores the coalitions start from)."""
+    sizes = np.diff(offsets)
+    explained = np.concatenate([rows, np.array([r for _, a, b in pairs for r in (a, b)], dtype=np.int64)])
+    query = np.searchsorted(offsets, explained, side="right") - 1
+    return int(explained.size * budget + 2 * sizes[query].sum())
 
 
 def _top(contributions: np.ndarray, k: int) -> list[int]:
@@ -378,8 +415,11 @@ ERRORS = {408: {"model": ErrorResponse, "description": "the body did not arrive 
           415: {"model": ErrorResponse, "description": "neither application/json nor text/plain"},
           422: {"model": ErrorResponse, "description": "the message names the query and the field"},
           503: {"model": ErrorResponse, "description": "no model loaded yet, or the model cannot be loaded; or the "
-                                                        "worker holds TUNEMIX_MAX_INFLIGHT_BYTES of requests "
-                                                        "(Retry-After)"}}
+                                                        "worker holds TUNEMIX_MAX_INFLIGHT_BYTES of requests, or the "
+                                                        "request waited for a thread past its deadline "
+                                                        "(Retry-After)"},
+          504: {"model": ErrorResponse, "description": "the work ran past the request's deadline "
+                                                        "(TUNEMIX_REQUEST_TIMEOUT_S, ?timeout_s=)"}}
 
 @router.post(
     "/rank",
@@ -422,8 +462,7 @@ async def rank(
             served = resolve_model(registry, req.model or model, req.version or version)
             options = Options(req.top_k or top_k, req.relevance, req.min_relevance, req.min_probability, req.explain)
             lists = rank_lists(req, served.n_features, settings)
-            if any(type(d.features) is dict for q in req.queries for d in q.documents or ()):
-                check_sparse_keys_once(body)
+            check_repeated_keys(body)  # after the counts: its own pass is then small (bench_request_cost)
             pairs = [(q, query.explain_pair) for q, query in enumerate(req.queries) if query.explain_pair]
         if options.explain or pairs:
             options = explain_options(lists, pairs, options, settings)
@@ -435,7 +474,7 @@ async def rank(
 
     def score(served: ServedModel, options: Options) -> Callable[..., Any]:
         fn = served.model.score_and_relevance if options.needs_head else served.model.score
-        return with_explanations(served, options, settings.explain_budget) if options.explains else fn
+        return with_explanations(served, options, settings) if options.explains else fn
 
     def answer(served: ServedModel, lists: CandidateLists, options: Options, scored: Any) -> bytes:
         explained, pair_answers = None, {}
@@ -451,24 +490,38 @@ async def rank(
         return ENCODER.encode(RankAnswer(model=served.name, version=served.version, results=results,
                                          server_time_ms=round((time.perf_counter() - start) * 1e3, 3)))
 
-    def whole(alone: bool) -> tuple[ServedModel, CandidateLists, bytes]:
+    def whole(alone: bool) -> tuple[ServedModel, CandidateLists, Options, bytes | None]:
+        """Decode, score and answer; a request that asks for explanations is only decoded (its
+        scoring and explanations go to the explain lane)."""
         served, lists, options = decode()
+        if options.explains:
+            return served, lists, options, None
         scored = score_call(score(served, options), (lists.features, lists.offsets), alone)
-        return served, lists, answer(served, lists, options, scored)
+        return served, lists, options, answer(served, lists, options, scored)
 
+    def explained_answer(served: ServedModel, lists: CandidateLists, options: Options) -> bytes:
+        with single_threaded():  # the lane takes one core at most
+            scored = score(served, options)(lists.features, lists.offsets)
+        return answer(served, lists, options, scored)
+
+    start_deadline(request, settings)
     state = request.app.state
-    # explanations are many times a scoring's work: never on the event loop
-    asks_explanation = bool(explain) if kind == "text" else b'"explain' in body
-    if len(body) <= settings.inline_max_bytes and not state.scoring_requests and not asks_explanation:
-        served, lists, content = whole(False)  # on the loop: one thread, as when other requests score
-        metrics.count_documents(served.name, lists.n_documents)
-        return json_bytes_response(content)
-    done = await parse_and_score(state, whole) if len(body) <= LARGE_BODY_BYTES else None
-    if done is not None:
-        served, lists, content = done
+    content: bytes | None
+    # a small body is decoded on the event loop (a thread hop costs more than its work), and
+    # scored there too unless it asks for explanations: those never run on the event loop
+    if len(body) <= settings.inline_max_bytes and not state.scoring_requests:
+        served, lists, options, content = whole(False)  # one thread, as when other requests score
     else:
-        served, lists, options = await python_work(request, decode, body_size=len(body))
-        scored = await scoring(request, score(served, options), lists.features, lists.offsets)
-        content = answer(served, lists, options, scored)
+        done = await parse_and_score(request, whole) if len(body) <= LARGE_BODY_BYTES else None
+        if done is not None:
+            served, lists, options, content = done
+        else:
+            served, lists, options = await python_work(request, decode, body_size=len(body))
+            content = None
+            if not options.explains:
+                scored = await scoring(request, score(served, options), lists.features, lists.offsets)
+                content = answer(served, lists, options, scored)
+    if content is None:  # explanations: in their own lane
+        content = await explain_work(request, explained_answer, served, lists, options)
     metrics.count_documents(served.name, lists.n_documents)
     return json_bytes_response(content)

@@ -20,6 +20,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -36,6 +37,13 @@ from app.settings import Settings
 from training.scoring.ensemble_model import EnsembleModel, load_model
 
 ROOT = Path(__file__).resolve().parents[2]
+
+# Every request has a deadline (app.deadlines, 10 s by default). With an empty numba cache the first
+# request of a kind compiles its kernels first (tens of seconds on a busy machine): the suite's
+# servers get a deadline that leaves room for that; the tests of the deadline ask for short ones
+# (?timeout_s=), and one test checks the documented default.
+os.environ.setdefault("TUNEMIX_REQUEST_TIMEOUT_S", "600")
+os.environ.setdefault("TUNEMIX_MAX_REQUEST_TIMEOUT_S", "600")
 N_FEATURES = 5
 WIDE_FEATURES = 7
 
@@ -225,3 +233,84 @@ def live_server(store: Store, tmp_path_factory: pytest.TempPathFactory) -> Itera
         yield server
     finally:
         stop_server(server)
+
+
+# ---------------------------------------------------------------------------- python -m app, two workers
+def worker_pids(pid: int) -> list[int]:
+    """The uvicorn worker processes under ``python -m app`` (its children other than helpers)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    out = []
+    for child in map(int, children):
+        cmd = Path(f"/proc/{child}/cmdline").read_bytes()
+        if b"resource_tracker" not in cmd and b"semaphore_tracker" not in cmd:
+            out.append(child)
+    return sorted(out)
+
+
+def vm(pid: int, key: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {key} for {pid}")
+
+
+@pytest.fixture(scope="module")
+def app_two(store: Store, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``python -m app`` with two workers and the default bounds, both workers ready."""
+    base = tmp_path_factory.mktemp("cost")
+    copy_version(store.default_v1, base / "models", "default", "v1")
+    port = free_port()
+    env = dict(os.environ, TUNEMIX_MODELS_DIR=str(base / "models"), TUNEMIX_DEFAULT_MODEL="default",
+               TUNEMIX_PORT=str(port), TUNEMIX_HOST="127.0.0.1", TUNEMIX_WORKERS="2", TUNEMIX_LOG_LEVEL="warning")
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    for key in ("TUNEMIX_MAX_BODY_BYTES", "TUNEMIX_MAX_INFLIGHT_BYTES"):
+        env.pop(key, None)
+    log = (base / "server.log").open("wb")
+    proc = subprocess.Popen([sys.executable, "-m", "app"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        in_a_row = 0
+        while in_a_row < 10:  # ten fresh connections ready in a row: both workers loaded
+            if proc.poll() is not None:
+                raise AssertionError(f"not ready: {(base / 'server.log').read_text()[-2000:]}")
+            try:
+                ok = httpx.get(url + "/ready", timeout=None, headers={"Connection": "close"}).status_code == 200
+            except httpx.TransportError:
+                ok = False
+            in_a_row = in_a_row + 1 if ok else 0
+            time.sleep(0.05 if ok else 0.2)
+        yield url, proc
+    finally:
+        stop_process(proc, timeout=20)
+
+
+class HealthWatch:
+    """``/health`` polled back to back on its own connection while a block runs; ``worst``: the
+    slowest answer in seconds (each poll waits for its answer: the event)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.worst = 0.0
+        self.failed: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=None) as c:
+            while not self._stop.is_set():
+                t0 = time.perf_counter()
+                try:
+                    if c.get("/health").status_code != 200:
+                        self.failed = "status"
+                except httpx.TransportError as exc:
+                    self.failed = repr(exc)
+                    return
+                self.worst = max(self.worst, time.perf_counter() - t0)
+
+    def __enter__(self) -> HealthWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()

@@ -23,7 +23,7 @@ from training.scoring.ensemble_model import load_model  # numba kernels: compile
 with atheris.instrument_imports(include=["app"]):  # coverage of the service's own Python
     from app.errors import ServiceError
     from app.letor import letor_lists
-    from app.parsing import check_sparse_keys_once, decode_json
+    from app.parsing import check_repeated_keys, decode_json
     from app.routers.rank import DECODER, ENCODER, RankAnswer, rank_lists, ranked
     from app.settings import Settings
 
@@ -61,8 +61,7 @@ def main() -> None:
             else:
                 req = decode_json(DECODER, body, "/rank")
                 lists, top_k = rank_lists(req, d, SETTINGS), req.top_k
-                if any(type(doc.features) is dict for q in req.queries for doc in q.documents or ()):
-                    check_sparse_keys_once(body)
+                check_repeated_keys(body)
         except ServiceError:
             return
         assert lists.features.shape == (lists.offsets[-1], d) and np.isfinite(lists.features).all()

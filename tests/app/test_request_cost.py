@@ -8,13 +8,10 @@ a request), against ``python -m app`` with two workers; the rest in-process."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import socket
 import subprocess
-import sys
 import threading
-import time
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,20 +24,20 @@ from fastapi.testclient import TestClient
 
 from app.errors import ServiceError
 from app.letor import letor_lists
-from app.parsing import _pairs, _Repeated, check_sparse_keys_once
+from app.parsing import _pairs, _Repeated, check_repeated_keys
 from app.settings import DECODED_BODY_MULTIPLE, Settings
 from tests.app.conftest import (
     N_FEATURES,
-    ROOT,
+    HealthWatch,
     LiveServer,
     Store,
     copy_version,
-    free_port,
     ready_client,
     start_server,
-    stop_process,
     stop_server,
+    vm,
     wait_ready,
+    worker_pids,
 )
 from training.evaluation import conventions
 from training.evaluation import evaluate as evaluate_offsets
@@ -48,87 +45,6 @@ from training.evaluation import evaluate as evaluate_offsets
 JSON = {"Content-Type": "application/json"}
 MIB = 1024 * 1024
 DEFAULTS = Settings()
-
-
-# ---------------------------------------------------------------------------- python -m app, two workers
-def worker_pids(pid: int) -> list[int]:
-    """The uvicorn worker processes under ``python -m app`` (its children other than helpers)."""
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    out = []
-    for child in map(int, children):
-        cmd = Path(f"/proc/{child}/cmdline").read_bytes()
-        if b"resource_tracker" not in cmd and b"semaphore_tracker" not in cmd:
-            out.append(child)
-    return sorted(out)
-
-
-def vm(pid: int, key: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError(f"no {key} for {pid}")
-
-
-@pytest.fixture(scope="module")
-def app_two(store: Store, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """``python -m app`` with two workers and the default bounds, both workers ready."""
-    base = tmp_path_factory.mktemp("cost")
-    copy_version(store.default_v1, base / "models", "default", "v1")
-    port = free_port()
-    env = dict(os.environ, TUNEMIX_MODELS_DIR=str(base / "models"), TUNEMIX_DEFAULT_MODEL="default",
-               TUNEMIX_PORT=str(port), TUNEMIX_HOST="127.0.0.1", TUNEMIX_WORKERS="2", TUNEMIX_LOG_LEVEL="warning")
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    for key in ("TUNEMIX_MAX_BODY_BYTES", "TUNEMIX_MAX_INFLIGHT_BYTES"):
-        env.pop(key, None)
-    log = (base / "server.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "app"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        in_a_row = 0
-        while in_a_row < 10:  # ten fresh connections ready in a row: both workers loaded
-            if proc.poll() is not None:
-                raise AssertionError(f"not ready: {(base / 'server.log').read_text()[-2000:]}")
-            try:
-                ok = httpx.get(url + "/ready", timeout=None, headers={"Connection": "close"}).status_code == 200
-            except httpx.TransportError:
-                ok = False
-            in_a_row = in_a_row + 1 if ok else 0
-            time.sleep(0.05 if ok else 0.2)
-        yield url, proc
-    finally:
-        stop_process(proc, timeout=20)
-
-
-class HealthWatch:
-    """``/health`` polled back to back on its own connection while a block runs; ``worst``: the
-    slowest answer in seconds (each poll waits for its answer: the event)."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.worst = 0.0
-        self.failed: str | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        with httpx.Client(base_url=self.url, timeout=None) as c:
-            while not self._stop.is_set():
-                t0 = time.perf_counter()
-                try:
-                    if c.get("/health").status_code != 200:
-                        self.failed = "status"
-                except httpx.TransportError as exc:
-                    self.failed = repr(exc)
-                    return
-                self.worst = max(self.worst, time.perf_counter() - t0)
-
-    def __enter__(self) -> HealthWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def empty_rows(size: int) -> bytes:
@@ -216,9 +132,9 @@ def test_a_worker_past_its_in_flight_bytes_answers_503_with_retry_after(admissio
     held = socket.create_connection(("127.0.0.1", admission_server.port))
     body = _rank_body(2200)
     assert 60 * 1024 > len(body) > 50 * 1024
-    try:  # a 60 KB body announced, a byte of it sent: the worker holds its 60 KB
+    try:  # a 60 KB body announced, all but its last byte sent: the worker holds what it received
         held.sendall(b"POST /rank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     + f"Content-Length: {len(body)}\r\n\r\n".encode() + body[:1])
+                     + f"Content-Length: {len(body)}\r\n\r\n".encode() + body[:-1])
         with httpx.Client(base_url=admission_server.url, timeout=None) as c:
             while True:  # until the worker has taken the held request in (the event)
                 r = c.post("/rank", content=body, headers=JSON)
@@ -228,7 +144,7 @@ def test_a_worker_past_its_in_flight_bytes_answers_503_with_retry_after(admissio
             assert r.headers["Retry-After"] == "1"
             assert "TUNEMIX_MAX_INFLIGHT_BYTES" in r.json()["detail"]
             assert c.get("/health").status_code == 200
-            held.sendall(body[1:])  # the held request completes: its bytes are released
+            held.sendall(body[-1:])  # the held request completes: its bytes are released
             held.settimeout(None)
             answer = b""
             while b"\r\n\r\n" not in answer:
@@ -327,8 +243,9 @@ def test_a_key_repeated_after_60000_is_found_in_linear_time() -> None:
     error, from one pass; its work is counted, not timed."""
     keys = ",".join(f'"{k}":0.5' for k in range(1, 60_001))
     body = f'{{"queries":[{{"qid":1,"documents":[{{"id":"a","features":{{{keys},"1":0.5}}}}]}}]}}'.encode()
-    with pytest.raises(ServiceError, match="sparse key '1' appears twice"):
-        check_sparse_keys_once(body)
+    with pytest.raises(ServiceError, match=r"query '1' \(queries\[0\]\): documents\[0\]\.features: key '1' "
+                                           "appears twice"):
+        check_repeated_keys(body)
 
 
 def test_one_long_docid_does_not_pad_the_others(app_client: TestClient) -> None:
@@ -382,17 +299,11 @@ def test_a_16_mib_letor_line_is_refused_before_it_is_split(app_client: TestClien
     ("/fuse", b'{"ids":[0]},', ["query '1' (queries[0]):", "systems; the limit is 64", "TUNEMIX_MAX_FUSE_SYSTEMS"]),
     ("/evaluate", None, ["queries; the limit is 10000", "TUNEMIX_MAX_QUERIES"]),
 ])
-def test_counts_are_checked_before_validation(app_client: TestClient, monkeypatch: pytest.MonkeyPatch, path: str,
-                                              unit: bytes | None, words: list[str]) -> None:
-    """A body at the limit of one-id /fuse systems (70 times its size once validated) or of
-    /evaluate queries without labels (40 times) is refused from a count, before any validation."""
-    from app.routers import evaluate as evaluate_module
-    from app.routers import fuse as fuse_module
-
-    def no_validation(*args: Any) -> Any:
-        raise AssertionError("validated before the counts were checked")
-
-    monkeypatch.setattr(fuse_module if path == "/fuse" else evaluate_module, "parse_json", no_validation)
+def test_counts_are_checked_before_the_entries(app_client: TestClient, path: str, unit: bytes | None,
+                                               words: list[str]) -> None:
+    """A body at the limit of one-id /fuse systems or of /evaluate queries without labels: msgspec
+    decodes it in one linear pass (no validator error list), and the counts refuse it before any
+    entry is looked at."""
     if unit is not None:
         head, tail = b'{"queries":[{"qid":1,"systems":[', b'{"ids":[0]}]}]}'
     else:

@@ -191,8 +191,9 @@ def test_fuse_memory_follows_the_entries_posted(client: TestClient) -> None:
 @pytest.mark.parametrize("top_k", [None, 1, 3])
 def test_fusion_by_entries_equals_the_dense_matrix(method: str, top_k: int | None) -> None:
     """The slow twin: the dense documents x systems matrix through ``fuse_lists``, to the bit."""
-    from app.routers.fuse import fuse_entries
-    from app.schemas import FuseRequest
+    import msgspec
+
+    from app.routers.fuse import FuseRequest, fuse_entries
     from training.ensemble.list_fusion import fuse_lists
 
     rng = np.random.default_rng(5)
@@ -205,7 +206,7 @@ def test_fusion_by_entries_equals_the_dense_matrix(method: str, top_k: int | Non
             systems.append({"ids": ids, **({"scores": rng.integers(0, 4, len(ids)).astype(float).tolist()}
                                            if scored else {})})
         queries.append({"qid": q, "systems": systems})
-    req = FuseRequest.model_validate({"queries": queries, "method": method, "top_k": top_k})
+    req = msgspec.convert({"queries": queries, "method": method, "top_k": top_k}, FuseRequest)
     lists, got = fuse_entries(req, Settings())
     n_sys = max(len(q["systems"]) for q in queries)
     want = []

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from training.deadline import check_deadline
 from training.evaluation import kernels
 from training.evaluation.conventions import METRIC_CODES, Convention, get_convention
 from training.evaluation.measures import Measure, parse_measures
@@ -479,6 +480,7 @@ def evaluate(
     derived: dict[str, bool] = {}
     tables: dict[tuple[Any, ...], Any] = {}
     for m in ms:
+        check_deadline(f"evaluation under {conv.name}, before {m}")
         key = str(m)
         note = conv.extension_note(m)
         if note is not None:

@@ -52,6 +52,7 @@ from training.calibration.expected_relevance import OrdinalCalibrator, ordinal_p
 from training.calibration.registry import calibrator_from_params
 from training.data.dataset import validate_offsets
 from training.data.normalization import PARALLEL_MIN_DOCUMENTS, VIEWS, standardise_by_query, whiten_by_query
+from training.deadline import charge_rows
 from training.ensemble.base import Mixer
 from training.ensemble.registry import mixer_from_params
 from training.scoring import calibration_step, forest
@@ -282,7 +283,10 @@ class EnsembleModel:
     def _sums(self, wide: np.ndarray) -> np.ndarray:
         """The forest's running sums at the checkpoints, then (with linear or ordinal members) a zero
         slab, one slab per linear run and one slab of class probabilities per ordinal snapshot:
-        (n, C [+ 1 + R + O], K_max)."""
+        (n, C [+ 1 + R + O], K_max). Every pass counts its rows against the active request's budget
+        and checks its deadline (``training.deadline``): the hook that cuts off long work, such as
+        an explanation's coalitions, between batches."""
+        charge_rows(wide.shape[0], "a forest pass")
         sums = score_forest(self.forest, wide, self._checkpoints)
         if not self._linear_runs and not self._ordinal:
             return sums
