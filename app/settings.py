@@ -94,6 +94,13 @@ class Settings(BaseSettings):
                                        "have one entry per label up to it)")
     max_fuse_systems: int = Field(64, ge=1, description="/fuse: systems per query (more: HTTP 413)")
     max_fuse_ids: int = Field(10_000, ge=1, description="/fuse: ids per system (more: HTTP 413)")
+    max_condorcet_pairs: int = Field(
+        25_000_000, ge=1,
+        description="/fuse \"condorcet\": the sum over the request's queries of n^2, n a query's distinct ids "
+                    "(more: HTTP 413 naming the query; the default is one query of 5,000 ids or, e.g., 25 of 1,000). "
+                    "Condorcet compares every pair of a query's documents across its S systems: O(n^2 S) time, "
+                    "O(n S) memory (no n x n matrix); at most 0.25 CPU-s per 25 million pairs with up to 64 "
+                    "systems (bench/results/fuse_memory.json)")
     max_cached_versions: int = Field(4, ge=1, description="older versions kept loaded for explicit requests")
     state_dir: Path | None = Field(None, description="shared directory of the workers: the versions served "
                                                       "(pinned by the first worker at start-up and by reloads, "

@@ -92,6 +92,7 @@ def _old_kernels(tmp: str) -> Any:
     """training/evaluation/kernels.py as of BEFORE_COMMIT, imported from a temporary file."""
     src = subprocess.run(["git", "show", f"{BEFORE_COMMIT}:training/evaluation/kernels.py"], cwd=ROOT,
                          capture_output=True, text=True, check=True).stdout
+    src = src.replace("cache=True", "cache=False")  # numba cannot cache a module loaded from a path
     path = os.path.join(tmp, "kernels_before.py")
     with open(path, "w") as fh:
         fh.write(src)
