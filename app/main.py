@@ -91,7 +91,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         scoring_threads=settings.scoring_thread_count(), parallel_min_documents=settings.parallel_floor(),
         blas_threads=settings.blas_threads))
     registry = ModelRegistry(settings.models_dir, settings.default_model,
-                             max_cached_versions=settings.max_cached_versions, state_dir=settings.state_dir)
+                             max_cached_versions=settings.max_cached_versions, state_dir=settings.state_dir,
+                             max_artifact_bytes=settings.max_artifact_bytes)
     app.state.registry = registry
     # the thread hops' limiters (app.deps), made here on the serving loop (an anyio limiter must
     # not be shared by two event loops), once per application
@@ -103,7 +104,13 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
     def load() -> None:
         started = time.perf_counter()
-        registry.load_initial(settings.preload)
+        try:
+            registry.load_initial(settings.preload)
+        except Exception as exc:  # whatever it is, /ready reports it (status "failed")
+            log.exception("the start-up load failed")
+            registry.failed.setdefault(settings.default_model, f"{type(exc).__name__}: {exc}")
+            registry.publish_self()
+            return
         registry.warm = True
         log.info("ready in %.1f s: %s", time.perf_counter() - started,
                  ", ".join(f"{n} {registry.current(n).version}"  # type: ignore[union-attr]

@@ -80,7 +80,7 @@ from app.parsing import (
     check_sparse_keys_once,
     decode_json,
 )
-from app.registry import ServedModel
+from app.registry import NotInMemory, ServedModel
 from app.schemas import ErrorResponse, RankResponse
 from app.settings import Settings
 from tunemix.serving import explain_pair, explain_rows, manifest_feature_names
@@ -457,9 +457,13 @@ async def rank(
     # explanations are many times a scoring's work: never on the event loop
     asks_explanation = bool(explain) if kind == "text" else b'"explain' in body
     if len(body) <= settings.inline_max_bytes and not state.scoring_requests and not asks_explanation:
-        served, lists, content = whole(False)  # on the loop: one thread, as when other requests score
-        metrics.count_documents(served.name, lists.n_documents)
-        return json_bytes_response(content)
+        try:
+            served, lists, content = whole(False)  # on the loop: one thread, as when other requests score
+        except NotInMemory:
+            pass  # the model version must be loaded first: in a thread, below
+        else:
+            metrics.count_documents(served.name, lists.n_documents)
+            return json_bytes_response(content)
     done = await parse_and_score(state, whole) if len(body) <= LARGE_BODY_BYTES else None
     if done is not None:
         served, lists, content = done
