@@ -1,6 +1,7 @@
-"""Issue 37, reproductions 2 and 6 against ``python -m app`` with two workers: an adversarial
-ranx order and Condorcet's pairs are bounded before they cost a worker (bounds: the evaluation's
-comparison count in tests/evaluation/test_ranking_kernels.py, TUNEMIX_MAX_CONDORCET_PAIRS)."""
+"""Issue 37, reproductions 2, 6 and 10 against ``python -m app`` with two workers: an adversarial
+ranx order, Condorcet's pairs and a LETOR body's repeated qid are bounded before they cost a
+worker (bounds: the evaluation's comparison count in tests/evaluation/test_ranking_kernels.py,
+TUNEMIX_MAX_CONDORCET_PAIRS, a linear duplicate-block check with its slow twin here)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import httpx
 import numpy as np
 import pytest
 
+from app.letor import repeated_block
 from bench.quicksort_adversary import adversary
-from tests.app.conftest import Store, copy_version
+from tests.app.conftest import N_FEATURES, Store, copy_version
 from tests.app.two_workers import TwoWorkers, start_two_workers
 from training.ensemble.list_fusion import fuse_lists
 from training.evaluation import evaluate
@@ -94,3 +96,34 @@ def test_condorcet_memory_is_linear_in_the_documents(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     rise_kib = int(out.stdout.strip().splitlines()[-1])
     assert rise_kib < 20 * 1024, rise_kib  # n x n int64 would be 195,000 KiB
+
+
+def _repeated_block_twin(qids: list[str]) -> tuple[int | None, int]:
+    """The check as it was: the first qid found among the blocks before it (quadratic)."""
+    for i, q in enumerate(qids):
+        if q in qids[:i]:
+            return i, qids.index(q)
+    return None, -1
+
+
+def test_repeated_block_matches_its_slow_twin() -> None:
+    rng = np.random.default_rng(2)
+    cases = [[], ["a"], ["a", "b"], ["a", "b", "a"], ["a", "a"], ["x", "y", "z", "y", "x"]]
+    cases += [[str(v) for v in rng.integers(0, int(rng.integers(1, 40)), size=int(rng.integers(1, 60)))]
+              for _ in range(300)]
+    for qids in cases:
+        assert repeated_block(qids) == _repeated_block_twin(qids), qids
+
+
+def test_reproduction_10_a_letor_body_repeating_a_qid_after_9999_blocks_is_422(server: TwoWorkers) -> None:
+    features = " ".join(f"{j}:0.{j}5" for j in range(1, N_FEATURES + 1))
+    pad = " #" + "p" * 220  # a comment: the body reaches the size of the reproduction
+    lines = [f"0 qid:{q} {features}{pad}" for q in range(9_999)] + [f"1 qid:0 {features}"]
+    body = "\n".join(lines).encode() + b"\n"
+    assert len(body) > 2_500_000
+    pids = server.worker_pids()
+    r = httpx.post(server.url + "/rank", content=body, params={"model": "default"},
+                   headers={"Content-Type": "text/plain"}, timeout=None)
+    assert r.status_code == 422, r.text
+    assert "body:10000: qid 0 appears in two separate blocks (the first starts at line 1)" in r.json()["detail"]
+    assert server.worker_pids() == pids
