@@ -194,7 +194,8 @@ class ModelRegistry:
         #: set once the parallel scoring paths are compiled too: until then every request scores
         #: on one thread (``app.deps.scoring_turn``)
         self.parallel_warm = False
-        self.all_warm = False  # and the evaluation and fusion kernels (app.main.warm_in_background)
+        #: every kernel a request can reach is warm (app.main.warm_in_background): /ready may say 200
+        self.all_warm = False
 
     # ------------------------------------------------------------------ lookup
     @property
@@ -362,7 +363,7 @@ class ModelRegistry:
         with self._lock:
             serving = {n: s.version for n, s in self._current.items()}
             failed = dict(self.failed)
-        worker_state.publish_worker(self.state_dir, os.getpid(), serving, failed)
+        worker_state.publish_worker(self.state_dir, os.getpid(), serving, failed, self.all_warm)
 
     def served_by_worker(self) -> dict[int, dict[str, str]]:
         """{pid: {name: version}} of every running worker (this process alone without a state
@@ -393,7 +394,8 @@ class ModelRegistry:
 
     def readiness(self, workers: int) -> tuple[bool, dict[str, Any]]:
         """(ready, the body of ``GET /ready``): ready when this worker and every one of the ``workers``
-        serves the default model and its one-thread kernels are warm."""
+        serves the default model and has every kernel warm (scoring, evaluation under every
+        convention, fusion, explanations: ``tunemix.warmup.warm_all``)."""
         name = self.default_model
         served = self._current.get(name)
         if served is None or not self.warm:
@@ -403,16 +405,23 @@ class ModelRegistry:
             return False, body
         body = {"status": "ready", "model": name, "version": served.version,
                 "kernels": "warm" if self.all_warm else "warming"}
+        if not self.all_warm:  # every kernel a request can reach compiles first (tunemix.warmup)
+            if self.load_error:
+                return False, {**body, "status": "failed", "detail": self.load_error}
+            return False, {**body, "status": "warming", "detail": "compiling or loading the scoring, evaluation, "
+                                                                  "fusion and explanation kernels"}
         if self.state_dir is None:
             return True, body
         states = worker_state.live_workers(self.state_dir)
-        serving = sorted(pid for pid, st in states.items() if name in st["serving"])
+        serving = sorted(pid for pid, st in states.items()
+                         if name in st["serving"] and st.get("kernels", {}).get("state") == "warm")
         body.update(workers_serving=len(serving), workers_total=max(workers, len(states)))
         if len(serving) >= body["workers_total"]:
             return True, body
         failed = {pid: st["failed"][name] for pid, st in states.items() if name in st["failed"]}
         body["status"] = "failed" if failed else "loading"
-        body["detail"] = (f"{len(serving)} of {body['workers_total']} workers serve the default model {name!r}"
+        body["detail"] = (f"{len(serving)} of {body['workers_total']} workers serve the default model {name!r} "
+                          "with every kernel warm"
                           + "".join(f"; worker {pid} failed to load it: {why}" for pid, why in sorted(failed.items())))
         return False, body
 
