@@ -67,7 +67,8 @@ def warm_in_background(registry: ModelRegistry) -> None:
     registry.parallel_warm = True
     registry.all_warm = True
     registry.publish_self()
-    log.info("every kernel warm in %.1f s", time.perf_counter() - started)
+    log.info("every kernel warm (scoring, explanations, evaluation and fusion kernels warm) in %.1f s",
+             time.perf_counter() - started)
 
 
 async def _follow_reloads(registry: ModelRegistry, period: float) -> None:
