@@ -86,10 +86,14 @@ ENV TUNEMIX_MODELS_DIR=/opt/tunemix/models \
     TUNEMIX_PORT=8000
 WORKDIR /srv/tunemix
 USER tunemix
-# Warm the numba cache (NUMBA_CACHE_DIR, owned by this user and still writable at run time, e.g.
-# for a CPU other than the build machine's) by starting the service in-process once: /ready turns
-# 200 after the default model is loaded and every kernel is compiled, then one /rank goes through.
-# A container then starts without JIT compilation, and a broken image fails here, not in production.
+# Build the numba cache (NUMBA_CACHE_DIR, owned by this user and still writable at run time, e.g.
+# for a CPU other than the build machine's): `python -m tunemix.warmup` compiles every kernel a
+# request can reach (tunemix.warmup.warm_all: the default model's scoring and explanations,
+# evaluation under every convention, fusion), the function the service runs before /ready says 200.
+# Then the service starts in-process once, /ready turns 200 (every kernel loaded from that cache)
+# and one /rank goes through. A container then starts without JIT compilation, and a broken image
+# fails here, not in production.
+RUN python -m tunemix.warmup --models-dir /opt/tunemix/models --model default
 RUN python -c "import time; from fastapi.testclient import TestClient; from app.main import app; \
 c = TestClient(app).__enter__(); \
 ok = any(c.get('/ready').status_code == 200 or time.sleep(0.5) for _ in range(1200)); \

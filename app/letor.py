@@ -45,6 +45,18 @@ _DOCID = re.compile(r"docid\s*=\s*(\S+)")
 MAX_LABEL = 2**31 - 1
 
 
+def repeated_block(qids: list[str]) -> tuple[int | None, int]:
+    """(index of the first block whose qid an earlier block had, index of that earlier block), or
+    (None, -1): one pass with a dict, O(n) (the list scan it replaced was O(n^2): 1.6 CPU-s on a
+    2.7 MB body)."""
+    seen: dict[str, int] = {}
+    for i, q in enumerate(qids):
+        first = seen.setdefault(q, i)
+        if first != i:
+            return i, first
+    return None, -1
+
+
 def letor_lists(body: bytes, d: int, settings: Settings, *, max_label: int = MAX_LABEL) -> CandidateLists:
     """A LETOR/SVMlight text body as candidate lists (labels kept for /evaluate, at most
     ``max_label``). Each line costs time and memory in proportion to its length: a line of more
@@ -114,10 +126,10 @@ def letor_lists(body: bytes, d: int, settings: Settings, *, max_label: int = MAX
     if not labels:
         raise input_error("body: no data lines (LETOR lines 'label qid:Q 1:v 2:v ...')")
     check_limits(len(qids), len(labels), settings)
-    if len(set(qids)) != len(qids):
-        again = next(i for i, q in enumerate(qids) if q in qids[:i])
+    again, first = repeated_block(qids)
+    if again is not None:
         raise input_error(f"body:{start_lines[again]}: qid {qids[again]} appears in two separate blocks (the first "
-                          f"starts at line {start_lines[qids.index(qids[again])]}); a query's lines must be contiguous")
+                          f"starts at line {start_lines[first]}); a query's lines must be contiguous")
     features = np.zeros((len(labels), d), dtype=np.float32)
     with np.errstate(over="ignore"):
         features[np.asarray(rows, dtype=np.int64), np.asarray(fids, dtype=np.int64) - 1] = np.asarray(

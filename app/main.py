@@ -3,7 +3,9 @@ error handlers and metrics.
 
 ``uvicorn app.main:app`` serves ``create_app()`` with ``Settings()`` from the environment;
 ``python -m app`` does the same with the worker count and multiprocess metrics set up. Until the
-default model is loaded and warm (in every worker), ``/ready`` answers 503 and scoring endpoints 503;
+default model is loaded and every kernel a request can reach is compiled or loaded from numba's
+cache (``tunemix.warmup.warm_all``, in every worker), ``/ready`` answers 503; scoring endpoints
+answer 503 until the default model is loaded;
 ``/health`` answers from the first moment. A worker started while the others serve (a restart after a
 crash) loads before it takes connections.
 """
@@ -18,7 +20,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
-import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -35,6 +36,7 @@ from app.routers import evaluate, fuse, health, models, rank
 from app.settings import Settings, get_settings
 from tunemix import __version__
 from tunemix.serving import BudgetExceeded, DeadlineExceeded, configure_runtime, scoring_threads
+from tunemix.warmup import warm_all
 
 log = logging.getLogger("app")
 
@@ -45,38 +47,29 @@ Every 4xx body is `{"detail": "<what is wrong, naming the query and field>"}`.""
 
 
 def warm_kernels() -> None:
-    """Compile (or load from numba's cache) the evaluation and fusion kernels."""
-    from tunemix.serving import CONVENTION_NAMES, fuse_lists
-    from tunemix.serving import evaluate_offsets as run_evaluate
-
-    labels = np.array([1, 0, 2, 0], dtype=np.int64)
-    scores = np.array([0.3, 0.2, 0.9, 0.1])
-    off = np.array([0, 2, 4], dtype=np.int64)
-    for name in CONVENTION_NAMES:
-        with contextlib.suppress(ValueError):
-            run_evaluate(labels, scores, off, ["ndcg@10", "err", "p@5", "map"], name,
-                         docids=np.array(["a", "b", "c", "d"]))
-    mat = np.array([[1.0, np.nan], [0.5, 2.0], [0.2, 1.0], [np.nan, 0.5]])
-    for method in ("rrf", "combsum", "combmnz", "condorcet"):
-        fuse_lists(mat, off, method, top_k=1)
+    """Compile (or load from numba's cache) the evaluation and fusion kernels (no model's)."""
+    warm_all(())
 
 
 def warm_in_background(registry: ModelRegistry) -> None:
-    """After readiness: the served models' parallel scoring paths (until they are warm, requests
-    score on one thread), then the evaluation and fusion kernels (an /evaluate or /fuse request
-    before that compiles what it needs itself). Each step is logged with its time."""
+    """After the default model is loaded (its one-thread kernels warm): every other kernel a
+    request can reach, ``tunemix.warmup.warm_all`` (the served models' parallel scoring paths and
+    explanations, evaluation under every convention, fusion). Until it ends ``/ready`` answers 503
+    ("warming") and requests score on one thread. Each step is logged with its time."""
     started = time.perf_counter()
-    if scoring_threads() > 1:
-        for name in registry.names():
-            served = registry.current(name)
-            if served is not None:
-                served.model.warm_up(serial=False, parallel=True)
-        log.info("parallel scoring kernels warm in %.1f s", time.perf_counter() - started)
+    models = [s.model for s in (registry.current(n) for n in registry.names()) if s is not None]
+    try:
+        warm_all(models, parallel=scoring_threads() > 1)
+    except Exception as exc:  # a model whose warm-up fails: /ready says so, with the reason
+        log.exception("the warm-up failed")
+        registry.failed.setdefault(registry.default_model, f"warm-up failed: {type(exc).__name__}: {exc}")
+        registry.publish_self()
+        return
     registry.parallel_warm = True
-    started = time.perf_counter()
-    warm_kernels()
     registry.all_warm = True
-    log.info("evaluation and fusion kernels warm in %.1f s", time.perf_counter() - started)
+    registry.publish_self()
+    log.info("every kernel warm (scoring, explanations, evaluation and fusion kernels warm) in %.1f s",
+             time.perf_counter() - started)
 
 
 async def _follow_reloads(registry: ModelRegistry, period: float) -> None:
@@ -92,7 +85,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         scoring_threads=settings.scoring_thread_count(), parallel_min_documents=settings.parallel_floor(),
         blas_threads=settings.blas_threads))
     registry = ModelRegistry(settings.models_dir, settings.default_model,
-                             max_cached_versions=settings.max_cached_versions, state_dir=settings.state_dir)
+                             max_cached_versions=settings.max_cached_versions, state_dir=settings.state_dir,
+                             max_artifact_bytes=settings.max_artifact_bytes)
     app.state.registry = registry
     # the thread hops' limiters (app.deps), made here on the serving loop (an anyio limiter must
     # not be shared by two event loops), once per application
@@ -105,7 +99,13 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
     def load() -> None:
         started = time.perf_counter()
-        registry.load_initial(settings.preload)
+        try:
+            registry.load_initial(settings.preload)
+        except Exception as exc:  # whatever it is, /ready reports it (status "failed")
+            log.exception("the start-up load failed")
+            registry.failed.setdefault(settings.default_model, f"{type(exc).__name__}: {exc}")
+            registry.publish_self()
+            return
         registry.warm = True
         log.info("ready in %.1f s: %s", time.perf_counter() - started,
                  ", ".join(f"{n} {registry.current(n).version}"  # type: ignore[union-attr]

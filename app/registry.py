@@ -15,12 +15,15 @@ worker serves the default model), the ``tunemix_model_info`` metric and a reload
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +31,6 @@ from typing import Any
 from app import worker_state
 from app.errors import ServiceError
 from tunemix.serving import (
-    ArtifactError,
     EnsembleModel,
     check_name,
     check_version,
@@ -41,6 +43,20 @@ log = logging.getLogger(__name__)
 
 #: what ``GET /models/{name}`` shows of the manifest's training record
 TRAINING_SUMMARY_KEYS = ("config", "data", "served", "mixer", "best_member", "evaluation", "timings", "versions")
+
+
+class NotInMemory(Exception):
+    """A model version that must be loaded first, asked for on the event loop (where nothing
+    loads): the caller retries in a thread."""
+
+
+def on_event_loop() -> bool:
+    """Whether this thread runs an asyncio event loop (a handler's own code, not a worker thread)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 @dataclass(frozen=True, eq=False)
@@ -112,8 +128,13 @@ def _without_paths(message: str, models_dir: Path) -> str:
     return message
 
 
-def load_served(models_dir: Path, name: str, version: str | None = None) -> ServedModel:
-    """Load (latest or ``version``) and warm model ``name``; ServiceError 404/422 naming the problem."""
+def load_served(models_dir: Path, name: str, version: str | None = None, *,
+                max_bytes: int | None = None) -> ServedModel:
+    """Load (latest or ``version``) and warm model ``name``; ServiceError 404/422 naming the problem.
+
+    Every failure of the load (a corrupt or oversized artifact, MemoryError, anything the model's
+    arrays make the warm-up raise) is logged and becomes ServiceError 422 ``corrupt_model`` with
+    the reason; ``max_bytes``: the arrays' uncompressed total at most (TUNEMIX_MAX_ARTIFACT_BYTES)."""
     try:
         check_name(name)
     except ValueError as exc:
@@ -135,13 +156,14 @@ def load_served(models_dir: Path, name: str, version: str | None = None) -> Serv
                            kind="unknown_version")
     path = models_dir / name / version
     try:
-        model, manifest = load_model(path)
+        model, manifest = load_model(path) if max_bytes is None else load_model(path, max_bytes=max_bytes)
         started = time.perf_counter()
-        model.warm_up(parallel=False)  # the parallel paths: after readiness (app.main.warm_in_background)
+        model.warm_up(parallel=False)  # the parallel paths: app.main.warm_in_background
         log.info("model %s %s: one-thread scoring kernels warm in %.1f s", name, version, time.perf_counter() - started)
-    except (ArtifactError, OSError, ValueError) as exc:
-        log.error("model %s %s cannot be loaded: %s", name, version, exc)
-        raise ServiceError(422, f"model {name!r} {version} cannot be loaded: {_without_paths(str(exc), models_dir)}",
+    except Exception as exc:  # every load failure is the artifact's, reported with its reason
+        reason = f"{type(exc).__name__}: {exc}" if isinstance(exc, MemoryError) or not str(exc) else str(exc)
+        log.error("model %s %s cannot be loaded: %s", name, version, reason)
+        raise ServiceError(422, f"model {name!r} {version} cannot be loaded: {_without_paths(reason, models_dir)}",
                            kind="corrupt_model") from None
     return ServedModel(name=name, version=version, path=path, model=model, manifest=manifest)
 
@@ -150,8 +172,12 @@ class ModelRegistry:
     """The current version of every served model, plus a few older versions on request."""
 
     def __init__(self, models_dir: Path, default_model: str, *, max_cached_versions: int = 4,
-                 state_dir: Path | None = None) -> None:
+                 state_dir: Path | None = None, max_artifact_bytes: int | None = None) -> None:
         self.models_dir = Path(models_dir)
+        self.max_artifact_bytes = max_artifact_bytes
+        #: loads under way, by (name, version) or ("", name) for a current model: a request for a
+        #: version being loaded waits for that one load (single flight)
+        self._loading: dict[tuple[str, str], Future[ServedModel]] = {}
         self.default_model = default_model
         self.max_cached = max_cached_versions
         self.state_dir = state_dir
@@ -168,7 +194,8 @@ class ModelRegistry:
         #: set once the parallel scoring paths are compiled too: until then every request scores
         #: on one thread (``app.deps.scoring_turn``)
         self.parallel_warm = False
-        self.all_warm = False  # and the evaluation and fusion kernels (app.main.warm_in_background)
+        #: every kernel a request can reach is warm (app.main.warm_in_background): /ready may say 200
+        self.all_warm = False
 
     # ------------------------------------------------------------------ lookup
     @property
@@ -182,7 +209,9 @@ class ModelRegistry:
         return self._current.get(name)
 
     def get(self, name: str | None = None, version: str | None = None) -> ServedModel:
-        """The model a request asked for; loads a model or version not yet in memory."""
+        """The model a request asked for; loads a model or version not yet in memory, never on the
+        event loop (there it raises :class:`NotInMemory`: call again from a thread). One load per
+        version at a time: concurrent requests for a version being loaded wait for that load."""
         name = name or self.default_model
         version = version or None  # "" is no version, as an absent one
         served = self._current.get(name)
@@ -195,21 +224,58 @@ class ModelRegistry:
                                        kind="model_failed")
                 raise ServiceError(503, f"the default model {name!r} is still loading (GET /ready says when "
                                         "it serves)", kind="not_ready")
-            with self._lock:
-                if name not in self._current:  # the pinned version where a reload pinned one
-                    self.install(self._load_once(name, self.pins().get(name)))
-                return self._current[name]
+            return self._single_flight(("", name), lambda: self._load_current(name))
         key = (name, version or "")
         with self._lock:
             hit = self._cache.get(key)
-            if hit is None:
-                hit = self._load_once(name, version)
-                self._cache[key] = hit
-                while len(self._cache) > self.max_cached:
-                    self._cache.popitem(last=False)
-            else:
+            if hit is not None:
                 self._cache.move_to_end(key)
-            return hit
+                return hit
+        return self._single_flight(key, lambda: self._load_cached(name, version))
+
+    def _single_flight(self, key: tuple[str, str], load: Callable[[], ServedModel]) -> ServedModel:
+        """``load()`` once for ``key`` however many threads ask at once; the others get its result
+        (or its error). Refused on the event loop (:class:`NotInMemory`)."""
+        if on_event_loop():
+            raise NotInMemory(f"model {key[0] or key[1]!r} {key[1] if key[0] else ''} must be loaded first")
+        with self._lock:
+            pending = self._loading.get(key)
+            owner = pending is None
+            if pending is None:
+                pending = self._loading[key] = Future()
+        if not owner:
+            return pending.result()
+        try:
+            result = load()
+        except BaseException as exc:
+            pending.set_exception(exc)
+            raise
+        else:
+            pending.set_result(result)
+            return result
+        finally:
+            with self._lock:
+                self._loading.pop(key, None)
+
+    def _load_current(self, name: str) -> ServedModel:
+        """A model named for the first time becomes current: the pinned version where a reload pinned one."""
+        with self._lock:
+            if name in self._current:
+                return self._current[name]
+        served = self._load_once(name, self.pins().get(name))
+        with self._lock:
+            if name not in self._current:
+                self.install(served)
+            return self._current[name]
+
+    def _load_cached(self, name: str, version: str | None) -> ServedModel:
+        """An explicitly named version, kept among the ``max_cached`` most recently used."""
+        served = self._load_once(name, version)
+        with self._lock:
+            self._cache[(name, version or "")] = served
+            while len(self._cache) > self.max_cached:
+                self._cache.popitem(last=False)
+        return served
 
     def _load_once(self, name: str, version: str | None) -> ServedModel:
         """``load_served``, remembering a version that cannot be loaded until its manifest changes."""
@@ -224,7 +290,7 @@ class ModelRegistry:
             if failed is not None and failed[0] == stamp:
                 raise failed[1]
         try:
-            return load_served(self.models_dir, name, version)
+            return load_served(self.models_dir, name, version, max_bytes=self.max_artifact_bytes)
         except ServiceError as exc:
             if version is not None and exc.kind == "corrupt_model":
                 self._failed[(name, version)] = (stamp, exc)
@@ -249,7 +315,7 @@ class ModelRegistry:
         self._state_mtime = mtime
         for name in dict.fromkeys([self.default_model, *names]):
             try:
-                self.install(load_served(self.models_dir, name, pins.get(name)))
+                self.install(load_served(self.models_dir, name, pins.get(name), max_bytes=self.max_artifact_bytes))
             except ServiceError as exc:
                 log.error("%s", exc.message)
                 self.failed[name] = exc.message
@@ -272,7 +338,7 @@ class ModelRegistry:
     def reload(self, name: str | None = None, version: str | None = None) -> tuple[ServedModel, ServedModel | None]:
         """Load ``name`` (latest or ``version``), check it fits, swap it in; the old one stays on error."""
         name = name or self.default_model
-        new = load_served(self.models_dir, name, version)
+        new = load_served(self.models_dir, name, version, max_bytes=self.max_artifact_bytes)
         old = self._current.get(name)
         if old is not None and new.n_features != old.n_features:
             raise ServiceError(409, f"model {name!r} {new.version} takes {new.n_features} features but the served "
@@ -297,7 +363,7 @@ class ModelRegistry:
         with self._lock:
             serving = {n: s.version for n, s in self._current.items()}
             failed = dict(self.failed)
-        worker_state.publish_worker(self.state_dir, os.getpid(), serving, failed)
+        worker_state.publish_worker(self.state_dir, os.getpid(), serving, failed, self.all_warm)
 
     def served_by_worker(self) -> dict[int, dict[str, str]]:
         """{pid: {name: version}} of every running worker (this process alone without a state
@@ -328,7 +394,8 @@ class ModelRegistry:
 
     def readiness(self, workers: int) -> tuple[bool, dict[str, Any]]:
         """(ready, the body of ``GET /ready``): ready when this worker and every one of the ``workers``
-        serves the default model and its one-thread kernels are warm."""
+        serves the default model and has every kernel warm (scoring, evaluation under every
+        convention, fusion, explanations: ``tunemix.warmup.warm_all``)."""
         name = self.default_model
         served = self._current.get(name)
         if served is None or not self.warm:
@@ -338,16 +405,23 @@ class ModelRegistry:
             return False, body
         body = {"status": "ready", "model": name, "version": served.version,
                 "kernels": "warm" if self.all_warm else "warming"}
+        if not self.all_warm:  # every kernel a request can reach compiles first (tunemix.warmup)
+            if self.load_error:
+                return False, {**body, "status": "failed", "detail": self.load_error}
+            return False, {**body, "status": "warming", "detail": "compiling or loading the scoring, evaluation, "
+                                                                  "fusion and explanation kernels"}
         if self.state_dir is None:
             return True, body
         states = worker_state.live_workers(self.state_dir)
-        serving = sorted(pid for pid, st in states.items() if name in st["serving"])
+        serving = sorted(pid for pid, st in states.items()
+                         if name in st["serving"] and st.get("kernels", {}).get("state") == "warm")
         body.update(workers_serving=len(serving), workers_total=max(workers, len(states)))
         if len(serving) >= body["workers_total"]:
             return True, body
         failed = {pid: st["failed"][name] for pid, st in states.items() if name in st["failed"]}
         body["status"] = "failed" if failed else "loading"
-        body["detail"] = (f"{len(serving)} of {body['workers_total']} workers serve the default model {name!r}"
+        body["detail"] = (f"{len(serving)} of {body['workers_total']} workers serve the default model {name!r} "
+                          "with every kernel warm"
                           + "".join(f"; worker {pid} failed to load it: {why}" for pid, why in sorted(failed.items())))
         return False, body
 
@@ -363,6 +437,6 @@ class ModelRegistry:
             cur = self._current.get(name)
             if cur is None or cur.version != version:
                 try:
-                    self.install(load_served(self.models_dir, name, version))
+                    self.install(load_served(self.models_dir, name, version, max_bytes=self.max_artifact_bytes))
                 except ServiceError as exc:
                     log.error("could not follow %s %s: %s", name, version, exc.message)

@@ -114,7 +114,24 @@ class Settings(BaseSettings):
                                        "have one entry per label up to it)")
     max_fuse_systems: int = Field(64, ge=1, description="/fuse: systems per query (more: HTTP 413)")
     max_fuse_ids: int = Field(10_000, ge=1, description="/fuse: ids per system (more: HTTP 413)")
-    max_cached_versions: int = Field(4, ge=1, description="older versions kept loaded for explicit requests")
+    max_condorcet_pairs: int = Field(
+        25_000_000, ge=1,
+        description="/fuse \"condorcet\": the sum over the request's queries of n^2, n a query's distinct ids "
+                    "(more: HTTP 413 naming the query; the default is one query of 5,000 ids or, e.g., 25 of 1,000). "
+                    "Condorcet compares every pair of a query's documents across its S systems: O(n^2 S) time, "
+                    "O(n S) memory (no n x n matrix); at most 0.25 CPU-s per 25 million pairs with up to 64 "
+                    "systems (bench/results/fuse_memory.json)")
+    max_cached_versions: int = Field(
+        4, ge=1, description="older versions kept loaded for explicit requests. A request naming a version not in "
+                             "memory loads it in a thread, never on the event loop, one load per version at a time "
+                             "(concurrent requests for it wait for that load): about 30 ms of a thread for the demo "
+                             "model, so rotating among more versions than this costs one load per request")
+    max_artifact_bytes: int = Field(
+        256 * 2**20, ge=1024,
+        description="a model version's arrays, uncompressed, at most (the zip directory and every .npy header are "
+                    "checked before any array is read: a zip bomb or an absurd shape is refused). A version that "
+                    "cannot be loaded, for this or any reason, is logged and reported with the reason: by /ready "
+                    "(status \"failed\") when it is the default model, by a 422 when a request names it")
     state_dir: Path | None = Field(None, description="shared directory of the workers: the versions served "
                                                       "(pinned by the first worker at start-up and by reloads, "
                                                       "for as long as the directory lives) and what each "

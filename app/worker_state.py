@@ -26,7 +26,8 @@ from typing import Any
 STATE_FILE = "served.json"
 WORKER_PREFIX = "worker-"
 
-#: what one worker serves: {"serving": {name: version}, "failed": {name: reason}}
+#: what one worker serves: {"serving": {name: version}, "failed": {name: reason},
+#: "kernels": {"state": "warm" | "warming"}}
 WorkerState = dict[str, dict[str, str]]
 
 
@@ -70,9 +71,12 @@ def write_pins(state_dir: Path, versions: dict[str, str], *, only_if_absent: boo
             os.unlink(tmp)
 
 
-def publish_worker(state_dir: Path, pid: int, serving: dict[str, str], failed: dict[str, str]) -> None:
-    """Write what worker ``pid`` serves and what it failed to load."""
-    tmp = _write(state_dir / f"{WORKER_PREFIX}{pid}.json", {"serving": serving, "failed": failed})
+def publish_worker(state_dir: Path, pid: int, serving: dict[str, str], failed: dict[str, str],
+                   warm: bool = False) -> None:
+    """Write what worker ``pid`` serves, what it failed to load and whether its kernels are warm
+    (``"kernels": {"state": "warm" | "warming"}``)."""
+    data = {"serving": serving, "failed": failed, "kernels": {"state": "warm" if warm else "warming"}}
+    tmp = _write(state_dir / f"{WORKER_PREFIX}{pid}.json", data)
     os.replace(tmp, state_dir / f"{WORKER_PREFIX}{pid}.json")
 
 
@@ -103,7 +107,8 @@ def live_workers(state_dir: Path) -> dict[int, WorkerState]:
             continue
         if not isinstance(raw, dict):
             continue
-        out[pid] = {key: {str(k): str(v) for k, v in raw.get(key, {}).items()} for key in ("serving", "failed")}
+        out[pid] = {key: {str(k): str(v) for k, v in raw.get(key, {}).items()}
+                    for key in ("serving", "failed", "kernels")}
     return out
 
 

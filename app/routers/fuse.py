@@ -30,8 +30,6 @@ from tunemix.serving import check_deadline, competition_ranks, fuse_lists
 
 router = APIRouter(tags=["fusion"])
 
-#: Condorcet compares every pair of a query's documents (O(n^2) memory)
-CONDORCET_MAX_DOCS = 5_000
 METHODS = ("rrf", "combsum", "combmnz", "condorcet")
 
 
@@ -83,6 +81,7 @@ def _entries(req: FuseRequest, settings: Settings) -> tuple[CandidateLists, list
     ids: list[Any] = []
     sizes: list[int] = []
     where_docs: list[npt.NDArray[np.int64]] = []
+    pairs = 0
     values: list[npt.NDArray[np.float64]] = []
     for i, q in enumerate(req.queries):
         check_deadline("/fuse: checking the queries")
@@ -108,9 +107,11 @@ def _entries(req: FuseRequest, settings: Settings) -> tuple[CandidateLists, list
                 rows.append(j)
             where_docs.append(np.asarray(rows, dtype=np.int64))
             values.append(vals)
-        if req.method == "condorcet" and len(index) > CONDORCET_MAX_DOCS:
-            raise input_error(f"{where}: condorcet compares every pair of documents; at most "
-                              f"{CONDORCET_MAX_DOCS} distinct ids per query, got {len(index)}")
+        pairs += len(index) ** 2
+        if req.method == "condorcet" and pairs > settings.max_condorcet_pairs:
+            raise too_large(f"{where}: condorcet compares every pair of a query's documents; the queries up to "
+                            f"this one have {pairs} pairs (n^2 per query, n distinct ids; this one {len(index)}), "
+                            f"the limit is {settings.max_condorcet_pairs} (TUNEMIX_MAX_CONDORCET_PAIRS)")
         sizes.append(len(index))
     offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
     np.cumsum(sizes, out=offsets[1:])
@@ -145,7 +146,7 @@ def fuse_entries(req: FuseRequest, settings: Settings) -> tuple[CandidateLists, 
     is fused as a list of its own (one kernel call for all of them: every system is a group of
     the offsets) and the terms are added per document in the systems' order: the same sums, to
     the bit, as the dense documents x systems matrix, without its memory. Condorcet compares
-    documents pairwise and takes each query's matrix (bounded by ``CONDORCET_MAX_DOCS``)."""
+    documents pairwise (the sum of n^2 over the queries bounded by ``max_condorcet_pairs``)."""
     lists, rows, values = _entries(req, settings)
     top_k = applied_top_k(req.top_k, lists.n_documents)
     fused = np.zeros(lists.n_documents, dtype=np.float64)

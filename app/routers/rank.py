@@ -82,7 +82,7 @@ from app.parsing import (
     check_repeated_keys,
     decode_json,
 )
-from app.registry import ServedModel
+from app.registry import NotInMemory, ServedModel
 from app.schemas import ErrorResponse, RankResponse
 from app.settings import Settings
 from tunemix.serving import (
@@ -506,21 +506,24 @@ async def rank(
 
     start_deadline(request, settings)
     state = request.app.state
-    content: bytes | None
+    content: bytes | None = None
+    done: tuple[ServedModel, CandidateLists, Options, bytes | None] | None = None
     # a small body is decoded on the event loop (a thread hop costs more than its work), and
     # scored there too unless it asks for explanations: those never run on the event loop
     if len(body) <= settings.inline_max_bytes and not state.scoring_requests:
-        served, lists, options, content = whole(False)  # one thread, as when other requests score
+        try:
+            done = whole(False)  # one thread, as when other requests score
+        except NotInMemory:
+            pass  # the model version must be loaded first: in a thread, below
+    if done is None and len(body) <= LARGE_BODY_BYTES:
+        done = await parse_and_score(request, whole)
+    if done is not None:
+        served, lists, options, content = done
     else:
-        done = await parse_and_score(request, whole) if len(body) <= LARGE_BODY_BYTES else None
-        if done is not None:
-            served, lists, options, content = done
-        else:
-            served, lists, options = await python_work(request, decode, body_size=len(body))
-            content = None
-            if not options.explains:
-                scored = await scoring(request, score(served, options), lists.features, lists.offsets)
-                content = answer(served, lists, options, scored)
+        served, lists, options = await python_work(request, decode, body_size=len(body))
+        if not options.explains:
+            scored = await scoring(request, score(served, options), lists.features, lists.offsets)
+            content = answer(served, lists, options, scored)
     if content is None:  # explanations: in their own lane
         content = await explain_work(request, explained_answer, served, lists, options)
     metrics.count_documents(served.name, lists.n_documents)

@@ -192,7 +192,10 @@ def test_ready_means_every_worker(served_dir: Path, tmp_path: Path) -> None:
             assert r.status_code == 503 and r.json()["status"] == "failed", r.text
             why = f"worker {other.pid} failed to load it: model 'default' v2 cannot be loaded: bad"
             assert why in r.json()["detail"], r.text
-            publish_worker(state, other.pid, {"default": "v2"}, {})
+            publish_worker(state, other.pid, {"default": "v2"}, {})  # serves, kernels still warming
+            r = c.get("/ready")
+            assert r.status_code == 503 and "1 of 2 workers" in r.json()["detail"], r.text
+            publish_worker(state, other.pid, {"default": "v2"}, {}, warm=True)
             r = c.get("/ready")
             assert r.status_code == 200 and (r.json()["workers_serving"], r.json()["workers_total"]) == (2, 2), r.text
             other.kill()
@@ -206,8 +209,10 @@ def test_ready_means_every_worker(served_dir: Path, tmp_path: Path) -> None:
 
 
 def wait_for_worker_file(state: Path) -> None:
-    """Until this process (the app's only worker here) has loaded the default model and said so."""
-    while not any(v.get("default") for v in (st["serving"] for st in live_workers(state).values())):
+    """Until this process (the app's only worker here) has loaded the default model and warmed every
+    kernel, and said so."""
+    while not any(st["serving"].get("default") and st.get("kernels", {}).get("state") == "warm"
+                  for st in live_workers(state).values()):
         threading.Event().wait(0.02)
 
 

@@ -310,9 +310,9 @@ def test_a_broken_manifest_is_a_clear_error_read_once(store: Store, tmp_path: Pa
     reads: list[Path] = []
     original = registry_module.load_model
 
-    def spy(path: Any, *args: Any) -> Any:
+    def spy(path: Any, *args: Any, **kwargs: Any) -> Any:
         reads.append(Path(path))
-        return original(path, *args)
+        return original(path, *args, **kwargs)
 
     monkeypatch.setattr(registry_module, "load_model", spy)
     with ready_client(Settings(models_dir=models, default_model="default")) as c:

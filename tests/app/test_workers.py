@@ -332,6 +332,9 @@ def test_a_restarted_worker_serves_the_pinned_version(two_workers: tuple[str, Pa
         # ... and is again once it serves: the pinned v1, not the newest (broken) v9 on disk
         new = wait_for(lambda: len(now := worker_pids(models)) == 2 and victim not in now and now, "a replacement")
         assert all(v == {"default": "v1"} for v in new.values()), new
+        # ready once the replacement has warmed every kernel too (tunemix.warmup), then steadily
+        wait_for(lambda: httpx.get(url + "/ready", headers={"Connection": "close"}).status_code == 200,
+                 "/ready 200 once the replacement is warm")
         for _ in range(6):
             r = httpx.get(url + "/ready", headers={"Connection": "close"}, timeout=None)
             assert r.status_code == 200 and r.json()["version"] == "v1", r.text

@@ -102,7 +102,7 @@ def test_pickled_npz_is_refused(tmp_path: Path) -> None:
     raw = (v / "arrays.npz").read_bytes()
     manifest["arrays"].update(sha256=hashlib.sha256(raw).hexdigest(), bytes=len(raw), keys=["w"])
     (v / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(ArtifactError, match="cannot read arrays"):
+    with pytest.raises(ArtifactError, match=r"dtype \|O is not allowed"):
         load_artifact(v)
 
 

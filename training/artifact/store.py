@@ -6,6 +6,17 @@ and size of ``arrays.npz``, so a truncated or altered file is reported as such i
 half-read. Saving writes into a temporary sibling directory and renames it into place at the
 end, so an interrupted save (Ctrl-C, a crash, a full disk) never leaves a half-written version.
 
+Limits, checked before any array is read (an artifact is untrusted bytes: a version directory
+may be copied in from anywhere): the manifest at most ``MAX_MANIFEST_BYTES``; ``arrays.npz`` at
+most ``MAX_ARRAY_MEMBERS`` members whose uncompressed sizes (the zip's central directory) add up
+to at most ``max_bytes`` (``MAX_ARRAYS_BYTES`` by default; the service passes
+``TUNEMIX_MAX_ARTIFACT_BYTES``); every member a ``.npy`` whose header (read by numpy's
+``read_magic`` / ``read_array_header_*`` from the member's stream) declares a boolean, integer or
+floating dtype and a shape whose bytes, after the header, are exactly the member's uncompressed
+size. A zip bomb (12.7 MB inflating to 3 GiB) or a header declaring shape (4e9,) is refused with
+an :class:`ArtifactError` naming the member, before memory is asked for; the zip reader never
+inflates a member past its declared size.
+
 Nested parameters that mix numbers and arrays (a calibrator's ``to_params()``, say) are stored
 with :func:`split_arrays`: every array is replaced in the JSON by ``{"$array": "<key>"}`` and
 saved under that key in the ``.npz``; :func:`join_arrays` puts them back.
@@ -38,6 +49,15 @@ ARRAYS = "arrays.npz"
 _VERSION_RE = re.compile(r"v([0-9]{1,9})")  # fullmatch: v1, v2, ... (ASCII digits)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 REQUIRED_KEYS = ("schema_version", "name", "version", "n_features", "arrays")
+#: bytes of ``manifest.json`` at most
+MAX_MANIFEST_BYTES = 16 * 2**20
+#: uncompressed bytes of all arrays of a version together, by default (a model trained here on
+#: 136 features with 640 members takes under 2 MiB)
+MAX_ARRAYS_BYTES = 256 * 2**20
+#: members of ``arrays.npz`` at most
+MAX_ARRAY_MEMBERS = 10_000
+#: dtype kinds an array may have: boolean, signed and unsigned integers, floating point
+ARRAY_KINDS = "biuf"
 
 
 class ArtifactError(ValueError):
@@ -266,11 +286,64 @@ def _check_manifest_types(manifest: dict[str, Any], mpath: Path) -> None:
                                 f"not {type(value).__name__}")
 
 
-def load_artifact(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Read and check a version directory; return (manifest, arrays). Never unpickles."""
+def check_npz_members(apath: Path, max_bytes: int = MAX_ARRAYS_BYTES) -> int:
+    """Check ``arrays.npz`` against the limits (module docstring) without reading any array;
+    return the uncompressed bytes of its members. ArtifactError naming the member otherwise."""
+    try:
+        with zipfile.ZipFile(apath) as zf:
+            infos = zf.infolist()
+            if len(infos) > MAX_ARRAY_MEMBERS:
+                raise ArtifactError(f"{apath}: {len(infos)} members; at most {MAX_ARRAY_MEMBERS}")
+            total = sum(i.file_size for i in infos)
+            if total > max_bytes:
+                raise ArtifactError(f"{apath}: the arrays inflate to {total} bytes; the limit is {max_bytes} "
+                                    "(TUNEMIX_MAX_ARTIFACT_BYTES)")
+            for info in infos:
+                _check_npy_header(zf, info, apath)
+    except (OSError, zipfile.BadZipFile, EOFError) as exc:
+        raise ArtifactError(f"{apath}: cannot read the zip directory ({exc})") from None
+    return total
+
+
+def _check_npy_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo, apath: Path) -> None:
+    where = f"{apath}: member {info.filename!r}"
+    if not info.filename.endswith(".npy") or info.is_dir():
+        raise ArtifactError(f"{where} is not a .npy array")
+    with zf.open(info) as fp:
+        try:
+            major, minor = np.lib.format.read_magic(fp)
+            if (major, minor) == (1, 0):
+                shape, _fortran, dtype = np.lib.format.read_array_header_1_0(fp)
+            elif (major, minor) in ((2, 0), (3, 0)):
+                shape, _fortran, dtype = np.lib.format.read_array_header_2_0(fp)
+            else:
+                raise ValueError(f"unknown .npy format version {major}.{minor}")
+        except (ValueError, TypeError, SyntaxError, EOFError, OSError, zipfile.BadZipFile) as exc:
+            raise ArtifactError(f"{where}: unreadable .npy header ({exc})") from None
+        header_end = fp.tell()
+    if dtype.hasobject or dtype.kind not in ARRAY_KINDS or dtype.fields is not None:
+        raise ArtifactError(f"{where}: dtype {dtype.str} is not allowed (boolean, integer or float arrays only)")
+    count = 1
+    for dim in shape:
+        if not isinstance(dim, int) or dim < 0:
+            raise ArtifactError(f"{where}: bad shape {shape!r}")
+        count *= dim
+    declared = count * dtype.itemsize
+    if header_end + declared != info.file_size:
+        raise ArtifactError(f"{where}: the header declares shape {shape} of {dtype.str} ({declared} bytes) but the "
+                            f"member holds {info.file_size - header_end} bytes of data")
+
+
+def load_artifact(
+    path: str | os.PathLike[str], *, max_bytes: int = MAX_ARRAYS_BYTES
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Read and check a version directory; return (manifest, arrays). Never unpickles; checks the
+    limits of the module docstring (``max_bytes``: the arrays' uncompressed total) first."""
     d = Path(path)
     mpath = d / MANIFEST
     try:
+        if mpath.stat().st_size > MAX_MANIFEST_BYTES:
+            raise ArtifactError(f"{mpath}: {mpath.stat().st_size} bytes; a manifest has at most {MAX_MANIFEST_BYTES}")
         manifest = json.loads(mpath.read_text())
     except FileNotFoundError:
         raise ArtifactError(f"{d}: no {MANIFEST}; not a model artifact") from None
@@ -296,6 +369,7 @@ def load_artifact(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[st
         raise ArtifactError(f"{apath}: size {size} bytes, the manifest says {info.get('bytes')} (truncated?)")
     if sha256_file(apath) != info.get("sha256"):
         raise ArtifactError(f"{apath}: SHA-256 does not match the manifest (corrupt or modified)")
+    check_npz_members(apath, max_bytes)
     try:
         with np.load(apath, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}

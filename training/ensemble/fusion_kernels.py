@@ -269,30 +269,31 @@ def comb_scores(
 # ------------------------------------------------------------------ Condorcet fusion
 
 
-@njit(cache=True, nogil=True)
-def _pairwise_wins(member_scores: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """wins[i, j] = number of members scoring document lo+i strictly above lo+j."""
-    size = hi - lo
-    n_members = member_scores.shape[1]
-    wins = np.zeros((size, size), dtype=np.int64)
-    for m in range(n_members):
-        for i in range(size):
-            si = member_scores[lo + i, m]
-            for j in range(size):
-                if si > member_scores[lo + j, m]:
-                    wins[i, j] += 1
-    return wins
+@njit(cache=True, nogil=True, inline="always")
+def _margin(member_scores: np.ndarray, a: int, b: int) -> int:
+    """wins[a, b] - wins[b, a]: members scoring row a strictly above row b, minus the reverse."""
+    net = 0
+    for m in range(member_scores.shape[1]):
+        sa = member_scores[a, m]
+        sb = member_scores[b, m]
+        if sa > sb:
+            net += 1
+        elif sb > sa:
+            net -= 1
+    return net
 
 
 @njit(cache=True, nogil=True)
-def _weak_majority_components(wins: np.ndarray) -> np.ndarray:
-    """Strongly connected components of the "not beaten by majority" graph, ranked.
+def _weak_majority_components(member_scores: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Strongly connected components of the "not beaten by majority" graph of rows lo:hi, ranked.
 
-    Arc i -> j (i != j) iff wins[i, j] >= wins[j, i]. Every pair has an arc, so the
+    Arc i -> j (i != j) iff wins[i, j] >= wins[j, i], i.e. ``_margin(i, j) >= 0``, computed when
+    the search looks at the arc (no n x n matrix: O(n) memory). Every pair has an arc, so the
     components form a chain; returns for each document its component's position in that
-    chain (0 = top). Iterative Tarjan, which emits components sinks first.
+    chain (0 = top). Iterative Tarjan, which emits components sinks first; each vertex scans
+    its candidate successors once, so at most n^2 margins of M members each: O(n^2 M) time.
     """
-    n = wins.shape[0]
+    n = hi - lo
     index = np.full(n, -1, dtype=np.int64)
     low = np.zeros(n, dtype=np.int64)
     on_stack = np.zeros(n, dtype=np.bool_)
@@ -320,7 +321,8 @@ def _weak_majority_components(wins: np.ndarray) -> np.ndarray:
             w = call_next[depth]
             advanced = False
             while w < n:
-                if w != v and wins[v, w] >= wins[w, v]:
+                if w != v and (index[w] == -1 or (on_stack[w] and index[w] < low[v])) \
+                        and _margin(member_scores, lo + v, lo + w) >= 0:
                     if index[w] == -1:
                         call_next[depth] = w + 1
                         depth += 1
@@ -334,8 +336,7 @@ def _weak_majority_components(wins: np.ndarray) -> np.ndarray:
                         on_stack[w] = True
                         advanced = True
                         break
-                    elif on_stack[w] and index[w] < low[v]:
-                        low[v] = index[w]
+                    low[v] = index[w]
                 w += 1
             if advanced:
                 continue
@@ -369,6 +370,11 @@ def condorcet_scores(member_scores: np.ndarray, query_offsets: np.ndarray) -> np
     are ordered inside by Borda count, net(d) = sum_{d'} (wins[d, d'] - wins[d', d]) (equal to
     twice the Borda count with tied documents sharing points, minus a constant), then by
     input position. Returns n_q - position (position 0 = top), which reproduces that order.
+
+    Cost per query of n documents and M members: O(n^2 M) time (the majority relation is
+    computed pair by pair as the component search needs it) and O(n M) memory, no n x n
+    matrix: net(d) = sum_m (n - 2 #{d': s_m(d') > s_m(d)} - #{d': s_m(d') = s_m(d)}) comes
+    from one merge sort per member, O(M n log n).
     """
     n, n_members = member_scores.shape
     out = np.zeros(n, dtype=np.float64)
@@ -379,16 +385,17 @@ def condorcet_scores(member_scores: np.ndarray, query_offsets: np.ndarray) -> np
         size = hi - lo
         if size <= 0:
             continue
-        wins = _pairwise_wins(member_scores, lo, hi)
-        comp = _weak_majority_components(wins)
+        comp = _weak_majority_components(member_scores, lo, hi)
+        net = np.zeros(size, dtype=np.int64)
+        for m in range(n_members):
+            n_greater, n_equal = _tie_groups(np.ascontiguousarray(member_scores[lo:hi, m]))
+            for i in range(size):
+                net[i] += size - 2 * n_greater[i] - n_equal[i]
         span = 2 * n_members * size + 1
         key = np.empty(size, dtype=np.int64)
         for i in range(size):
-            net = 0
-            for j in range(size):
-                net += wins[i, j] - wins[j, i]
             # smaller key ranks first: component position, then larger net, then index
-            key[i] = comp[i] * span + (n_members * size - net)
+            key[i] = comp[i] * span + (n_members * size - net[i])
         order = np.argsort(key, kind="mergesort")
         for p in range(size):
             out[lo + order[p]] = float(size - p)

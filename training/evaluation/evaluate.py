@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from training.deadline import check_deadline
-from training.evaluation import kernels
+from training.evaluation import kernels, ranking_kernels
 from training.evaluation.conventions import METRIC_CODES, Convention, get_convention
 from training.evaluation.measures import Measure, parse_measures
 
@@ -387,11 +387,38 @@ def _single_document_warning(conv: Convention, prep: _Prepared, measures: list[M
     )
 
 
-def _values(prep: _Prepared, conv: Convention, measure: Measure,
+def _ranking(
+    prep: _Prepared, conv: Convention, measures: list[Measure]
+) -> tuple[npt.NDArray[np.int64], list[str]]:
+    """Each query ranked once for all ``measures`` (the longest prefix any of them reads), and a
+    warning naming the ranx queries whose tie order could not follow numba's quicksort within
+    its cost bound (see :mod:`.ranking_kernels`)."""
+    prefix = 1
+    for m in measures:
+        cutoff = conv.ndcg_cutoff(m) or 0
+        full = METRIC_CODES[m.name] in (kernels.AP, kernels.MEANNDCG) or cutoff <= 0
+        prefix = max(prefix, prep.max_n if full else cutoff)
+    order, fallback = ranking_kernels.rank_queries(
+        prep.scores, prep.tiebreak, conv.tie_code(), prep.offsets, prefix
+    )
+    warnings: list[str] = []
+    tied = np.flatnonzero(fallback == 2)
+    if tied.size:
+        warnings.append(
+            f"{conv.name}: {tied.size} queries (first: {_query_name(int(tied[0]), prep.qids)}) list "
+            "their scores in an order on which numba's quicksort, ranx's sort, takes quadratic time; "
+            "they were ranked by a merge sort instead, so their tied scores keep input order, "
+            "which may differ from ranx's order of those ties"
+        )
+    return order, warnings
+
+
+def _values(prep: _Prepared, conv: Convention, measure: Measure, order: npt.NDArray[np.int64],
             tables: dict[tuple[Any, ...], Any] | None = None) -> npt.NDArray[np.float64]:
-    """One measure's per-query values. ``tables``: the lookup tables already built for ``prep``
-    under ``conv`` (filled here): each is built once per evaluation, not once per measure (a
-    label of a million and a thousand measures would otherwise build a billion entries)."""
+    """One measure's per-query values, read from ``order`` (:func:`_ranking`). ``tables``: the
+    lookup tables already built for ``prep`` under ``conv`` (filled here): each is built once
+    per evaluation, not once per measure (a label of a million and a thousand measures would
+    otherwise build a billion entries)."""
     tables = {} if tables is None else tables
     max_label = prep.max_label
 
@@ -410,8 +437,7 @@ def _values(prep: _Prepared, conv: Convention, measure: Measure,
     out: npt.NDArray[np.float64] = kernels.query_values(
         prep.labels,
         prep.scores,
-        prep.tiebreak,
-        conv.tie_code(),
+        order,
         conv.average_ties,
         prep.offsets,
         METRIC_CODES[measure.name],
@@ -479,13 +505,15 @@ def evaluate(
     mean: dict[str, float] = {}
     derived: dict[str, bool] = {}
     tables: dict[tuple[Any, ...], Any] = {}
+    order, rank_warnings = _ranking(prep, conv, ms)
+    warnings.extend(rank_warnings)
     for m in ms:
         check_deadline(f"evaluation under {conv.name}, before {m}")
         key = str(m)
         note = conv.extension_note(m)
         if note is not None:
             warnings.append(note)
-        vals = _values(prep, conv, m, tables)
+        vals = _values(prep, conv, m, order, tables)
         per_query[key] = vals
         mean[key] = float(kernels.mean_of_values(vals))
         derived[key] = not conv.is_native(m)
@@ -523,4 +551,5 @@ def mean_metric(
     m = Measure.parse(measure)
     _check_supported(conv, [m])
     prep = _prepare(labels, scores, query_offsets, conv, docids, None, validate=validate)
-    return float(kernels.mean_of_values(_values(prep, conv, m)))
+    order, _ = _ranking(prep, conv, [m])
+    return float(kernels.mean_of_values(_values(prep, conv, m, order)))

@@ -4,19 +4,16 @@ Inputs are the project's flat layout (docs/architecture.md)::
 
     labels        int32   (n,)            graded relevance, already validated (>= 0)
     scores        float64 (n,)            higher ranks first (trec: already rounded to float32)
-    tiebreak      int64   (n,) or (0,)    trec: docid rank, the larger id ranks first on ties
+    order         int64   (n,)            per query, its ranked rows (ranking_kernels.rank_queries)
     query_offsets int64   (n_queries+1,)  query q owns rows query_offsets[q]:query_offsets[q+1]
 
 Example: three queries with 2, 3 and 1 documents have ``query_offsets = [0, 2, 5, 6]``.
 
 Everything convention-specific arrives as lookup tables indexed by label (``gain``, ``rel``,
 ``err_r``) or by 0-based rank (``disc``) plus a few integer codes (see conventions.py), so the
-loop below exists once. Ranking order: score descending; ``tie_mode`` decides equal scores:
-
-- ``TIE_STABLE`` (0): the earlier row first (a stable sort);
-- ``TIE_DOCID`` (1): the document with the larger ``tiebreak`` first (trec: docid strcmp);
-- ``TIE_QUICKSORT`` (2): the order of numba's ``np.argsort`` (an unstable quicksort) of the
-  negated scores of the query's rows, which is how ranx sorts a run (``sort_dict_by_value``).
+loop below exists once. The ranking (score descending, ties by the convention's rule) is
+computed once per query by :func:`.ranking_kernels.rank_queries`, with an O(n log n) worst case,
+and read here by every measure.
 
 With ``average_ties`` every per-document quantity of a rank (gain, relevance, ERR stopping
 probability) is replaced by its mean over all documents of the query with the same score,
@@ -42,6 +39,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from training.evaluation import ranking_kernels
+
 DCG = 0
 NDCG = 1
 ERR = 2
@@ -49,103 +48,11 @@ PREC = 3
 AP = 4
 MEANNDCG = 5
 
-TIE_STABLE = 0
-TIE_DOCID = 1
-TIE_QUICKSORT = 2
-
-# Up to this many ranks, the top of a list is found by insertion into a small buffer
-# (O(n) for random scores); longer prefixes use a full merge sort.
-SELECT_MAX = 32
-
-
-@njit(cache=True, inline="always")
-def _before(scores, tiebreak, tie_mode, i, j):
-    """True when row i ranks strictly before row j (TIE_STABLE or TIE_DOCID)."""
-    si = scores[i]
-    sj = scores[j]
-    if si > sj:
-        return True
-    if si < sj:
-        return False
-    if tie_mode == TIE_DOCID:
-        return tiebreak[i] > tiebreak[j]
-    return i < j
-
-
-@njit(cache=True, nogil=True)
-def _rank_prefix(scores, tiebreak, tie_mode, start, end, m, order, tmp):
-    """Fill order[0:m] with the rows of the first m ranks of rows start:end."""
-    n = end - start
-    if tie_mode == TIE_QUICKSORT:
-        # ranx: np.argsort([-v for v in values]) inside numba (kind "quicksort", not stable).
-        neg = np.empty(n, dtype=np.float64)
-        for i in range(n):
-            neg[i] = -scores[start + i]
-        idx = np.argsort(neg)
-        for r in range(m):
-            order[r] = start + idx[r]
-        return
-    if m <= SELECT_MAX and m < n:
-        # Insertion into a sorted buffer of m rows; ``thr`` is the score of the last one, so
-        # most rows are rejected by one comparison (ties still go to the full comparator).
-        cnt = 0
-        thr = -np.inf
-        for i in range(start, end):
-            si = scores[i]
-            if cnt < m:
-                pos = cnt
-                cnt += 1
-            elif si < thr:
-                continue
-            elif _before(scores, tiebreak, tie_mode, i, order[m - 1]):
-                pos = m - 1
-            else:
-                continue
-            while pos > 0 and _before(scores, tiebreak, tie_mode, i, order[pos - 1]):
-                order[pos] = order[pos - 1]
-                pos -= 1
-            order[pos] = i
-            if cnt == m:
-                thr = scores[order[m - 1]]
-        return
-    # Bottom-up merge sort of all n rows (the comparator is a total order, so it is exact).
-    for i in range(n):
-        order[i] = start + i
-    width = 1
-    src = order
-    dst = tmp
-    in_tmp = False
-    while width < n:
-        lo = 0
-        while lo < n:
-            mid = min(lo + width, n)
-            hi = min(lo + 2 * width, n)
-            a = lo
-            b = mid
-            o = lo
-            while a < mid and b < hi:
-                if _before(scores, tiebreak, tie_mode, src[b], src[a]):
-                    dst[o] = src[b]
-                    b += 1
-                else:
-                    dst[o] = src[a]
-                    a += 1
-                o += 1
-            while a < mid:
-                dst[o] = src[a]
-                a += 1
-                o += 1
-            while b < hi:
-                dst[o] = src[b]
-                b += 1
-                o += 1
-            lo = hi
-        src, dst = dst, src
-        in_tmp = not in_tmp
-        width *= 2
-    if in_tmp:
-        for i in range(n):
-            order[i] = tmp[i]
+# Tie modes and the ranking itself: :mod:`.ranking_kernels` (each query ranked once).
+TIE_STABLE = ranking_kernels.TIE_STABLE
+TIE_DOCID = ranking_kernels.TIE_DOCID
+TIE_QUICKSORT = ranking_kernels.TIE_QUICKSORT
+SELECT_MAX = ranking_kernels.SELECT_MAX
 
 
 @njit(cache=True, nogil=True)
@@ -171,9 +78,10 @@ def _ideal_gains(labels, gain, start, end, m, out):
     buf = np.empty(n, dtype=np.float64)
     for i in range(n):
         buf[i] = gain[labels[start + i]]
-    buf.sort()
+    # merge sort: numba's default quicksort is quadratic on adversarial orders
+    idx = np.argsort(buf, kind="mergesort")
     for r in range(m):
-        out[r] = buf[n - 1 - r]
+        out[r] = buf[idx[n - 1 - r]]
 
 
 @njit(cache=True, nogil=True)
@@ -210,10 +118,11 @@ def _rank_values(labels, scores, table, average_ties, start, end, m, order, out)
 
 @njit(cache=True, nogil=True)
 def _query_value(
-    labels, scores, tiebreak, tie_mode, average_ties, start, end, metric, cutoff, short_rule,
-    p_rule, empty_value, gain, disc, rel, err_r, order, tmp, ideal, vals,
+    labels, scores, average_ties, start, end, metric, cutoff, short_rule, p_rule, empty_value,
+    gain, disc, rel, err_r, order, ideal, vals,
 ):
-    """The value of one measure on the query owning rows start:end (see module docstring)."""
+    """The value of one measure on the query owning rows start:end (see module docstring);
+    ``order[0:m]`` holds the rows of its first m ranks (:func:`.ranking_kernels.rank_queries`)."""
     n = end - start
     k = cutoff if cutoff > 0 else n
     m = min(k, n)
@@ -223,7 +132,6 @@ def _query_value(
                 return np.nan
             if short_rule == 2:
                 return 0.0
-        _rank_prefix(scores, tiebreak, tie_mode, start, end, m, order, tmp)
         _rank_values(labels, scores, gain, average_ties, start, end, m, order, vals)
         dcg = 0.0
         for r in range(m):
@@ -238,7 +146,6 @@ def _query_value(
             return empty_value
         return dcg / best
     if metric == ERR:
-        _rank_prefix(scores, tiebreak, tie_mode, start, end, m, order, tmp)
         _rank_values(labels, scores, err_r, average_ties, start, end, m, order, vals)
         p = 1.0
         s = 0.0
@@ -250,7 +157,6 @@ def _query_value(
     if metric == PREC:
         if n < k and p_rule == 2:
             return np.nan
-        _rank_prefix(scores, tiebreak, tie_mode, start, end, m, order, tmp)
         _rank_values(labels, scores, rel, average_ties, start, end, m, order, vals)
         hits = 0.0
         for r in range(m):
@@ -259,7 +165,6 @@ def _query_value(
             return hits / m
         return hits / k
     if metric == AP:
-        _rank_prefix(scores, tiebreak, tie_mode, start, end, n, order, tmp)
         _rank_values(labels, scores, rel, average_ties, start, end, n, order, vals)
         n_rel = 0
         for i in range(start, end):
@@ -274,7 +179,6 @@ def _query_value(
                 total += vals[r] * hits / (r + 1)
         return total / n_rel
     # MEANNDCG
-    _rank_prefix(scores, tiebreak, tie_mode, start, end, n, order, tmp)
     _rank_values(labels, scores, gain, average_ties, start, end, n, order, vals)
     _ideal_gains(labels, gain, start, end, n, ideal)
     dcg = 0.0
@@ -292,10 +196,13 @@ def _query_value(
 
 @njit(cache=True, nogil=True)
 def query_values(
-    labels, scores, tiebreak, tie_mode, average_ties, query_offsets, metric, cutoff, short_rule,
-    p_rule, empty_value, gain, disc, rel, err_r,
+    labels, scores, order, average_ties, query_offsets, metric, cutoff, short_rule, p_rule,
+    empty_value, gain, disc, rel, err_r,
 ):
-    """Per-query values of one measure (float64, NaN = the tool has no value)."""
+    """Per-query values of one measure (float64, NaN = the tool has no value).
+
+    ``order``: :func:`.ranking_kernels.rank_queries`'s ranking, whose prefix covers the ranks
+    this measure reads (its cut-off; AP and MeanNDCG the whole list)."""
     nq = query_offsets.shape[0] - 1
     out = np.empty(nq, dtype=np.float64)
     max_n = 1
@@ -303,15 +210,14 @@ def query_values(
         size = query_offsets[q + 1] - query_offsets[q]
         if size > max_n:
             max_n = size
-    order = np.empty(max_n, dtype=np.int64)
-    tmp = np.empty(max_n, dtype=np.int64)
     ideal = np.empty(max_n, dtype=np.float64)
     vals = np.empty(max_n, dtype=np.float64)
     for q in range(nq):
+        lo = query_offsets[q]
+        hi = query_offsets[q + 1]
         out[q] = _query_value(
-            labels, scores, tiebreak, tie_mode, average_ties, query_offsets[q],
-            query_offsets[q + 1], metric, cutoff, short_rule, p_rule, empty_value, gain, disc,
-            rel, err_r, order, tmp, ideal, vals,
+            labels, scores, average_ties, lo, hi, metric, cutoff, short_rule, p_rule,
+            empty_value, gain, disc, rel, err_r, order[lo:hi], ideal, vals,
         )
     return out
 

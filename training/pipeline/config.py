@@ -69,6 +69,7 @@ from typing import Any
 
 from training.calibration.registry import DEFAULT_CALIBRATORS
 from training.data.normalization import VIEWS
+from training.pipeline.names import name_problem
 
 BACKENDS = ("loky", "threads", "dask", "ray", "sequential")
 DEFAULT_CHECKPOINTS = [10, 30, 100, 300, 1000]
@@ -114,12 +115,14 @@ class DataConfig:
     feature_names: list[str] | str | None = None
 
 
-def resolve_feature_names(d: DataConfig, n_features: int) -> list[str]:
-    """The names of the ``n_features`` columns: ``[data] feature_names`` (a list, or a file of one
-    name per line) or f1, f2, ...; ConfigError naming the file and line of a bad name."""
+def read_feature_names(d: DataConfig) -> list[str] | None:
+    """``[data] feature_names`` read and checked name by name (``training.pipeline.names``:
+    1-200 printable characters, no repeats), or None when not given; ConfigError naming the file
+    and line (or list index) of a bad name. Called when the configuration is read, so a name
+    that cannot be written is refused before any training."""
     spec = d.feature_names
     if spec is None:
-        return [f"f{j + 1}" for j in range(n_features)]
+        return None
     where = "[data] feature_names"
     if isinstance(spec, str):
         try:
@@ -133,11 +136,20 @@ def resolve_feature_names(d: DataConfig, n_features: int) -> list[str]:
         names, places = list(spec), [f"{where}[{i}]" for i in range(len(spec))]
     seen: dict[str, str] = {}
     for name, place in zip(names, places, strict=True):
-        _require(bool(name) and len(name) <= 200 and name.isprintable(),
-                 f"{place}: a feature name must be 1-200 printable characters, got {name!r}")
+        problem = name_problem(name)
+        _require(problem is None, f"{place}: {problem}: {name!r}")
         _require(name not in seen, f"{place}: feature name {name!r} repeats {seen.get(name)}")
         seen[name] = place
-    _require(len(names) == n_features, f"{where}: {len(names)} names for {n_features} features")
+    return names
+
+
+def resolve_feature_names(d: DataConfig, n_features: int) -> list[str]:
+    """The names of the ``n_features`` columns: ``[data] feature_names`` (a list, or a file of one
+    name per line; :func:`read_feature_names`) or f1, f2, ..."""
+    names = read_feature_names(d)
+    if names is None:
+        return [f"f{j + 1}" for j in range(n_features)]
+    _require(len(names) == n_features, f"[data] feature_names: {len(names)} names for {n_features} features")
     return names
 
 
@@ -321,6 +333,7 @@ def validate(cfg: TrainConfig, *, require_data: bool = True) -> TrainConfig:
         _require(len(d.synthetic.docs_per_query) in (1, 2), "[data.synthetic] docs_per_query must be [n] or [lo, hi]")
     if d.train is not None:
         _require(d.vali is not None, "[data] vali is required with train (the mixer is tuned on it)")
+    read_feature_names(d)  # every name checked now, the count once the data are read
     m = cfg.members
     for v in m.views:
         _require(v in VIEWS, f"[members] views: unknown view {v!r}; expected one of {', '.join(VIEWS)}")

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from training.data.dataset import RankingData
+from training.pipeline.names import md_text, plot_text
 from training.scoring.ensemble_model import EnsembleModel
 from training.scoring.explanation import Explanation, explain_rows
 
@@ -135,23 +136,26 @@ def explanation_lines(record: dict[str, Any]) -> list[str]:
               f"contribution over the top {ex['top_per_query']} documents of {ex['queries']} {ex['split']} queries "
               f"({ex['documents']} documents; {exact} exact).", "",
               "| feature | mean abs. contribution |", "|---|---|"]
-    lines += [f"| {r['feature']} | {r['mean_abs_contribution']:.4f} |" for r in ex["importance"]]
+    lines += [f"| {md_text(r['feature'])} | {r['mean_abs_contribution']:.4f} |" for r in ex["importance"]]
     lines += ["", "![importance](importance.png)", ""]
     if "example" in ex:
         e = ex["example"]
-        lines += [f"**The top document of query {e['qid']}** (`{e['docid']}`): score {e['score']:.4f} = "
-                  f"{e['baseline']:.4f} from the rest of the list (what the query's median document would "
-                  f"score in its place) + the contributions below + {e['rest']:.4f} from the other features.", "",
+        lines += [f"**The top document of query {md_text(e['qid'])}** ({md_text(e['docid'])}): score "
+                  f"{e['score']:.4f} = {e['baseline']:.4f} from the rest of the list (what the query's median "
+                  f"document would score in its place) + the contributions below + {e['rest']:.4f} from the other "
+                  "features.", "",
                   "| feature | value | contribution |", "|---|---|---|"]
-        lines += [f"| {c['feature']} | {c['value']:.4g} | {c['contribution']:+.4f} |" for c in e["contributions"]]
+        lines += [f"| {md_text(c['feature'])} | {c['value']:.4g} | {c['contribution']:+.4f} |"
+                  for c in e["contributions"]]
         lines.append("")
     if "pair" in ex:
         p = ex["pair"]
-        lines += [f"**Why `{p['a']}` is above `{p['b']}`** (query {p['qid']}): score difference "
+        a, b = md_text(p["a"]), md_text(p["b"])
+        lines += [f"**Why {a} is above {b}** (query {md_text(p['qid'])}): score difference "
                   f"{p['score_difference']:+.4f} = the contributions below + {p['rest']:+.4f} from the other features"
                   + (f" + {p['baseline']:+.4f} from the rest of the list" if p["baseline"] != 0.0 else "") + ".", "",
-                  f"| feature | `{p['a']}` | `{p['b']}` | contribution to the difference |", "|---|---|---|---|"]
-        lines += [f"| {c['feature']} | {c['value_a']:.4g} | {c['value_b']:.4g} | {c['contribution']:+.4f} |"
+                  f"| feature | {a} | {b} | contribution to the difference |", "|---|---|---|---|"]
+        lines += [f"| {md_text(c['feature'])} | {c['value_a']:.4g} | {c['value_b']:.4g} | {c['contribution']:+.4f} |"
                   for c in p["contributions"]]
         lines.append("")
     return lines
@@ -166,7 +170,9 @@ def importance_plot(record: dict[str, Any]) -> Any:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 0.25 * len(rows) + 1.2))
-    ax.barh([r["feature"] for r in rows][::-1], [r["mean_abs_contribution"] for r in rows][::-1])
+    # positions, not category names: two names equal after escaping stay two bars
+    ax.barh(range(len(rows)), [r["mean_abs_contribution"] for r in rows][::-1])
+    ax.set_yticks(range(len(rows)), [plot_text(r["feature"]) for r in rows][::-1])
     ax.set_xlabel("mean |contribution| to the score")
     ax.set_title(f"Feature importance: top {ex['top_per_query']} documents of {ex['queries']} {ex['split']} queries")
     return fig

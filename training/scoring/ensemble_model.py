@@ -46,7 +46,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from training.artifact.store import ArtifactError, join_arrays, load_artifact, resolve_artifact, split_arrays
+from training.artifact.store import (
+    MAX_ARRAYS_BYTES,
+    ArtifactError,
+    join_arrays,
+    load_artifact,
+    resolve_artifact,
+    split_arrays,
+)
 from training.calibration.base import Calibrator
 from training.calibration.expected_relevance import OrdinalCalibrator, ordinal_probabilities
 from training.calibration.registry import calibrator_from_params
@@ -577,14 +584,18 @@ def prune(model: EnsembleModel) -> EnsembleModel:
                          members=new_members, mixer=mixer, linear=linear)
 
 
-def load_model(path: str | Path, name: str | None = None) -> tuple[EnsembleModel, dict[str, Any]]:
+def load_model(
+    path: str | Path, name: str | None = None, *, max_bytes: int = MAX_ARRAYS_BYTES
+) -> tuple[EnsembleModel, dict[str, Any]]:
     """Load a model version directory (or the latest version of ``name`` under a models directory).
 
-    Returns (model, manifest). Never executes code from the files; any inconsistency raises
+    Returns (model, manifest). ``max_bytes``: the arrays' uncompressed total at most
+    (:func:`~training.artifact.store.load_artifact` checks it before reading any array). Never
+    executes code from the files; any inconsistency raises
     :class:`~training.artifact.store.ArtifactError`.
     """
     version_dir = resolve_artifact(path, name)
-    manifest, arrays = load_artifact(version_dir)
+    manifest, arrays = load_artifact(version_dir, max_bytes=max_bytes)
     where = f"{version_dir.parent.name}/{version_dir.name}"
     if not isinstance(manifest.get("model"), dict):
         raise ArtifactError(f"{where}: the manifest has no 'model' section (an object)")

@@ -1,0 +1,63 @@
+"""Rewrite a saved version's ``arrays.npz`` (members replaced or added, raw bytes) and fix its
+manifest's checksum, as an attacker who can write the models directory would: the checksum then
+passes and only the limits of ``training.artifact.store`` stand in the way."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from training.artifact.store import ARRAYS, MANIFEST, sha256_file
+
+
+def npy_header(shape: tuple[int, ...], dtype: str = "<f8") -> bytes:
+    """The magic string and a version 1.0 header declaring ``shape`` and ``dtype``."""
+    import io
+
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": dtype, "fortran_order": False, "shape": shape})
+    return buf.getvalue()  # write_array_header_1_0 writes the magic string too
+
+
+def rewrite(version_dir: Path, replace: dict[str, bytes] | None = None, *,
+            bomb: tuple[str, int] | None = None) -> None:
+    """Replace members by raw bytes; ``bomb=(name, n)``: replace that member by a deflated .npy of
+    n zero bytes (uint8), streamed, so n may be far larger than memory."""
+    replace = replace or {}
+    src = version_dir / ARRAYS
+    tmp = version_dir / "arrays.tmp"
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(tmp, "w") as zout:
+        for info in zin.infolist():
+            name = info.filename
+            if bomb is not None and name == bomb[0]:
+                member = zipfile.ZipInfo(name)
+                member.compress_type = zipfile.ZIP_DEFLATED
+                with zout.open(member, "w", force_zip64=True) as fh:
+                    fh.write(npy_header((bomb[1],), "|u1"))
+                    chunk = bytes(1 << 24)
+                    left = bomb[1]
+                    while left:
+                        fh.write(chunk[: min(left, len(chunk))])
+                        left -= min(left, len(chunk))
+            elif name in replace:
+                zout.writestr(name, replace[name])
+            else:
+                zout.writestr(info, zin.read(name))
+    tmp.replace(src)
+    manifest = json.loads((version_dir / MANIFEST).read_text())
+    manifest["arrays"].update(sha256=sha256_file(src), bytes=src.stat().st_size)
+    (version_dir / MANIFEST).write_text(json.dumps(manifest))
+
+
+def first_member(version_dir: Path, dtype: str = "<f8") -> str:
+    """The name of the first member holding ``dtype``."""
+    with zipfile.ZipFile(version_dir / ARRAYS) as zf:
+        for info in zf.infolist():
+            with zf.open(info) as fp:
+                np.lib.format.read_magic(fp)
+                if np.lib.format.read_array_header_1_0(fp)[2].str == dtype:
+                    return info.filename
+    raise AssertionError(f"no {dtype} member")

@@ -1,0 +1,139 @@
+"""Issue 37, reproduction 9: names from data and configuration (feature names, qids, docids) are
+written as literal text in report.md and the plots, and a name that cannot be is refused when the
+configuration is read, before any training."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from markdown_it import MarkdownIt
+
+from training.pipeline.config import ConfigError, load_config
+from training.pipeline.importance import explanation_lines, importance_plot
+from training.pipeline.names import MAX_NAME_LENGTH, md_text, plot_text
+from training.pipeline.train import train
+
+HOSTILE = ["$\\foo$", "<img src=x onerror=alert(1)>", "a|b", "`tick`", "*em* _u_ [l](http://x) #h",
+           "back\\slash", "$5 and $6", "ünï cödé ✓"]
+
+CONFIG = """
+name = "names"
+seed = 1
+[data]
+feature_names = {names}
+[data.synthetic]
+queries = [20, 8, 8]
+docs_per_query = [5, 9]
+features = {n}
+levels = 3
+seed = 4
+[members]
+views = ["raw"]
+label_groupings = ["original"]
+calibrators = ["shift"]
+[[members.adaboost]]
+base = "tree"
+n_leaves = 3
+n_iterations = 4
+checkpoints = [4]
+[run]
+backend = "sequential"
+[relevance]
+enabled = false
+"""
+
+
+def _toml_list(names: list[str]) -> str:
+    import json
+
+    return json.dumps(names)  # a JSON list of strings is a TOML array of basic strings
+
+
+def _cells(md: str) -> list[list[str]]:
+    """The text of every table cell, per row, as GitHub-flavoured Markdown renders it."""
+    tokens = MarkdownIt("commonmark").enable("table").parse(md)
+    rows, row = [], None
+    for t in tokens:
+        if t.type == "tr_open":
+            row = []
+        elif t.type == "inline" and row is not None:
+            row.append("".join(c.content for c in t.children or [] if c.type in ("text", "code_inline")))
+        elif t.type == "tr_close":
+            rows.append(row)
+            row = None
+    return rows
+
+
+def test_md_text_renders_every_hostile_name_literally_in_one_cell() -> None:
+    md = "| feature | value |\n|---|---|\n" + "".join(f"| {md_text(n)} | 1 |\n" for n in HOSTILE)
+    rows = _cells(md)
+    assert rows[1:] == [[n, "1"] for n in HOSTILE]
+    html = MarkdownIt("commonmark").enable("table").render(md)
+    assert "<img" not in html and "<em>" not in html and "<a " not in html and "<code>" not in html
+    assert md_text("a\x1bb\u2028") == "a\\u001bb\\u2028"
+
+
+def test_plot_text_draws_mathtext_names_literally() -> None:
+    record = {"explanations": {"top_per_query": 5, "queries": 3, "split": "test",
+                               "importance": [{"feature": n, "mean_abs_contribution": 1.0 / (i + 1)}
+                                              for i, n in enumerate(HOSTILE)]}}
+    fig = importance_plot(record)
+    fig.savefig(io.BytesIO(), format="png")  # mathtext would raise on $\foo$ here
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels == [plot_text(n) for n in HOSTILE][::-1]
+    assert plot_text("$\\foo$") == "\\$\\foo\\$"
+
+
+def test_the_explanation_section_escapes_qids_docids_and_features() -> None:
+    contributions = [{"feature": n, "value": 1.0, "value_a": 1.0, "value_b": 0.0, "contribution": 0.1}
+                     for n in HOSTILE]
+    record = {"explanations": {
+        "reference": "the median", "top_per_query": 5, "queries": 3, "split": "test", "documents": 15,
+        "exact_share": 1.0, "budget": 100,
+        "importance": [{"feature": n, "mean_abs_contribution": 0.5} for n in HOSTILE],
+        "example": {"qid": "q|1", "docid": "<b>d</b>", "score": 1.0, "baseline": 0.5, "rest": 0.0,
+                    "contributions": contributions},
+        "pair": {"qid": "`q`", "a": "a|b", "b": "$x$", "score_difference": 0.1, "baseline": 0.0, "rest": 0.0,
+                 "contributions": contributions}}}
+    md = "\n".join(explanation_lines(record))
+    rows = _cells(md)
+    assert all(len(r) == len(rows[0]) or len(r) in (3, 4) for r in rows)
+    assert [r[0] for r in rows if len(r) == 2][1:] == HOSTILE
+    assert ["feature", "a|b", "$x$", "contribution to the difference"] in rows
+    html = MarkdownIt("commonmark").enable("table").render(md)
+    assert "<b>" not in html and "<img src=x" not in html
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("a\x07b", "printable characters only"),
+    ("", "must not be empty"),
+    ("x" * (MAX_NAME_LENGTH + 1), f"at most {MAX_NAME_LENGTH} characters"),
+    ("line\u2028break", "printable characters only"),
+])
+def test_a_bad_name_is_refused_when_the_config_is_read(tmp_path: Path, name: str, message: str) -> None:
+    names = ["f1", name, "f3"]
+    (tmp_path / "c.toml").write_text(CONFIG.format(names=_toml_list(names), n=3))
+    with pytest.raises(ConfigError, match=r"\[data\] feature_names\[1\]: a feature name .*" + message):
+        load_config(tmp_path / "c.toml")
+
+
+def test_a_repeated_name_in_a_file_is_refused_with_its_line(tmp_path: Path) -> None:
+    (tmp_path / "names.txt").write_text("a\nb\na\n")
+    (tmp_path / "c.toml").write_text(CONFIG.format(names='"names.txt"', n=3))
+    with pytest.raises(ConfigError, match=r"names.txt, line 3: feature name 'a' repeats .*line 1"):
+        load_config(tmp_path / "c.toml")
+
+
+def test_reproduction_9_hostile_names_train_and_are_written_literally(tmp_path: Path) -> None:
+    (tmp_path / "c.toml").write_text(CONFIG.format(names=_toml_list(HOSTILE), n=len(HOSTILE)))
+    cfg = load_config(tmp_path / "c.toml", {"run.models_dir": str(tmp_path / "models")})
+    out = train(cfg, progress=False)
+    path = Path(out.path)
+    assert (path / "importance.png").stat().st_size > 1000
+    md = (path / "report.md").read_text()
+    html = MarkdownIt("commonmark").enable("table").render(md)
+    assert "<img src=x" not in html
+    shown = {r[0] for r in _cells(md) if len(r) == 2}
+    assert set(HOSTILE) <= shown
