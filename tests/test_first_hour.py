@@ -240,3 +240,40 @@ def test_serve_listens_on_loopback_unless_told(monkeypatch: pytest.MonkeyPatch, 
     assert main(["serve", "--models-dir", str(tmp_path)]) == 0
     assert main(["serve", "--models-dir", str(tmp_path), "--host", "::1"]) == 0
     assert seen == ["127.0.0.1", "127.0.0.2", "::1"]
+
+
+# ---------------------------------------------------------------- where the data are expected
+def test_the_mq2008_config_follows_tunemix_shared_data(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from training.pipeline.config import load_config, shared_data_dir
+
+    monkeypatch.setenv("TUNEMIX_SHARED_DATA", str(tmp_path / "elsewhere"))
+    cfg = load_config(ROOT / "configs" / "mq2008.toml")
+    assert cfg.data.train == str(tmp_path / "elsewhere" / "MQ2008" / "Fold1" / "train.txt")
+    monkeypatch.delenv("TUNEMIX_SHARED_DATA")
+    assert shared_data_dir() == ROOT.parent / "shared" / "data"
+    assert load_config(ROOT / "configs" / "mq2008.toml").data.test == \
+        str(ROOT.parent / "shared" / "data" / "MQ2008" / "Fold1" / "test.txt")
+
+
+def test_train_without_the_data_says_where_it_is_expected(tmp_path: Path) -> None:
+    import os
+
+    env = {**os.environ, "TUNEMIX_SHARED_DATA": str(tmp_path / "absent")}
+    proc = cli("train", "--config", str(ROOT / "configs" / "mq2008.toml"), "--models-dir", str(tmp_path / "m"),
+               env=env)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"[data] train = {tmp_path / 'absent' / 'MQ2008' / 'Fold1' / 'train.txt'}: no such file" in proc.stderr
+    assert "TUNEMIX_SHARED_DATA" in proc.stderr and "tunemix demo" in proc.stderr
+
+
+def test_bench_defaults_without_the_data_stops_before_any_fit(monkeypatch: pytest.MonkeyPatch,
+                                                              tmp_path: Path) -> None:
+    from bench import defaults
+
+    monkeypatch.setattr(defaults, "SHARED_DATA", tmp_path)
+    monkeypatch.setattr(defaults, "run", lambda *a, **k: pytest.fail("fitted without the data"))
+    with pytest.raises(SystemExit, match=r"15 data file\(s\) missing.*TUNEMIX_SHARED_DATA.*synthetic-mslr"):
+        defaults.main(["--datasets", "mq2008", "--out", str(tmp_path / "d.json")])
+    with pytest.raises(SystemExit, match="unknown data set"):
+        defaults.main(["--datasets", "mq2009", "--out", str(tmp_path / "d.json")])
+    defaults.check_data(["synthetic-mslr"])  # generated: nothing to find

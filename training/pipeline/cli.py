@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from training.pipeline.config import BACKENDS, load_config
+from training.pipeline.report_remarks import feature_label
 
 #: the default model's configuration, shipped inside the package (an installed wheel has it too)
 DEFAULT_CONFIG = Path(__file__).resolve().parent / "default.toml"
@@ -87,12 +88,14 @@ def _summary(outcome: Any) -> str:
     for split, table in rec["evaluation"].items():
         ens = table["ensemble"][m["convention"]].get(m["measure"])
         best = table["best_member"][m["convention"]].get(m["measure"])
-        lines.append(f"  {split}: ensemble {m['measure']} = {ens:.4f}, best single member = {best:.4f}")
+        lines.append(f"  {split}: ensemble {m['measure']} = {ens:.4f}, best single member = {best:.4f}"
+                     + (" (the ensemble is below it: see the report's remark)" if ens < best else ""))
     for row in rec["mixer_comparison"]:
         lines.append(f"    {row['mixer']:>15}: test {m['measure']} = {row.get('test_' + m['measure']):.4f}")
     bf = rec.get("best_feature")
     if bf and "test" in bf:
-        lines.append(f"  best single feature: {bf['feature']} ({bf['sign']}), test {m['measure']} = {bf['test']:.4f}")
+        lines.append(f"  best single feature: {feature_label(rec, bf['feature'])} ({bf['sign']}), "
+                     f"test {m['measure']} = {bf['test']:.4f}")
     types = rec.get("member_types", [])
     if len(types) > 1:
         subsets = {r["members"]: r for r in rec.get("mix_by_member_type", [])}

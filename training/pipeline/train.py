@@ -37,7 +37,7 @@ from training.ensemble.registry import make_mixer
 from training.evaluation import CONVENTION_NAMES, evaluate, mean_metric
 from training.learners.label_groups import get_grouping, groupings_for
 from training.pipeline.auto import DataShape, apply_auto
-from training.pipeline.config import TrainConfig, resolve_feature_names
+from training.pipeline.config import TrainConfig, missing_data_message, resolve_feature_names
 from training.pipeline.importance import explanation_summary
 from training.pipeline.member_types import (
     CalibrationResult,
@@ -107,6 +107,9 @@ def load_data(cfg: TrainConfig) -> tuple[dict[str, RankingData], list[dict[str, 
                     "features": v.n_features} for k, v in sets.items()]
         return sets, records
     assert d.train is not None and d.vali is not None  # validated by the config
+    for role, path in (("train", d.train), ("vali", d.vali), ("test", d.test)):
+        if path is not None and not Path(path).exists():  # before any work, saying where data belong
+            raise FileNotFoundError(missing_data_message(path, f"[data] {role}"))
     train = read_svmlight(d.train)
     sets = {"train": train, "vali": read_svmlight(d.vali, n_features=train.n_features)}
     records = [_file_record("train", d.train, train), _file_record("vali", d.vali, sets["vali"])]
@@ -477,8 +480,9 @@ def fit_head(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, served: dic
                              "member can be reused")
         # one LightGBM thread per model, as the McRank members train (processes run them side by side)
         with parallel_backend(cfg.run.backend, cfg.run.n_jobs, cfg.run.scheduler) as n_jobs:
+            reused_note = f", {len(fitted)} McRank members reused: {len(jobs) + len(fitted)} in all" if fitted else ""
             fitted += run_parallel([joblib.delayed(fit_head_model)(*args) for args in jobs], n_jobs,
-                                   f"relevance head: {len(jobs)} models", progress)
+                                   f"relevance head: {len(jobs)} models to train{reused_note}", progress)
         model.relevance_head, recalibration = assemble_head(fitted, prep.n_labels, h, prep.vali, served["vali"],
                                                             cfg.seed)
     except ValueError as exc:
