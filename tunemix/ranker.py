@@ -97,6 +97,10 @@ class TuneMixRanker:
         from training.pipeline.train import train
 
         set_openmp_wait_policy()  # before numba's first parallel launch (training.scoring.runtime)
+        if self.progress:  # a cold numba cache: compile once, saying so (training.pipeline.warm)
+            from training.pipeline.warm import ensure_warm
+
+            ensure_warm()
         cfg = self._config()
         if feature_names is None and hasattr(X, "columns") and all(isinstance(c, str) for c in X.columns):
             feature_names = list(X.columns)

@@ -37,6 +37,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     demo.add_argument("--no-progress", action="store_true", help="no progress bars")
     demo.set_defaults(func=run_demo)
 
+    warm = subparsers.add_parser(
+        "warm", help="compile the numba kernels of training and scoring once (or load them from the cache)",
+        description="Compile every numba kernel of training and scoring (or load it from numba's disk cache, "
+                    "NUMBA_CACHE_DIR), saying how long it took: a fresh install's first fit otherwise pays it "
+                    "unannounced. tunemix train and demo run it first when the cache is cold.",
+    )
+    warm.add_argument("--if-cold", action="store_true",
+                      help="only when the cache does not hold this install's kernels yet (what make serve runs)")
+    warm.set_defaults(func=run_warm)
+
 
 def _add_overrides(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train", help="training data file")
@@ -106,18 +116,40 @@ def _summary(outcome: Any) -> str:
             lines.append(f"  {row['type']:>12}: {row['members']} members, best validation {m['measure']} = "
                          f"{best}, {'-' if share is None else f'{100 * share:.1f}%'} of the weight"
                          + ("" if alone is None else f", mixed alone: test {alone:.4f}"))
+    comp = rec.get("numba_compile") or {}
+    if comp.get("total_s", 0.0) >= 1.0:
+        stages = ", ".join(f"{k} {v:.1f} s" for k, v in sorted(comp.get("by_stage", {}).items(), key=lambda kv: -kv[1]))
+        lines.append(f"  of the {rec['timings']['total_s']:.1f} s, {comp['total_s']:.1f} s were numba compiling "
+                     f"kernels or loading them from its cache ({stages}); a warm cache skips that")
     lines.append(f"  report: {outcome.path / 'report.md'}")
     return "\n".join(lines) + "\n"
 
 
 def run_train(args: argparse.Namespace) -> int:
     from training.pipeline.train import train
+    from training.pipeline.warm import ensure_warm
 
     cfg = load_config(args.config, _overrides(args))
     if cfg.data.train is None and cfg.data.synthetic is None:
         raise ValueError("no training data: give --train/--vali (and --test) or a config with [data]")
+    for path in (cfg.data.train, cfg.data.vali, cfg.data.test):  # a missing file before the warm-up
+        if path is not None and not Path(path).exists():
+            from training.pipeline.config import missing_data_message
+
+            raise FileNotFoundError(missing_data_message(path, "data file"))
+    ensure_warm()
     outcome = train(cfg, progress=not args.no_progress)
     sys.stdout.write(_summary(outcome))
+    return 0
+
+
+def run_warm(args: argparse.Namespace) -> int:
+    from training.pipeline.warm import cache_dir, is_warm, warm
+
+    if args.if_cold and is_warm():
+        sys.stdout.write(f"tunemix warm: the kernels are compiled already (cache {cache_dir()})\n")
+        return 0
+    warm()
     return 0
 
 
@@ -130,7 +162,10 @@ def run_demo(args: argparse.Namespace) -> int:
     if existing is not None and not args.retrain:
         sys.stdout.write(f"model {args.name!r} already trained: {existing} (use --retrain for a new version)\n")
         return 0
+    from training.pipeline.warm import ensure_warm
+
     cfg = load_config(args.config, {"name": args.name, "run.models_dir": args.models_dir})
+    ensure_warm()
     files = {k: args.data_dir / f"{k}.txt" for k in ("train", "vali", "test")}
     if not all(f.exists() for f in files.values()):
         if cfg.data.synthetic is None:

@@ -22,6 +22,7 @@ from training.artifact.store import json_safe
 from training.pipeline.importance import explanation_lines, importance_plot
 from training.pipeline.report_remarks import (
     TRAIN_ERROR_NOTE,
+    compile_lines,
     ensemble_below_best_member,
     feature_label,
     train_error_cell,
@@ -126,6 +127,7 @@ def render_markdown(record: dict[str, Any]) -> str:
     lines += [*ensemble_below_best_member(record), ""]
     lines.append("## Timings (seconds)")
     lines += [f"- {k}: {v:.1f}" for k, v in record["timings"].items()]
+    lines += compile_lines(record)
     lines += ["", *explanation_lines(record)]
     lines += ["", "![omega](omega.png)", "![ndcg](ndcg_by_convention.png)", "![grid](grid.png)"]
     if (record.get("relevance_head") or {}).get("reliability_relevant"):

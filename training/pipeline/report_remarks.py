@@ -73,3 +73,15 @@ def without_float32_noise(obj: Any) -> Any:
                 else float(np.format_float_scientific(f32, unique=True))
             return short if np.float32(short) == f32 else obj
     return obj
+
+
+def compile_lines(record: dict[str, Any]) -> list[str]:
+    """The timings' share of numba compiling (or loading compiled kernels from its cache), so that
+    a first run's slow stages are not read as work."""
+    comp = record.get("numba_compile")
+    if not comp:
+        return []
+    stages = ", ".join(f"{k} {v:.1f}" for k, v in sorted(comp.get("by_stage", {}).items(), key=lambda kv: -kv[1]))
+    return ["", f"Of these, {comp['total_s']:.1f} s were numba compiling kernels or loading them from its disk cache "
+                f"in this process{f' ({stages})' if stages else ''}: a first run on a cold cache pays it once "
+                "(`tunemix warm` does so ahead); worker processes compile or load on their own."]
