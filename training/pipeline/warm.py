@@ -12,11 +12,12 @@ stamp in the cache so that later runs know the cache is warm:
 - ``tunemix train``/``demo`` and ``TuneMixRanker.fit(progress=True)`` run it first, with a
   message, when the stamp is absent (``TUNEMIX_AUTO_WARM=0`` turns that off).
 
-How: one small fit in this process (``backend = "sequential"``) with every member type of
-``configs/mq2008.toml`` (AdaBoost.MH trees and products on the three views and both label
-groupings, McRank multi-class and ordinal, LambdaMART, the linear SVM, the best single feature)
-and the default calibrator pool, its report's explanations, the relevance head, then the model's
-one-thread and parallel scoring paths (``EnsembleModel.warm_up``) and the LETOR reader. A kernel
+How: one small fit in this process (``backend = "sequential"``, ``WARM_TABLES``) with every
+member type of ``configs/mq2008.toml`` (AdaBoost.MH trees on the three views and products, every
+label grouping of 5-grade data, McRank multi-class and ordinal, LambdaMART, the linear SVM, the
+best single feature) and the default calibrator pool, the mixers compared, the relevance head,
+then the model's one-thread and parallel scoring paths (``EnsembleModel.warm_up``) and the LETOR
+reader. A kernel
 first called by the fit in a worker process (``backend = "loky"``) then loads from the disk cache
 there instead of compiling.
 
@@ -46,24 +47,30 @@ log = logging.getLogger(__name__)
 
 STAMP = "tunemix-warm.json"
 
-#: every member type of configs/mq2008.toml at a few iterations (the kernels, not the model, matter)
+#: Every member type of configs/mq2008.toml at a few iterations (the kernels, not the model,
+#: matter) on 5-grade data with every label grouping: the boosting and scoring kernels take the
+#: class count K as a tuple's length, so each K in 1..5 is a specialisation of its own (grow_tree,
+#: fit_product, the forest pass: LambdaMART's K = 1, binary 2, three-level 3, four 4, five 5),
+#: and data of up to five grades meets no kernel the warm-up did not compile. One snapshot per run
+#: and a one-model relevance head: the calibrators' and the head's kernels, not their number.
 WARM_TABLES: dict[str, Any] = {
     "name": "warm-up",
     "seed": 0,
-    "data": {"synthetic": {"queries": [30, 12, 10], "docs_per_query": [6, 24], "features": 8, "levels": 3,
+    "data": {"synthetic": {"queries": [24, 10, 8], "docs_per_query": [6, 20], "features": 6, "levels": 5,
                            "noise": 0.3, "seed": 0}},
     "members": {
-        "views": ["raw", "raw+std", "raw+white"], "label_groupings": ["all"], "best_feature": True,
-        "adaboost": [{"base": "tree", "n_leaves": [8], "n_iterations": 6, "checkpoints": [3, 6]},
-                     {"base": "product", "n_terms": [3], "n_iterations": 6, "checkpoints": [3, 6]}],
-        "mcrank": [{"variant": ["multiclass", "ordinal"], "n_leaves": [8], "learning_rate": 0.1, "n_iterations": 6,
-                    "checkpoints": [3, 6], "views": ["raw"], "label_groupings": ["original"]}],
-        "lambdamart": [{"n_leaves": [8], "learning_rate": 0.1, "n_iterations": 6, "checkpoints": [3, 6],
-                        "views": ["raw"]}],
-        "svm": [{"C": [1.0], "views": ["raw"], "label_groupings": ["original"]}],
+        "views": ["raw"], "label_groupings": ["all"], "best_feature": True,
+        "adaboost": [{"base": "tree", "n_leaves": [8], "n_iterations": 4, "checkpoints": [4],
+                      "views": ["raw", "raw+std", "raw+white"]},
+                     {"base": "product", "n_terms": [3], "n_iterations": 4, "checkpoints": [4]}],
+        "mcrank": [{"variant": ["multiclass", "ordinal"], "n_leaves": [8], "learning_rate": 0.1, "n_iterations": 4,
+                    "checkpoints": [4], "label_groupings": ["original"]}],
+        "lambdamart": [{"n_leaves": [8], "learning_rate": 0.1, "n_iterations": 4, "checkpoints": [4]}],
+        "svm": [{"C": [1.0], "label_groupings": ["original"]}],
     },
     "mixer": {"name": "exp_forecaster", "measure": "ndcg@10", "convention": "yahoo", "snapshots": "tune",
               "tune_on": "validation", "rescale": "zscore_query", "tie_tolerance": "one_se"},
+    "relevance": {"n_leaves": [4], "min_data_in_leaf": [20], "max_iterations": 20, "patience": 5},
     "run": {"backend": "sequential", "n_jobs": 1, "report_plots": False},
 }
 
@@ -118,6 +125,30 @@ class CompileClock(event.Listener):
                 self.seconds += time.perf_counter() - self._t0
 
 
+class KernelCompileLog(event.Listener):
+    """Seconds of each compilation from scratch (numba's ``numba:compile`` events: not cache
+    loads), per ``module.kernel(signature)``; a kernel that calls others includes their time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seconds: dict[str, float] = {}
+        self._open: dict[int, tuple[str, float]] = {}
+        self._lock = threading.Lock()
+
+    def on_start(self, ev: Any) -> None:
+        data = ev.data or {}
+        disp = data.get("dispatcher")
+        name = f"{getattr(disp, '__module__', '?')}.{getattr(disp, '__name__', '?')}"
+        key = f"{name}({', '.join(str(a) for a in data.get('args', ()))})"
+        with self._lock:
+            self._open[id(ev.data)] = (key, time.perf_counter())
+
+    def on_end(self, ev: Any) -> None:
+        with self._lock:
+            key, t0 = self._open.pop(id(ev.data), ("?", time.perf_counter()))
+            self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - t0
+
+
 @contextmanager
 def compile_clock() -> Iterator[CompileClock]:
     """``with compile_clock() as cc: ...`` then ``cc.seconds``."""
@@ -127,6 +158,17 @@ def compile_clock() -> Iterator[CompileClock]:
         yield cc
     finally:
         event.unregister("numba:compiler_lock", cc)
+
+
+@contextmanager
+def kernel_compile_log() -> Iterator[KernelCompileLog]:
+    """``with kernel_compile_log() as k: ...`` then ``k.seconds`` (per kernel and signature)."""
+    k = KernelCompileLog()
+    event.register("numba:compile", k)
+    try:
+        yield k
+    finally:
+        event.unregister("numba:compile", k)
 
 
 def kernel_specialisations() -> dict[str, dict[str, int]]:
@@ -171,7 +213,7 @@ def warm(out: Any = None) -> dict[str, Any]:
               f"the cache in {where} (a fresh install takes a few minutes, a warm cache seconds) ...\n")
     out.flush()
     t0 = time.perf_counter()
-    with compile_clock() as cc:
+    with compile_clock() as cc, kernel_compile_log() as kernels:
         cfg = load_config(None, tables=WARM_TABLES)
         outcome = train(cfg, progress=False, save=False)
         model = outcome.model
@@ -201,8 +243,9 @@ def warm(out: Any = None) -> dict[str, Any]:
     out.flush()
     several = {k: v for k, v in kernel_specialisations().items() if v["signatures"] > 1}
     log.debug("kernels compiled for several signatures: %s", several)
+    slowest = dict(sorted(kernels.seconds.items(), key=lambda kv: -kv[1])[:25])
     return {"seconds": seconds, "compile_s": cc.seconds, "compiled": compiled, "loaded": loaded,
-            "cache_dir": str(where), "several_signatures": several}
+            "cache_dir": str(where), "several_signatures": several, "slowest_compilations_s": slowest}
 
 
 def ensure_warm(out: Any = None) -> dict[str, Any] | None:
