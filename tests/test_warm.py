@@ -96,3 +96,13 @@ def test_the_record_separates_numba_compile_time() -> None:
     assert comp["total_s"] >= 0.0 and set(comp["by_stage"]) <= set(ranker.record_["timings"])
     assert all(v <= ranker.record_["timings"][k] + 1e-6 for k, v in comp["by_stage"].items())
     assert "numba compiling kernels" in render_markdown(ranker.record_)
+
+
+def test_no_warm_up_where_numba_cannot_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A read-only cache (an installed package in a container, its __pycache__ not writable):
+    numba compiles in each process anyway, so a warm-up would only add its own time."""
+    monkeypatch.setattr(warm_module, "cache_dir", lambda: tmp_path / "cache")
+    monkeypatch.setenv("TUNEMIX_AUTO_WARM", "1")
+    monkeypatch.setattr(warm_module, "warm", lambda out=None: pytest.fail("warmed a cache numba cannot write"))
+    monkeypatch.setattr(warm_module.os, "access", lambda path, mode: False)
+    assert warm_module.ensure_warm(io.StringIO()) is None

@@ -1,8 +1,10 @@
-"""The ``tunemix`` command line: ``data``, ``evaluate``, ``train``, ``demo``, ``predict``,
-``serve``, ``models``.
+"""The ``tunemix`` command line: ``data``, ``evaluate``, ``train``, ``demo``, ``warm``, ``predict``,
+``explain``, ``serve``, ``models``.
 
 Errors in the user's input (a malformed file, a bad option value) are printed to stderr as one
-line naming the file and line where there is one, with exit code 2.
+line naming the file and line where there is one, with exit code 2; warnings (a file narrower
+than the model) as one line ``tunemix COMMAND: warning: ...``. A reader that closes the pipe early
+(``tunemix predict ... | head``) ends the command quietly (exit 141, as SIGPIPE would).
 """
 
 from __future__ import annotations

@@ -253,6 +253,11 @@ def ensure_warm(out: Any = None) -> dict[str, Any] | None:
     nothing was done. The message says why the first run waits."""
     if os.environ.get("TUNEMIX_AUTO_WARM", "1").strip() == "0" or is_warm():
         return None
+    where = cache_dir()
+    existing = next((p for p in (where, *where.parents) if p.exists()), None)
+    if existing is None or not os.access(existing, os.W_OK):  # numba cannot cache here: warming buys nothing
+        log.info("numba cache %s is not writable: no warm-up (each process compiles what it calls)", where)
+        return None
     out = out or sys.stderr
     out.write("tunemix: the numba cache is cold (first run of this install): compiling the kernels before the fit; "
               "`tunemix warm` does this ahead of time (TUNEMIX_AUTO_WARM=0 skips it)\n")

@@ -843,10 +843,11 @@ def run_on_threads(n_items: int, big_enough: bool, serial: Callable[[], object],
 _scoring_threads = 0  # 0: every numba thread (NUMBA_NUM_THREADS); set by the service per worker
 _parallel_min_documents: int | None = None  # None: the library's floor (``library_parallel_min_documents``)
 
-#: The library's floor when nothing set one: a call scoring fewer documents stays on one thread.
-#: Measured (bench/bench_first_hour.py, the MQ2008 ensemble): one 100-document list beside two busy
-#: CPU burners on 2 cores took a median 34 ms on two threads against 1.55 ms on one (a parallel
-#: launch waits for a core the burners hold); the service's rule for shared cores, the same number.
+#: The library's floor when nothing set one: a call scoring fewer documents stays on one thread,
+#: the service's rule for shared cores (``app.settings.SHARED_PARALLEL_MIN_DOCUMENTS``), the same
+#: number. One 100-document MQ2008 list beside two CPU burners on 2 cores (bench/results/
+#: library_predict.json, load 17): median 1.31 ms on one thread against 115 ms on both (a parallel
+#: launch waits for a core the burners hold); LightGBM's predict 58.4 ms in the same run.
 LIBRARY_PARALLEL_MIN_DOCUMENTS = 256
 
 
