@@ -132,11 +132,11 @@ def run_train(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, _overrides(args))
     if cfg.data.train is None and cfg.data.synthetic is None:
         raise ValueError("no training data: give --train/--vali (and --test) or a config with [data]")
-    for path in (cfg.data.train, cfg.data.vali, cfg.data.test):  # a missing file before the warm-up
-        if path is not None and not Path(path).exists():
+    for role, path in (("train", cfg.data.train), ("vali", cfg.data.vali), ("test", cfg.data.test)):
+        if path is not None and not Path(path).exists():  # a missing file before the warm-up
             from training.pipeline.config import missing_data_message
 
-            raise FileNotFoundError(missing_data_message(path, "data file"))
+            raise FileNotFoundError(missing_data_message(path, f"[data] {role}"))
     ensure_warm()
     outcome = train(cfg, progress=not args.no_progress)
     sys.stdout.write(_summary(outcome))
