@@ -7,12 +7,13 @@ MODEL  ?= default
 PORT   ?= 8000
 export NUMBA_CACHE_DIR ?= $(CURDIR)/.venv/numba-cache
 
-.PHONY: serve test lint typecheck pytest bench train-default clean help docker-test fuzz test-boundscheck
+.PHONY: serve test lint typecheck pytest bench train-default warm clean help docker-test fuzz test-boundscheck
 
 help:
 	@echo "make serve   - install, train the default model if models/ has none, serve it on :$(PORT)"
 	@echo "make test    - install with dev extras, run ruff, mypy and pytest"
 	@echo "make bench   - run the benchmarks in bench/ (JSON in bench/results/)"
+	@echo "make warm    - compile the numba kernels once (make serve and make test do it first)"
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -26,7 +27,12 @@ $(VENV)/.stamp-dev: pyproject.toml | $(VENV)/bin/python
 	$(PIP) install --quiet -e ".[dev,bench]"
 	@touch $@ $(VENV)/.stamp-train
 
-train-default: $(VENV)/.stamp-train
+# numba compiles every kernel of training and scoring once, saying so and how long it took (a cache
+# that already holds them: nothing to do); the compiled code stays in NUMBA_CACHE_DIR
+warm: $(VENV)/.stamp-train
+	$(VENV)/bin/tunemix warm --if-cold
+
+train-default: warm
 	$(VENV)/bin/tunemix demo --models-dir models --name $(MODEL)
 
 serve: train-default
@@ -41,7 +47,7 @@ typecheck: $(VENV)/.stamp-dev
 
 # One BLAS thread per process: the suite's many small solves are several times slower when
 # OpenBLAS threads fight over 2 cores.
-pytest: $(VENV)/.stamp-dev
+pytest: $(VENV)/.stamp-dev warm
 	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 $(VENV)/bin/pytest -q
 
 test: lint typecheck pytest test-boundscheck

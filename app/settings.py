@@ -26,7 +26,8 @@ class Settings(BaseSettings):
     default_model: str = Field("default", description="model served when a request names none")
     preload: list[str] = Field(default_factory=list,
                                description="further model names loaded at start-up (JSON list)")
-    host: str = "0.0.0.0"
+    host: str = Field("127.0.0.1", description="address to listen on: loopback unless told otherwise (the "
+                                            "container image sets 0.0.0.0, its network being the boundary)")
     port: int = Field(8000, ge=1, le=65535)
     workers: int | None = Field(
         None, ge=1, le=64, description="uvicorn worker processes of `python -m app` (default: one per usable core)")

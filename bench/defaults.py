@@ -89,6 +89,31 @@ def synthetic_mslr_splits(train_queries: int = 250, seed: int = 0) -> list[dict[
     return [mslr_shaped_sets({"train": train_queries, "vali": 60, "test": 100}, seed)]
 
 
+def data_files(name: str) -> list[Path]:
+    """The files a data set's splits read (none for generated data)."""
+    if name == "mq2008":
+        return [SHARED_DATA / "MQ2008" / f"Fold{k}" / f"{part}.txt" for k in range(1, 6)
+                for part in ("train", "vali", "test")]
+    if name == "mslr-sample":
+        root = SHARED_DATA / "MSLR-WEB10K-sample"
+        return [root / "msn1.fold1.train.5k.txt", root / "msn1.fold1.test.5k.txt"]
+    return []
+
+
+def check_data(datasets: list[str]) -> None:
+    """Before any fit: every data set known and its files present, else SystemExit saying where
+    the data are expected (not a FileNotFoundError after the warm-up)."""
+    unknown = [n for n in datasets if n not in DATASETS]
+    if unknown:
+        raise SystemExit(f"bench.defaults: unknown data set(s) {', '.join(unknown)}; known: {', '.join(DATASETS)}")
+    missing = [p for n in datasets for p in data_files(n) if not p.is_file()]
+    if missing:
+        raise SystemExit(f"bench.defaults: {len(missing)} data file(s) missing, e.g. {missing[0]}. The benchmark "
+                         f"data are expected under {SHARED_DATA} (shared/data beside the repository; set "
+                         "TUNEMIX_SHARED_DATA to their folder), or measure generated data only: "
+                         "--datasets synthetic-mslr")
+
+
 def splits(name: str) -> list[dict[str, RankingData]]:
     return {"mq2008": mq2008_splits, "mslr-sample": mslr_sample_splits,
             "synthetic-mslr": synthetic_mslr_splits}[name]()
@@ -240,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="0,1,2,3,4", help="tunemix's random_state values (the first: row 'tunemix')")
     ap.add_argument("--out", default=str(RESULTS / "defaults.json"))
     args = ap.parse_args(argv)
+    check_data(args.datasets.split(","))
     t0 = time.perf_counter()
     report = run(args.datasets.split(","), args.systems.split(","), args.config,
                  [int(s) for s in args.seeds.split(",")])

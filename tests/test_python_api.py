@@ -67,7 +67,7 @@ def test_fit_without_an_eval_set_holds_queries_out(data: dict[str, Any]) -> None
     x, y, g = data["train"]
     ranker = tunemix.TuneMixRanker(TABLES, n_jobs=1, progress=False).fit(x, y, g)
     assert ranker.n_features_in_ == 6
-    assert np.isfinite(ranker.predict(x[:5])).all()
+    assert np.isfinite(ranker.predict(x[:5], group=[5])).all()
 
 
 def test_the_estimator_contract(fitted: tunemix.TuneMixRanker) -> None:

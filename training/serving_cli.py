@@ -25,6 +25,11 @@ relevance head), under a header line naming the columns. --model is a model name
 --models-dir, or a version or model directory."""
 
 
+#: the forms ``--doc`` accepts, for the help and for every error that cannot find a document
+DOC_FORMS = ("its docid (the line's '# docid = X' comment), Q:N or qid:Q:N (the N-th document of query Q, "
+             "from 1; e.g. 18219:1 or qid:18219:1) or line:N (the file's N-th document)")
+
+
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("predict", help="score a LETOR/SVMlight file with a trained model",
                               description=PREDICT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -51,8 +56,7 @@ def add_parser(subparsers: Any) -> None:
     e.add_argument("--models-dir", default="models", help="where model names are looked up (default: models)")
     e.add_argument("--version", help="a version of the model (default: the latest)")
     e.add_argument("--doc", required=True, action="append",
-                   help="the document: its docid (the line's '# docid = X' comment), qid:N (the N-th document "
-                        "of query qid, from 1) or line:N (the file's N-th document); twice for a pair")
+                   help=f"the document: {DOC_FORMS}; twice for a pair")
     e.add_argument("--qid", help="the query of --doc when a docid occurs in several queries")
     e.add_argument("--top", type=int, default=10, help="contributions shown, largest first (default: 10)")
     e.add_argument("--method", choices=("exact", "shapley"), default="exact",
@@ -75,6 +79,8 @@ def add_parser(subparsers: Any) -> None:
     s = subparsers.add_parser("serve", help="serve the models over HTTP (what `python -m app` does)")
     s.add_argument("--models-dir", help="directory of <name>/vN versions (TUNEMIX_MODELS_DIR)")
     s.add_argument("--model", help="the default model (TUNEMIX_DEFAULT_MODEL)")
+    s.add_argument("--host", help="address to listen on (TUNEMIX_HOST; default 127.0.0.1, this machine only: "
+                                  "0.0.0.0 serves every interface, with nothing in front to authenticate)")
     s.add_argument("--port", type=int, help="port (TUNEMIX_PORT)")
     s.add_argument("--workers", type=int, help="worker processes (TUNEMIX_WORKERS)")
     s.set_defaults(func=run_serve)
@@ -128,7 +134,7 @@ def run_predict(args: argparse.Namespace) -> int:
 
 def run_serve(args: argparse.Namespace) -> int:
     for key, value in (("TUNEMIX_MODELS_DIR", args.models_dir), ("TUNEMIX_DEFAULT_MODEL", args.model),
-                       ("TUNEMIX_PORT", args.port), ("TUNEMIX_WORKERS", args.workers)):
+                       ("TUNEMIX_HOST", args.host), ("TUNEMIX_PORT", args.port), ("TUNEMIX_WORKERS", args.workers)):
         if value is not None:
             os.environ[key] = str(value)
     from app.__main__ import main
@@ -175,6 +181,11 @@ def find_document(data: Any, doc: str, qid: str | None, file: str) -> int:
     N-th document of the file) in ``data``."""
     off, qids = data.query_offsets, [str(q) for q in data.qids]
     head, sep, tail = doc.rpartition(":")
+    if head.startswith("qid:") and sep and tail.isdigit():  # qid:Q:N, as the LETOR line writes the query
+        if head[4:] not in qids:
+            raise ValueError(f"{file}: --doc {doc}: no query {head[4:]!r} in the file ({len(qids)} queries, "
+                             f"e.g. {', '.join(qids[:3])})")
+        head = head[4:]
     if head == "line" and tail.isdigit():
         if not 1 <= int(tail) <= data.n_docs:
             raise ValueError(f"{file}: --doc {doc}: the file has {data.n_docs} documents")
@@ -186,12 +197,14 @@ def find_document(data: Any, doc: str, qid: str | None, file: str) -> int:
             raise ValueError(f"{file}: query {head} has {n} documents; --doc {doc} asks for document {tail}")
         return int(off[q]) + int(tail) - 1
     if data.docids is None:
-        raise ValueError(f"{file}: no '# docid = X' comments; name the document as qid:N (the N-th of query qid)")
+        raise ValueError(f"{file}: --doc {doc}: not a query:position or line:N, and the file has no "
+                         f"'# docid = X' comments; name the document as {DOC_FORMS}")
     rows = [int(r) for r in (data.docids == doc).nonzero()[0]]
     if qid is not None:
         rows = [r for r in rows if qids[int((off <= r).sum()) - 1] == qid]
     if not rows:
-        raise ValueError(f"{file}: no document {doc!r}" + (f" in query {qid}" if qid is not None else ""))
+        raise ValueError(f"{file}: no document {doc!r}" + (f" in query {qid}" if qid is not None else "")
+                         + f"; --doc takes {DOC_FORMS}")
     if len(rows) > 1:
         found = sorted({qids[int((off <= r).sum()) - 1] for r in rows})
         raise ValueError(f"{file}: document {doc!r} occurs in queries {', '.join(found)}: say which with --qid")

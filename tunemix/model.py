@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from training.scoring.explanation import (
     explain_rows,
     manifest_feature_names,
 )
+from training.scoring.runtime import set_openmp_wait_policy
 from tunemix._inputs import features_matrix, query_offsets
 
 PathLike = str | os.PathLike[str]
@@ -63,6 +65,48 @@ class Model:
         return manifest_feature_names(self.manifest, self.n_features)
 
     @property
+    def list_dependent(self) -> tuple[str, ...]:
+        """What makes a document's score depend on the other documents of its query (empty: each
+        document scores alone): query-wise feature views (``raw+std``, ``raw+white``) and a mix
+        that rescales the members' scores per query (``zscore_query``, ``minmax_query``)."""
+        reasons = [f"the query-wise feature view {v}" for v in self.ensemble.extra_views]
+        rescale = getattr(self.ensemble.mixer, "rescale", None)
+        if rescale in ("zscore_query", "minmax_query"):
+            reasons.append(f"the mix's per-query rescaling of member scores ({rescale})")
+        return tuple(reasons)
+
+    def member_table(self) -> list[dict[str, Any]]:
+        """The ensemble's calibrated members as served, in mix order: per member its ``name``,
+        the ``learner`` of its run (``adaboost``, ``lambdamart``, ...), ``view``, label
+        ``grouping``, snapshot ``iterations`` (0 for a linear member), ``calibrator`` and
+        ``weight``: its share of the mix, w_m / sum_j w_j (the exponentially weighted forecaster's
+        weights; None for a mixer without per-member weights). The mixed score is
+        sum_m weight_m * (member m's calibrated score, rescaled per the mix's ``rescale``)."""
+        e = self.ensemble
+        w = e.mix_weights()
+        share = None if w is None or w.shape[0] != len(e.members) or w.sum() <= 0 else w / w.sum()
+        rows = []
+        for j, m in enumerate(e.members):
+            run = e.runs[m.run]
+            learner = run.learner.get("type", "adaboost" if run.kind == "forest" else run.kind)
+            rows.append({"name": m.name, "learner": str(learner), "view": run.view,
+                         "grouping": run.grouping, "iterations": int(m.iterations),
+                         "calibrator": str(getattr(m.calibrator, "name", type(m.calibrator).__name__)),
+                         "weight": None if share is None else float(share[j])})
+        return rows
+
+    def _offsets(self, x: npt.NDArray[np.float32], group: Any, method: str) -> npt.NDArray[np.int64]:
+        """``group``'s query offsets; without ``group``, a warning when several rows would be
+        scored as one query by a model whose scores depend on the query's whole list."""
+        if group is None and x.shape[0] > 1 and self.list_dependent:
+            warnings.warn(
+                f"{method}(X) without group scores all {x.shape[0]} rows as ONE query, but this model's scores "
+                f"depend on each query's whole candidate list ({'; '.join(self.list_dependent)}): pass group= "
+                f"the query sizes (as LightGBM's), or group=[{x.shape[0]}] if the rows really are one query",
+                UserWarning, stacklevel=3)
+        return query_offsets(group, x.shape[0])
+
+    @property
     def members(self) -> list[str]:
         """The names of the ensemble's calibrated members (what the mix weighs)."""
         return [m.name for m in self.ensemble.members]
@@ -72,10 +116,14 @@ class Model:
 
         ``group`` holds the query sizes, as in LightGBM and XGBoost: ``[2, 3]`` means rows 0-1
         are one query and rows 2-4 another (None: all rows are one query). Query-wise feature
-        views standardise each feature within a query, so pass a query's whole candidate list.
+        views standardise each feature within a query, so pass a query's whole candidate list;
+        without ``group``, a model with such parts (``list_dependent``) warns (UserWarning).
+
+        Threads: a call of fewer than ``TUNEMIX_PARALLEL_MIN_DOCUMENTS`` documents (default 256)
+        scores on one thread, as the service does when workers share the cores (docs/library.md).
         """
         x = features_matrix(X, self.n_features)
-        return np.asarray(self.ensemble.score(x, query_offsets(group, x.shape[0])), dtype=np.float64)
+        return np.asarray(self.ensemble.score(x, self._offsets(x, group, "predict")), dtype=np.float64)
 
     def predict_proba(self, X: Any, group: Any = None) -> npt.NDArray[np.float64]:
         """P(y = k) for every row and grade, (n_documents, n_grades): column k is the probability
@@ -84,12 +132,12 @@ class Model:
         P(y >= k). ValueError for a model without a relevance head (trained with ``[relevance]
         enabled = false`` or before the current head existed)."""
         x = features_matrix(X, self.n_features)
-        return self.ensemble.score_and_relevance(x, query_offsets(group, x.shape[0]))[1]
+        return self.ensemble.score_and_relevance(x, self._offsets(x, group, "predict_proba"))[1]
 
     def predict_relevance(self, X: Any, group: Any = None) -> npt.NDArray[np.float64]:
         """The expected grade E[y] of every row, comparable across queries (see ``predict_proba``)."""
         x = features_matrix(X, self.n_features)
-        return self.ensemble.score_and_relevance(x, query_offsets(group, x.shape[0]))[2]
+        return self.ensemble.score_and_relevance(x, self._offsets(x, group, "predict_relevance"))[2]
 
     def explain(self, X: Any, group: Any = None, *, rows: Any = None, reference: Any = "median",
                 method: str = "exact", budget: int = DEFAULT_BUDGET, seed: int = 0) -> Explanation:
@@ -111,7 +159,7 @@ class Model:
         [('f40', 0.31), ('f12', -0.08), ('f3', 0.05)]
         """
         x = features_matrix(X, self.n_features)
-        return explain_rows(self.ensemble, x, query_offsets(group, x.shape[0]), rows, reference=reference,
+        return explain_rows(self.ensemble, x, self._offsets(x, group, "explain"), rows, reference=reference,
                             method=method, budget=budget, seed=seed, feature_names=self.feature_names)
 
     def feature_importances(self, X: Any, group: Any = None) -> npt.NDArray[np.float64]:
@@ -121,7 +169,7 @@ class Model:
         from training.pipeline.importance import global_importance
 
         x = features_matrix(X, self.n_features)
-        return global_importance(self.ensemble, x, query_offsets(group, x.shape[0]))[0]
+        return global_importance(self.ensemble, x, self._offsets(x, group, "feature_importances"))[0]
 
     def explain_pair(self, X: Any, a: int, b: int, group: Any = None, **options: Any) -> PairExplanation:
         """Why row ``a`` is above (or below) row ``b`` of the same query: contributions to
@@ -130,7 +178,7 @@ class Model:
         differ by: what the other documents do to a's score against b's (0 unless the model rescales
         its members per query or has query-wise views)."""
         x = features_matrix(X, self.n_features)
-        return explain_pair(self.ensemble, x, query_offsets(group, x.shape[0]), a, b,
+        return explain_pair(self.ensemble, x, self._offsets(x, group, "explain_pair"), a, b,
                             feature_names=self.feature_names, **options)
 
     def rank(self, X: Any, group: Any = None, ids: Any = None,
@@ -138,7 +186,7 @@ class Model:
         """Each query's documents best first as ``(id, score)`` pairs (ids default to the row's
         position within its query; ties keep the input order); ``top_k`` keeps the best k."""
         x = features_matrix(X, self.n_features)
-        off = query_offsets(group, x.shape[0])
+        off = self._offsets(x, group, "rank")
         scores = self.ensemble.score(x, off)
         if ids is not None and len(ids) != x.shape[0]:
             raise ValueError(f"ids has {len(ids)} entries but X has {x.shape[0]} rows")
@@ -175,6 +223,7 @@ def load(path_or_name: PathLike, *, models_dir: PathLike | None = None, version:
                                     f"(available: {', '.join(list_versions(base, name)) or 'none'})")
         else:
             target = resolve_artifact(base, name)  # the latest version
+    set_openmp_wait_policy()  # before numba's first parallel launch (training.scoring.runtime)
     ensemble, manifest = load_model(target)
     model = Model(ensemble=ensemble, manifest=manifest, path=target)
     model.feature_names  # noqa: B018 (malformed names are an ArtifactError now, not at the first explanation)

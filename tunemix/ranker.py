@@ -16,6 +16,7 @@ import numpy.typing as npt
 
 from training.data.dataset import RankingData
 from training.scoring.explanation import Explanation, PairExplanation
+from training.scoring.runtime import set_openmp_wait_policy
 from tunemix._inputs import features_matrix, grades, query_offsets
 from tunemix.model import Model, PathLike, load
 
@@ -95,6 +96,11 @@ class TuneMixRanker:
         from training.pipeline.config import ConfigError, resolve_feature_names
         from training.pipeline.train import train
 
+        set_openmp_wait_policy()  # before numba's first parallel launch (training.scoring.runtime)
+        if self.progress:  # a cold numba cache: compile once, saying so (training.pipeline.warm)
+            from training.pipeline.warm import ensure_warm
+
+            ensure_warm()
         cfg = self._config()
         if feature_names is None and hasattr(X, "columns") and all(isinstance(c, str) for c in X.columns):
             feature_names = list(X.columns)
@@ -149,6 +155,18 @@ class TuneMixRanker:
     def predict_relevance(self, X: Any, group: Any = None) -> npt.NDArray[np.float64]:
         """The expected grade per row (``Model.predict_relevance``)."""
         return self._check_fitted().predict_relevance(X, group)
+
+    @property
+    def members_(self) -> list[dict[str, Any]]:
+        """The members the fit chose, as served (after the mix dropped the zero-weight ones), in
+        mix order: per member ``name``, ``learner``, ``view``, ``grouping``, ``iterations``,
+        ``calibrator`` and ``weight`` (its share of the mix, the weights adding up to 1;
+        ``Model.member_table``). ``record_["members"]`` has every candidate the mix weighed.
+
+        >>> [(m["name"], round(m["weight"], 3)) for m in ranker.members_][:2]   # doctest: +SKIP
+        [('lambdamart-raw@412/sigmoid', 0.61), ('mcrank-raw@300/isotonic', 0.39)]
+        """
+        return self._check_fitted().member_table()
 
     @property
     def feature_names_(self) -> tuple[str, ...]:

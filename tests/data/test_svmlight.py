@@ -7,7 +7,7 @@ import pytest
 
 from tests.data.naive_svmlight import naive_read
 from training.data.dataset import RankingData
-from training.data.svmlight import DataFormatError, read_svmlight, write_svmlight
+from training.data.svmlight import DataFormatError, DataWidthWarning, read_svmlight, write_svmlight
 from training.data.synthetic import make_synthetic
 
 SAMPLE = """\
@@ -91,9 +91,29 @@ def test_query_file_size_mismatch(tmp_path: Path) -> None:
 
 def test_n_features_pads_and_rejects(tmp_path: Path) -> None:
     path = write(tmp_path, "1 qid:1 2:0.5\n")
-    assert read_svmlight(path, n_features=5).features.shape == (1, 5)
-    with pytest.raises(DataFormatError, match="larger than the declared"):
+    with pytest.warns(DataWidthWarning, match=r"largest feature id is 2 but 5 features are expected") as seen:
+        assert read_svmlight(path, n_features=5).features.shape == (1, 5)
+    assert "features 3-5 are read as 0" in str(seen[0].message) and str(path) in str(seen[0].message)
+    with pytest.raises(DataFormatError, match=r"feature id 2 is larger than the number of features: "
+                                              r"the model takes 1 \(ids 1-1\)"):
         read_svmlight(path, n_features=1)
+
+
+def test_a_file_as_wide_as_the_model_reads_without_a_warning(tmp_path: Path) -> None:
+    import warnings
+
+    path = write(tmp_path, "1 qid:1 2:0.5\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert read_svmlight(path, n_features=2).features.shape == (1, 2)
+        assert read_svmlight(path).features.shape == (1, 2)
+
+
+def test_a_misspelt_qid_is_named_as_such(tmp_path: Path) -> None:
+    path = write(tmp_path, "1 qid:1 1:0.5\n0 qdi:1 1:0.2\n")
+    with pytest.raises(DataFormatError, match=r"unknown key 'qdi' in 'qdi:1' \(did you mean qid:\?\)") as info:
+        read_svmlight(path)
+    assert (info.value.line, info.value.column) == (2, 3)
 
 
 @pytest.mark.parametrize(
@@ -112,7 +132,8 @@ def test_n_features_pads_and_rejects(tmp_path: Path) -> None:
         ("1 qid:1 1:1e999\n", 1, "NaN or infinite"),
         ("1 qid:1 0:0.5\n", 1, "positive integer"),
         ("1 qid:1 -3:0.5\n", 1, "positive integer"),
-        ("1 qid:1 a:0.5\n", 1, "positive integer"),
+        ("1 qid:1 a:0.5\n", 1, "unknown key 'a' in 'a:0.5'"),
+        ("1 qid:1 1:abc\n", 1, "found 'abc'"),
         ("1 qid:1 2:0.5 2:0.7\n", 1, "appears twice"),
         ("1 qid: 1:0.5\n", 1, "qid: has no value"),
     ],

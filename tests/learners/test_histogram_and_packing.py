@@ -201,6 +201,7 @@ def test_two_threads_give_the_same_bits_as_one(monkeypatch: pytest.MonkeyPatch, 
         kernel(*args)
 
     monkeypatch.setattr(forest_module, "PARALLEL_MIN_WORK", 1)
+    monkeypatch.setattr(forest_module, "_parallel_min_documents", 0)  # not the library's floor
     monkeypatch.setattr(forest_module, "_scoring_threads", 1)
     one = score_forest(forest, X, ck)
     monkeypatch.setattr(forest_module, "_score_parallel", spy)
@@ -222,6 +223,7 @@ def two_threads_spied(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         pytest.skip("numba has one thread here")
     monkeypatch.setattr(forest_module, "_scoring_threads", 2)
     monkeypatch.setattr(forest_module, "PARALLEL_MIN_WORK", 1)
+    monkeypatch.setattr(forest_module, "_parallel_min_documents", 0)  # not the library's floor
     calls: list[int] = []
     kernel = forest_module._score_parallel
     monkeypatch.setattr(forest_module, "_score_parallel", lambda *a: (calls.append(1), kernel(*a)))

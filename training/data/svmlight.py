@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -111,6 +112,38 @@ class _GroupSizeMismatch(ValueError):
     pass
 
 
+class DataWidthWarning(UserWarning):
+    """A file read with ``n_features`` (a model's width) whose largest feature id is smaller."""
+
+
+def _token_at(arr: np.ndarray, line_no: int, col: int) -> str:
+    """The whitespace-delimited token at 1-based ``line_no``, ``col`` (for an error message)."""
+    starts = np.concatenate([[0], np.flatnonzero(arr == 10) + 1])
+    if line_no - 1 >= starts.shape[0]:
+        return ""
+    lo = int(starts[line_no - 1])
+    hi = int(starts[line_no]) - 1 if line_no < starts.shape[0] else arr.shape[0]
+    line = bytes(arr[lo:hi]).decode("utf-8", "replace")
+    return (line[col - 1:].split() or [""])[0].split("#")[0][:40]
+
+
+def _error_message(arr: np.ndarray, code: int, line_no: int, col: int, width: int, declared: bool) -> str:
+    """``K.ERROR_MESSAGES[code]`` with what was found and what was expected."""
+    tok = _token_at(arr, line_no, col)
+    key = tok.partition(":")[0]
+    if code == K.E_FID_RANGE:
+        whose = "the model takes" if declared else "the file declares"
+        return f"feature id {key} is larger than the number of features: {whose} {width} (ids 1-{width})"
+    if code == K.E_FID:
+        if key and not key.lstrip("-").isdigit():
+            hint = " (did you mean qid:?)" if sorted(key.lower()) == sorted("qid") else ""
+            return (f"unknown key {key!r} in {tok!r}{hint}: expected qid:Q or a feature id:value with a "
+                    "positive integer id (ids are 1-based)")
+        return f"feature id {key!r} in {tok!r} must be a positive integer (ids are 1-based)"
+    found = f" (found {tok!r})" if tok else ""
+    return K.ERROR_MESSAGES[code] + found
+
+
 def parse_svmlight(
     buf: bytes | np.ndarray,
     *,
@@ -137,9 +170,15 @@ def parse_svmlight(
         features, labels, qid_bytes, doc_bytes, K._POW10,
     )
     if code != K.OK:
-        raise DataFormatError(source, int(line_no), K.ERROR_MESSAGES[int(code)], int(col))
+        raise DataFormatError(source, int(line_no), _error_message(arr, int(code), int(line_no), int(col), width,
+                                                                   n_features is not None), int(col))
     if n_lines == 0:
         raise DataFormatError(source, None, "contains no data lines")
+    if n_features is not None and int(max_fid) < width:
+        warnings.warn(f"{source}: its largest feature id is {int(max_fid)} but {width} features are expected "
+                      f"(the model's width): features {int(max_fid) + 1}-{width} are read as 0 in every row. "
+                      "Harmless if the file is sparse and those features are 0; otherwise it is another "
+                      "data set's file", DataWidthWarning, stacklevel=2)
 
     docids = _bytes_to_str(doc_bytes) if doc_w > 0 else None
     if group_sizes is not None:

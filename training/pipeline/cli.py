@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from training.pipeline.config import BACKENDS, load_config
+from training.pipeline.report_remarks import feature_label
 
 #: the default model's configuration, shipped inside the package (an installed wheel has it too)
 DEFAULT_CONFIG = Path(__file__).resolve().parent / "default.toml"
@@ -35,6 +36,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     demo.add_argument("--retrain", action="store_true", help="train a new version even if one exists")
     demo.add_argument("--no-progress", action="store_true", help="no progress bars")
     demo.set_defaults(func=run_demo)
+
+    warm = subparsers.add_parser(
+        "warm", help="compile the numba kernels of training and scoring once (or load them from the cache)",
+        description="Compile every numba kernel of training and scoring (or load it from numba's disk cache, "
+                    "NUMBA_CACHE_DIR), saying how long it took: a fresh install's first fit otherwise pays it "
+                    "unannounced. tunemix train and demo run it first when the cache is cold.",
+    )
+    warm.add_argument("--if-cold", action="store_true",
+                      help="only when the cache does not hold this install's kernels yet (what make serve runs)")
+    warm.set_defaults(func=run_warm)
 
 
 def _add_overrides(p: argparse.ArgumentParser) -> None:
@@ -87,12 +98,14 @@ def _summary(outcome: Any) -> str:
     for split, table in rec["evaluation"].items():
         ens = table["ensemble"][m["convention"]].get(m["measure"])
         best = table["best_member"][m["convention"]].get(m["measure"])
-        lines.append(f"  {split}: ensemble {m['measure']} = {ens:.4f}, best single member = {best:.4f}")
+        lines.append(f"  {split}: ensemble {m['measure']} = {ens:.4f}, best single member = {best:.4f}"
+                     + (" (the ensemble is below it: see the report's remark)" if ens < best else ""))
     for row in rec["mixer_comparison"]:
         lines.append(f"    {row['mixer']:>15}: test {m['measure']} = {row.get('test_' + m['measure']):.4f}")
     bf = rec.get("best_feature")
     if bf and "test" in bf:
-        lines.append(f"  best single feature: {bf['feature']} ({bf['sign']}), test {m['measure']} = {bf['test']:.4f}")
+        lines.append(f"  best single feature: {feature_label(rec, bf['feature'])} ({bf['sign']}), "
+                     f"test {m['measure']} = {bf['test']:.4f}")
     types = rec.get("member_types", [])
     if len(types) > 1:
         subsets = {r["members"]: r for r in rec.get("mix_by_member_type", [])}
@@ -103,18 +116,40 @@ def _summary(outcome: Any) -> str:
             lines.append(f"  {row['type']:>12}: {row['members']} members, best validation {m['measure']} = "
                          f"{best}, {'-' if share is None else f'{100 * share:.1f}%'} of the weight"
                          + ("" if alone is None else f", mixed alone: test {alone:.4f}"))
+    comp = rec.get("numba_compile") or {}
+    if comp.get("total_s", 0.0) >= 1.0:
+        stages = ", ".join(f"{k} {v:.1f} s" for k, v in sorted(comp.get("by_stage", {}).items(), key=lambda kv: -kv[1]))
+        lines.append(f"  of the {rec['timings']['total_s']:.1f} s, {comp['total_s']:.1f} s were numba compiling "
+                     f"kernels or loading them from its cache ({stages}); a warm cache skips that")
     lines.append(f"  report: {outcome.path / 'report.md'}")
     return "\n".join(lines) + "\n"
 
 
 def run_train(args: argparse.Namespace) -> int:
     from training.pipeline.train import train
+    from training.pipeline.warm import ensure_warm
 
     cfg = load_config(args.config, _overrides(args))
     if cfg.data.train is None and cfg.data.synthetic is None:
         raise ValueError("no training data: give --train/--vali (and --test) or a config with [data]")
+    for role, path in (("train", cfg.data.train), ("vali", cfg.data.vali), ("test", cfg.data.test)):
+        if path is not None and not Path(path).exists():  # a missing file before the warm-up
+            from training.pipeline.config import missing_data_message
+
+            raise FileNotFoundError(missing_data_message(path, f"[data] {role}"))
+    ensure_warm()
     outcome = train(cfg, progress=not args.no_progress)
     sys.stdout.write(_summary(outcome))
+    return 0
+
+
+def run_warm(args: argparse.Namespace) -> int:
+    from training.pipeline.warm import cache_dir, is_warm, warm
+
+    if args.if_cold and is_warm():
+        sys.stdout.write(f"tunemix warm: the kernels are compiled already (cache {cache_dir()})\n")
+        return 0
+    warm()
     return 0
 
 
@@ -127,7 +162,10 @@ def run_demo(args: argparse.Namespace) -> int:
     if existing is not None and not args.retrain:
         sys.stdout.write(f"model {args.name!r} already trained: {existing} (use --retrain for a new version)\n")
         return 0
+    from training.pipeline.warm import ensure_warm
+
     cfg = load_config(args.config, {"name": args.name, "run.models_dir": args.models_dir})
+    ensure_warm()
     files = {k: args.data_dir / f"{k}.txt" for k in ("train", "vali", "test")}
     if not all(f.exists() for f in files.values()):
         if cfg.data.synthetic is None:

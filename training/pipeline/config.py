@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 import tomllib
 import types
 import typing
@@ -405,6 +406,25 @@ def validate(cfg: TrainConfig, *, require_data: bool = True) -> TrainConfig:
     return cfg
 
 
+#: the placeholder a configuration's data paths may start with (configs/mq2008.toml)
+SHARED_DATA_VARIABLE = "${TUNEMIX_SHARED_DATA}"
+
+
+def shared_data_dir() -> Path:
+    """Where the benchmark data (MQ2008, the MSLR sample) are expected: ``TUNEMIX_SHARED_DATA``,
+    else ``shared/data`` beside the repository (``../shared/data`` from its root)."""
+    env = os.environ.get("TUNEMIX_SHARED_DATA", "").strip()
+    return Path(env) if env else Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+def missing_data_message(path: str | Path, what: str) -> str:
+    """``what`` (``[data] train``) names a file that does not exist: say where data are expected."""
+    return (f"{what} = {path}: no such file. The MQ2008 folds and the MSLR sample are expected under "
+            f"{shared_data_dir()} (shared/data beside the repository; set TUNEMIX_SHARED_DATA to their folder), "
+            "or name your own files (tunemix train --train/--vali/--test), or train on generated data "
+            "(tunemix demo)")
+
+
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None, *,
                 tables: dict[str, Any] | None = None, require_data: bool = True) -> TrainConfig:
     """Read a TOML file (or take ``tables``, the file's tables as a dict, or start from defaults),
@@ -418,10 +438,13 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
             raise FileNotFoundError(f"{p}: no such config file") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{p}: {exc}") from None
-        # relative data paths are relative to the config file
+        # ${TUNEMIX_SHARED_DATA} in a data path: the shared data folder; other relative data
+        # paths are relative to the config file
         data = raw.get("data")
         if isinstance(data, dict):
             for key in ("train", "vali", "test", "feature_names"):
+                if isinstance(data.get(key), str) and SHARED_DATA_VARIABLE in data[key]:
+                    data[key] = data[key].replace(SHARED_DATA_VARIABLE, str(shared_data_dir()))
                 if isinstance(data.get(key), str) and not Path(data[key]).is_absolute():
                     candidate = p.parent / data[key]
                     if candidate.exists() or not Path(data[key]).exists():

@@ -102,7 +102,7 @@ def iteration_bar(total: int, enabled: bool, processes: bool = True) -> Iterator
 
     manager = multiprocessing.Manager() if processes else None
     queue: Any = manager.Queue() if manager is not None else queue_module.Queue()
-    bar = progress_bar(total, "boosting iterations", True, unit="it")
+    bar = progress_bar(total, "boosting iterations", True, unit="it", upper_bound=True)
     stop = threading.Event()
 
     def drain() -> None:
@@ -157,12 +157,18 @@ class _NoBar:
         pass
 
 
-def progress_bar(total: int, desc: str, progress: bool, unit: str = "job") -> Any:
-    """A tqdm bar, or a do-nothing one when ``progress`` is off or tqdm is not installed."""
+def progress_bar(total: int, desc: str, progress: bool, unit: str = "job", upper_bound: bool = False) -> Any:
+    """A tqdm bar, or a do-nothing one when ``progress`` is off or tqdm is not installed.
+    ``upper_bound``: ``total`` is at most what will be done (boosting runs stop early), so the bar
+    shows the count, the elapsed time and the rate, and predicts no end."""
     if not progress:
         return _NoBar()
     try:
         from tqdm.auto import tqdm
     except ImportError:
         return _NoBar()
+    if upper_bound:
+        return tqdm(total=total, desc=desc, unit=unit, leave=True, dynamic_ncols=True,
+                    bar_format="{desc}: {n_fmt} of at most {total_fmt} {unit} (runs stop early) "
+                               "[{elapsed}, {rate_fmt}]")
     return tqdm(total=total, desc=desc, unit=unit, leave=True, dynamic_ncols=True)

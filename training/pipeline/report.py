@@ -20,6 +20,14 @@ import numpy as np
 
 from training.artifact.store import json_safe
 from training.pipeline.importance import explanation_lines, importance_plot
+from training.pipeline.report_remarks import (
+    TRAIN_ERROR_NOTE,
+    compile_lines,
+    ensemble_below_best_member,
+    feature_label,
+    train_error_cell,
+    without_float32_noise,
+)
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +56,9 @@ def render_markdown(record: dict[str, Any]) -> str:
                  f"{len(record['calibration_failures'])} calibrators dropped.")
     lines += ["", "| run | iterations | stop | train error | seconds |", "|---|---|---|---|---|"]
     for r in record["runs"]:
-        lines.append(f"| {r['tag']} | {r['iterations']} | {r['stop_reason']} | {_fmt(r['train_error'])} | "
-                     f"{r['fit_seconds']:.1f} |")
+        lines.append(f"| {r['tag']} | {r['iterations']} | {r['stop_reason']} | "
+                     f"{train_error_cell(r['train_error'])} | {r['fit_seconds']:.1f} |")
+    lines += ["", TRAIN_ERROR_NOTE]
     if record.get("member_types"):
         lines += ["", "### Member types", "",
                   f"| type | runs | members | best validation {mixer['measure']} | best member | kept | "
@@ -64,7 +73,8 @@ def render_markdown(record: dict[str, Any]) -> str:
                 lines.append(f"\n{row['type']}: {row['detail']}.")
     if record.get("best_feature"):
         bf = record["best_feature"]
-        lines += ["", f"Best single feature (the paper's baseline, chosen on the fit part): feature {bf['feature']} "
+        lines += ["", "Best single feature (the paper's baseline, chosen on the fit part): "
+                      f"{feature_label(record, bf['feature'])} "
                       f"({bf['sign']}), {bf['measure']} {bf['convention']}: fit {_fmt(bf['fit'])}, validation "
                       f"{_fmt(bf.get('vali'))}, test {_fmt(bf.get('test'))}."]
     best = record["best_member"]
@@ -114,8 +124,10 @@ def render_markdown(record: dict[str, Any]) -> str:
             for conv, row in table.items():
                 lines.append(f"| {conv} | " + " | ".join(_fmt(row[mm]) for mm in measures) + " |")
         lines.append("")
+    lines += [*ensemble_below_best_member(record), ""]
     lines.append("## Timings (seconds)")
     lines += [f"- {k}: {v:.1f}" for k, v in record["timings"].items()]
+    lines += compile_lines(record)
     lines += ["", *explanation_lines(record)]
     lines += ["", "![omega](omega.png)", "![ndcg](ndcg_by_convention.png)", "![grid](grid.png)"]
     if (record.get("relevance_head") or {}).get("reliability_relevant"):
@@ -315,7 +327,8 @@ def render_plots(record: dict[str, Any]) -> dict[str, bytes]:
 def render_report(record: dict[str, Any], *, plots: bool = True) -> dict[str, bytes]:
     """Files to write beside the artifact: report.json, report.md and (optionally) PNG plots."""
     files = {
-        "report.json": (json.dumps(json_safe(record), indent=2, default=float, allow_nan=False) + "\n").encode(),
+        "report.json": (json.dumps(without_float32_noise(json_safe(record)), indent=2, default=float,
+                                   allow_nan=False) + "\n").encode(),
         "report.md": render_markdown(record).encode(),
     }
     if plots:

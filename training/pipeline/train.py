@@ -37,7 +37,7 @@ from training.ensemble.registry import make_mixer
 from training.evaluation import CONVENTION_NAMES, evaluate, mean_metric
 from training.learners.label_groups import get_grouping, groupings_for
 from training.pipeline.auto import DataShape, apply_auto
-from training.pipeline.config import TrainConfig, resolve_feature_names
+from training.pipeline.config import TrainConfig, missing_data_message, resolve_feature_names
 from training.pipeline.importance import explanation_summary
 from training.pipeline.member_types import (
     CalibrationResult,
@@ -79,17 +79,31 @@ class TrainOutcome:
 class _Clock:
     """Seconds per stage: ``with clock("views_s"): ...`` adds to ``clock.timings["views_s"]``."""
 
-    def __init__(self) -> None:
+    def __init__(self, compiling: Any = None) -> None:
         self.start = time.perf_counter()
         self.timings: dict[str, float] = {}
+        self.compiling = compiling  # a training.pipeline.warm.CompileClock: numba's share of each stage
+        self.compile_timings: dict[str, float] = {}
 
     @contextlib.contextmanager
     def __call__(self, key: str) -> Iterator[None]:
         t0 = time.perf_counter()
+        c0 = self.compiling.seconds if self.compiling is not None else 0.0
         try:
             yield
         finally:
             self.timings[key] = self.timings.get(key, 0.0) + time.perf_counter() - t0
+            if self.compiling is not None:
+                self.compile_timings[key] = self.compile_timings.get(key, 0.0) + self.compiling.seconds - c0
+
+    def compile_record(self) -> dict[str, Any]:
+        """Seconds of this process in numba's compiler (compiling, or loading from the cache), in
+        all and per stage (the stages of ``timings`` that spent at least 0.05 s there)."""
+        total = self.compiling.seconds if self.compiling is not None else 0.0
+        return {"total_s": total, "by_stage": {k: v for k, v in self.compile_timings.items() if v >= 0.05},
+                "note": "numba compiling kernels on their first call (or loading them from its disk cache), in "
+                        "this process; worker processes (backend loky) compile or load on their own. A cold cache "
+                        "pays it once: tunemix warm"}
 
 
 # ---------------------------------------------------------------------------------- data
@@ -107,6 +121,9 @@ def load_data(cfg: TrainConfig) -> tuple[dict[str, RankingData], list[dict[str, 
                     "features": v.n_features} for k, v in sets.items()]
         return sets, records
     assert d.train is not None and d.vali is not None  # validated by the config
+    for role, path in (("train", d.train), ("vali", d.vali), ("test", d.test)):
+        if path is not None and not Path(path).exists():  # before any work, saying where data belong
+            raise FileNotFoundError(missing_data_message(path, f"[data] {role}"))
     train = read_svmlight(d.train)
     sets = {"train": train, "vali": read_svmlight(d.vali, n_features=train.n_features)}
     records = [_file_record("train", d.train, train), _file_record("vali", d.vali, sets["vali"])]
@@ -358,7 +375,16 @@ def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingDat
     """Train, mix, evaluate and (``save``) save a model as configured; return where it went (None
     when not saved) and the record. ``sets`` (train, vali, optionally test) replace the config's
     data."""
-    clock = _Clock()
+    from training.pipeline.warm import compile_clock
+
+    with compile_clock() as compiling:
+        clock = _Clock(compiling)
+        outcome = _train(cfg, clock, progress, sets, save)
+    return outcome
+
+
+def _train(cfg: TrainConfig, clock: _Clock, progress: bool, sets: dict[str, RankingData] | None,
+           save: bool) -> TrainOutcome:
     records = None
     auto = not any(mt.blocks(cfg) for mt in member_types().values())
     auto_reasons: list[str] = []
@@ -407,6 +433,7 @@ def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingDat
     with clock("relevance_head_s"):
         relevance = fit_head(cfg, prep, model, served, progress, reusable_head_models(cfg, prep, runs))
     clock.timings["total_s"] = time.perf_counter() - clock.start
+    numba_compile = clock.compile_record()
     record = build_record(cfg, prep, runs, members, failures, model, full_size, mixing, evaluation, clock.timings)
     record["relevance_head"] = relevance
     record["auto_members"] = auto_reasons or None
@@ -414,6 +441,7 @@ def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingDat
     record["best_feature"] = baseline
     record["feature_names"] = feature_names
     record["explanations"] = explanations
+    record["numba_compile"] = numba_compile
     path = _save(cfg, model, record) if save else None
     return TrainOutcome(path=path, record=record, model=model)
 
@@ -477,8 +505,9 @@ def fit_head(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, served: dic
                              "member can be reused")
         # one LightGBM thread per model, as the McRank members train (processes run them side by side)
         with parallel_backend(cfg.run.backend, cfg.run.n_jobs, cfg.run.scheduler) as n_jobs:
+            reused_note = f", {len(fitted)} McRank members reused: {len(jobs) + len(fitted)} in all" if fitted else ""
             fitted += run_parallel([joblib.delayed(fit_head_model)(*args) for args in jobs], n_jobs,
-                                   f"relevance head: {len(jobs)} models", progress)
+                                   f"relevance head: {len(jobs)} models to train{reused_note}", progress)
         model.relevance_head, recalibration = assemble_head(fitted, prep.n_labels, h, prep.vali, served["vali"],
                                                             cfg.seed)
     except ValueError as exc:

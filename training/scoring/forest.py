@@ -832,7 +832,7 @@ def run_on_threads(n_items: int, big_enough: bool, serial: Callable[[], object],
     (and keeps numba's threading layers safe). Lists shorter than ``set_parallel_min_documents``'s
     floor run serially too. The forest pass and the calibration step share it."""
     threads = min(get_scoring_threads(), n_items)
-    if threads > 1 and big_enough and n_items >= _parallel_min_documents and _PARALLEL.acquire(blocking=False):
+    if threads > 1 and big_enough and n_items >= get_parallel_min_documents() and _PARALLEL.acquire(blocking=False):
         try:
             numba.set_num_threads(threads)
             parallel(threads)
@@ -841,7 +841,33 @@ def run_on_threads(n_items: int, big_enough: bool, serial: Callable[[], object],
     else:
         serial()
 _scoring_threads = 0  # 0: every numba thread (NUMBA_NUM_THREADS); set by the service per worker
-_parallel_min_documents = 0  # shorter lists score on one thread whatever their work; set by the service
+_parallel_min_documents: int | None = None  # None: the library's floor (``library_parallel_min_documents``)
+
+#: The library's floor when nothing set one: a call scoring fewer documents stays on one thread,
+#: the service's rule for shared cores (``app.settings.SHARED_PARALLEL_MIN_DOCUMENTS``), the same
+#: number. One 100-document MQ2008 list beside two CPU burners on 2 cores (bench/results/
+#: library_predict.json, load 17): median 1.31 ms on one thread against 115 ms on both (a parallel
+#: launch waits for a core the burners hold); LightGBM's predict 58.4 ms in the same run.
+LIBRARY_PARALLEL_MIN_DOCUMENTS = 256
+
+
+def library_parallel_min_documents() -> int:
+    """``TUNEMIX_PARALLEL_MIN_DOCUMENTS`` when set (the service's variable, same meaning), else
+    ``LIBRARY_PARALLEL_MIN_DOCUMENTS``: the floor of a process nothing configured (the library,
+    the CLI, a notebook)."""
+    import os
+
+    raw = os.environ.get("TUNEMIX_PARALLEL_MIN_DOCUMENTS", "").strip()
+    if not raw:
+        return LIBRARY_PARALLEL_MIN_DOCUMENTS
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"TUNEMIX_PARALLEL_MIN_DOCUMENTS={raw!r}: expected a whole number of documents "
+                         "(0: only the work decides)") from None
+    if value < 0:
+        raise ValueError(f"TUNEMIX_PARALLEL_MIN_DOCUMENTS={raw!r}: must be >= 0")
+    return value
 
 
 def set_parallel_min_documents(n: int) -> None:
@@ -850,6 +876,7 @@ def set_parallel_min_documents(n: int) -> None:
     Several uvicorn workers sharing the cores set it: a short list then costs its worker a
     single core instead of waking a second thread that another worker's request needs, while
     a long list still takes every core (see ``app.settings.Settings.parallel_min_documents``).
+    Unset, the floor is ``library_parallel_min_documents()``.
     """
     global _parallel_min_documents
     if n < 0:
@@ -858,7 +885,11 @@ def set_parallel_min_documents(n: int) -> None:
 
 
 def get_parallel_min_documents() -> int:
-    """The floor set by ``set_parallel_min_documents`` (0 by default)."""
+    """The floor set by ``set_parallel_min_documents``, else the library's
+    (``library_parallel_min_documents``: ``TUNEMIX_PARALLEL_MIN_DOCUMENTS`` or 256), read once."""
+    global _parallel_min_documents
+    if _parallel_min_documents is None:
+        _parallel_min_documents = library_parallel_min_documents()
     return _parallel_min_documents
 
 
