@@ -12,6 +12,7 @@ early-stopped LightGBM peer (``lgbm_es``) and the unbudgeted default measured in
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from typing import Any
 
@@ -54,17 +55,20 @@ def _row(res: dict[str, Any], sets: dict[str, RankingData], budget: float | None
 
 def run(datasets: list[str], budgets: list[float], default: bool) -> dict[str, Any]:
     report: dict[str, Any] = {"commit": git("rev-parse", "--short", "HEAD"), "tolerance": TOLERANCE,
-                              "probe_ms_start": machine_probe_ms(), "warm_up": warm_up(), "datasets": {}}
+                              "probe_ms_start": machine_probe_ms(), "load_average_start": os.getloadavg(),
+                              "warm_up": warm_up(), "datasets": {}}
     for name in datasets:
         sets = dataset(name)
         rows = [_row(run_fit("lgbm_es", sets), sets, None)]
         for budget in budgets:
             rows.append(_row(run_fit("tunemix", sets, extra={"time_budget_s": budget}), sets, budget))
+            rows[-1]["load_average"] = os.getloadavg()
             print(name, budget, {k: rows[-1].get(k) for k in ("fit_s", "test_ndcg@10", "held")}, flush=True)
         if default:
             rows.append(_row(run_fit("tunemix", sets), sets, None))
         report["datasets"][name] = {"train_docs": sets["train"].n_docs, "rows": rows}
     report["probe_ms_end"] = machine_probe_ms()
+    report["load_average_end"] = os.getloadavg()  # other users' work on the same cores (2 here)
     report["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     return report
 
