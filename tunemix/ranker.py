@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from training.data.dataset import RankingData
-from training.pipeline.budget import Deadline
+from training.pipeline.budget import Deadline, clock_for
 from training.scoring.explanation import Explanation, PairExplanation
 from tunemix._inputs import features_matrix, grades, query_offsets
 from tunemix.model import Model, PathLike, load
@@ -99,7 +99,9 @@ class TuneMixRanker:
         from training.pipeline.train import train
 
         cfg = self._config()
-        deadline = dataclasses.replace(deadline, budget_s=cfg.run.time_budget_s)  # as the config says
+        clock = clock_for(cfg.run.backend)  # the budget as the config says, on its backend's clock
+        deadline = Deadline(start=deadline.start + clock() - deadline.clock(), budget_s=cfg.run.time_budget_s,
+                            clock=clock)
         if feature_names is None and hasattr(X, "columns") and all(isinstance(c, str) for c in X.columns):
             feature_names = list(X.columns)
         train_set = _ranking_data(X, y, group, "X", "y", "group")

@@ -52,6 +52,15 @@ def test_deadline_ends_and_seconds_left() -> None:
     assert list(STAGE_ENDS.values()) == sorted(STAGE_ENDS.values()) and max(STAGE_ENDS.values()) < 1.0
 
 
+def test_remote_workers_read_the_wall_clock() -> None:
+    import time
+
+    from training.pipeline.budget import clock_for
+
+    assert clock_for("dask") is time.time and clock_for("ray") is time.time
+    assert clock_for("threads") is time.perf_counter and clock_for("loky") is time.perf_counter
+
+
 def test_affordable_models() -> None:
     assert affordable_models(10.0, 3.0, 2, 12) == 6       # floor(10 x 2 / 3)
     assert affordable_models(10.0, 3.0, 1, 2) == 2        # no more than wanted

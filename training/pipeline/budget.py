@@ -94,6 +94,14 @@ class Deadline:
         return {"budget_s": self.budget_s, "stage_ends_s": ends}
 
 
+def clock_for(backend: str) -> Callable[[], float]:
+    """The clock a deadline reads on ``backend``: the monotonic ``time.perf_counter`` where every
+    worker is on this machine (its value is the same in every process), the wall clock
+    ``time.time`` where workers may be on other machines (dask, ray: their monotonic clocks
+    have other origins; wall clocks are kept in step by NTP)."""
+    return time.time if backend in ("dask", "ray") else time.perf_counter
+
+
 def affordable_models(seconds_left: float, seconds_per_model: float, n_jobs: int, wanted: int) -> int:
     """How many of ``wanted`` models of about ``seconds_per_model`` each fit in ``seconds_left``
     on ``n_jobs`` workers: floor(left x jobs / cost), between 0 and ``wanted`` (all of them when

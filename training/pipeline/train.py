@@ -36,7 +36,7 @@ from training.ensemble.registry import make_mixer
 from training.evaluation import CONVENTION_NAMES, evaluate, mean_metric
 from training.learners.label_groups import get_grouping, groupings_for
 from training.pipeline.auto import DataShape, apply_auto
-from training.pipeline.budget import Deadline
+from training.pipeline.budget import Deadline, clock_for
 from training.pipeline.config import TrainConfig, resolve_feature_names
 from training.pipeline.importance import explanation_summary
 from training.pipeline.member_types import (
@@ -392,7 +392,7 @@ def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingDat
     """Train, mix, evaluate and (``save``) save a model as configured; return where it went (None
     when not saved) and the record. ``sets`` (train, vali, optionally test) replace the config's
     data. ``deadline``: the time budget's (default: ``[run] time_budget_s`` from now)."""
-    deadline = deadline or Deadline.begin(cfg.run.time_budget_s)
+    deadline = deadline or Deadline.begin(cfg.run.time_budget_s, clock_for(cfg.run.backend))
     clock = _Clock()
     records = None
     auto = not any(mt.blocks(cfg) for mt in member_types().values())
