@@ -187,7 +187,10 @@ def test_every_stage_obeys_its_end(monkeypatch: pytest.MonkeyPatch) -> None:
     last = {f"{r['tag']}|t={r['checkpoints'][-1]}" for r in late["runs"]}
     assert {m["name"].rsplit("|", 1)[0] for m in late["members"]} == last
     assert late["time_budget"]["mixing_candidates"] == 1
-    assert late["time_budget"]["skipped"] == ["mixer_comparison", "type_comparison"]
+    assert late["time_budget"]["skipped"] == ["mixer_comparison", "type_comparison", "other_conventions",
+                                              "best_feature"]
+    assert list(late["evaluation"]["vali"]["ensemble"]) == ["yahoo"] and late["best_feature"] is None
+    assert len(early["evaluation"]["vali"]["ensemble"]) == 10 and early["best_feature"]["feature"] >= 1
     assert late["relevance_head"]["time_budget"]["trained"] == 0
     assert all("member" in m for m in late["relevance_head"]["models"])  # the McRank member alone
     assert late["relevance_head"]["recalibration"]["applied"] is False

@@ -370,9 +370,9 @@ def served_scores(prep: Prepared, model: EnsembleModel) -> dict[str, np.ndarray]
 
 
 def evaluate_model(prep: Prepared, model: EnsembleModel, mixing: Mixing,
-                   served: dict[str, np.ndarray]) -> dict[str, Any]:
+                   served: dict[str, np.ndarray], conventions: list[str] | None = None) -> dict[str, Any]:
     """The served model (``served``: its scores, ``served_scores``) and the best single member
-    under every convention."""
+    under every convention (or those of ``conventions``: the time budget's cut)."""
     top = prep.n_labels - 1
     best = int(np.argmax(mixing.omega))
     out: dict[str, Any] = {}
@@ -380,9 +380,10 @@ def evaluate_model(prep: Prepared, model: EnsembleModel, mixing: Mixing,
         if data is None or members is None:
             continue
         out[split] = {
-            "ensemble": metrics_all_conventions(data.labels, served[split], data.query_offsets, data.docids, top),
+            "ensemble": metrics_all_conventions(data.labels, served[split], data.query_offsets, data.docids, top,
+                                                conventions),
             "best_member": metrics_all_conventions(data.labels, members[:, best], data.query_offsets,
-                                                   data.docids, top),
+                                                   data.docids, top, conventions),
         }
     return out
 
@@ -442,11 +443,15 @@ def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingDat
         model = prune(model)
     with clock("evaluation_s"):
         served = served_scores(prep, model)
-        evaluation = evaluate_model(prep, model, mixing, served)
-        baseline = best_feature_baseline(cfg, prep)
+        late = deadline.passed("mixing")  # past it: the served convention only, no baseline
+        conventions = [cfg.mixer.convention] if late else None
+        evaluation = evaluate_model(prep, model, mixing, served, conventions)
+        baseline = None if late else best_feature_baseline(cfg, prep)
+        skipped += ["other_conventions", "best_feature"] if late else []
     with clock("explanations_s"):  # for the report, written only with the model
-        explanations = (explain_for_report(prep, model, feature_names) if save
-                        else {"skipped": "the report computes them only when `tunemix train` saves the model"})
+        explanations = (explain_for_report(prep, model, feature_names) if save and not late
+                        else {"skipped": "the time budget was spent" if late
+                              else "the report computes them only when `tunemix train` saves the model"})
     with clock("relevance_head_s"):
         relevance = fit_head(cfg, prep, model, served, progress, reusable_head_models(cfg, prep, runs), deadline)
     clock.timings["total_s"] = time.perf_counter() - clock.start
@@ -539,8 +544,10 @@ def member_type_summary(runs: list[RunResult], members: list[Member], omega: np.
 
 # ---------------------------------------------------------------------------------- metrics
 def metrics_all_conventions(labels: np.ndarray, scores: np.ndarray, offsets: np.ndarray,
-                            docids: np.ndarray | None = None, top_label: int = 4) -> dict[str, dict[str, float | None]]:
-    """Mean of RECORD_MEASURES under each of the ten conventions (None where the tool refuses).
+                            docids: np.ndarray | None = None, top_label: int = 4,
+                            conventions: list[str] | None = None) -> dict[str, dict[str, float | None]]:
+    """Mean of RECORD_MEASURES under each of the ten conventions (or of ``conventions``; None
+    where the tool refuses).
 
     With fewer than five levels, ERR with the data's own top label (``err:top=K-1``, the papers'
     ERR: R = (2^l - 1) / 2^top) is recorded too.
@@ -549,7 +556,7 @@ def metrics_all_conventions(labels: np.ndarray, scores: np.ndarray, offsets: np.
     if top_label < 4:
         measures.insert(measures.index("err") + 1, f"err:top={top_label}")
     out: dict[str, dict[str, float | None]] = {}
-    for conv in CONVENTION_NAMES:
+    for conv in conventions or CONVENTION_NAMES:
         try:  # one call validates and ranks once for all measures
             means = evaluate(labels, scores, offsets, measures, conv, docids=docids).mean
         except ValueError:  # a measure this tool refuses: take them one at a time
