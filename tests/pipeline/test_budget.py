@@ -195,3 +195,8 @@ def test_every_stage_obeys_its_end(monkeypatch: pytest.MonkeyPatch) -> None:
     assert all("member" in m for m in late["relevance_head"]["models"])  # the McRank member alone
     assert late["relevance_head"]["recalibration"]["applied"] is False
     assert late["evaluation"]["test"]["ensemble"]["yahoo"]["ndcg@10"] is not None
+    # the report of a model cut by its budget renders (what `tunemix train --time-budget` writes)
+    from training.pipeline.report import render_report
+
+    text = render_report(late, plots=False)["report.md"].decode()
+    assert "under the `yahoo` convention" in text
