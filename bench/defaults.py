@@ -13,9 +13,19 @@ Data:
 - ``mslr-sample``: the MSLR-WEB10K sample's train and test files pooled (86 queries) and cut into
   five query folds in file order; fold i tests on part i, validates on part i+1 (mod 5) and trains
   on the other three, as LETOR rotates its parts.
+- ``mslr-small``: a tiny validation set (issue 39's split): the MSLR-WEB10K sample's train file
+  in file order, its first 34 queries train and its last 9 validate; its test file (43 queries)
+  is the test set; one split. (The early-stopped peer scores 0.3881 there, as in the issue; with
+  the 9 validation queries drawn as ``TuneMixRanker.fit`` holds out, seed 0, it scores 0.2996.)
 - ``synthetic-mslr``: McRank's cubic-polynomial data shaped like MSLR (136 features, 5 grades,
   60 to 180 documents a query; 250 training, 60 validation, 100 test queries, about 29k training
   documents), one split.
+
+Systems (``bench.fitproc``): besides the peers above, ``lgbm_es1`` (the early-stopped peer on one
+LightGBM thread: the cost peer on small data) and ``lgbm_tuned`` (Optuna's TPE over LGBMRanker's
+parameters, every trial early-stopped, the best by validation NDCG@10) searching as many wall
+seconds as tunemix's seed-0 fit took on the same split (``--tuned-budget S`` when tunemix is not
+run); the summary gives tunemix's per-query difference to it too.
 
 ``--datasets mq2008,mslr-sample`` picks some; ``--systems`` some systems; ``--config FILE.toml``
 gives tunemix a configuration instead of the default (what-if runs; the JSON says so).
@@ -46,7 +56,7 @@ from training.data.dataset import RankingData
 from training.evaluation import evaluate
 
 MEASURE, CONVENTION = "ndcg@10", "yahoo"
-DATASETS = ("mq2008", "mslr-sample", "synthetic-mslr")
+DATASETS = ("mq2008", "mslr-sample", "mslr-small", "synthetic-mslr")
 
 
 def _pool(parts: list[RankingData]) -> RankingData:
@@ -85,6 +95,16 @@ def mslr_sample_splits(n_folds: int = 5) -> list[dict[str, RankingData]]:
     return out
 
 
+def mslr_small_splits() -> list[dict[str, RankingData]]:
+    from training.data.svmlight import read_svmlight
+
+    root = SHARED_DATA / "MSLR-WEB10K-sample"
+    train = read_svmlight(root / "msn1.fold1.train.5k.txt", n_features=136)
+    test = read_svmlight(root / "msn1.fold1.test.5k.txt", n_features=136)
+    cut = train.n_queries - 9
+    return [{"train": train.query_slice(0, cut), "vali": train.query_slice(cut, train.n_queries), "test": test}]
+
+
 def synthetic_mslr_splits(train_queries: int = 250, seed: int = 0) -> list[dict[str, RankingData]]:
     return [mslr_shaped_sets({"train": train_queries, "vali": 60, "test": 100}, seed)]
 
@@ -115,7 +135,7 @@ def check_data(datasets: list[str]) -> None:
 
 
 def splits(name: str) -> list[dict[str, RankingData]]:
-    return {"mq2008": mq2008_splits, "mslr-sample": mslr_sample_splits,
+    return {"mq2008": mq2008_splits, "mslr-sample": mslr_sample_splits, "mslr-small": mslr_small_splits,
             "synthetic-mslr": synthetic_mslr_splits}[name]()
 
 
@@ -171,17 +191,18 @@ def seed_summary(rows: dict[int, list[dict[str, Any]]], per_query: dict[int, lis
     return out
 
 
-def run(datasets: list[str], systems: list[str], config: str | None, seeds: list[int] | None = None
-        ) -> dict[str, Any]:
+def run(datasets: list[str], systems: list[str], config: str | None, seeds: list[int] | None = None,
+        tuned_budget: float = 30.0, warm: bool = True) -> dict[str, Any]:
     extra = {"config": str(Path(config).resolve())} if config else {}
     seeds = seeds or [0]
     report: dict[str, Any] = {"machine": machine_info(), "measure": MEASURE, "convention": CONVENTION,
                               "tunemix_config": config or "default (chosen from the data)", "tunemix_seeds": seeds,
                               "datasets": {}}
-    if "tunemix" in systems:  # numba's first compilation is not the fit a user meets every time
+    if "tunemix" in systems and warm:  # numba's first compilation is not the fit a user meets every time
         report["warm_up"] = warm_up()
     # tunemix at every seed (the first is the row "tunemix"), the peers once
     fits = [(s, seed) for s in systems for seed in (seeds if s == "tunemix" else [None])]
+    fits.sort(key=lambda f: f[0] == "lgbm_tuned")  # after tunemix: its search gets tunemix's seconds
     for name in datasets:
         folds = splits(name)
         per_system: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
@@ -189,8 +210,11 @@ def run(datasets: list[str], systems: list[str], config: str | None, seeds: list
         seed_rows: dict[int, list[dict[str, Any]]] = {s: [] for s in seeds}
         seed_pq: dict[int, list[np.ndarray]] = {s: [] for s in seeds}
         for k, sets in enumerate(folds):
+            budget = tuned_budget
             for system, seed in fits:
                 options = {**extra, "random_state": seed} if system == "tunemix" else None
+                if system == "lgbm_tuned":
+                    options = {"budget_s": budget, "seed": 0, "n_jobs": 1}
                 res = run_fit(system, sets, extra=options)
                 row = {k2: v for k2, v in res.items() if k2 != "scores"}
                 row["fold"] = k + 1
@@ -203,6 +227,8 @@ def run(datasets: list[str], systems: list[str], config: str | None, seeds: list
                         seed_pq[seed].append(pq)
                     if headline:
                         per_query[system].append(pq)
+                if system == "tunemix" and seed == seeds[0] and "fit_s" in res:
+                    budget = float(res["fit_s"])  # the tuned peer's search seconds on this split
                 if seed is not None:
                     row["seed"] = seed
                     seed_rows[seed].append(row)
@@ -216,6 +242,10 @@ def run(datasets: list[str], systems: list[str], config: str | None, seeds: list
         if "tunemix" in systems and "lgbm_es" in systems and per_query["tunemix"] and per_query["lgbm_es"]:
             summary["tunemix_minus_lgbm_es_per_query"] = per_query_difference(per_query["tunemix"],
                                                                               per_query["lgbm_es"])
+        for peer in ("lgbm_tuned", "lgbm_es1"):
+            if "tunemix" in systems and per_query["tunemix"] and per_query.get(peer):
+                summary[f"tunemix_minus_{peer}_per_query"] = per_query_difference(per_query["tunemix"],
+                                                                                   per_query[peer])
         if "tunemix" in systems and len(seeds) > 1:
             summary["tunemix_seeds"] = seed_summary(seed_rows, seed_pq, per_query.get("lgbm_es", []))
         report["datasets"][name] = {"folds": per_system, "tunemix_seed_folds": seed_rows if len(seeds) > 1 else None,
@@ -263,12 +293,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--config", default=None, help="a tunemix TOML to measure instead of the default")
     ap.add_argument("--seeds", default="0,1,2,3,4", help="tunemix's random_state values (the first: row 'tunemix')")
+    ap.add_argument("--tuned-budget", type=float, default=30.0,
+                    help="lgbm_tuned's search seconds when tunemix is not run (else tunemix's fit seconds)")
+    ap.add_argument("--no-warm-up", action="store_true",
+                    help="skip the warm-up fit (numba's cache already filled, e.g. by the previous run)")
     ap.add_argument("--out", default=str(RESULTS / "defaults.json"))
     args = ap.parse_args(argv)
     check_data(args.datasets.split(","))
     t0 = time.perf_counter()
     report = run(args.datasets.split(","), args.systems.split(","), args.config,
-                 [int(s) for s in args.seeds.split(",")])
+                 [int(s) for s in args.seeds.split(",")], args.tuned_budget, not args.no_warm_up)
     report["seconds"] = round(time.perf_counter() - t0, 1)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,12 @@ The systems (what a careful user would run on the same train / validation / test
 ``lgbm_es``         ``LGBMRanker(n_estimators=2000, learning_rate=0.05)`` stopped early on the
                     validation queries' NDCG@10 (patience 100): the peer to beat
 ``xgb``             ``XGBRanker(tree_method="hist")`` (XGBoost's defaults)
+``lgbm_es1``        ``lgbm_es`` on one LightGBM thread (its fastest on small data: the cost peer)
+``lgbm_tuned``      LightGBM tuned by Optuna's TPE sampler (``tuned_lgbm``): leaves, minimum leaf
+                    size, learning rate, feature and bagging fractions, L2; every trial
+                    ``lgbm_es``'s recipe (early-stopped on the validation queries' NDCG@10), the
+                    best trial by it; trials start until ``budget_s`` (``extra``) wall seconds
+                    have passed: tunemix's fit seconds on the same split
 ==================  ==============================================================================
 
 Every peer uses every core (LightGBM and XGBoost threads, tunemix's two worker processes).
@@ -26,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +40,7 @@ import numpy as np
 
 from training.data.dataset import RankingData
 
-SYSTEMS = ("tunemix", "lgbm", "lgbm_es", "xgb")
+SYSTEMS = ("tunemix", "lgbm", "lgbm_es", "xgb", "lgbm_es1", "lgbm_tuned")
 #: environment variables that cap native thread pools, removed from the child's environment
 THREAD_CAPS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
 #: the early-stopped LightGBM peer: at most this many trees at learning rate 0.05, patience 100
@@ -168,21 +175,31 @@ def _fit_and_score(system: str, sets: dict[str, tuple[np.ndarray, np.ndarray, np
         info["runs"] = [{"tag": r["tag"], "view": r["view"], "iterations": r["iterations"],
                          "stop_reason": r["stop_reason"], "fit_s": round(r["fit_seconds"], 2)} for r in rec["runs"]]
         info["mixer"] = {k: rec["mixer"].get(k) for k in ("c", "omega_min", "rescale", "choice")}
-    elif system in ("lgbm", "lgbm_es"):
+        info["time_budget"] = {**rec.get("time_budget", {}),
+                               "relevance_head": rec["relevance_head"].get("time_budget")}
+    elif system == "lgbm_tuned":
+        model, info = tuned_lgbm(sets, float(extra["budget_s"]), int(extra.get("seed", 0)),
+                                 int(extra.get("n_jobs", 1)))
+        fit_s = time.perf_counter() - t0
+
+        def predict(name: str) -> np.ndarray:
+            return np.asarray(model.predict(sets[name][0], num_iteration=model.best_iteration_), dtype=np.float64)
+    elif system in ("lgbm", "lgbm_es", "lgbm_es1"):
         import lightgbm as lgb
 
         if system == "lgbm":
             model = lgb.LGBMRanker(verbose=-1)
             model.fit(x, y, group=g)
         else:
-            model = lgb.LGBMRanker(n_estimators=ES_TREES, learning_rate=ES_RATE, verbose=-1)
+            threads = {"n_jobs": 1} if system == "lgbm_es1" else {}
+            model = lgb.LGBMRanker(n_estimators=ES_TREES, learning_rate=ES_RATE, verbose=-1, **threads)
             model.fit(x, y, group=g, eval_set=[(xv, yv)], eval_group=[gv], eval_at=[10],
                       callbacks=[lgb.early_stopping(ES_PATIENCE, verbose=False)])
             info["best_iteration"] = int(model.best_iteration_)
         fit_s = time.perf_counter() - t0
 
         def predict(name: str) -> np.ndarray:
-            kw = {"num_iteration": model.best_iteration_} if system == "lgbm_es" else {}
+            kw = {"num_iteration": model.best_iteration_} if system != "lgbm" else {}
             return np.asarray(model.predict(sets[name][0], **kw), dtype=np.float64)
     elif system == "xgb":
         import xgboost as xgb
@@ -197,6 +214,49 @@ def _fit_and_score(system: str, sets: dict[str, tuple[np.ndarray, np.ndarray, np
     else:
         raise ValueError(f"unknown system {system!r}; expected one of {', '.join(SYSTEMS)}")
     return fit_s, {name: predict(name) for name in ("vali", "test") if name in sets}, info
+
+
+def tuned_lgbm(sets: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], budget_s: float, seed: int,
+               n_jobs: int, clock: Callable[[], float] = time.perf_counter) -> tuple[Any, dict[str, Any]]:
+    """LightGBM's ranker tuned by Optuna's TPE (seeded): trials of ``lgbm_es``'s recipe (at most
+    ``ES_TREES`` trees, patience ``ES_PATIENCE`` on the validation queries' NDCG@10) with num_leaves
+    7-255 (log), min_child_samples 5-200 (log), learning_rate 0.01-0.3 (log), colsample_bytree
+    0.5-1, subsample 0.5-1 (every iteration), reg_lambda 1e-3-10 (log); a trial starts while less
+    than ``budget_s`` seconds have passed (the last one may run past: the seconds reported are
+    the whole search's; ``clock``: what is read for them). The model of the best trial by
+    validation NDCG@10 and the search's record."""
+    import lightgbm as lgb
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    x, y, o = sets["train"]
+    xv, yv, ov = sets["vali"]
+    g, gv = np.diff(o), np.diff(ov)
+    t0 = clock()
+    best: dict[str, Any] = {}
+
+    def objective(trial: Any) -> float:
+        params = {"num_leaves": trial.suggest_int("num_leaves", 7, 255, log=True),
+                  "min_child_samples": trial.suggest_int("min_child_samples", 5, 200, log=True),
+                  "learning_rate": trial.suggest_float("learning_rate", 0.01, 0.3, log=True),
+                  "colsample_bytree": trial.suggest_float("colsample_bytree", 0.5, 1.0),
+                  "subsample": trial.suggest_float("subsample", 0.5, 1.0), "subsample_freq": 1,
+                  "reg_lambda": trial.suggest_float("reg_lambda", 1e-3, 10.0, log=True)}
+        model = lgb.LGBMRanker(n_estimators=ES_TREES, verbose=-1, n_jobs=n_jobs, random_state=seed, **params)
+        model.fit(x, y, group=g, eval_set=[(xv, yv)], eval_group=[gv], eval_at=[10],
+                  callbacks=[lgb.early_stopping(ES_PATIENCE, verbose=False)])
+        score = float(model.best_score_["valid_0"]["ndcg@10"])
+        if not best or score > best["score"]:
+            best.update(score=score, model=model, params=params, trial=trial.number)
+        return score
+
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed))
+    while not best or clock() - t0 < budget_s:
+        study.optimize(objective, n_trials=1)
+    info = {"trials": len(study.trials), "values": [t.value for t in study.trials], "best_trial": best["trial"],
+            "best_vali_ndcg@10": round(best["score"], 4),
+            "best_params": best["params"], "budget_s": budget_s}
+    return best["model"], info
 
 
 def main(argv: list[str]) -> int:

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from training.data.dataset import RankingData
+from training.pipeline.budget import Deadline, clock_for
 from training.scoring.explanation import Explanation, PairExplanation
 from training.scoring.runtime import set_openmp_wait_policy
 from tunemix._inputs import features_matrix, grades, query_offsets
@@ -92,6 +93,8 @@ class TuneMixRanker:
         the mix; without one, ``HOLDOUT_FRACTION`` of the training queries is held out for it.
         ``feature_names`` (d distinct strings; default: the columns of a pandas DataFrame, else
         f1, f2, ...) are stored with the model and name the features of its explanations."""
+        # the budget bounds the whole fit, the imports below included (seconds on a busy machine)
+        deadline = Deadline.begin(self.time_budget_s)
         from training.data.splits import split_by_query
         from training.pipeline.config import ConfigError, resolve_feature_names
         from training.pipeline.train import train
@@ -102,6 +105,9 @@ class TuneMixRanker:
 
             ensure_warm()
         cfg = self._config()
+        clock = clock_for(cfg.run.backend)  # the budget as the config says, on its backend's clock
+        deadline = Deadline(start=deadline.start + clock() - deadline.clock(), budget_s=cfg.run.time_budget_s,
+                            clock=clock)
         if feature_names is None and hasattr(X, "columns") and all(isinstance(c, str) for c in X.columns):
             feature_names = list(X.columns)
         train_set = _ranking_data(X, y, group, "X", "y", "group")
@@ -124,7 +130,8 @@ class TuneMixRanker:
             if train_set.n_queries < 2:
                 raise ValueError("fit needs at least 2 queries to hold some out (or pass eval_set)")
             train_set, vali = split_by_query(train_set, fraction=1.0 - HOLDOUT_FRACTION, seed=self.random_state)
-        outcome = train(cfg, progress=self.progress, sets={"train": train_set, "vali": vali}, save=False)
+        outcome = train(cfg, progress=self.progress, sets={"train": train_set, "vali": vali}, save=False,
+                        deadline=deadline)
         self._cfg_ = cfg
         self.record_ = outcome.record
         self.model_ = Model(ensemble=outcome.model, manifest={"name": cfg.name, "version": "unsaved",

@@ -69,29 +69,34 @@ def head_jobs(train: RankingData, vali: RankingData, n_grades: int, settings: He
 
 
 def fit_head_model(train: RankingData, vali: RankingData, n_grades: int, n_leaves: int, min_data_in_leaf: int,
-                   settings: HeadSettings, seed: int) -> tuple[FlatForest, float, dict[str, Any]]:
+                   settings: HeadSettings, seed: int, time_budget_s: float | None = None
+                   ) -> tuple[FlatForest, float, dict[str, Any]]:
     """One of the head's models (a task of its own, for a process pool): (its forest up to the
-    best iteration, its validation log loss, what the record says of it)."""
+    best iteration, its validation log loss, what the record says of it). ``time_budget_s``: it
+    stops after the iteration that exceeds these seconds (the fit's time budget)."""
     t0 = time.perf_counter()
     top = n_grades - 1
     mc = McRank(variant="multiclass", n_leaves=n_leaves, learning_rate=settings.learning_rate,
                 n_iterations=settings.max_iterations, min_data_in_leaf=min_data_in_leaf, seed=seed, n_threads=1,
-                feature_fraction=settings.feature_fraction, bagging_fraction=settings.bagging_fraction)
+                feature_fraction=settings.feature_fraction, bagging_fraction=settings.bagging_fraction,
+                time_budget_s=time_budget_s)
     mc.fit(train.features, np.minimum(train.labels, top), label_grouping=identity_grouping(n_grades),
            eval_set=(vali.features, np.minimum(vali.labels, top)), early_stopping_rounds=settings.patience)
     loss = float(mc.best_loss_ if mc.best_loss_ is not None else np.inf)
     info = {"n_leaves": n_leaves, "min_data_in_leaf": min_data_in_leaf, "learning_rate": settings.learning_rate,
-            "iterations": mc.best_iteration_, "validation_log_loss": loss,
+            "iterations": mc.best_iteration_, "validation_log_loss": loss, "stop_reason": mc.stop_reason_,
             "seconds": round(time.perf_counter() - t0, 3)}
     return mc.to_forest(), loss, info
 
 
 def assemble_head(fitted: list[tuple[FlatForest, float, dict[str, Any]]], n_grades: int, settings: HeadSettings,
-                  vali: RankingData, vali_scores: npt.ArrayLike, seed: int = 0) -> tuple[RelevanceHead, dict[str, Any]]:
+                  vali: RankingData, vali_scores: npt.ArrayLike, seed: int = 0, *,
+                  recalibrate: bool = True) -> tuple[RelevanceHead, dict[str, Any]]:
     """The head from its fitted models (``fit_head_model``, in grid order): the models within
     ``keep_within`` of the best validation log loss, and the recalibration when the
-    cross-validation over the validation queries (ranked by ``vali_scores``) says it pays.
-    Returns (head, the recalibration's record)."""
+    cross-validation over the validation queries (ranked by ``vali_scores``) says it pays
+    (``recalibrate`` False: not tried, e.g. when the time budget is spent; its six L-BFGS fits
+    took seconds on a busy machine). Returns (head, the recalibration's record)."""
     best = min(loss for _, loss, _ in fitted)
     forests, models, bounds = [], [], [0]
     for i, (forest, loss, info) in enumerate(fitted):
@@ -105,6 +110,9 @@ def assemble_head(fitted: list[tuple[FlatForest, float, dict[str, Any]]], n_grad
             models.append(info)
     head = RelevanceHead(n_grades=n_grades, forest=concatenate(forests), bounds=np.asarray(bounds, dtype=np.int64),
                          models=models)
+    if not recalibrate:
+        return head, {"gain": 0.0, "standard_error": 0.0, "applied": False, "queries": int(vali.n_queries),
+                      "reason": "not tried: the time budget was spent"}
     cum = rank_match(cumulative_from_probabilities(head.tree_probabilities(vali.features)), vali_scores,
                      vali.query_offsets)
     events = (np.minimum(vali.labels, n_grades - 1)[:, None] >= np.arange(1, n_grades)[None, :]).astype(np.float64)

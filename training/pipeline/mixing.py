@@ -17,6 +17,7 @@ from training.ensemble.base import member_qualities
 from training.ensemble.member_rescaling import RESCALE_MODES
 from training.ensemble.registry import compare_mixers, make_mixer
 from training.evaluation import mean_metric
+from training.pipeline.budget import Deadline
 from training.pipeline.config import TrainConfig
 from training.pipeline.member_types import RunResult
 from training.pipeline.prepared import Prepared
@@ -100,15 +101,19 @@ class ForecasterSearch:
 
 def search_forecasters(scores: np.ndarray, labels: np.ndarray, offsets: np.ndarray, *, modes: Sequence[str],
                        sets: Sequence[tuple[int | None, np.ndarray | None]], measure: str, convention: str,
-                       **params: Any) -> ForecasterSearch:
+                       deadline: Deadline | None = None, **params: Any) -> ForecasterSearch:
     """The exponential forecaster under each rescaling mode and eligible set (each T of
     ``snapshot_masks``, or ``(None, None)``: every member), omega and the duplicates computed
     once; the pick is the first candidate within the tolerance of the best tuning quality (the
-    first mode listed, then the smaller T). ``params`` go to the forecaster (e.g. tie_tolerance)."""
+    first mode listed, then the smaller T). ``params`` go to the forecaster (e.g. tie_tolerance).
+    Anytime: once the ``deadline``'s mixing end has passed no further candidate is fitted (at
+    least one is), and the pick is among those fitted."""
     candidates: list[tuple[str, int | None, Any]] = []
     shared: dict[str, Any] = {}  # omega and duplicates: the same for every mode and T
     for mode in modes:
         for T, mask in sets:
+            if candidates and deadline is not None and deadline.passed("mixing"):
+                break
             fc = make_mixer("exp_forecaster", measure=measure, convention=convention, rescale=mode, **params)
             fc.fit(scores, labels, offsets, eligible=mask, **shared)  # type: ignore[call-arg]
             shared = {"omega": fc.omega_, "duplicate_of": fc.duplicate_of_}  # type: ignore[attr-defined]
@@ -121,12 +126,13 @@ def search_forecasters(scores: np.ndarray, labels: np.ndarray, offsets: np.ndarr
 
 
 def fit_mixer(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, out: Mixing,
-              runs: list[RunResult] | None = None) -> None:
+              runs: list[RunResult] | None = None, deadline: Deadline | None = None) -> None:
     """Fit the mixer and set it on the model. The forecaster is fitted under every member
     rescaling mode unless one is configured (method section 5) and, with ``[mixer] snapshots =
     "tune"``, on the members of each snapshot iteration count T (``snapshot_sets``); the
     candidate best on the tuning queries (``[mixer] tune_on``: validation, or the calibration
-    part) is kept, ties to the first mode listed and the smaller T."""
+    part) is kept, ties to the first mode listed and the smaller T; under a time budget, among the
+    candidates fitted before the ``deadline``'s mixing end (``search_forecasters``)."""
     vali, test = prep.vali, prep.test
     vali_members, test_members = out.vali_members, out.test_members
     measure, convention = cfg.mixer.measure, cfg.mixer.convention
@@ -144,7 +150,7 @@ def fit_mixer(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, out: Mixin
             sets = list(snapshot_sets(runs, members)) or [(None, None)]
         search = search_forecasters(tune_scores, tune_data.labels, tune_data.query_offsets, modes=modes, sets=sets,
                                     measure=measure, convention=convention, tie_tolerance=cfg.mixer.tie_tolerance,
-                                    selection=cfg.mixer.selection)
+                                    selection=cfg.mixer.selection, deadline=deadline)
         for mode, T, fc in search.candidates:
             tuned = float(fc.validation_quality_)
             row: dict[str, Any] = {"rescale": mode}

@@ -4,9 +4,9 @@
 mixing stages in ``training.pipeline.mixing``). Member types (AdaBoost.MH, McRank, ...) plug in
 through ``training.pipeline.member_types``; the joblib backend and the progress bars live in
 ``training.pipeline.parallel``.
-Time budget: when ``[run] time_budget_s`` is set, 60% of it is shared among the runs (each run
-gets ``0.6 * budget / ceil(n_runs / runs at once)`` seconds and stops after the iteration that exceeds
-it); calibration and mixing use the rest.
+Time budget: when ``[run] time_budget_s`` is set, it bounds the whole of :func:`train`: one
+deadline from the start, an end for each stage (boosting, calibration, mixing, the relevance
+head), each stage cut to what is left (``training.pipeline.budget``).
 Nothing is written until the very end, and then atomically (``training.artifact.store``):
 Ctrl-C at any point leaves no half-written model.
 """
@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import math
 import platform
 import time
 from collections.abc import Iterator
@@ -37,6 +36,7 @@ from training.ensemble.registry import make_mixer
 from training.evaluation import CONVENTION_NAMES, evaluate, mean_metric
 from training.learners.label_groups import get_grouping, groupings_for
 from training.pipeline.auto import DataShape, apply_auto
+from training.pipeline.budget import Deadline, clock_for
 from training.pipeline.config import TrainConfig, missing_data_message, resolve_feature_names
 from training.pipeline.importance import explanation_summary
 from training.pipeline.member_types import (
@@ -60,6 +60,7 @@ from training.pipeline.mixing import (
 )
 from training.pipeline.parallel import iteration_bar, parallel_backend, run_parallel
 from training.pipeline.prepared import Prepared
+from training.pipeline.relevance_stage import fit_head, reusable_head_models
 from training.scoring.ensemble_model import EXTRA_VIEWS, EnsembleModel, Member, RunInfo, prune, remap_forest
 from training.scoring.forest import FlatForest, concatenate
 
@@ -241,30 +242,59 @@ def run_inputs(prep: Prepared, spec: RunSpec) -> RunInputs:
 
 
 # ---------------------------------------------------------------------------------- runs
-def fit_runs(cfg: TrainConfig, prep: Prepared, specs: list[RunSpec], n_jobs: int, progress: bool) -> list[RunResult]:
+#: member types whose runs train with LightGBM
+LIGHTGBM_TYPES = ("lambdamart", "mcrank")
+
+
+def run_within(deadline: Deadline, spec: RunSpec, *args: Any) -> RunResult:
+    """``fit_run`` with the seconds left to the boosting stage's end when the run starts (a task of
+    its own: a run of a later wave gets what is left then)."""
+    features, labels, offsets, eval_features, eval_labels, eval_offsets, n_labels, seed, queue = args
+    return fit_run(spec, features, labels, offsets, eval_features, eval_labels, eval_offsets, n_labels, seed,
+                   deadline.run_seconds("boosting"), queue)
+
+
+def fit_runs(cfg: TrainConfig, prep: Prepared, specs: list[RunSpec], n_jobs: int, progress: bool,
+             deadline: Deadline | None = None) -> list[RunResult]:
     """Every run on the fit part, in parallel (one job per run). On the threads backend up to
-    ``THREAD_RUNS_PER_JOB`` runs per job go at once (the OS shares the cores among them)."""
+    ``THREAD_RUNS_PER_JOB`` runs per job go at once (the OS shares the cores among them). Each
+    run stops at the ``deadline``'s boosting end (``training.pipeline.budget``)."""
+    deadline = deadline or Deadline.begin(None)
+    if any(s.type in LIGHTGBM_TYPES for s in specs):
+        # once, before the runs: its import (sklearn, scipy: seconds on a busy machine) would
+        # otherwise happen in every run's thread at once, after its seconds were counted
+        import lightgbm  # noqa: F401
     at_once = n_jobs
     if cfg.run.backend == "threads":
         at_once = max(n_jobs, min(len(specs), THREAD_RUNS_PER_JOB * n_jobs))
-    budget = None  # wall-clock seconds per run: the budget's boosting share, per wave of runs
-    if cfg.run.time_budget_s is not None:
-        budget = 0.6 * cfg.run.time_budget_s / math.ceil(len(specs) / at_once)
     total_iterations = sum(get_member_type(s.type).iterations(s.params) for s in specs)
     with iteration_bar(total_iterations, progress and total_iterations > 0
                        and cfg.run.backend in ("loky", "threads", "sequential"),
                        processes=cfg.run.backend == "loky") as queue:
         return run_parallel(
-            [joblib.delayed(fit_run)(s, *run_inputs(prep, s), prep.n_labels, cfg.seed, budget, queue) for s in specs],
+            [joblib.delayed(run_within)(deadline, s, *run_inputs(prep, s), prep.n_labels, cfg.seed, queue)
+             for s in specs],
             at_once, f"boosting {len(specs)} runs", progress,
         )
 
 
+def calibrate_within(deadline: Deadline, last: bool, *args: Any) -> CalibrationResult | None:
+    """``calibrate_snapshot(*args)``, or None (skipped) for a snapshot that is not its run's last
+    once the ``deadline``'s calibration end has passed (a task of its own)."""
+    if not last and deadline.passed("calibration"):
+        return None
+    return calibrate_snapshot(*args)
+
+
 def calibrate_runs(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], n_jobs: int,
-                   progress: bool, *, own_gains: bool = True) -> list[CalibrationResult]:
+                   progress: bool, *, own_gains: bool = True, deadline: Deadline | None = None
+                   ) -> list[CalibrationResult]:
     """Every run's snapshots scored on the calibration part, then one calibration job per snapshot.
     Regression and SNDCG targets are the documents' own gains (``own_gains=False``: their class
-    gains, the behaviour before the own-gain targets, kept for the before/after measurement)."""
+    gains, the behaviour before the own-gain targets, kept for the before/after measurement).
+    Under a time budget every run's last snapshot goes first and is always calibrated; the earlier
+    snapshots only while the ``deadline``'s calibration end is not passed."""
+    deadline = deadline or Deadline.begin(None)
     cal_part = prep.cal_part
     doc_gains = np.exp2(cal_part.labels.astype(np.float64)) - 1.0 if own_gains else None
     tasks = []
@@ -274,12 +304,16 @@ def calibrate_runs(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], n_jo
         grouping = prep.groupings.get(r.spec.grouping) or get_grouping(r.spec.grouping, prep.n_labels)
         classes = grouping.apply(cal_part.labels)
         specs = member_type.calibrators(list(cfg.members.calibrators), r)
+        last = len(r.snapshot_iterations) - 1
         for c, it in enumerate(r.snapshot_iterations):
-            tasks.append(joblib.delayed(calibrate_snapshot)(
-                r.spec.index, it, np.ascontiguousarray(raw[:, c, :]), classes, cal_part.query_offsets,
-                r.class_gains, specs, r.shift_scales[c], c, doc_gains,
-            ))
-    return run_parallel(tasks, n_jobs, f"calibrating {len(tasks)} snapshots", progress)
+            tasks.append((c == last, joblib.delayed(calibrate_within)(
+                deadline, c == last, r.spec.index, it, np.ascontiguousarray(raw[:, c, :]), classes,
+                cal_part.query_offsets, r.class_gains, specs, r.shift_scales[c], c, doc_gains,
+            )))
+    if deadline.limited:  # the last snapshots first: they are calibrated whatever the time
+        tasks.sort(key=lambda t: not t[0])
+    done = run_parallel([t for _, t in tasks], n_jobs, f"calibrating {len(tasks)} snapshots", progress)
+    return [c for c in done if c is not None]
 
 
 def assemble(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], cals: list[CalibrationResult]
@@ -353,9 +387,9 @@ def served_scores(prep: Prepared, model: EnsembleModel) -> dict[str, np.ndarray]
 
 
 def evaluate_model(prep: Prepared, model: EnsembleModel, mixing: Mixing,
-                   served: dict[str, np.ndarray]) -> dict[str, Any]:
+                   served: dict[str, np.ndarray], conventions: list[str] | None = None) -> dict[str, Any]:
     """The served model (``served``: its scores, ``served_scores``) and the best single member
-    under every convention."""
+    under every convention (or those of ``conventions``: the time budget's cut)."""
     top = prep.n_labels - 1
     best = int(np.argmax(mixing.omega))
     out: dict[str, Any] = {}
@@ -363,28 +397,30 @@ def evaluate_model(prep: Prepared, model: EnsembleModel, mixing: Mixing,
         if data is None or members is None:
             continue
         out[split] = {
-            "ensemble": metrics_all_conventions(data.labels, served[split], data.query_offsets, data.docids, top),
+            "ensemble": metrics_all_conventions(data.labels, served[split], data.query_offsets, data.docids, top,
+                                                conventions),
             "best_member": metrics_all_conventions(data.labels, members[:, best], data.query_offsets,
-                                                   data.docids, top),
+                                                   data.docids, top, conventions),
         }
     return out
 
 
 def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingData] | None = None,
-          save: bool = True) -> TrainOutcome:
+          save: bool = True, deadline: Deadline | None = None) -> TrainOutcome:
     """Train, mix, evaluate and (``save``) save a model as configured; return where it went (None
     when not saved) and the record. ``sets`` (train, vali, optionally test) replace the config's
-    data."""
+    data. ``deadline``: the time budget's (default: ``[run] time_budget_s`` from now)."""
     from training.pipeline.warm import compile_clock
 
+    deadline = deadline or Deadline.begin(cfg.run.time_budget_s, clock_for(cfg.run.backend))
     with compile_clock() as compiling:
         clock = _Clock(compiling)
-        outcome = _train(cfg, clock, progress, sets, save)
+        outcome = _train(cfg, clock, progress, sets, save, deadline)
     return outcome
 
 
 def _train(cfg: TrainConfig, clock: _Clock, progress: bool, sets: dict[str, RankingData] | None,
-           save: bool) -> TrainOutcome:
+           save: bool, deadline: Deadline) -> TrainOutcome:
     records = None
     auto = not any(mt.blocks(cfg) for mt in member_types().values())
     auto_reasons: list[str] = []
@@ -406,36 +442,51 @@ def _train(cfg: TrainConfig, clock: _Clock, progress: bool, sets: dict[str, Rank
     feature_names = resolve_feature_names(cfg.data, prep.sets["train"].n_features)  # checked before any fit
     with parallel_backend(cfg.run.backend, cfg.run.n_jobs, cfg.run.scheduler) as n_jobs:
         with clock("boosting_s"):
-            runs = fit_runs(cfg, prep, specs, n_jobs, progress)
+            runs = fit_runs(cfg, prep, specs, n_jobs, progress, deadline)
         with clock("calibration_s"):
-            cals = calibrate_runs(cfg, prep, runs, n_jobs, progress)
+            cals = calibrate_runs(cfg, prep, runs, n_jobs, progress, deadline=deadline)
     with clock("member_scoring_s"):
         model, failures = assemble(cfg, prep, runs, cals)
         members = list(model.members)
         mixing = score_members(prep, model)
     with clock("mixing_s"):
-        fit_mixer(cfg, prep, model, mixing, runs)
+        fit_mixer(cfg, prep, model, mixing, runs, deadline)
+    skipped = []  # the side comparisons, once the mixing stage's time is over
     if mixing.test_members is not None and cfg.mixer.compare:
-        with clock("mixer_comparison_s"):
-            compare(cfg, prep, mixing)
-    with clock("type_comparison_s"):
-        by_type = compare_type_subsets(cfg, prep, runs, members, mixing)
+        if deadline.passed("mixing"):
+            skipped.append("mixer_comparison")
+        else:
+            with clock("mixer_comparison_s"):
+                compare(cfg, prep, mixing)
+    by_type: list[dict[str, Any]] = []
+    if deadline.passed("mixing"):
+        skipped.append("type_comparison")
+    else:
+        with clock("type_comparison_s"):
+            by_type = compare_type_subsets(cfg, prep, runs, members, mixing)
     with clock("pruning_s"):  # drop what the mixer never uses
         full_size = (model.n_members, model.forest.n_base)
         model = prune(model)
     with clock("evaluation_s"):
         served = served_scores(prep, model)
-        evaluation = evaluate_model(prep, model, mixing, served)
-        baseline = best_feature_baseline(cfg, prep)
+        late = deadline.passed("mixing")  # past it: the served convention only, no baseline
+        conventions = [cfg.mixer.convention] if late else None
+        evaluation = evaluate_model(prep, model, mixing, served, conventions)
+        baseline = None if late else best_feature_baseline(cfg, prep)
+        skipped += ["other_conventions", "best_feature"] if late else []
     with clock("explanations_s"):  # for the report, written only with the model
-        explanations = (explain_for_report(prep, model, feature_names) if save
-                        else {"skipped": "the report computes them only when `tunemix train` saves the model"})
+        explanations = (explain_for_report(prep, model, feature_names) if save and not late
+                        else {"skipped": "the time budget was spent" if late
+                              else "the report computes them only when `tunemix train` saves the model"})
     with clock("relevance_head_s"):
-        relevance = fit_head(cfg, prep, model, served, progress, reusable_head_models(cfg, prep, runs))
+        relevance = fit_head(cfg, prep, model, served, progress, reusable_head_models(cfg, prep, runs), deadline)
     clock.timings["total_s"] = time.perf_counter() - clock.start
     numba_compile = clock.compile_record()
     record = build_record(cfg, prep, runs, members, failures, model, full_size, mixing, evaluation, clock.timings)
     record["relevance_head"] = relevance
+    record["time_budget"] = {**deadline.record(), "elapsed_s": round(deadline.elapsed(), 3), "skipped": skipped,
+                             "runs_stopped": [r.spec.tag for r in runs if r.stop_reason == "time_budget"],
+                             "snapshots_calibrated": len(cals), "mixing_candidates": len(mixing.rescaling)}
     record["auto_members"] = auto_reasons or None
     record["mix_by_member_type"] = by_type
     record["best_feature"] = baseline
@@ -444,26 +495,6 @@ def _train(cfg: TrainConfig, clock: _Clock, progress: bool, sets: dict[str, Rank
     record["numba_compile"] = numba_compile
     path = _save(cfg, model, record) if save else None
     return TrainOutcome(path=path, record=record, model=model)
-
-
-def reusable_head_models(cfg: TrainConfig, prep: Prepared, runs: list[RunResult]
-                         ) -> list[tuple[FlatForest, float, dict[str, Any]]]:
-    """The McRank members that are models of the relevance head's kind (multiclass on the original
-    grades and raw features, trained on the whole training set, stopped early on the validation
-    log loss), as ``fit_head_model`` returns its models; none unless ``[relevance] reuse_members``."""
-    if not cfg.relevance.reuse_members:
-        return []
-    out = []
-    for r in runs:
-        p = r.spec.params
-        if (r.spec.type == "mcrank" and p.get("variant", "multiclass") == "multiclass" and r.spec.view == "raw"
-                and r.spec.grouping == "original" and p.get("fit_on") == "train" and r.forest is not None
-                and r.validation_loss is not None and r.n_outputs == prep.n_labels):
-            info = {"n_leaves": int(p.get("n_leaves", 16)), "min_data_in_leaf": int(p.get("min_data_in_leaf", 20)),
-                    "learning_rate": float(p.get("learning_rate", 0.1)), "iterations": r.n_iterations,
-                    "validation_log_loss": float(r.validation_loss), "seconds": 0.0, "member": r.spec.tag}
-            out.append((FlatForest.from_arrays(r.forest), float(r.validation_loss), info))
-    return out
 
 
 def explain_for_report(prep: Prepared, model: EnsembleModel, names: list[str]) -> dict[str, Any]:
@@ -475,49 +506,6 @@ def explain_for_report(prep: Prepared, model: EnsembleModel, names: list[str]) -
     except (ValueError, MemoryError) as exc:
         log.warning("no explanations in the report: %s", exc)
         return {"error": f"{type(exc).__name__}: {exc}"}
-
-
-def fit_head(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, served: dict[str, np.ndarray],
-             progress: bool = False, reused: list[tuple[FlatForest, float, dict[str, Any]]] | None = None
-             ) -> dict[str, Any]:
-    """Train the relevance head (every model gets one unless ``[relevance] enabled = false``): its
-    McRank models in parallel on the whole training set, each stopped early on the validation
-    queries; measure it on the test queries when there are some, else on validation (``served``:
-    the model's scores of both, ``served_scores``). A fit that fails is logged and recorded; the
-    model then has no head and ranks as before."""
-    from training.calibration.relevance_fit import assemble_head, fit_head_model, head_jobs, relevance_metrics
-
-    if not cfg.relevance.enabled:
-        return {"error": "disabled in the configuration ([relevance] enabled = false)"}
-    try:  # the head's models are LightGBM's: a machine without it (or without its OpenMP) gets no head
-        import lightgbm  # noqa: F401
-    except (ImportError, OSError) as exc:
-        log.warning("no relevance head: LightGBM cannot be loaded (%s); install it (and libgomp1 on Debian) "
-                    "for relevance estimates", exc)
-        return {"error": f"LightGBM cannot be loaded: {exc}"}
-    t0 = time.perf_counter()
-    h = cfg.relevance
-    try:
-        jobs = head_jobs(prep.train, prep.vali, prep.n_labels, h, cfg.seed)
-        fitted = list(reused or [])
-        if not jobs and not fitted:
-            raise ValueError("the relevance head has no models: [relevance] n_leaves is empty and no McRank "
-                             "member can be reused")
-        # one LightGBM thread per model, as the McRank members train (processes run them side by side)
-        with parallel_backend(cfg.run.backend, cfg.run.n_jobs, cfg.run.scheduler) as n_jobs:
-            reused_note = f", {len(fitted)} McRank members reused: {len(jobs) + len(fitted)} in all" if fitted else ""
-            fitted += run_parallel([joblib.delayed(fit_head_model)(*args) for args in jobs], n_jobs,
-                                   f"relevance head: {len(jobs)} models to train{reused_note}", progress)
-        model.relevance_head, recalibration = assemble_head(fitted, prep.n_labels, h, prep.vali, served["vali"],
-                                                            cfg.seed)
-    except ValueError as exc:
-        log.warning("no relevance head: %s", exc)
-        return {"error": str(exc)}
-    data, split = (prep.test, "test") if prep.test is not None and prep.test.n_docs else (prep.vali, "vali")
-    probs, _ = model.relevance_head.estimate(data.features, served[split], data.query_offsets)
-    return {"trained_on": "train", "stopped_on": "vali", "measured_on": split,
-            "models": model.relevance_head.models, "recalibration": recalibration,
-            "seconds": round(time.perf_counter() - t0, 3), **relevance_metrics(probs, data.labels)}
 
 
 def build_record(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], members: list[Member],
@@ -584,8 +572,10 @@ def member_type_summary(runs: list[RunResult], members: list[Member], omega: np.
 
 # ---------------------------------------------------------------------------------- metrics
 def metrics_all_conventions(labels: np.ndarray, scores: np.ndarray, offsets: np.ndarray,
-                            docids: np.ndarray | None = None, top_label: int = 4) -> dict[str, dict[str, float | None]]:
-    """Mean of RECORD_MEASURES under each of the ten conventions (None where the tool refuses).
+                            docids: np.ndarray | None = None, top_label: int = 4,
+                            conventions: list[str] | None = None) -> dict[str, dict[str, float | None]]:
+    """Mean of RECORD_MEASURES under each of the ten conventions (or of ``conventions``; None
+    where the tool refuses).
 
     With fewer than five levels, ERR with the data's own top label (``err:top=K-1``, the papers'
     ERR: R = (2^l - 1) / 2^top) is recorded too.
@@ -594,7 +584,7 @@ def metrics_all_conventions(labels: np.ndarray, scores: np.ndarray, offsets: np.
     if top_label < 4:
         measures.insert(measures.index("err") + 1, f"err:top={top_label}")
     out: dict[str, dict[str, float | None]] = {}
-    for conv in CONVENTION_NAMES:
+    for conv in conventions or CONVENTION_NAMES:
         try:  # one call validates and ranks once for all measures
             means = evaluate(labels, scores, offsets, measures, conv, docids=docids).mean
         except ValueError:  # a measure this tool refuses: take them one at a time

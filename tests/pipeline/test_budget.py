@@ -1,0 +1,202 @@
+"""The time budget as a logic property (``training.pipeline.budget``): every stage of ``train``
+receives its end and obeys it, read through a fake clock (no timed test: the wall clock is
+measured by ``python -m bench.budget``)."""
+
+from __future__ import annotations
+
+import copy
+import math
+import tomllib
+from typing import Any
+
+import numpy as np
+import pytest
+
+from training.pipeline import train as train_module
+from training.pipeline.budget import MIN_RUN_S, STAGE_ENDS, Deadline, affordable_models
+from training.pipeline.config import load_config
+from training.pipeline.mixing import search_forecasters
+
+lgb = pytest.importorskip("lightgbm")
+
+
+class FakeClock:
+    """A clock the test sets: ``clock.now`` seconds."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_deadline_ends_and_seconds_left() -> None:
+    clock = FakeClock(100.0)
+    d = Deadline.begin(10.0, clock)
+    assert d.start == 100.0 and d.limited
+    for stage, share in STAGE_ENDS.items():
+        assert d.end(stage) == pytest.approx(100.0 + 10.0 * share)
+    clock.now = 103.0
+    assert d.left("boosting") == pytest.approx(3.5) and not d.passed("boosting")
+    assert d.run_seconds("boosting") == pytest.approx(3.5) and d.elapsed() == pytest.approx(3.0)
+    clock.now = 107.0  # past the boosting end, before the calibration end
+    assert d.passed("boosting") and not d.passed("calibration")
+    assert d.run_seconds("boosting") == MIN_RUN_S  # a run starting late still trains one iteration
+    assert d.record()["stage_ends_s"]["relevance_head"] == pytest.approx(9.7)
+    free = Deadline.begin(None, clock)
+    assert math.isinf(free.left("mixing")) and not free.passed("relevance_head")
+    assert free.run_seconds("boosting") is None
+    with pytest.raises(ValueError, match="positive"):
+        Deadline.begin(0.0)
+    # stage ends are ordered: each stage ends after the one before and before the budget
+    assert list(STAGE_ENDS.values()) == sorted(STAGE_ENDS.values()) and max(STAGE_ENDS.values()) < 1.0
+
+
+def test_remote_workers_read_the_wall_clock() -> None:
+    import time
+
+    from training.pipeline.budget import clock_for
+
+    assert clock_for("dask") is time.time and clock_for("ray") is time.time
+    assert clock_for("threads") is time.perf_counter and clock_for("loky") is time.perf_counter
+
+
+def test_affordable_models() -> None:
+    assert affordable_models(10.0, 3.0, 2, 12) == 6       # floor(10 x 2 / 3)
+    assert affordable_models(10.0, 3.0, 1, 2) == 2        # no more than wanted
+    assert affordable_models(-1.0, 3.0, 2, 12) == 0       # the time is spent
+    assert affordable_models(math.inf, 3.0, 2, 12) == 12  # no budget
+    assert affordable_models(5.0, 0.0, 2, 12) == 12       # unknown cost: all, stopped at the deadline
+
+
+def test_lightgbm_runs_stop_at_the_iteration_that_reaches_the_deadline() -> None:
+    from training.learners.mcrank import budget_callback
+
+    clock = FakeClock(0.0)
+    seen: list[int] = []
+    [callback] = budget_callback(5.0, seen.append, clock)
+    for it in range(3):  # 0, 2, 4 seconds: under the budget
+        clock.now = 2.0 * it
+        callback(type("Env", (), {"iteration": it, "evaluation_result_list": []})())
+    clock.now = 5.0
+    with pytest.raises(lgb.callback.EarlyStopException):
+        callback(type("Env", (), {"iteration": 3, "evaluation_result_list": []})())
+    assert seen == [1, 2, 3, 4] and callback.stopped == {"time_budget": True}  # type: ignore[attr-defined]
+    [free] = budget_callback(None, None, clock)
+    clock.now = 1e9
+    free(type("Env", (), {"iteration": 0, "evaluation_result_list": []})())  # no budget: never stops
+
+
+def test_a_run_gets_the_seconds_left_when_it_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    got: list[float | None] = []
+
+    def fake_fit_run(spec: Any, *args: Any) -> str:
+        got.append(args[-2])  # time_budget_s, before the progress queue
+        return "run"
+
+    monkeypatch.setattr(train_module, "fit_run", fake_fit_run)
+    clock = FakeClock(0.0)
+    d = Deadline.begin(20.0, clock)
+    clock.now = 4.0
+    train_module.run_within(d, "spec", "x", "y", "o", None, None, None, 3, 0, None)
+    clock.now = 15.0  # a run of a later wave, past the boosting end (13 s)
+    train_module.run_within(d, "spec", "x", "y", "o", None, None, None, 3, 0, None)
+    assert got == [pytest.approx(9.0), MIN_RUN_S]
+
+
+def test_calibration_keeps_the_last_snapshot_past_its_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(train_module, "calibrate_snapshot", lambda *args: args)
+    clock = FakeClock(0.0)
+    d = Deadline.begin(10.0, clock)
+    assert train_module.calibrate_within(d, False, "a") == ("a",)
+    clock.now = 8.0  # past the calibration end (7.5 s)
+    assert train_module.calibrate_within(d, False, "a") is None
+    assert train_module.calibrate_within(d, True, "a") == ("a",)
+
+
+def test_the_mix_is_anytime() -> None:
+    rng = np.random.default_rng(0)
+    offsets = np.arange(0, 201, 10, dtype=np.int64)
+    labels = rng.integers(0, 3, 200)
+    scores = labels[:, None] + rng.normal(0.0, 1.0, (200, 4))
+    modes = ["none", "zscore_query", "minmax_query"]
+    clock = FakeClock(0.0)
+    d = Deadline.begin(10.0, clock)
+    full = search_forecasters(scores, labels, offsets, modes=modes, sets=[(None, None)], measure="ndcg@10",
+                              convention="yahoo", deadline=d)
+    assert [m for m, _, _ in full.candidates] == modes
+    clock.now = 9.0  # past the mixing end: the first candidate only, the best so far
+    late = search_forecasters(scores, labels, offsets, modes=modes, sets=[(None, None)], measure="ndcg@10",
+                              convention="yahoo", deadline=d)
+    assert [m for m, _, _ in late.candidates] == ["none"] and late.pick == 0
+
+
+CONFIG: dict[str, Any] = tomllib.loads("""
+name = "budget"
+seed = 1
+[data.synthetic]
+queries = [40, 15, 15]
+docs_per_query = [8, 20]
+features = 6
+levels = 3
+seed = 4
+[mixer]
+compare = ["uniform"]
+[run]
+backend = "sequential"
+report_plots = false
+time_budget_s = 10.0
+[relevance]
+n_leaves = [4, 7]
+min_data_in_leaf = [5]
+""")
+
+
+def _train(after_boosting: float, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Train with a budget of 1e6 fake seconds: the runs never stop for it (the learners read the
+    real clock); once they are done the clock reads ``after_boosting`` for every later stage:
+    before every end (0) or past all of them (1e6)."""
+    cfg = load_config(None, {}, tables=copy.deepcopy(CONFIG))
+    clock = FakeClock(0.0)
+    deadline = Deadline.begin(1e6, clock)
+    fit_runs = train_module.fit_runs
+
+    def runs_then_time_passes(*args: Any, **kwargs: Any) -> Any:
+        out = fit_runs(*args, **kwargs)
+        clock.now = after_boosting
+        return out
+
+    monkeypatch.setattr(train_module, "fit_runs", runs_then_time_passes)
+    return train_module.train(cfg, progress=False, save=False, deadline=deadline).record
+
+
+def test_every_stage_obeys_its_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    early, late = _train(0.0, monkeypatch), _train(1e6, monkeypatch)
+    assert [r["iterations"] for r in early["runs"]] == [r["iterations"] for r in late["runs"]]
+    n_runs = len(late["runs"])
+    snapshots = sum(len(r["checkpoints"]) for r in late["runs"])
+    assert snapshots > n_runs  # AdaBoost.MH keeps several snapshots: calibration has some to cut
+    # before every end: nothing is cut
+    assert early["time_budget"]["snapshots_calibrated"] == snapshots and early["time_budget"]["skipped"] == []
+    assert early["time_budget"]["mixing_candidates"] > 1 and early["mix_by_member_type"]
+    head = early["relevance_head"]["time_budget"]
+    assert head["trained"] == head["affordable"] == head["grid"] == 2
+    # past every end: each run's last snapshot only, one mix candidate, no side comparisons, no
+    # model of the head's own and no recalibration; the model is still whole and ranks
+    assert late["time_budget"]["snapshots_calibrated"] == n_runs
+    last = {f"{r['tag']}|t={r['checkpoints'][-1]}" for r in late["runs"]}
+    assert {m["name"].rsplit("|", 1)[0] for m in late["members"]} == last
+    assert late["time_budget"]["mixing_candidates"] == 1
+    assert late["time_budget"]["skipped"] == ["mixer_comparison", "type_comparison", "other_conventions",
+                                              "best_feature"]
+    assert list(late["evaluation"]["vali"]["ensemble"]) == ["yahoo"] and late["best_feature"] is None
+    assert len(early["evaluation"]["vali"]["ensemble"]) == 10 and early["best_feature"]["feature"] >= 1
+    assert late["relevance_head"]["time_budget"]["trained"] == 0
+    assert all("member" in m for m in late["relevance_head"]["models"])  # the McRank member alone
+    assert late["relevance_head"]["recalibration"]["applied"] is False
+    assert late["evaluation"]["test"]["ensemble"]["yahoo"]["ndcg@10"] is not None
+    # the report of a model cut by its budget renders (what `tunemix train --time-budget` writes)
+    from training.pipeline.report import render_report
+
+    text = render_report(late, plots=False)["report.md"].decode()
+    assert "under the `yahoo` convention" in text
