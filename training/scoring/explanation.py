@@ -36,6 +36,7 @@ from threadpoolctl import ThreadpoolController
 
 from training.artifact.store import ArtifactError
 from training.data.dataset import validate_offsets
+from training.deadline import check_deadline
 from training.scoring import exact_explanation, whole_model_shapley
 from training.scoring.ensemble_model import EnsembleModel, ScoringPass
 from training.scoring.whole_model_shapley import DEFAULT_BUDGET, EXACT_MAX_FEATURES
@@ -187,6 +188,7 @@ def explain_rows(model: EnsembleModel, features: npt.ArrayLike, query_offsets: n
     # products): one BLAS thread, as scoring uses (several cost 50 times more on a busy machine)
     with _one_blas_thread():
         for q in np.unique(query):
+            check_deadline(f"explanations, before query {int(q)}")  # the service's deadline, if any
             lo, hi = int(off[q]), int(off[q + 1])
             xq = x[lo:hi]
             r = reference_row(xq, reference)
