@@ -15,7 +15,6 @@ import numpy as np
 import numpy.typing as npt
 
 from training.data.dataset import RankingData
-from training.pipeline.budget import Deadline, clock_for
 from training.scoring.explanation import Explanation, PairExplanation
 from training.scoring.runtime import set_openmp_wait_policy
 from tunemix._inputs import features_matrix, grades, query_offsets
@@ -94,6 +93,8 @@ class TuneMixRanker:
         ``feature_names`` (d distinct strings; default: the columns of a pandas DataFrame, else
         f1, f2, ...) are stored with the model and name the features of its explanations."""
         # the budget bounds the whole fit, the imports below included (seconds on a busy machine)
+        from training.pipeline.budget import Deadline, clock_for
+
         deadline = Deadline.begin(self.time_budget_s)
         from training.data.splits import split_by_query
         from training.pipeline.config import ConfigError, resolve_feature_names

@@ -294,20 +294,28 @@ def test_forest_rows_are_counted_against_the_budget(served_dir: Path) -> None:
 
 
 def test_explanations_past_their_budget_or_deadline_are_cut_off(served_dir: Path) -> None:
-    """An explain budget of one row per document is less than the two permutation pairs the
-    explanation always samples: the work is stopped (422 naming the setting). An explanation
-    deadline already past stops it at its first forest pass (504)."""
+    """The exact explanations (the default) score no coalitions: an explain budget of one row per
+    document still answers them. The sampled whole-model game (``method="shapley"``, what a
+    rank-fusion mix is explained by) scores its coalitions through the forest: there the row budget
+    stops the work as the rows are scored. An explanation deadline already past stops the work
+    before its first query (504)."""
+    from training.scoring.ensemble_model import load_model
+    from training.scoring.explanation import explain_rows
+
     body = rank_body(X[:9], [9], explain=2, top_k=2)
     with ready_client(Settings(models_dir=served_dir, default_model="default", explain_budget=1)) as c:
         wait_ready(c)
         r = c.post("/rank", json=body)
-        assert r.status_code == 422, r.text
-        assert "explain:" in r.json()["detail"] and "TUNEMIX_EXPLAIN_BUDGET" in r.json()["detail"]
-        assert c.post("/rank", json=rank_body(X[:9], [9])).status_code == 200
+        assert r.status_code == 200, r.text
+        assert all(d["explanation"]["exact"] for d in r.json()["results"][0]["ranking"])
+    model = load_model(served_dir / "default" / "v1")[0]
+    off = np.array([0, 9], dtype=np.int64)
+    with Deadline.after(60, row_budget=9).active(), pytest.raises(BudgetExceeded, match="budget of 9 forest rows"):
+        explain_rows(model, X[:9], off, [0], method="shapley")
     with ready_client(Settings(models_dir=served_dir, default_model="default", explain_timeout_s=1e-9)) as c:
         wait_ready(c)
         r = c.post("/rank", json=body)
-        assert r.status_code == 504 and "a forest pass" in r.json()["detail"], r.text
+        assert r.status_code == 504 and "explanations" in r.json()["detail"], r.text
         assert c.post("/rank", json=rank_body(X[:9], [9])).status_code == 200
 
 
