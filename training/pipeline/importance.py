@@ -45,25 +45,42 @@ def _contributions(e: Explanation, k: int, values: np.ndarray, shown: int) -> tu
             float(c.sum() - c[top].sum()))
 
 
-def global_importance(model: EnsembleModel, features: np.ndarray, query_offsets: np.ndarray
-                      ) -> tuple[np.ndarray, int, int]:
-    """(mean absolute exact contribution per feature (d,), queries, documents) over the sample of
-    the module docstring."""
+def importance_sample(features: np.ndarray, query_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rows (n', d), query offsets) of ``global_importance``'s sample (module docstring): whole
+    queries of at least 2 documents, up to ``GLOBAL_QUERIES`` evenly spread over the set, taken in
+    order until ``GLOBAL_ROWS`` documents are in (a copy: a fitted ranker keeps it)."""
     off = np.asarray(query_offsets, dtype=np.int64)
     candidates = np.flatnonzero(np.diff(off) >= 2)
     picked = candidates[np.unique(np.linspace(0, candidates.size - 1, min(GLOBAL_QUERIES, candidates.size))
                                   .round().astype(np.int64))] if candidates.size else candidates
-    total = np.zeros(model.n_features)
-    n_docs = n_queries = 0
+    blocks, sizes = [], []
     for q in picked.tolist():
         lo, hi = int(off[q]), int(off[q + 1])
-        e = explain_rows(model, features[lo:hi], np.array([0, hi - lo], dtype=np.int64))
-        total += np.abs(e.contributions).sum(axis=0)
-        n_docs += hi - lo
-        n_queries += 1
-        if n_docs >= GLOBAL_ROWS:
+        blocks.append(features[lo:hi])
+        sizes.append(hi - lo)
+        if sum(sizes) >= GLOBAL_ROWS:
             break
-    return total / max(n_docs, 1), n_queries, n_docs
+    x = np.concatenate(blocks) if blocks else np.zeros((0, features.shape[1]), dtype=features.dtype)
+    return np.ascontiguousarray(x), np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+
+
+def global_importance(model: EnsembleModel, features: np.ndarray, query_offsets: np.ndarray
+                      ) -> tuple[np.ndarray, int, int]:
+    """(mean absolute exact contribution per feature (d,), queries, documents) over the sample of
+    the module docstring (``importance_sample``)."""
+    x, off = importance_sample(features, query_offsets)
+    return sample_importance(model, x, off), off.size - 1, x.shape[0]
+
+
+def sample_importance(model: EnsembleModel, x: np.ndarray, off: np.ndarray) -> np.ndarray:
+    """The mean absolute exact contribution per feature (d,) over every row of an
+    ``importance_sample`` (each query explained on its own)."""
+    total = np.zeros(model.n_features)
+    for q in range(off.size - 1):
+        lo, hi = int(off[q]), int(off[q + 1])
+        e = explain_rows(model, x[lo:hi], np.array([0, hi - lo], dtype=np.int64))
+        total += np.abs(e.contributions).sum(axis=0)
+    return total / max(x.shape[0], 1)
 
 
 def explanation_summary(model: EnsembleModel, data: RankingData, names: list[str], split: str) -> dict[str, Any]:

@@ -11,9 +11,19 @@ explanation of row i against the reference document r is built layer by layer
 Nat. Commun. 13:4512):
 
 1. **Views.** A raw feature j and its standardised copy (x_j - mean_j) / std_j are one player
-   (a function of x_j alone); a whitened column k, ``(x - mean) . W[:, k]``, is a player of its
-   own, whose attribution is split over the raw features in proportion to
-   ``(x_j - r_j) W[j, k]`` (the exact Shapley values of a linear map).
+   (a function of x_j alone); a whitened column c, ``(x - mean) . W[:, c]``, is a player of its
+   own. Its change ``T_c = sum_j s_jc``, ``s_jc = (x_j - r_j) W[j, c]``, has a positive part P
+   (the positive s_jc) and a negative part N. The column reaches the members only through the
+   trees' threshold crossings between r_c and x_c, so its attribution phi_c is modelled as a step
+   that arrives once the column has got to x_c's side: the two-player Shapley values of P and N
+   for that step (DeepLIFT's RevealCancel rule, Shrikumar, Greenside and Kundaje 2017) give phi_c
+   to the part along T_c and nothing to the other, and each feature of that part gets
+   ``phi_c s_jc / (its part's sum)`` (``_unwhiten``). The shares of a column sum to 1 (the
+   explanation stays exact), are non-negative, and no feature gets more than phi_c from a column.
+   The linear split ``phi_c s_jc / T_c`` (the Shapley values of the linear map) lets shares
+   cancel: features pushing a column by +3 and -2.9 would get +30 phi_c and -29 phi_c of a
+   column that moved by 0.1 (measured on MQ2008: 0.18-0.37 of attribution became 1.6-50 of
+   absolute contribution, against scores of about 1-1.8).
 2. **Members.** Forests: the one-reference interventional TreeSHAP of ``tree_shap`` (exact
    Shapley values of every checkpoint's running sum, one pass); linear runs: ``W[c] (x_c - r_c)``
    per wide column c. Each member gets A_m (players, K): ``sum_p A_m[p, k] = u_mk(x) - u_mk(r)``.
@@ -265,15 +275,19 @@ def explain_query(model: EnsembleModel, xq: np.ndarray, rows: np.ndarray, r: np.
 
 
 def _unwhiten(phi_white: np.ndarray, x: np.ndarray, r: np.ndarray, white: np.ndarray) -> np.ndarray:
-    """Whitened columns' attributions (k, d) split over the raw features in proportion to
-    ``(x_j - r_j) W[j, c]`` (those shares sum to column c's change, so nothing is lost); a column
-    whose shares cancel to exactly 0 (its attribution is then rounding) goes by |shares|."""
+    """Whitened columns' attributions (k, d) split over the raw features by the RevealCancel rule
+    (module docstring, step 1): column c's change ``T_c = sum_j s_jc``, ``s_jc = (x_j - r_j) W[j, c]``,
+    goes to the features that move it the way it moved, in proportion to their ``s_jc``; those
+    moving it the other way get nothing (a column that did not move: by ``|s_jc|``). The shares
+    of a column sum to 1, so nothing is lost and no share exceeds the column's attribution."""
     share = (x.astype(np.float64) - r.astype(np.float64))[:, :, None] * white[None]  # (k, d, columns)
     total = share.sum(axis=1, keepdims=True)
-    flat = total == 0.0
+    along = np.where(np.sign(share) == np.sign(total), share, 0.0)
+    along_total = along.sum(axis=1, keepdims=True)
+    moved = along_total != 0.0
     alt = np.abs(share)
     alt_total = alt.sum(axis=1, keepdims=True)
-    frac = np.where(flat, alt / np.where(alt_total > 0, alt_total, 1.0), share / np.where(flat, 1.0, total))
+    frac = np.where(moved, along / np.where(moved, along_total, 1.0), alt / np.where(alt_total > 0, alt_total, 1.0))
     return np.asarray(np.einsum("kjc,kc->kj", frac, phi_white))
 
 
