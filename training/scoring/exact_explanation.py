@@ -61,6 +61,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from numba import njit
 
 from training.calibration.expected_relevance import OrdinalCalibrator, ordinal_probabilities
 from training.data.normalization import ILL_CONDITIONED, NULL_SPACE, WHITEN_EPS, _centre_cov, _whitening_matrix
@@ -192,8 +193,8 @@ def _raw_attributions(model: EnsembleModel, keys: list[tuple[str, int, int]], wi
         for u in linear:
             j = model._linear_runs.index(keys[u][1])
             c0, c1 = int(model._linear_cols[j]), int(model._linear_cols[j + 1])
-            out[:, u, :, : c1 - c0] = np.einsum("nck,cp->npk", diff[:, :, None] * model._linear_w[None, :, c0:c1],
-                                                onehot, optimize=True)
+            part = diff[:, :, None] * model._linear_w[None, :, c0:c1]                 # (n, columns, k)
+            out[:, u, :, : c1 - c0] = np.matmul(part.transpose(0, 2, 1), onehot).transpose(0, 2, 1)
     return out
 
 
@@ -261,8 +262,7 @@ def explain_query(model: EnsembleModel, xq: np.ndarray, rows: np.ndarray, r: np.
         lo = np.broadcast_to(u_r[:, :, :k_max], (chunk.size, mm, k_max)).copy()
         # an input whose attributions cancel to within rounding of their sizes has not moved: its
         # share would be rounding noise divided by rounding noise
-        total = attr.sum(axis=2)
-        total[np.abs(total) <= CANCELLED * np.abs(attr).sum(axis=2)] = 0.0
+        total = _moved(attr)
         delta = total[:, src]                                                    # (k, M, K)
         g_lo, phi = _input_shapley(model, lo, lo + delta)
         # the rescale rule: input k's share phi_mk over the players in proportion to A_m[., k]
@@ -272,6 +272,27 @@ def explain_query(model: EnsembleModel, xq: np.ndarray, rows: np.ndarray, r: np.
     if white is not None:
         contrib = contrib[:, :d] + _unwhiten(contrib[:, d:], xq[rows], r, white)
     return {"scores": served[rows], "baseline": baseline, "contributions": contrib}
+
+
+@njit(cache=True, nogil=True)
+def _moved(attr):  # pragma: no cover
+    """(k, U, K): ``attr.sum(axis=2)``, 0 where it is at most ``CANCELLED`` times ``|attr|.sum(axis=2)``
+    (one pass over the attributions)."""
+    k, u_n, p_n, q_n = attr.shape
+    out = np.zeros((k, u_n, q_n))
+    size = np.zeros(q_n)
+    for i in range(k):
+        for u in range(u_n):
+            size[:] = 0.0
+            for p in range(p_n):
+                for q in range(q_n):
+                    v = attr[i, u, p, q]
+                    out[i, u, q] += v
+                    size[q] += abs(v)
+            for q in range(q_n):
+                if abs(out[i, u, q]) <= CANCELLED * size[q]:
+                    out[i, u, q] = 0.0
+    return out
 
 
 def _unwhiten(phi_white: np.ndarray, x: np.ndarray, r: np.ndarray, white: np.ndarray) -> np.ndarray:
