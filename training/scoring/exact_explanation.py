@@ -190,11 +190,12 @@ def _raw_attributions(model: EnsembleModel, keys: list[tuple[str, int, int]], wi
         onehot = np.zeros((wide.shape[1], players))
         onehot[np.arange(wide.shape[1]), group] = 1.0
         diff = wide.astype(np.float64) - r_wide.astype(np.float64)          # (n, columns)
+        # every linear run's outputs at once: (n, outputs, columns) @ (columns, players)
+        every = np.matmul(diff[:, None, :] * model._linear_w.T[None], onehot)   # (n, outputs, players)
         for u in linear:
             j = model._linear_runs.index(keys[u][1])
             c0, c1 = int(model._linear_cols[j]), int(model._linear_cols[j + 1])
-            part = diff[:, :, None] * model._linear_w[None, :, c0:c1]                 # (n, columns, k)
-            out[:, u, :, : c1 - c0] = np.matmul(part.transpose(0, 2, 1), onehot).transpose(0, 2, 1)
+            out[:, u, :, : c1 - c0] = every[:, c0:c1].transpose(0, 2, 1)
     return out
 
 
