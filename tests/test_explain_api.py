@@ -127,3 +127,24 @@ def test_config_names_file_relative_to_the_toml(data: dict[str, Any], tmp_path: 
     (tmp_path / "names.txt").write_text("bm25\ntf\n\nidf\npagerank\n")
     with pytest.raises(ConfigError, match=r"names.txt, line 3"):  # refused as the configuration is read
         load_config(tmp_path / "c.toml", {"run.models_dir": str(tmp_path / "models")})
+
+
+def test_feature_importances_are_lazy_and_kept(fitted: tunemix.TuneMixRanker, data: dict[str, Any],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """feature_importances_ is computed on first access, once, from the sample fit kept, and equals
+    the importances of the training rows (``Model.feature_importances``, the same sample)."""
+    import copy
+
+    from training.pipeline import importance
+
+    calls = []
+    real = importance.sample_importance
+    monkeypatch.setattr(importance, "sample_importance", lambda *a: calls.append(1) or real(*a))
+    fresh = copy.copy(fitted)
+    fresh._feature_importances = None
+    first = fresh.feature_importances_
+    assert fresh.feature_importances_ is first and len(calls) == 1
+    x, _, g = data["train"]
+    np.testing.assert_allclose(first, fitted.model_.feature_importances(x, g), rtol=0, atol=1e-15)
+    with pytest.raises(AttributeError, match="not fitted"):
+        _ = tunemix.TuneMixRanker().feature_importances_

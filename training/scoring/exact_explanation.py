@@ -11,9 +11,19 @@ explanation of row i against the reference document r is built layer by layer
 Nat. Commun. 13:4512):
 
 1. **Views.** A raw feature j and its standardised copy (x_j - mean_j) / std_j are one player
-   (a function of x_j alone); a whitened column k, ``(x - mean) . W[:, k]``, is a player of its
-   own, whose attribution is split over the raw features in proportion to
-   ``(x_j - r_j) W[j, k]`` (the exact Shapley values of a linear map).
+   (a function of x_j alone); a whitened column c, ``(x - mean) . W[:, c]``, is a player of its
+   own. Its change ``T_c = sum_j s_jc``, ``s_jc = (x_j - r_j) W[j, c]``, has a positive part P
+   (the positive s_jc) and a negative part N. The column reaches the members only through the
+   trees' threshold crossings between r_c and x_c, so its attribution phi_c is modelled as a step
+   that arrives once the column has got to x_c's side: the two-player Shapley values of P and N
+   for that step (DeepLIFT's RevealCancel rule, Shrikumar, Greenside and Kundaje 2017) give phi_c
+   to the part along T_c and nothing to the other, and each feature of that part gets
+   ``phi_c s_jc / (its part's sum)`` (``_unwhiten``). The shares of a column sum to 1 (the
+   explanation stays exact), are non-negative, and no feature gets more than phi_c from a column.
+   The linear split ``phi_c s_jc / T_c`` (the Shapley values of the linear map) lets shares
+   cancel: features pushing a column by +3 and -2.9 would get +30 phi_c and -29 phi_c of a
+   column that moved by 0.1 (measured on MQ2008: 0.18-0.37 of attribution became 1.6-50 of
+   absolute contribution, against scores of about 1-1.8).
 2. **Members.** Forests: the one-reference interventional TreeSHAP of ``tree_shap`` (exact
    Shapley values of every checkpoint's running sum, one pass); linear runs: ``W[c] (x_c - r_c)``
    per wide column c. Each member gets A_m (players, K): ``sum_p A_m[p, k] = u_mk(x) - u_mk(r)``.
@@ -51,6 +61,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from numba import njit
 
 from training.calibration.expected_relevance import OrdinalCalibrator, ordinal_probabilities
 from training.data.normalization import ILL_CONDITIONED, NULL_SPACE, WHITEN_EPS, _centre_cov, _whitening_matrix
@@ -179,11 +190,12 @@ def _raw_attributions(model: EnsembleModel, keys: list[tuple[str, int, int]], wi
         onehot = np.zeros((wide.shape[1], players))
         onehot[np.arange(wide.shape[1]), group] = 1.0
         diff = wide.astype(np.float64) - r_wide.astype(np.float64)          # (n, columns)
+        # every linear run's outputs at once: (n, outputs, columns) @ (columns, players)
+        every = np.matmul(diff[:, None, :] * model._linear_w.T[None], onehot)   # (n, outputs, players)
         for u in linear:
             j = model._linear_runs.index(keys[u][1])
             c0, c1 = int(model._linear_cols[j]), int(model._linear_cols[j + 1])
-            out[:, u, :, : c1 - c0] = np.einsum("nck,cp->npk", diff[:, :, None] * model._linear_w[None, :, c0:c1],
-                                                onehot, optimize=True)
+            out[:, u, :, : c1 - c0] = every[:, c0:c1].transpose(0, 2, 1)
     return out
 
 
@@ -251,8 +263,7 @@ def explain_query(model: EnsembleModel, xq: np.ndarray, rows: np.ndarray, r: np.
         lo = np.broadcast_to(u_r[:, :, :k_max], (chunk.size, mm, k_max)).copy()
         # an input whose attributions cancel to within rounding of their sizes has not moved: its
         # share would be rounding noise divided by rounding noise
-        total = attr.sum(axis=2)
-        total[np.abs(total) <= CANCELLED * np.abs(attr).sum(axis=2)] = 0.0
+        total = _moved(attr)
         delta = total[:, src]                                                    # (k, M, K)
         g_lo, phi = _input_shapley(model, lo, lo + delta)
         # the rescale rule: input k's share phi_mk over the players in proportion to A_m[., k]
@@ -264,16 +275,41 @@ def explain_query(model: EnsembleModel, xq: np.ndarray, rows: np.ndarray, r: np.
     return {"scores": served[rows], "baseline": baseline, "contributions": contrib}
 
 
+@njit(cache=True, nogil=True)
+def _moved(attr):  # pragma: no cover
+    """(k, U, K): ``attr.sum(axis=2)``, 0 where it is at most ``CANCELLED`` times ``|attr|.sum(axis=2)``
+    (one pass over the attributions)."""
+    k, u_n, p_n, q_n = attr.shape
+    out = np.zeros((k, u_n, q_n))
+    size = np.zeros(q_n)
+    for i in range(k):
+        for u in range(u_n):
+            size[:] = 0.0
+            for p in range(p_n):
+                for q in range(q_n):
+                    v = attr[i, u, p, q]
+                    out[i, u, q] += v
+                    size[q] += abs(v)
+            for q in range(q_n):
+                if abs(out[i, u, q]) <= CANCELLED * size[q]:
+                    out[i, u, q] = 0.0
+    return out
+
+
 def _unwhiten(phi_white: np.ndarray, x: np.ndarray, r: np.ndarray, white: np.ndarray) -> np.ndarray:
-    """Whitened columns' attributions (k, d) split over the raw features in proportion to
-    ``(x_j - r_j) W[j, c]`` (those shares sum to column c's change, so nothing is lost); a column
-    whose shares cancel to exactly 0 (its attribution is then rounding) goes by |shares|."""
+    """Whitened columns' attributions (k, d) split over the raw features by the RevealCancel rule
+    (module docstring, step 1): column c's change ``T_c = sum_j s_jc``, ``s_jc = (x_j - r_j) W[j, c]``,
+    goes to the features that move it the way it moved, in proportion to their ``s_jc``; those
+    moving it the other way get nothing (a column that did not move: by ``|s_jc|``). The shares
+    of a column sum to 1, so nothing is lost and no share exceeds the column's attribution."""
     share = (x.astype(np.float64) - r.astype(np.float64))[:, :, None] * white[None]  # (k, d, columns)
     total = share.sum(axis=1, keepdims=True)
-    flat = total == 0.0
+    along = np.where(np.sign(share) == np.sign(total), share, 0.0)
+    along_total = along.sum(axis=1, keepdims=True)
+    moved = along_total != 0.0
     alt = np.abs(share)
     alt_total = alt.sum(axis=1, keepdims=True)
-    frac = np.where(flat, alt / np.where(alt_total > 0, alt_total, 1.0), share / np.where(flat, 1.0, total))
+    frac = np.where(moved, along / np.where(moved, along_total, 1.0), alt / np.where(alt_total > 0, alt_total, 1.0))
     return np.asarray(np.einsum("kjc,kc->kj", frac, phi_white))
 
 

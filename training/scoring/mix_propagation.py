@@ -58,7 +58,7 @@ class MixLayer:
         self.d = d
         self.total, self.squares = d.sum(axis=0), (d * d).sum(axis=0)
         # the others' smallest and largest score per document: the two extremes of each member
-        srt = np.sort(s, axis=0)
+        srt = np.partition(s, sorted({0, min(1, n - 1), max(n - 2, 0), n - 1}), axis=0) if n else s
         lo1, lo2 = srt[0], srt[min(1, n - 1)]
         hi1, hi2 = srt[-1], srt[max(n - 2, 0)]
         alone_lo = (s == lo1) & ((s == lo1).sum(axis=0) == 1)
