@@ -30,6 +30,7 @@ from typing import Any
 
 from app import worker_state
 from app.errors import ServiceError
+from app.server_paths import without_paths, without_server_paths
 from tunemix.serving import (
     EnsembleModel,
     check_name,
@@ -99,35 +100,6 @@ class ServedModel:
         return out
 
 
-def without_server_paths(value: Any, models_dir: Path) -> Any:
-    """``value`` (JSON-like) with every absolute path (or one with ``~`` or ``..``) replaced: a path
-    inside ``models_dir`` by the part relative to it, any other by its file name alone."""
-    if isinstance(value, dict):
-        return {k: without_server_paths(v, models_dir) for k, v in value.items()}
-    if isinstance(value, list):
-        return [without_server_paths(v, models_dir) for v in value]
-    if not isinstance(value, str) or not _is_server_path(value):
-        return value
-    path = Path(value.replace("\\", "/"))
-    for root in (models_dir, models_dir.resolve()):
-        if root.is_absolute() and path.is_relative_to(root):
-            return path.relative_to(root).as_posix()
-    return path.name
-
-
-def _is_server_path(text: str) -> bool:
-    posix = text.replace("\\", "/")
-    return (posix.startswith(("/", "~")) or (len(posix) > 2 and posix[1] == ":" and posix[2] == "/")
-            or ".." in posix.split("/"))
-
-
-def _without_paths(message: str, models_dir: Path) -> str:
-    """An error message with the server's directories taken out (clients see model/version)."""
-    for root in {str(models_dir.resolve()), str(models_dir)}:
-        message = message.replace(root + "/", "").replace(root, "<models>")
-    return message
-
-
 def load_served(models_dir: Path, name: str, version: str | None = None, *,
                 max_bytes: int | None = None) -> ServedModel:
     """Load (latest or ``version``) and warm model ``name``; ServiceError 404/422 naming the problem.
@@ -163,7 +135,7 @@ def load_served(models_dir: Path, name: str, version: str | None = None, *,
     except Exception as exc:  # every load failure is the artifact's, reported with its reason
         reason = f"{type(exc).__name__}: {exc}" if isinstance(exc, MemoryError) or not str(exc) else str(exc)
         log.error("model %s %s cannot be loaded: %s", name, version, reason)
-        raise ServiceError(422, f"model {name!r} {version} cannot be loaded: {_without_paths(reason, models_dir)}",
+        raise ServiceError(422, f"model {name!r} {version} cannot be loaded: {without_paths(reason, models_dir)}",
                            kind="corrupt_model") from None
     return ServedModel(name=name, version=version, path=path, model=model, manifest=manifest)
 

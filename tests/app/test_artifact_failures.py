@@ -33,7 +33,8 @@ def _body(**extra: Any) -> dict[str, Any]:
 
 
 def _ready_until_settled(server: TwoWorkers) -> httpx.Response:
-    """/ready's answer once it says something other than "loading" or "warming" (the event), or the exit."""
+    """/ready's answer once it says something other than "loading" or "warming" (the event), or
+    the exit."""
     while True:
         if server.proc.poll() is not None:
             raise AssertionError(f"the server exited: {server.log_text()[-3000:]}")

@@ -271,15 +271,10 @@ def comb_scores(
 
 @njit(cache=True, nogil=True, inline="always")
 def _margin(member_scores: np.ndarray, a: int, b: int) -> int:
-    """wins[a, b] - wins[b, a]: members scoring row a strictly above row b, minus the reverse."""
+    """Members scoring row a strictly above row b, minus the reverse: wins[a, b] - wins[b, a]."""
     net = 0
     for m in range(member_scores.shape[1]):
-        sa = member_scores[a, m]
-        sb = member_scores[b, m]
-        if sa > sb:
-            net += 1
-        elif sb > sa:
-            net -= 1
+        net += (member_scores[a, m] > member_scores[b, m]) - (member_scores[b, m] > member_scores[a, m])
     return net
 
 
@@ -371,10 +366,9 @@ def condorcet_scores(member_scores: np.ndarray, query_offsets: np.ndarray) -> np
     twice the Borda count with tied documents sharing points, minus a constant), then by
     input position. Returns n_q - position (position 0 = top), which reproduces that order.
 
-    Cost per query of n documents and M members: O(n^2 M) time (the majority relation is
-    computed pair by pair as the component search needs it) and O(n M) memory, no n x n
-    matrix: net(d) = sum_m (n - 2 #{d': s_m(d') > s_m(d)} - #{d': s_m(d') = s_m(d)}) comes
-    from one merge sort per member, O(M n log n).
+    Per query of n documents and M members: O(n^2 M) time (majorities computed pair by pair as
+    the component search needs them), O(n M) memory (no n x n matrix); net(d) = sum_m (n - 2
+    #{d': s_m(d') > s_m(d)} - #{d': s_m(d') = s_m(d)}) from one merge sort per member.
     """
     n, n_members = member_scores.shape
     out = np.zeros(n, dtype=np.float64)
