@@ -89,7 +89,7 @@ class Settings(BaseSettings):
     explain_timeout_s: float = Field(
         5.0, gt=0, le=3600,
         description="/rank \"explain\": seconds a request's explanations may take (within its deadline; more: "
-                    "HTTP 504 and the explanation stops between batches of coalitions)")
+                    "HTTP 504; checked before each explained query and between batches of coalitions)")
     explain_concurrency: int = Field(
         1, ge=1, le=64,
         description="/rank requests with explanations one worker works on at once (their own lane: they never "
