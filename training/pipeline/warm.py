@@ -197,7 +197,8 @@ def _dispatcher_counts() -> tuple[int, int]:
 
 
 def warm(out: Any = None) -> dict[str, Any]:
-    """Compile (or load from the cache) every training and scoring kernel; say so on ``out``
+    """Compile (or load from the cache) every training and scoring kernel, and every kernel the
+    service warms before ``/ready`` (``tunemix.warmup.warm_all``); say so on ``out``
     (default stderr) with the seconds it took; leave the stamp. Returns what was done."""
     import numba
     import numpy as np
@@ -231,6 +232,11 @@ def warm(out: Any = None) -> dict[str, Any]:
             if model.relevance_head is not None:
                 model.score_and_relevance(data.features, data.query_offsets)
             model.score(np.ascontiguousarray(data.features), data.query_offsets)
+        # and every kernel the service compiles before /ready says 200 (explanations, evaluation
+        # under every convention, fusion): a service started after `tunemix warm` loads them all
+        from tunemix.warmup import warm_all
+
+        warm_all([model], parallel=int(numba.config.NUMBA_NUM_THREADS) > 1)  # type: ignore[attr-defined]
     seconds = time.perf_counter() - t0
     compiled, loaded = _dispatcher_counts()
     try:
