@@ -23,11 +23,14 @@ each returned document (each query's ``top_k``, at most ``TUNEMIX_EXPLAIN_MAX_DO
 request, else 422) its ``baseline`` and its k largest feature contributions by absolute value,
 named, with ``rest`` (the other features' together): ``baseline + sum + rest == score``. A
 query's ``"explain_pair": [id_a, id_b]`` adds the contributions to score(a) - score(b). They are
-Shapley values of the whole model's score as a function of the document's features, the other
-posted documents held as posted, against the query's per-feature median document
-(``tunemix.Model.explain``); each explained document costs at most ``TUNEMIX_EXPLAIN_BUDGET``
-forest rows (exact when that suffices, else a sampled estimate that still adds up exactly, with
-its largest standard error). Explanations are computed with the scores, in the scoring slot.
+exact and the same on every call: each member's one-reference TreeSHAP (or closed form), carried
+through the calibrators and the mix, against the query's per-feature median document; ``baseline``
+is what that reference document would score in the document's place, "the rest of the list"
+(``tunemix.Model.explain``, docs/method.md). A model mixed by rank fusion is explained by the whole
+model's sampled Shapley values instead, within ``TUNEMIX_EXPLAIN_BUDGET`` forest rows per document.
+A request that asks for explanations (read from the parsed body, never from its bytes) is scored
+and explained in the explain lane (``app.deps.explain_work``, ``TUNEMIX_EXPLAIN_CONCURRENCY``), on
+one thread, under its own deadline (``TUNEMIX_EXPLAIN_TIMEOUT_S``), never on the event loop.
 
 A small body (``TUNEMIX_INLINE_MAX_BYTES``, 64 KiB: about 150 documents of 46 features) runs
 steps 2-5 on the event loop when no other request of the worker is scoring: a thread hop costs
