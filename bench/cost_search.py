@@ -39,7 +39,16 @@ from typing import Any
 
 import httpx
 
-from bench.bench_request_cost import MIB, N_FEATURES, SMALL_BODY, Server, cpu_seconds, proc_status, train_model
+from bench.bench_request_cost import (
+    MIB,
+    N_FEATURES,
+    SMALL_BODY,
+    Server,
+    cpu_seconds,
+    health_poller,
+    proc_status,
+    train_model,
+)
 from bench.common import ROOT, machine_probe_ms, write_result
 
 JSON = {"Content-Type": "application/json"}
@@ -166,19 +175,6 @@ class Grammar:
             depth = min(target // 2, 100_000)
             text = text.replace('"queries":[', '"queries":' + "[" * depth + "[", 1) + "]" * depth
         return text.encode()[: self.limit]
-
-
-def health_poller(url: str, stop: threading.Event, worst: list[float]) -> None:
-    with httpx.Client(base_url=url, timeout=120) as c:
-        while not stop.is_set():
-            t0 = time.perf_counter()
-            try:
-                c.get("/health")
-            except httpx.TransportError:
-                worst[0] = math.inf
-                return
-            worst[0] = max(worst[0], time.perf_counter() - t0)
-            time.sleep(0.02)
 
 
 def worker_pids(pid: int) -> list[int]:
