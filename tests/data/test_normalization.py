@@ -124,8 +124,6 @@ def test_long_queries_on_several_threads_give_the_same_bits(monkeypatch, parts: 
     (covariance rows and documents cut into pieces), the others to the serial ones; every value
     equals the one-thread result to the last bit (constant features, a near-singular direction
     and ragged piece boundaries included), and the parallel kernels did run."""
-    import numba
-
     import training.data.normalization as norm
 
     monkeypatch.setattr(norm, "PARALLEL_MIN_DOCUMENTS", 40)
@@ -139,7 +137,6 @@ def test_long_queries_on_several_threads_give_the_same_bits(monkeypatch, parts: 
     for name in ("_standardise_parallel", "_centre_cov_parallel", "_project_parallel"):
         kernel = getattr(norm, name)
         monkeypatch.setattr(norm, name, lambda *a, _k=kernel, _n=name: (calls.append(_n), _k(*a))[1])
-    numba.set_num_threads(min(2, int(numba.config.NUMBA_NUM_THREADS)))  # type: ignore[attr-defined]
     np.testing.assert_array_equal(whiten_by_query(x, off, parts=parts), whiten_by_query(x, off))
     np.testing.assert_array_equal(standardise_by_query(x, off, parts=parts), standardise_by_query(x, off))
     assert calls.count("_centre_cov_parallel") == 3 and calls.count("_project_parallel") == 3

@@ -1,25 +1,26 @@
-"""``forest.claim``: the atomic counter by which the parallel forest and calibration kernels'
-threads take work items. Every item must go to exactly one thread."""
+"""``forest.claim``: the atomic counter by which the threads running the forest and calibration
+kernels (``training.threads.on_threads``) take work items. Every item must go to exactly one
+thread."""
 
 from __future__ import annotations
 
 import numba
 import numpy as np
 import pytest
-from numba import njit, prange
+from numba import njit
 
 from training.scoring.forest import claim
+from training.threads import on_threads
 
 
-@njit(parallel=True)
-def _take_all(counter: np.ndarray, hits: np.ndarray, taken_by: np.ndarray, threads: int) -> None:  # pragma: no cover
+@njit(nogil=True)
+def _take_all(counter: np.ndarray, hits: np.ndarray, taken_by: np.ndarray, t: int) -> None:  # pragma: no cover
     n = hits.shape[0]
-    for t in prange(threads):
+    i = claim(counter, 1)
+    while i < n:
+        hits[i] += 1
+        taken_by[i] = t
         i = claim(counter, 1)
-        while i < n:
-            hits[i] += 1
-            taken_by[i] = t
-            i = claim(counter, 1)
 
 
 def test_claim_returns_the_value_before_and_counts_its_slot() -> None:
@@ -38,13 +39,12 @@ def test_threads_taking_items_take_each_exactly_once() -> None:
     updates here (two threads get the same item, some item counts 2), an atomic one never does."""
     if int(numba.config.NUMBA_NUM_THREADS) < 2:  # type: ignore[attr-defined]
         pytest.skip("numba has one thread here")
-    numba.set_num_threads(2)
     for _ in range(3):
         n = 200_000
         counter = np.zeros(2, dtype=np.int64)
         hits = np.zeros(n, dtype=np.int64)
         taken_by = np.full(n, -1, dtype=np.int64)
-        _take_all(counter, hits, taken_by, 2)
+        on_threads(lambda t, c=counter, h=hits, b=taken_by: _take_all(c, h, b, t), 2)
         assert hits.min() == 1 and hits.max() == 1
         assert counter[0] == 0  # the other slot is untouched
         assert counter[1] == n + 2  # each thread's last claim finds nothing left

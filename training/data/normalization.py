@@ -26,9 +26,10 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from training.data.dataset import validate_offsets
+from training.threads import on_threads
 
 View = Literal["raw", "raw+std", "raw+white"]
 VIEWS: tuple[str, ...] = ("raw", "raw+std", "raw+white")
@@ -71,11 +72,17 @@ def _standardise(x, offsets, out, big):
             _standardise_feature(x, s, e, j, out)
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def _standardise_parallel(x, s, e, out):
-    """One query's features spread over numba's threads (each feature as ``_standardise``)."""
-    for j in prange(x.shape[1]):
+@njit(cache=True, nogil=True)
+def _standardise_features(x, s, e, out, j0, j1):
+    """Features ``j0:j1`` of one query (each feature as ``_standardise``)."""
+    for j in range(j0, j1):
         _standardise_feature(x, s, e, j, out)
+
+
+def _standardise_parallel(x: np.ndarray, s: int, e: int, out: np.ndarray, parts: int) -> None:
+    """One query's features cut into ``parts`` ranges on as many threads (``training.threads``)."""
+    d = x.shape[1]
+    on_threads(lambda p: _standardise_features(x, s, e, out, p * d // parts, (p + 1) * d // parts), parts)
 
 
 @njit(cache=True, inline="always")
@@ -151,17 +158,27 @@ def _centre_cov(x, offsets, q0, means, cov, big):
         _cov_finish(cov[b], e - s)
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def _centre_cov_parallel(x, s, e, mean, cov, parts):
-    """``_centre_cov`` of one non-empty query, its covariance rows cut into ``parts`` ranges
-    spread over numba's threads (the same bits)."""
+@njit(cache=True, nogil=True)
+def _centre_cov_piece(x, s, e, mean, cov, r0, r1, phase):
+    """One step of ``_centre_cov`` of one non-empty query: ``phase`` 0 its means and a zero
+    covariance, 1 covariance rows ``r0:r1`` (any split of the rows gives the same bits), 2 the
+    division and the mirror."""
+    if phase == 0:
+        _query_means(x, s, e, mean)
+        cov[:, :] = 0.0
+    elif phase == 1:
+        _cov_rows(x, s, e, mean, cov, r0, r1, np.empty((4, x.shape[1])))
+    else:
+        _cov_finish(cov, e - s)
+
+
+def _centre_cov_parallel(x: np.ndarray, s: int, e: int, mean: np.ndarray, cov: np.ndarray, parts: int) -> None:
+    """``_centre_cov`` of one non-empty query, its covariance rows cut into ``parts`` ranges on as
+    many threads (``training.threads``; the same bits)."""
     d = x.shape[1]
-    _query_means(x, s, e, mean)
-    cov[:, :] = 0.0
-    for p in prange(parts):
-        rows = np.empty((4, d))
-        _cov_rows(x, s, e, mean, cov, p * d // parts, (p + 1) * d // parts, rows)
-    _cov_finish(cov, e - s)
+    _centre_cov_piece(x, s, e, mean, cov, 0, 0, 0)
+    on_threads(lambda p: _centre_cov_piece(x, s, e, mean, cov, p * d // parts, (p + 1) * d // parts, 1), parts)
+    _centre_cov_piece(x, s, e, mean, cov, 0, 0, 2)
 
 
 @njit(cache=True, inline="always")
@@ -227,16 +244,25 @@ def _project(x, offsets, q0, means, lam, vec, out, eps, ill, null, big):
         _project_rows(x, s, e, means[b], w, out, row)
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def _project_parallel(x, s, e, mean, lam, vec, out, eps, ill, null, parts):
-    """``_project`` of one non-empty query, its documents cut into ``parts`` ranges spread over
-    numba's threads (each row computed as in ``_project``: the same bits)."""
+@njit(cache=True, nogil=True)
+def _project_piece(x, mean, lam, vec, w, out, eps, ill, null, r0, r1, phase):
+    """One step of ``_project`` of one non-empty query: ``phase`` 0 the whitening matrix ``w``
+    (``_whitening_matrix``), 1 the whitened documents ``r0:r1`` (each row as in ``_project``)."""
+    if phase == 0:
+        _whitening_matrix(lam, vec, eps, ill, null, w)
+    else:
+        _project_rows(x, r0, r1, mean, w, out, np.empty(x.shape[1]))
+
+
+def _project_parallel(x: np.ndarray, s: int, e: int, mean: np.ndarray, lam: np.ndarray, vec: np.ndarray,
+                      out: np.ndarray, eps: float, ill: float, null: float, parts: int) -> None:
+    """``_project`` of one non-empty query, its documents cut into ``parts`` ranges on as many
+    threads (``training.threads``; each row computed as in ``_project``: the same bits)."""
     d = x.shape[1]
     w = np.empty((d, d))
-    _whitening_matrix(lam, vec, eps, ill, null, w)
-    for p in prange(parts):
-        row = np.empty(d)
-        _project_rows(x, s + p * (e - s) // parts, s + (p + 1) * (e - s) // parts, mean, w, out, row)
+    _project_piece(x, mean, lam, vec, w, out, eps, ill, null, 0, 0, 0)
+    on_threads(lambda p: _project_piece(x, mean, lam, vec, w, out, eps, ill, null, s + p * (e - s) // parts,
+                                        s + (p + 1) * (e - s) // parts, 1), parts)
 
 
 #: Queries whitened per batch: their covariance stack stays below about 32 MB.
@@ -244,7 +270,7 @@ _WHITEN_BATCH_VALUES = 4_000_000
 
 
 #: With ``parts`` > 1, a query of at least this many documents is normalised by the parallel
-#: kernels (its work cut into ``parts`` pieces for numba's threads); smaller ones stay on one.
+#: kernels (its work cut into ``parts`` pieces for threads); smaller ones stay on one.
 #: Measured on MQ2008 rows (46 features), two threads against one, interleaved: 1,000 documents
 #: whitening 1.73-1.76 -> 1.49-1.53 ms, standardising 0.35 -> 0.27-0.30 ms; 300 documents
 #: whitening 0.78-0.79 -> 0.84 ms (slower: the launches cost more than they save).
@@ -264,14 +290,14 @@ def _big_queries(off: np.ndarray, parts: int) -> tuple[int, list[int]]:
 def standardise_by_query(features: np.ndarray, query_offsets: np.ndarray, *, parts: int = 1) -> np.ndarray:
     """Per query and feature, (x - mean) / std; constant features give 0. Returns float32.
     ``parts`` > 1: queries of ``PARALLEL_MIN_DOCUMENTS`` or more spread their features over
-    numba's threads (the caller sets how many); the result is the same to the last bit."""
+    threads (the caller sets how many); the result is the same to the last bit."""
     x = np.ascontiguousarray(features, dtype=np.float64)
     off = validate_offsets(query_offsets, x.shape[0])
     out = np.empty_like(x)
     big, queries = _big_queries(off, parts)
     _standardise(x, off, out, big)
     for q in queries:
-        _standardise_parallel(x, off[q], off[q + 1], out)
+        _standardise_parallel(x, int(off[q]), int(off[q + 1]), out, parts)
     return out.astype(np.float32)
 
 
@@ -279,7 +305,7 @@ def whiten_by_query(features: np.ndarray, query_offsets: np.ndarray, *, eps: flo
                     parts: int = 1) -> np.ndarray:
     """Per query, PCA-whitened features (see module docstring). Returns float32. ``parts`` > 1:
     queries of ``PARALLEL_MIN_DOCUMENTS`` or more cut their covariance rows and their documents
-    into ``parts`` pieces for numba's threads (the caller sets how many); the same bits."""
+    into ``parts`` pieces for threads (the caller sets how many); the same bits."""
     x = np.ascontiguousarray(features, dtype=np.float64)
     off = validate_offsets(query_offsets, x.shape[0])
     out = np.zeros_like(x)
@@ -301,10 +327,10 @@ def whiten_by_query(features: np.ndarray, query_offsets: np.ndarray, *, eps: flo
     for q in queries:
         mean = np.empty(d)
         cov_q = np.empty((d, d))
-        _centre_cov_parallel(x, off[q], off[q + 1], mean, cov_q, parts)
+        _centre_cov_parallel(x, int(off[q]), int(off[q + 1]), mean, cov_q, parts)
         lam_q, vec_q = np.linalg.eigh(cov_q)
-        _project_parallel(x, off[q], off[q + 1], mean, np.ascontiguousarray(lam_q), np.ascontiguousarray(vec_q),
-                          out, float(eps), ILL_CONDITIONED, NULL_SPACE, parts)
+        _project_parallel(x, int(off[q]), int(off[q + 1]), mean, np.ascontiguousarray(lam_q),
+                          np.ascontiguousarray(vec_q), out, float(eps), ILL_CONDITIONED, NULL_SPACE, parts)
     return out.astype(np.float32)
 
 

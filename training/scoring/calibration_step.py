@@ -46,8 +46,8 @@ the last place; sums over classes, hidden units and monomials run in their index
 may fuse a multiply and an add into one FMA, ``fastmath={"contract"}``, about a fifth faster
 on the MQ2008 ensemble). A calibrator of a kind not listed falls back to its own ``transform``.
 
-Threads: when the list is big enough (``PARALLEL_MIN_WORK``), ``get_scoring_threads()`` numba
-threads share the blocks of documents, each taking the next block not yet taken. Every
+Threads: when the list is big enough (``PARALLEL_MIN_WORK``), ``get_scoring_threads()`` threads
+(``training.threads``) share the blocks of documents, each taking the next block not yet taken. Every
 document's score is computed by the same instructions whatever its block (no sum runs across
 documents; FMA contraction is decided at compile time, not per call), so the result is the same
 to the last bit for any thread count.
@@ -63,7 +63,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from llvmlite import ir
-from numba import njit, prange, types
+from numba import njit, types
 from numba.extending import intrinsic
 
 from training.calibration.base import Calibrator
@@ -73,6 +73,7 @@ from training.calibration.regression_models import unpack_network
 from training.calibration.shift import ShiftCalibrator
 from training.calibration.sigmoid_calibration import SigmoidCalibrator
 from training.scoring.forest import claim, run_on_threads
+from training.threads import on_threads
 
 Float64Array = npt.NDArray[np.float64]
 Int64Array = npt.NDArray[np.int64]
@@ -525,17 +526,18 @@ def _calibrate_blocks(src, uhi, ulo, usrc, head, fp, ip, out, k_max, t_max, coun
 
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=_CONTRACT)
-def _calibrate_serial(src, uhi, ulo, usrc, head, fp, ip, out, k_max, t_max):  # pragma: no cover
-    _calibrate_blocks(src, uhi, ulo, usrc, head, fp, ip, out, k_max, t_max, np.zeros(1, dtype=np.int64))
+def _calibrate_run(src, uhi, ulo, usrc, head, fp, ip, out, k_max, t_max, counter):  # pragma: no cover
+    """The blocks of documents not yet taken (``_calibrate_blocks``): every block on one thread,
+    or on several sharing ``counter`` (``_calibrate_parallel``)."""
+    _calibrate_blocks(src, uhi, ulo, usrc, head, fp, ip, out, k_max, t_max, counter)
 
 
-@njit(cache=True, nogil=True, parallel=True, error_model="numpy", fastmath=_CONTRACT)
-def _calibrate_parallel(src, uhi, ulo, usrc, head, fp, ip, out, k_max, t_max, n_tasks, counter):  # pragma: no cover
-    """``_calibrate_serial`` on ``n_tasks`` threads, each taking the next block of documents not
-    yet taken until none is left (a thread that starts late does fewer blocks instead of holding
-    the others up; see ``forest._score_parallel``)."""
-    for _ in prange(n_tasks):
-        _calibrate_blocks(src, uhi, ulo, usrc, head, fp, ip, out, k_max, t_max, counter)
+def _calibrate_parallel(args: tuple[Any, ...], threads: int) -> None:
+    """``_calibrate_run`` on ``threads`` threads (``training.threads.on_threads``), each taking the
+    next block of documents not yet taken until none is left (a thread that starts late does
+    fewer blocks instead of holding the others up; see ``forest._score_parallel``)."""
+    counter = np.zeros(1, dtype=np.int64)
+    on_threads(lambda _p: _calibrate_run(*args, counter), threads)
 
 
 class CalibrationStep:
@@ -665,8 +667,9 @@ class CalibrationStep:
             return out
         if plan.head.shape[0]:
             args = (sums, plan.uhi, plan.ulo, plan.usrc, plan.head, self._fp, plan.ip, out, self._k_max, plan.t_max)
-            run_on_threads(n, n * plan.head.shape[0] >= PARALLEL_MIN_WORK, lambda: _calibrate_serial(*args),
-                           lambda threads: _calibrate_parallel(*args, threads, np.zeros(1, dtype=np.int64)))
+            run_on_threads(n, n * plan.head.shape[0] >= PARALLEL_MIN_WORK,
+                           lambda: _calibrate_run(*args, np.zeros(1, dtype=np.int64)),
+                           lambda threads: _calibrate_parallel(args, threads))
         for m in self.fallback:
             k = self._n_classes[m]
             h, lo_m = plan.hi[m], plan.lo[m]

@@ -42,8 +42,10 @@ import numba
 import numpy as np
 import numpy.typing as npt
 from llvmlite import ir
-from numba import njit, prange, types
+from numba import njit, types
 from numba.extending import intrinsic
+
+from training.threads import on_threads
 
 # The OpenMP wait policy, BLAS threads and scoring threads are set once per process by
 # ``training.scoring.runtime.configure``; nothing here writes the environment.
@@ -757,33 +759,22 @@ def _take_combines(chunk_start, checkpoints, ck_chunk, out, totals, k_lanes, cou
 
 
 @njit(cache=True, nogil=True)
-def _score_serial(Xb, d_feat, base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
-                  vnode, vthr, vleaf, base_vstart, base_depth, compact_at, base_small, small_off, small_thr,
-                  small_leaf, chunk_start, leaf_values, checkpoints, ck_chunk, ck_first, out, totals,
-                  k_lanes):  # pragma: no cover
-    """Every task in turn (``_take_tasks`` alone on its counter), then the ordered combine."""
-    counter = np.zeros(2, dtype=np.int64)
-    _take_tasks(Xb, d_feat, base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
-                vnode, vthr, vleaf, base_vstart, base_depth, compact_at, base_small, small_off, small_thr,
-                small_leaf, chunk_start, leaf_values, checkpoints, ck_first, out, totals, k_lanes, counter)
-    _take_combines(chunk_start, checkpoints, ck_chunk, out, totals, k_lanes, counter)
-
-
-@njit(cache=True, nogil=True, parallel=True)
-def _score_parallel(Xb, d_feat, base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
-                    vnode, vthr, vleaf, base_vstart, base_depth, compact_at, base_small, small_off, small_thr,
-                    small_leaf, chunk_start, leaf_values, checkpoints, ck_chunk, ck_first, out, totals,
-                    k_lanes, threads, counter):  # pragma: no cover
-    """``_score_serial`` on ``threads`` numba threads sharing one counter: the same tasks and the
-    same order of additions, so the same result to the last bit. Each thread takes the next
-    task not yet taken, instead of a fixed half of them: a thread that starts late or runs
-    slowly (a vCPU the host has just woken, another process on the core) then costs only the
-    work it does not do, not its whole share."""
-    for _ in prange(threads):
+def _score_run(Xb, d_feat, base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
+               vnode, vthr, vleaf, base_vstart, base_depth, compact_at, base_small, small_off, small_thr,
+               small_leaf, chunk_start, leaf_values, checkpoints, ck_chunk, ck_first, out, totals,
+               k_lanes, counter, phase):  # pragma: no cover
+    """``phase`` 0: the (chunk, document block) tasks not yet taken (``_take_tasks``); 1: the
+    ordered combines not yet taken (``_take_combines``); 2: both, one after the other (one
+    thread). Threads sharing ``counter`` share the work: each takes the next item not yet taken,
+    instead of a fixed half of them, so that a thread that starts late or runs slowly (a vCPU
+    the host has just woken, another process on the core) costs only the work it does not do.
+    Every item is computed and added in the same order whoever takes it: the same result to
+    the last bit for any number of threads (``training.threads``)."""
+    if phase != 1:
         _take_tasks(Xb, d_feat, base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
                     vnode, vthr, vleaf, base_vstart, base_depth, compact_at, base_small, small_off, small_thr,
                     small_leaf, chunk_start, leaf_values, checkpoints, ck_first, out, totals, k_lanes, counter)
-    for _ in prange(threads):
+    if phase != 0:
         _take_combines(chunk_start, checkpoints, ck_chunk, out, totals, k_lanes, counter)
 
 
@@ -798,11 +789,11 @@ def score_forest(
     0..n_base, non-decreasing (default: ``[n_base]``). Returns float64 (n, len(checkpoints), K).
 
     The forest's fixed chunks (``PackedNodes.chunk_start``) times blocks of ``DOC_BLOCK``
-    documents are independent tasks, spread over ``get_scoring_threads()`` numba threads when the
+    documents are independent tasks, spread over ``get_scoring_threads()`` threads when the
     list is big enough (``PARALLEL_MIN_WORK``); each chunk is summed from zero and the chunks are
     added in order, so the result is the same for any thread count and any list length. A
     parallel launch already in progress in another Python thread makes this call score on its own
-    thread instead of waiting (and keeps numba's threading layers safe).
+    thread instead of waiting.
     """
     Xa = np.ascontiguousarray(X, dtype=np.float32)
     if Xa.ndim != 2 or Xa.shape[1] != forest.n_features:
@@ -816,9 +807,17 @@ def score_forest(
     totals = np.empty((p.chunk_start.shape[0] - 1, n, forest.n_outputs), dtype=np.float64)
     args = (block_features(Xa), np.int64(Xa.shape[1]), *forest._kernel_arrays, ck, ck_chunk, ck_first, out,
             totals, (0,) * forest.n_outputs)
-    run_on_threads(n, n * forest.n_base >= PARALLEL_MIN_WORK, lambda: _score_serial(*args),
-                   lambda threads: _score_parallel(*args, threads, np.zeros(2, dtype=np.int64)))  # type: ignore[call-arg]
+    counter = np.zeros(2, dtype=np.int64)
+    run_on_threads(n, n * forest.n_base >= PARALLEL_MIN_WORK, lambda: _score_run(*args, counter, 2),
+                   lambda threads: _score_parallel(args, counter, threads))
     return out
+
+
+def _score_parallel(args: tuple[Any, ...], counter: npt.NDArray[np.int64], threads: int) -> None:
+    """``_score_run`` on ``threads`` threads sharing ``counter``: every task taken before any
+    combine starts (the combines read every chunk's totals)."""
+    on_threads(lambda _p: _score_run(*args, counter, 0), threads)
+    on_threads(lambda _p: _score_run(*args, counter, 1), threads)
 
 
 _PARALLEL = threading.Lock()
@@ -826,20 +825,22 @@ _PARALLEL = threading.Lock()
 
 def run_on_threads(n_items: int, big_enough: bool, serial: Callable[[], object],
                    parallel: Callable[[int], object]) -> None:
-    """Run ``parallel(threads)`` on ``get_scoring_threads()`` numba threads (at most ``n_items``)
-    when there are several and the work is ``big_enough``, else ``serial()``. A parallel launch
-    already in progress in another Python thread makes this one run serially instead of waiting
-    (and keeps numba's threading layers safe). Lists shorter than ``set_parallel_min_documents``'s
-    floor run serially too. The forest pass and the calibration step share it."""
+    """Run ``parallel(threads)`` on ``get_scoring_threads()`` threads (at most ``n_items``; Python
+    threads calling a nogil kernel, ``training.threads.on_threads``) when there are several and
+    the work is ``big_enough``, else ``serial()``. A parallel run already in progress in another
+    Python thread makes this one run serially instead of queueing behind it. Lists shorter than
+    ``set_parallel_min_documents``'s floor run serially too. The forest pass and the calibration
+    step share it."""
     threads = min(get_scoring_threads(), n_items)
     if threads > 1 and big_enough and n_items >= get_parallel_min_documents() and _PARALLEL.acquire(blocking=False):
         try:
-            numba.set_num_threads(threads)
             parallel(threads)
         finally:
             _PARALLEL.release()
     else:
         serial()
+
+
 _scoring_threads = 0  # 0: every numba thread (NUMBA_NUM_THREADS); set by the service per worker
 _parallel_min_documents: int | None = None  # None: the library's floor (``library_parallel_min_documents``)
 

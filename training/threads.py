@@ -1,0 +1,67 @@
+"""Work spread over Python threads that run nogil numba kernels.
+
+The scoring kernels (the forest pass, the calibration step) and the views' big-query kernels
+used to have a second, ``parallel=True`` twin whose ``prange`` loop ran the same body on numba's
+threads. Each twin was a compilation of its own, and numba's parallel compilation is its slowest:
+on a quiet 2-core machine ``_calibrate_parallel`` took 35.9 s and ``_score_parallel`` 10.8 s of
+the 203 s a fresh cache spent compiling (``tunemix warm``'s per-kernel log). The kernels are
+``nogil``, so the same work runs on Python threads calling the one serial kernel: each thread
+takes the next work item by an atomic counter (``training.scoring.forest.claim``) or its fixed
+part, exactly as the ``prange`` bodies did, so the results are the same to the last bit.
+
+``on_threads(fn, parts)`` calls ``fn(0)`` on the calling thread and ``fn(1) .. fn(parts - 1)``
+on a process-wide pool, waits for all of them and re-raises the first error. The pool holds
+``NUMBA_NUM_THREADS - 1`` threads (numba's pool size stays the setting that caps scoring
+threads); it is made on first use, and made anew in a forked child, whose parent's threads do
+not exist there.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+_pool_pid = -1
+
+
+def pool_size() -> int:
+    """Threads one call may use: ``NUMBA_NUM_THREADS`` (numba's default: the CPU count)."""
+    import numba
+
+    return max(1, int(numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
+
+
+def _get_pool() -> ThreadPoolExecutor:
+    global _pool, _pool_pid
+    with _lock:
+        if _pool is None or _pool_pid != os.getpid():
+            _pool = ThreadPoolExecutor(max_workers=max(1, pool_size() - 1), thread_name_prefix="tunemix-kernel")
+            _pool_pid = os.getpid()
+        return _pool
+
+
+def on_threads(fn: Callable[[int], object], parts: int) -> None:
+    """``fn(p)`` for every ``p`` in ``range(parts)``: part 0 on this thread, the others on the
+    pool (at most ``pool_size() - 1`` at once); returns when all are done. ``fn`` should call a
+    ``nogil`` kernel, else the threads take turns. The first error raised is re-raised, after
+    every part has ended (no part is left writing into an array its caller goes on to use)."""
+    if parts <= 1:
+        fn(0)
+        return
+    pool = _get_pool()
+    futures: list[Future[object]] = [pool.submit(fn, p) for p in range(1, parts)]
+    first: BaseException | None = None
+    try:
+        fn(0)
+    except BaseException as exc:  # re-raised below, once the others are done
+        first = exc
+    for f in futures:
+        exc = f.exception()
+        if exc is not None and first is None:
+            first = exc
+    if first is not None:
+        raise first
