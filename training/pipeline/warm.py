@@ -12,14 +12,17 @@ stamp in the cache so that later runs know the cache is warm:
 - ``tunemix train``/``demo`` and ``TuneMixRanker.fit(progress=True)`` run it first, with a
   message, when the stamp is absent (``TUNEMIX_AUTO_WARM=0`` turns that off).
 
-How: one small fit in this process (``backend = "sequential"``, ``WARM_TABLES``) with every
-member type of ``configs/mq2008.toml`` (AdaBoost.MH trees on the three views and products, every
-label grouping of 5-grade data, McRank multi-class and ordinal, LambdaMART, the linear SVM, the
-best single feature) and the default calibrator pool, the mixers compared, the relevance head,
-then the model's one-thread and parallel scoring paths (``EnsembleModel.warm_up``) and the LETOR
-reader. A kernel
-first called by the fit in a worker process (``backend = "loky"``) then loads from the disk cache
-there instead of compiling.
+How: one small fit (``backend = "sequential"``, ``WARM_TABLES``) with every member type of
+``configs/mq2008.toml`` (AdaBoost.MH trees on the three views and products, every label grouping
+of 5-grade data, McRank multi-class and ordinal, LambdaMART, the linear SVM, the best single
+feature) and the default calibrator pool, the mixers compared, the relevance head, then the
+model's one-thread and parallel scoring paths (``EnsembleModel.warm_up``), the LETOR reader and
+``tunemix.warmup.warm_all``. numba compiles on one thread, so on a machine of two CPUs or more
+the fit is first cut in two parts that share few kernels (``PART_MEMBERS``), compiled side by
+side in two child processes; the whole fit then runs in this process, loading what they saved
+and compiling what they missed (``warm_processes``, ``TUNEMIX_WARM_PROCESSES``). A fresh cache
+on a quiet 2-core machine: FIGURE. A kernel first called by a fit in a worker process
+(``backend = "loky"``) then loads from the disk cache there instead of compiling.
 
 ``CompileClock`` measures the seconds this process holds numba's compiler lock (compiling, or
 loading a compiled kernel from the cache), so that the training record can separate compilation
@@ -72,6 +75,22 @@ WARM_TABLES: dict[str, Any] = {
               "tune_on": "validation", "rescale": "zscore_query", "tie_tolerance": "one_se"},
     "relevance": {"n_leaves": [4], "min_data_in_leaf": [20], "max_iterations": 20, "patience": 5},
     "run": {"backend": "sequential", "n_jobs": 1, "report_plots": False},
+}
+
+
+#: The warm-up in two parts that share few kernels, compiled side by side in two processes (numba
+#: compiles on one thread): ``learners``, the AdaBoost.MH runs (trees on the three views, products;
+#: every label grouping, so every class count), the linear SVM, the best feature and the LETOR
+#: reader; ``serving``, the LightGBM runs (McRank, LambdaMART), whose fit compiles nothing of
+#: ours and so reaches the shared kernels first (the forest pass, the calibration step, the
+#: evaluation and mixing kernels, the relevance head), then every path the service warms before
+#: /ready (``tunemix.warmup.warm_all``: explanations, evaluation under every convention, fusion).
+#: A kernel one part saved is loaded by the other when it gets there; the final pass in the
+#: parent (the whole ``WARM_TABLES`` fit) then loads everything and compiles what both missed.
+PART_MEMBERS: dict[str, dict[str, Any]] = {
+    "learners": {**{k: v for k, v in WARM_TABLES["members"].items() if k not in ("mcrank", "lambdamart")}},
+    "serving": {"views": ["raw"], "label_groupings": ["all"], "best_feature": False,
+                "mcrank": WARM_TABLES["members"]["mcrank"], "lambdamart": WARM_TABLES["members"]["lambdamart"]},
 }
 
 
@@ -196,10 +215,9 @@ def _dispatcher_counts() -> tuple[int, int]:
     return sum(k["compiled"] for k in kernels), sum(k["loaded"] for k in kernels)
 
 
-def warm(out: Any = None) -> dict[str, Any]:
-    """Compile (or load from the cache) every training and scoring kernel, and every kernel the
-    service warms before ``/ready`` (``tunemix.warmup.warm_all``); say so on ``out``
-    (default stderr) with the seconds it took; leave the stamp. Returns what was done."""
+def _warm_fit(tables: dict[str, Any], *, serving: bool) -> None:
+    """One small fit of ``tables``; with ``serving``, then the model's one-thread and parallel
+    scoring paths, the LETOR reader and every kernel the service warms before /ready."""
     import numba
     import numpy as np
 
@@ -208,50 +226,129 @@ def warm(out: Any = None) -> dict[str, Any]:
     from training.pipeline.train import train
     from training.scoring import forest
 
+    cfg = load_config(None, tables=tables)
+    with _quiet_logs():  # a fit of four iterations: its log says nothing a user needs
+        model = train(cfg, progress=False, save=False).model
+    if not serving:
+        return
+    before = forest._scoring_threads
+    try:
+        if int(numba.config.NUMBA_NUM_THREADS) > 1:  # type: ignore[attr-defined]
+            forest.set_scoring_threads(2)
+        model.warm_up(serial=True, parallel=True)
+    finally:
+        forest._scoring_threads = before
+    with tempfile.TemporaryDirectory(prefix="tunemix-warm-") as tmp:
+        sets = cfg.data.synthetic.make() if cfg.data.synthetic is not None else {}
+        write_svmlight(sets["test"], Path(tmp) / "test.txt")
+        data = read_svmlight(Path(tmp) / "test.txt", n_features=model.n_features)
+        if model.relevance_head is not None:
+            model.score_and_relevance(data.features, data.query_offsets)
+        model.score(np.ascontiguousarray(data.features), data.query_offsets)
+    # and every kernel the service compiles before /ready says 200 (explanations, evaluation
+    # under every convention, fusion): a service started after `tunemix warm` loads them all
+    from tunemix.warmup import warm_all
+
+    with _quiet_logs():
+        warm_all([model], parallel=int(numba.config.NUMBA_NUM_THREADS) > 1)  # type: ignore[attr-defined]
+
+
+@contextmanager
+def _quiet_logs() -> Iterator[None]:
+    """The ``training`` and ``tunemix`` loggers at WARNING inside the block."""
+    loggers = [logging.getLogger(name) for name in ("training", "tunemix")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(max(lg.getEffectiveLevel(), logging.WARNING))
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+
+def warm_part(name: str) -> dict[str, Any]:
+    """One part of ``PART_MEMBERS`` in this process (``python -m training.pipeline.warm --part``)."""
+    t0 = time.perf_counter()
+    with compile_clock() as cc:
+        _warm_fit({**WARM_TABLES, "members": PART_MEMBERS[name]}, serving=name == "serving")
+    compiled, loaded = _dispatcher_counts()
+    return {"part": name, "seconds": round(time.perf_counter() - t0, 2), "compile_s": round(cc.seconds, 2),
+            "compiled": compiled, "loaded": loaded}
+
+
+def warm_processes() -> int:
+    """Processes ``warm`` compiles in: ``TUNEMIX_WARM_PROCESSES``, else 2 where there are two
+    CPUs (numba compiles on one thread), else 1."""
+    raw = os.environ.get("TUNEMIX_WARM_PROCESSES", "").strip()
+    if raw:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ValueError(f"TUNEMIX_WARM_PROCESSES={raw!r}: expected 1 or 2") from None
+        if value not in (1, 2):
+            raise ValueError(f"TUNEMIX_WARM_PROCESSES={raw!r}: expected 1 or 2")
+        return value
+    return 2 if (os.cpu_count() or 1) >= 2 else 1
+
+
+def _run_parts(out: Any) -> list[dict[str, Any]]:
+    """Both parts side by side, each in a child process on this cache; what each reported."""
+    import subprocess
+
+    procs = {name: subprocess.Popen([sys.executable, "-m", "training.pipeline.warm", "--part", name],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for name in PART_MEMBERS}
+    done: list[dict[str, Any]] = []
+    for name, proc in procs.items():
+        stdout, stderr = proc.communicate()
+        if proc.returncode != 0:  # the final pass compiles what this part did not: say so, go on
+            out.write(f"tunemix warm: part {name} failed (exit {proc.returncode}); the final pass compiles its "
+                      f"kernels instead:\n{stderr[-2000:]}\n")
+            continue
+        result = json.loads(stdout.strip().splitlines()[-1])
+        out.write(f"tunemix warm: part {name} done in {result['seconds']:.1f} s ({result['compiled']} kernel "
+                  f"specialisations compiled, {result['loaded']} loaded)\n")
+        out.flush()
+        done.append(result)
+    return done
+
+
+def warm(out: Any = None, *, processes: int | None = None) -> dict[str, Any]:
+    """Compile (or load from the cache) every training and scoring kernel, and every kernel the
+    service warms before ``/ready`` (``tunemix.warmup.warm_all``); say so on ``out`` (default
+    stderr) with the seconds it took; leave the stamp. With two processes (``warm_processes``)
+    the two ``PART_MEMBERS`` compile side by side first; the whole ``WARM_TABLES`` fit then runs
+    here either way. Returns what was done."""
     out = out or sys.stderr
     where = cache_dir()
+    processes = warm_processes() if processes is None else processes
     out.write(f"tunemix warm: compiling the numba kernels of training and scoring once, or loading them from "
-              f"the cache in {where} (a fresh install takes a few minutes, a warm cache seconds) ...\n")
+              f"the cache in {where}, in {processes} process{'es' if processes > 1 else ''} (a fresh install takes "
+              f"a minute or two, a warm cache seconds) ...\n")
     out.flush()
     t0 = time.perf_counter()
+    parts = _run_parts(out) if processes > 1 else []
     with compile_clock() as cc, kernel_compile_log() as kernels:
-        cfg = load_config(None, tables=WARM_TABLES)
-        outcome = train(cfg, progress=False, save=False)
-        model = outcome.model
-        before = forest._scoring_threads
-        try:
-            if int(numba.config.NUMBA_NUM_THREADS) > 1:  # type: ignore[attr-defined]
-                forest.set_scoring_threads(2)
-            model.warm_up(serial=True, parallel=True)
-        finally:
-            forest._scoring_threads = before
-        with tempfile.TemporaryDirectory(prefix="tunemix-warm-") as tmp:
-            sets = cfg.data.synthetic.make() if cfg.data.synthetic is not None else {}
-            write_svmlight(sets["test"], Path(tmp) / "test.txt")
-            data = read_svmlight(Path(tmp) / "test.txt", n_features=model.n_features)
-            if model.relevance_head is not None:
-                model.score_and_relevance(data.features, data.query_offsets)
-            model.score(np.ascontiguousarray(data.features), data.query_offsets)
-        # and every kernel the service compiles before /ready says 200 (explanations, evaluation
-        # under every convention, fusion): a service started after `tunemix warm` loads them all
-        from tunemix.warmup import warm_all
-
-        warm_all([model], parallel=int(numba.config.NUMBA_NUM_THREADS) > 1)  # type: ignore[attr-defined]
+        _warm_fit(WARM_TABLES, serving=True)
     seconds = time.perf_counter() - t0
     compiled, loaded = _dispatcher_counts()
+    compiled_total = compiled + sum(p["compiled"] for p in parts)
     try:
         where.mkdir(parents=True, exist_ok=True)
         (where / STAMP).write_text(json.dumps(_stamp_key()))
     except OSError as exc:
         log.warning("could not write the warm-up stamp in %s: %s", where, exc)
-    out.write(f"tunemix warm: done in {seconds:.1f} s ({cc.seconds:.1f} s in numba's compiler: {compiled} kernel "
-              f"specialisations compiled, {loaded} loaded from the cache)\n")
+    out.write(f"tunemix warm: done in {seconds:.1f} s: {compiled_total} kernel specialisations compiled, "
+              f"{loaded} loaded from the cache ({processes} process{'es' if processes > 1 else ''}; the final "
+              f"pass compiled {compiled}, {cc.seconds:.1f} s in numba's compiler)\n")
     out.flush()
     several = {k: v for k, v in kernel_specialisations().items() if v["signatures"] > 1}
     log.debug("kernels compiled for several signatures: %s", several)
     slowest = dict(sorted(kernels.seconds.items(), key=lambda kv: -kv[1])[:25])
-    return {"seconds": seconds, "compile_s": cc.seconds, "compiled": compiled, "loaded": loaded,
-            "cache_dir": str(where), "several_signatures": several, "slowest_compilations_s": slowest}
+    return {"seconds": seconds, "compile_s": cc.seconds, "compiled": compiled_total, "final_pass_compiled": compiled,
+            "loaded": loaded, "processes": processes, "parts": parts, "cache_dir": str(where),
+            "several_signatures": several, "slowest_compilations_s": slowest}
 
 
 def ensure_warm(out: Any = None) -> dict[str, Any] | None:
@@ -268,3 +365,19 @@ def ensure_warm(out: Any = None) -> dict[str, Any] | None:
     out.write("tunemix: the numba cache is cold (first run of this install): compiling the kernels before the fit; "
               "`tunemix warm` does this ahead of time (TUNEMIX_AUTO_WARM=0 skips it)\n")
     return warm(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m training.pipeline.warm --part NAME``: one part, its result as a JSON line."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description="One part of tunemix warm (run by tunemix warm itself).")
+    ap.add_argument("--part", choices=sorted(PART_MEMBERS), required=True)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    print(json.dumps(warm_part(args.part)))  # noqa: T201 - the parent reads it
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
