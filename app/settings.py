@@ -32,7 +32,7 @@ class Settings(BaseSettings):
     workers: int | None = Field(
         None, ge=1, le=64, description="uvicorn worker processes of `python -m app` (default: one per usable core)")
     scoring_threads: int | None = Field(
-        None, ge=1, le=256, description="numba threads a worker may score one list on (default: every usable core)")
+        None, ge=1, le=256, description="threads a worker may score one list on (default: every usable core)")
     parallel_min_documents: int | None = Field(
         None, ge=0, description="lists shorter than this score on one thread (default: 0 with one worker, "
                                 "256 with several: a short list then leaves the other cores to the other "

@@ -3,9 +3,9 @@
     python -m bench.bench_first_hour [--install] [--cold-train] [--skip-train]
 
 1. ``git clone`` of this repository's committed HEAD into a temporary folder.
-2. What ``make serve`` does, timed step by step: with ``--install`` the real ``make
-   train-default`` (venv, ``pip install -e '.[train,serve]'``, ``tunemix warm --if-cold``,
-   ``tunemix demo``); without it the same steps with this interpreter and the clone's code first
+2. What ``make serve`` does, timed step by step: with ``--install`` the real make targets one by
+   one (the venv and ``uv pip install -e '.[train,serve]'`` with no download cache, ``make warm``,
+   ``make train-default``: the demo); without it the same steps with this interpreter and the clone's code first
    on the path (the install is then not measured), then ``python -m app`` until ``/ready`` answers
    200. The numba cache is the clone's ``.venv/numba-cache``, empty at the start.
 3. The first ``/rank``, ``/evaluate`` and ``/rank`` with explanations after ``/ready``.
@@ -127,9 +127,12 @@ def main(argv: list[str] | None = None) -> int:
         env.update(NUMBA_CACHE_DIR=str(cache), TUNEMIX_SHARED_DATA=str(SHARED_DATA), TUNEMIX_LOG_LEVEL="warning",
                    TUNEMIX_AUTO_WARM="1")
         steps: dict[str, Any] = {}
-        if args.install:
+        if args.install:  # make serve's steps one by one, no download cache (a fresh machine has none)
             python = str(clone / ".venv" / "bin" / "python")
-            steps["make_train_default"] = timed(["make", "train-default"], clone, env, log)
+            fresh = dict(env, UV_NO_CACHE="1", PIP_NO_CACHE_DIR="1")
+            steps["install"] = timed(["make", ".venv/.stamp-train"], clone, fresh, log)
+            steps["warm"] = timed(["make", "warm"], clone, env, log)
+            steps["demo"] = timed(["make", "train-default"], clone, env, log)
         else:
             python = sys.executable
             env["PYTHONPATH"] = str(clone)

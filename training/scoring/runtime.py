@@ -4,12 +4,11 @@ which scoring stays on one thread, BLAS threads and the OpenMP wait policy.
 ``configure`` is the one place a service (``app.main``) or a benchmark sets them; nothing writes
 the environment or a library's thread pool at import.
 
-- **OpenMP wait policy.** Numba's OpenMP layer reads ``OMP_WAIT_POLICY`` at the first parallel
-  launch; GNU OpenMP's default lets idle threads spin after every launch. With short launches (a
-  request scores in a millisecond or two) on a machine whose other core is busy, the spinning
-  thread steals the core its partner needs. Measured on the MQ2008 ensemble, 100 documents, two
-  threads, the other core loaded: median 16.0 ms spinning against 1.57 ms passive (1 thread:
-  2.08 ms). ``configure`` sets PASSIVE unless the user set a policy.
+- **OpenMP wait policy.** Scoring no longer launches numba's OpenMP threads (its kernels run on
+  Python threads, ``training.threads``); ``configure`` still sets ``OMP_WAIT_POLICY=PASSIVE``
+  unless the user set a policy, for any OpenMP runtime loaded beside it. Measured when scoring did
+  use them (the MQ2008 ensemble, 100 documents, two threads, the other core loaded): median
+  16.0 ms spinning against 1.57 ms passive (1 thread: 2.08 ms).
 - **BLAS threads** (threadpoolctl): scoring calls BLAS only for small products (the linear
   members, the views' eigendecomposition) that gain nothing from threads, but OpenBLAS's idle
   threads then spin on the cores numba's scoring threads need (the calibration step took 7.8 ms
