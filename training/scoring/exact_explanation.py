@@ -55,16 +55,14 @@ difference is a pair's named term.
 
 from __future__ import annotations
 
-import weakref
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-from training.calibration.expected_relevance import OrdinalCalibrator, ordinal_probabilities
 from training.data.normalization import ILL_CONDITIONED, NULL_SPACE, WHITEN_EPS, _centre_cov, _whitening_matrix
+from training.scoring.calibrator_games import CalibratorGames, calibrator_games
 from training.scoring.ensemble_model import EnsembleModel
 from training.scoring.mix_propagation import mix_layer, reveal_cancel
 from training.scoring.tree_shap import forest_attributions
@@ -107,125 +105,27 @@ def reference_views(model: EnsembleModel, xq: np.ndarray, r: np.ndarray
     return np.concatenate(blocks), np.concatenate(group).astype(np.int64), players, white
 
 
-def _calibrated(model: EnsembleModel, raw: np.ndarray) -> np.ndarray:
-    """Member scores (N, M) from raw K-vectors (N, M, K_max): ordinal members through their class
-    probabilities, then every calibrator in one call of the model's calibration step."""
-    k_in = _k_max(model) + 1 if model.n_members else 1
-    block = np.zeros((raw.shape[0], raw.shape[1], max(k_in, raw.shape[2])))
-    block[:, :, : raw.shape[2]] = raw
-    for k, idx in _ordinal_groups(model).items():
-        probs = ordinal_probabilities(raw[:, idx, :k].reshape(-1, k))
-        block[:, idx, : k + 1] = probs.reshape(raw.shape[0], idx.size, k + 1)
-    return model._calibration.apply(block)
-
-
-_K_MAX: weakref.WeakKeyDictionary[EnsembleModel, int] = weakref.WeakKeyDictionary()
-
-
-def _k_max(model: EnsembleModel) -> int:
-    """The members' largest class count K (kept per model)."""
-    known = _K_MAX.get(model)
-    if known is None:
-        known = _K_MAX[model] = max([model.runs[m.run].n_classes for m in model.members], default=1)
-    return known
-
-
-_ORDINAL: weakref.WeakKeyDictionary[EnsembleModel, dict[int, np.ndarray]] = weakref.WeakKeyDictionary()
-
-
-def _ordinal_groups(model: EnsembleModel) -> dict[int, np.ndarray]:
-    """The ordinal members by class count (kept per model)."""
-    known = _ORDINAL.get(model)
-    if known is None:
-        known = _ORDINAL[model] = _find_ordinal_groups(model)
-    return known
-
-
-def _find_ordinal_groups(model: EnsembleModel) -> dict[int, np.ndarray]:
-    groups: dict[int, list[int]] = {}
-    for i, m in enumerate(model.members):
-        if isinstance(m.calibrator, OrdinalCalibrator):
-            groups.setdefault(model.runs[m.run].n_classes, []).append(i)
-    return {k: np.array(v, dtype=np.int64) for k, v in groups.items()}
-
-
-_SOURCES: weakref.WeakKeyDictionary[EnsembleModel, tuple[list[tuple[str, int, int]], np.ndarray]] = (
-    weakref.WeakKeyDictionary())
-
-
-def _sources(model: EnsembleModel) -> tuple[list[tuple[str, int, int]], np.ndarray]:
-    """The distinct raw K-vectors the members read (a snapshot's checkpoints ("forest", lo, hi) or a
-    linear run ("linear", run, 0)) and each member's index among them: members share a few dozen
-    snapshots and differ in their calibrators. Kept per model (a Python loop over its members)."""
-    known = _SOURCES.get(model)
-    if known is None:
-        known = _SOURCES[model] = _find_sources(model)
-    return known
-
-
-def _find_sources(model: EnsembleModel) -> tuple[list[tuple[str, int, int]], np.ndarray]:
-    index: dict[tuple[str, int, int], int] = {}
-    src = np.empty(model.n_members, dtype=np.int64)
-    for i, m in enumerate(model.members):
-        key = (("forest", int(model._lo[i]), int(model._hi[i])) if model.runs[m.run].kind == "forest"
-               else ("linear", m.run, 0))
-        src[i] = index.setdefault(key, len(index))
-    return list(index), src
-
-
-def _raw_attributions(model: EnsembleModel, keys: list[tuple[str, int, int]], wide: np.ndarray,
-                      r_wide: np.ndarray, group: np.ndarray, players: int, k_max: int) -> np.ndarray:
-    """A (n, sources, players, K_max): each source's raw K-vector attributed to the players."""
+def _raw_attributions(model: EnsembleModel, games: CalibratorGames, wide: np.ndarray, r_wide: np.ndarray,
+                      group: np.ndarray, players: int) -> np.ndarray:
+    """A (n, sources, players, K_max): each source's raw K-vector attributed to the players (the
+    forest's sources first, from one TreeSHAP pass over its checkpoints; then the linear runs')."""
     n = wide.shape[0]
-    out = np.zeros((n, len(keys), players, k_max))
-    forest = [u for u, key in enumerate(keys) if key[0] == "forest"]
-    if forest:
+    k_max = games.k_max
+    out = np.zeros((n, len(games.keys), players, k_max))
+    n_forest = games.forest_hi.size
+    if n_forest:
         ck = forest_attributions(model.forest, wide, r_wide, group, players, model._checkpoints)
         kf = min(ck.shape[3], k_max)
-        lo = np.array([keys[u][1] for u in forest], dtype=np.int64)
-        hi = np.array([keys[u][2] for u in forest], dtype=np.int64)
-        out[:, forest, :, :kf] = (ck[:, hi] - ck[:, lo])[..., :kf]
-    linear = [u for u, key in enumerate(keys) if key[0] == "linear"]
-    if linear:
-        onehot = np.zeros((wide.shape[1], players))
-        onehot[np.arange(wide.shape[1]), group] = 1.0
-        diff = wide.astype(np.float64) - r_wide.astype(np.float64)          # (n, columns)
-        # every linear run's outputs at once: (n, outputs, columns) @ (columns, players)
-        every = np.matmul(diff[:, None, :] * model._linear_w.T[None], onehot)   # (n, outputs, players)
-        for u in linear:
-            j = model._linear_runs.index(keys[u][1])
-            c0, c1 = int(model._linear_cols[j]), int(model._linear_cols[j + 1])
-            out[:, u, :, : c1 - c0] = every[:, c0:c1].transpose(0, 2, 1)
+        np.subtract(ck[:, games.forest_hi, :, :kf], ck[:, games.forest_lo, :, :kf], out=out[:, :n_forest, :, :kf])
+    if games.linear:
+        # W[c, o] (x_c - r_c) summed over each player's columns: every linear run's outputs at once
+        diff = wide.astype(np.float64) - r_wide.astype(np.float64)                 # (n, columns)
+        order = np.argsort(group, kind="stable")
+        starts = np.searchsorted(group[order], np.arange(players))
+        every = np.add.reduceat((diff[:, :, None] * model._linear_w[None])[:, order], starts, axis=1)
+        for u, c0, c1 in games.linear:                                             # (n, players, outputs)
+            out[:, u, :, : c1 - c0] = every[:, :, c0:c1]
     return out
-
-
-def _input_shapley(model: EnsembleModel, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(g(lo) (N, M), phi (N, M, K)): exact Shapley values of every calibrator over its K inputs,
-    the game v(T) = g(hi on T, lo elsewhere), by enumerating the 2^K input coalitions."""
-    nn, mm, k = lo.shape
-    masks = ((np.arange(1 << k)[:, None] >> np.arange(k)) & 1).astype(bool)       # (2^K, K)
-    hybrid = np.where(masks[:, None, None, :], hi[None], lo[None])                # (2^K, N, M, K)
-    values = _calibrated(model, hybrid.reshape(-1, mm, k)).reshape(1 << k, nn, mm)
-    phi = np.tensordot(values, _shapley_matrix(k), axes=([0], [0]))             # (N, M, K)
-    return values[0], phi
-
-
-@lru_cache(maxsize=16)
-def _shapley_matrix(k: int) -> np.ndarray:
-    """(2^K, K) read-only: ``phi_f = sum_T coef[T, f] v(T)`` for a game of K players, coalition T
-    coded by its bits: ``coef[T, f] = |T|!(K-|T|)!/K!`` if f in T, ``-(|T|)!(K-|T|-1)!/K!`` if not
-    (the Shapley weights of v(T + f) - v(T), collected per coalition)."""
-    masks = ((np.arange(1 << k)[:, None] >> np.arange(k)) & 1).astype(bool)
-    fact = [float(np.prod(np.arange(1, s + 1))) for s in range(k + 1)]
-    size = masks.sum(axis=1)
-    coef = np.zeros((1 << k, k))
-    for code in range(1 << k):
-        s = int(size[code])
-        for f in range(k):
-            coef[code, f] = (fact[s - 1] * fact[k - s] / fact[k] if masks[code, f]
-                             else -fact[s] * fact[k - s - 1] / fact[k])
-    coef.setflags(write=False)
-    return coef
 
 
 def explain_query(model: EnsembleModel, xq: np.ndarray, rows: np.ndarray, r: np.ndarray,
@@ -249,27 +149,30 @@ def explain_query(model: EnsembleModel, xq: np.ndarray, rows: np.ndarray, r: np.
     if served is None:
         served = np.asarray(model.mixer.transform(member, off), dtype=np.float64)
     r_wide, group, players, white = reference_views(model, xq, r)
-    u_r = model._raw_block(r_wide[None])                                         # (1, M, K_model)
+    games = calibrator_games(model)
+    k_max = games.k_max
+    lo = np.zeros((len(games.keys), k_max))                                      # the sources' u(r)
+    u_r = model._raw_block(r_wide[None])[0]                                      # (M, K_model)
+    kk = min(k_max, u_r.shape[1])
+    lo[:, :kk] = u_r[games.first, :kk]
     contrib = np.zeros((rows.size, players))
     baseline = np.zeros(rows.size)
     mm = model.n_members
-    k_max = _k_max(model)
-    keys, src = _sources(model)
     step = max(1, BATCH_ELEMENTS // ((1 << k_max) * max(mm, 1) * k_max
-                                     + (model._checkpoints.size + len(keys)) * players * k_max))
+                                     + (model._checkpoints.size + len(games.keys)) * players * k_max))
     for s in range(0, rows.size, step):
         chunk = rows[s : s + step]
-        attr = _raw_attributions(model, keys, wide[chunk], r_wide, group, players, k_max)  # (k, U, P, K)
-        lo = np.broadcast_to(u_r[:, :, :k_max], (chunk.size, mm, k_max)).copy()
+        attr = _raw_attributions(model, games, wide[chunk], r_wide, group, players)   # (k, U, P, K)
         # an input whose attributions cancel to within rounding of their sizes has not moved: its
         # share would be rounding noise divided by rounding noise
-        total = _moved(attr)
-        delta = total[:, src]                                                    # (k, M, K)
-        g_lo, phi = _input_shapley(model, lo, lo + delta)
+        total = _moved(attr)                                                     # (k, U, K)
+        g_lo, phi = games.shapley(lo, total, member[chunk])
         # the rescale rule: input k's share phi_mk over the players in proportion to A_m[., k]
+        delta = total[:, games.src]                                              # (k, M, K)
         moving = delta != 0.0
-        ratio = np.where(moving, phi / np.where(moving, delta, 1.0), 0.0)       # (k, M, K)
-        contrib[s : s + step], baseline[s : s + step] = reveal_cancel(layer, chunk, g_lo, ratio, attr, src)
+        ratio = np.where(moving, phi / np.where(moving, delta, 1.0), 0.0)
+        s_r = np.broadcast_to(g_lo, (chunk.size, mm))
+        contrib[s : s + step], baseline[s : s + step] = reveal_cancel(layer, chunk, s_r, ratio, attr, games.src)
     if white is not None:
         contrib = contrib[:, :d] + _unwhiten(contrib[:, d:], xq[rows], r, white)
     return {"scores": served[rows], "baseline": baseline, "contributions": contrib}

@@ -57,12 +57,17 @@ class MixLayer:
         d = s - self.centre
         self.d = d
         self.total, self.squares = d.sum(axis=0), (d * d).sum(axis=0)
-        # the others' smallest and largest score per document: the two extremes of each member
-        srt = np.partition(s, sorted({0, min(1, n - 1), max(n - 2, 0), n - 1}), axis=0) if n else s
-        lo1, lo2 = srt[0], srt[min(1, n - 1)]
-        hi1, hi2 = srt[-1], srt[max(n - 2, 0)]
-        alone_lo = (s == lo1) & ((s == lo1).sum(axis=0) == 1)
-        alone_hi = (s == hi1) & ((s == hi1).sum(axis=0) == 1)
+        # the others' smallest and largest score per document: the list's extreme, or the second
+        # one for the document that holds it alone (min and max passes, not a partition)
+        if n == 0:
+            self.others_min = self.others_max = np.zeros(s.shape[1])
+            return
+        lo1, hi1 = s.min(axis=0), s.max(axis=0)
+        at_lo, at_hi = s == lo1, s == hi1
+        alone_lo = at_lo & (at_lo.sum(axis=0) == 1)
+        alone_hi = at_hi & (at_hi.sum(axis=0) == 1)
+        lo2 = np.where(at_lo, np.inf, s).min(axis=0) if n > 1 else lo1
+        hi2 = np.where(at_hi, -np.inf, s).max(axis=0) if n > 1 else hi1
         self.others_min = np.where(alone_lo, lo2, lo1)
         self.others_max = np.where(alone_hi, hi2, hi1)
 
