@@ -138,7 +138,7 @@ class CalibratorGames:
             game[:, 0] = values[0]
             game[:, 1:-1] = values[1:].reshape(n, interior.shape[0], group.members.size)
             game[:, -1] = full[:, group.members]
-            phi[:, group.members, :k] = np.einsum("ntm,tq->nmq", game, shapley_matrix(k))
+            phi[:, group.members, :k] = np.matmul(game.transpose(0, 2, 1), shapley_matrix(k))
         return g_lo, phi
 
 

@@ -213,7 +213,7 @@ def _unwhiten(phi_white: np.ndarray, x: np.ndarray, r: np.ndarray, white: np.nda
     alt = np.abs(share)
     alt_total = alt.sum(axis=1, keepdims=True)
     frac = np.where(moved, along / np.where(moved, along_total, 1.0), alt / np.where(alt_total > 0, alt_total, 1.0))
-    return np.asarray(np.einsum("kjc,kc->kj", frac, phi_white))
+    return np.asarray(np.matmul(frac, phi_white[:, :, None])[:, :, 0])
 
 
 def attributions_for(model: EnsembleModel, xq: np.ndarray, r: np.ndarray) -> npt.NDArray[np.float64] | None:
