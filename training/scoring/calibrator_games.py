@@ -99,14 +99,14 @@ class CalibratorGames:
     """A model's sources (``keys``, the forest's first; ``src[m]``: member m's), the first member
     reading each source (``first``), the forest sources' checkpoints (``forest_lo``, ``forest_hi``),
     the linear sources' (source, first column, end column) in the model's folded linear map
-    (``linear``), and the members grouped by the size of their calibrator games (``groups``)."""
+    (``linear``, (L, 3)), and the members grouped by the size of their calibrator games (``groups``)."""
 
     keys: list[SourceKey]
     src: Int64Array
     first: Int64Array
     forest_lo: Int64Array
     forest_hi: Int64Array
-    linear: list[tuple[int, int, int]]
+    linear: Int64Array
     k_max: int
     groups: list[GameGroup]
 
@@ -194,4 +194,5 @@ def _build(model: EnsembleModel) -> CalibratorGames:
     return CalibratorGames(keys=keys, src=src, first=first,
                            forest_lo=np.array([key[1] for key in forest], dtype=np.int64),
                            forest_hi=np.array([key[2] for key in forest], dtype=np.int64),
-                           linear=linear, k_max=max(sizes, default=1), groups=groups)
+                           linear=np.array(linear, dtype=np.int64).reshape(-1, 3), k_max=max(sizes, default=1),
+                           groups=groups)

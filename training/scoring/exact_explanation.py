@@ -64,7 +64,7 @@ from numba import njit
 from training.data.normalization import ILL_CONDITIONED, NULL_SPACE, WHITEN_EPS, _centre_cov, _whitening_matrix
 from training.scoring.calibrator_games import CalibratorGames, calibrator_games
 from training.scoring.ensemble_model import EnsembleModel
-from training.scoring.mix_propagation import mix_layer, reveal_cancel
+from training.scoring.mix_propagation import mix_layer, reveal_cancel_at
 from training.scoring.tree_shap import forest_attributions
 
 _NEVER = np.iinfo(np.int64).max
@@ -106,26 +106,49 @@ def reference_views(model: EnsembleModel, xq: np.ndarray, r: np.ndarray
 
 
 def _raw_attributions(model: EnsembleModel, games: CalibratorGames, wide: np.ndarray, r_wide: np.ndarray,
-                      group: np.ndarray, players: int) -> np.ndarray:
-    """A (n, sources, players, K_max): each source's raw K-vector attributed to the players (the
-    forest's sources first, from one TreeSHAP pass over its checkpoints; then the linear runs')."""
+                      group: np.ndarray, players: int) -> tuple[np.ndarray, np.ndarray]:
+    """(A (n, sources, K_max, players), their sums over the players (n, sources, K_max)): each
+    source's raw K-vector attributed to the players, the players innermost (the mix layer's passes
+    run over them): the forest's sources from one TreeSHAP pass over its checkpoints, the linear
+    runs' in closed form (``_assemble``). A sum within ``CANCELLED`` of its terms' absolute sum is
+    0: that input has not moved."""
     n = wide.shape[0]
-    k_max = games.k_max
-    out = np.zeros((n, len(games.keys), players, k_max))
-    n_forest = games.forest_hi.size
-    if n_forest:
-        ck = forest_attributions(model.forest, wide, r_wide, group, players, model._checkpoints)
-        kf = min(ck.shape[3], k_max)
-        np.subtract(ck[:, games.forest_hi, :, :kf], ck[:, games.forest_lo, :, :kf], out=out[:, :n_forest, :, :kf])
-    if games.linear:
-        # W[c, o] (x_c - r_c) summed over each player's columns: every linear run's outputs at once
-        diff = wide.astype(np.float64) - r_wide.astype(np.float64)                 # (n, columns)
-        order = np.argsort(group, kind="stable")
-        starts = np.searchsorted(group[order], np.arange(players))
-        every = np.add.reduceat((diff[:, :, None] * model._linear_w[None])[:, order], starts, axis=1)
-        for u, c0, c1 in games.linear:                                             # (n, players, outputs)
-            out[:, u, :, : c1 - c0] = every[:, :, c0:c1]
-    return out
+    ck = (forest_attributions(model.forest, wide, r_wide, group, players, model._checkpoints)
+          if games.forest_hi.size else np.zeros((n, 1, players, 1)))
+    at = np.zeros((n, len(games.keys), games.k_max, players))
+    total = np.zeros((n, len(games.keys), games.k_max))
+    _assemble(ck, games.forest_lo, games.forest_hi, np.ascontiguousarray(wide), np.ascontiguousarray(r_wide),
+              model._linear_w, group, games.linear, at, total)
+    return at, total
+
+
+@njit(cache=True, nogil=True)
+def _assemble(ck, lo, hi, wide, r_wide, w, group, linear, at, total):  # pragma: no cover
+    """at[i, u, q, p]: forest source u (the first ``lo.size``) ``ck[i, hi[u], p, q] - ck[i, lo[u], p, q]``;
+    linear source ``linear[j] = (u, c0, c1)`` ``sum over the columns c of player p of
+    (wide[i, c] - r_wide[c]) w[c, c0 + q]``; total[i, u, q] their sum over p (0 when cancelled)."""
+    n, n_src, k_max, n_p = at.shape
+    kf = min(ck.shape[3], k_max)
+    for i in range(n):
+        for u in range(lo.shape[0]):
+            for q in range(kf):
+                for p in range(n_p):
+                    at[i, u, q, p] = ck[i, hi[u], p, q] - ck[i, lo[u], p, q]
+        for j in range(linear.shape[0]):
+            u = linear[j, 0]
+            c0 = linear[j, 1]
+            for q in range(linear[j, 2] - c0):
+                for c in range(wide.shape[1]):
+                    at[i, u, q, group[c]] += (np.float64(wide[i, c]) - np.float64(r_wide[c])) * w[c, c0 + q]
+        for u in range(n_src):
+            for q in range(k_max):
+                sm = 0.0
+                size = 0.0
+                for p in range(n_p):
+                    v = at[i, u, q, p]
+                    sm += v
+                    size += abs(v)
+                total[i, u, q] = 0.0 if abs(sm) <= CANCELLED * size else sm
 
 
 def explain_query(model: EnsembleModel, xq: np.ndarray, rows: np.ndarray, r: np.ndarray,
@@ -162,41 +185,19 @@ def explain_query(model: EnsembleModel, xq: np.ndarray, rows: np.ndarray, r: np.
                                      + (model._checkpoints.size + len(games.keys)) * players * k_max))
     for s in range(0, rows.size, step):
         chunk = rows[s : s + step]
-        attr = _raw_attributions(model, games, wide[chunk], r_wide, group, players)   # (k, U, P, K)
-        # an input whose attributions cancel to within rounding of their sizes has not moved: its
-        # share would be rounding noise divided by rounding noise
-        total = _moved(attr)                                                     # (k, U, K)
+        # (k, U, K, P) and (k, U, K): an input whose attributions cancel to within rounding of their
+        # sizes has not moved (its share would be rounding noise divided by rounding noise)
+        at, total = _raw_attributions(model, games, wide[chunk], r_wide, group, players)
         g_lo, phi = games.shapley(lo, total, member[chunk])
         # the rescale rule: input k's share phi_mk over the players in proportion to A_m[., k]
         delta = total[:, games.src]                                              # (k, M, K)
         moving = delta != 0.0
         ratio = np.where(moving, phi / np.where(moving, delta, 1.0), 0.0)
         s_r = np.broadcast_to(g_lo, (chunk.size, mm))
-        contrib[s : s + step], baseline[s : s + step] = reveal_cancel(layer, chunk, s_r, ratio, attr, games.src)
+        contrib[s : s + step], baseline[s : s + step] = reveal_cancel_at(layer, chunk, s_r, ratio, at, games.src)
     if white is not None:
         contrib = contrib[:, :d] + _unwhiten(contrib[:, d:], xq[rows], r, white)
     return {"scores": served[rows], "baseline": baseline, "contributions": contrib}
-
-
-@njit(cache=True, nogil=True)
-def _moved(attr):  # pragma: no cover
-    """(k, U, K): ``attr.sum(axis=2)``, 0 where it is at most ``CANCELLED`` times ``|attr|.sum(axis=2)``
-    (one pass over the attributions)."""
-    k, u_n, p_n, q_n = attr.shape
-    out = np.zeros((k, u_n, q_n))
-    size = np.zeros(q_n)
-    for i in range(k):
-        for u in range(u_n):
-            size[:] = 0.0
-            for p in range(p_n):
-                for q in range(q_n):
-                    v = attr[i, u, p, q]
-                    out[i, u, q] += v
-                    size[q] += abs(v)
-            for q in range(q_n):
-                if abs(out[i, u, q]) <= CANCELLED * size[q]:
-                    out[i, u, q] = 0.0
-    return out
 
 
 def _unwhiten(phi_white: np.ndarray, x: np.ndarray, r: np.ndarray, white: np.ndarray) -> np.ndarray:

@@ -264,8 +264,15 @@ def reveal_cancel(layer: MixLayer, rows: np.ndarray, s_r: np.ndarray, ratio: np.
     ``C[i, m, p] = sum_q ratio[i, m, q] attr[i, src[m], p, q]`` of its change from ``s_r`` (k, M)
     carried through the mix layer by the two-player rule of the module docstring, summed over the
     members (two numba passes; ``tests/scoring/test_mix_propagation.py`` has the NumPy twin)."""
+    at = np.ascontiguousarray(np.asarray(attr, dtype=np.float64).transpose(0, 1, 3, 2))
+    return reveal_cancel_at(layer, rows, s_r, ratio, at, src)
+
+
+def reveal_cancel_at(layer: MixLayer, rows: np.ndarray, s_r: np.ndarray, ratio: np.ndarray, at: np.ndarray,
+                     src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``reveal_cancel`` with the attributions laid out (k, U, K, P), the players innermost."""
     ratio = np.ascontiguousarray(ratio, dtype=np.float64)
-    at = np.ascontiguousarray(np.asarray(attr, dtype=np.float64).transpose(0, 1, 3, 2))  # (k, U, K, P)
+    at = np.ascontiguousarray(at, dtype=np.float64)
     src = np.ascontiguousarray(src, dtype=np.int64)
     k, m = ratio.shape[:2]
     pos, neg = np.zeros((k, m)), np.zeros((k, m))
