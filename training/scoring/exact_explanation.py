@@ -206,15 +206,40 @@ def _unwhiten(phi_white: np.ndarray, x: np.ndarray, r: np.ndarray, white: np.nda
     goes to the features that move it the way it moved, in proportion to their ``s_jc``; those
     moving it the other way get nothing (a column that did not move: by ``|s_jc|``). The shares
     of a column sum to 1, so nothing is lost and no share exceeds the column's attribution."""
-    share = (x.astype(np.float64) - r.astype(np.float64))[:, :, None] * white[None]  # (k, d, columns)
-    total = share.sum(axis=1, keepdims=True)
-    along = np.where(np.sign(share) == np.sign(total), share, 0.0)
-    along_total = along.sum(axis=1, keepdims=True)
-    moved = along_total != 0.0
-    alt = np.abs(share)
-    alt_total = alt.sum(axis=1, keepdims=True)
-    frac = np.where(moved, along / np.where(moved, along_total, 1.0), alt / np.where(alt_total > 0, alt_total, 1.0))
-    return np.asarray(np.matmul(frac, phi_white[:, :, None])[:, :, 0])
+    out = np.zeros(np.shape(phi_white))
+    _unwhiten_kernel(np.ascontiguousarray(phi_white, dtype=np.float64), np.ascontiguousarray(x, dtype=np.float64),
+                     np.ascontiguousarray(r, dtype=np.float64), np.ascontiguousarray(white, dtype=np.float64), out)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _unwhiten_kernel(phi, x, r, white, out):  # pragma: no cover
+    """``_unwhiten``, one document and column at a time (a column with no attribution is skipped)."""
+    k, d = x.shape
+    s = np.empty(d)
+    for i in range(k):
+        for c in range(white.shape[1]):
+            f = phi[i, c]
+            if f == 0.0:
+                continue
+            total = 0.0
+            for j in range(d):
+                s[j] = (x[i, j] - r[j]) * white[j, c]
+                total += s[j]
+            sign = np.sign(total)
+            along = 0.0
+            size = 0.0
+            for j in range(d):
+                if np.sign(s[j]) == sign:
+                    along += s[j]
+                size += abs(s[j])
+            if along != 0.0:
+                for j in range(d):
+                    if np.sign(s[j]) == sign:
+                        out[i, j] += f * (s[j] / along)
+            elif size > 0.0:
+                for j in range(d):
+                    out[i, j] += f * (abs(s[j]) / size)
 
 
 def attributions_for(model: EnsembleModel, xq: np.ndarray, r: np.ndarray) -> npt.NDArray[np.float64] | None:
