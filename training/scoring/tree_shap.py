@@ -69,7 +69,7 @@ def shapley_weights(max_players: int) -> tuple[npt.NDArray[np.float64], npt.NDAr
     return plus, minus
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _tree(ns, ls, feat, thr, left, right, leaves, x, r, group, plus, minus, acc,
           st_node, st_len, st_g, st_side, path_g, path_side, lv_a, lv_b, sum_a, sum_b):  # pragma: no cover
     """Add one tree's attributions for document x to ``acc`` (G, K) (module docstring: the path
@@ -148,7 +148,7 @@ def _tree(ns, ls, feat, thr, left, right, leaves, x, r, group, plus, minus, acc,
         sp += 1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _product(ns, ne, ls, feat, thr, leaves, x, r, group, acc, parity, touched):  # pragma: no cover
     """Add one product of stumps' attributions (closed form, module docstring) to ``acc``."""
     sign = 1.0
