@@ -115,26 +115,20 @@ def _list_stats(s, st):  # pragma: no cover
         st[4, j] = np.inf
         st[6, j] = -np.inf
         st[7, j] = -np.inf
-    for i in range(n):
+    for i in range(n):  # selects, not branches: the members' loop vectorises
         for j in range(m):
             v = s[i, j]
             st[0, j] += v
-            if v < st[3, j]:
-                st[4, j] = st[3, j]
-                st[3, j] = v
-                st[5, j] = 1.0
-            elif v == st[3, j]:
-                st[5, j] += 1.0
-            elif v < st[4, j]:
-                st[4, j] = v
-            if v > st[6, j]:
-                st[7, j] = st[6, j]
-                st[6, j] = v
-                st[8, j] = 1.0
-            elif v == st[6, j]:
-                st[8, j] += 1.0
-            elif v > st[7, j]:
-                st[7, j] = v
+            lo1, lo2, n_lo = st[3, j], st[4, j], st[5, j]
+            below, at = v < lo1, v == lo1
+            st[4, j] = lo1 if below else (lo2 if at else min(lo2, v))
+            st[5, j] = 1.0 if below else (n_lo + 1.0 if at else n_lo)
+            st[3, j] = v if below else lo1
+            hi1, hi2, n_hi = st[6, j], st[7, j], st[8, j]
+            above, at = v > hi1, v == hi1
+            st[7, j] = hi1 if above else (hi2 if at else max(hi2, v))
+            st[8, j] = 1.0 if above else (n_hi + 1.0 if at else n_hi)
+            st[6, j] = v if above else hi1
     if n == 0:
         return
     for j in range(m):
@@ -176,9 +170,11 @@ def _shares(mode, n, w, c, sh, st, s_rows, omin, omax, s_r, pos, neg, f0, k_pos,
             wm, cm, sm, cen, tot, sq, lo, hi = w[m], c[m], sh[m], st[0, m], st[1, m], st[2, m], omin[i, m], omax[i, m]
             p, q, v = pos[i, m], neg[i, m], s_r[i, m]
             a = _value(mode, n, wm, cm, sm, cen, tot, sq, d, lo, hi, v)
-            fp = _value(mode, n, wm, cm, sm, cen, tot, sq, d, lo, hi, v + p)
-            fn = _value(mode, n, wm, cm, sm, cen, tot, sq, d, lo, hi, v + q)
-            fpn = _value(mode, n, wm, cm, sm, cen, tot, sq, d, lo, hi, v + p + q)
+            # a part that is 0 moves nothing: its values are those already computed (the same bits)
+            fp = _value(mode, n, wm, cm, sm, cen, tot, sq, d, lo, hi, v + p) if p != 0.0 else a
+            fn = _value(mode, n, wm, cm, sm, cen, tot, sq, d, lo, hi, v + q) if q != 0.0 else a
+            fpn = (fn if p == 0.0 else fp if q == 0.0
+                   else _value(mode, n, wm, cm, sm, cen, tot, sq, d, lo, hi, v + p + q))
             f0[i, m] = a
             k_pos[i, m] = (0.5 * (fp - a) + 0.5 * (fpn - fn)) / p if p != 0.0 else 0.0
             k_neg[i, m] = (0.5 * (fn - a) + 0.5 * (fpn - fp)) / q if q != 0.0 else 0.0
