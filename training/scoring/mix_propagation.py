@@ -99,11 +99,17 @@ class MixLayer:
         is 0 gets the ratio 0)."""
         k, m = pos.shape
         f0, k_pos, k_neg = np.empty((k, m)), np.empty((k, m)), np.empty((k, m))
-        omin, omax = self.others(rows) if self.mode != "linear" else (self.s[rows], self.s[rows])
-        _shares(MODES.index(self.mode), self.n, self.weights, self.coef, self.shift, self.stats,
-                np.ascontiguousarray(self.s[rows]), np.ascontiguousarray(omin), np.ascontiguousarray(omax),
+        _shares(MODES.index(self.mode), self.n, self.weights, self.coef, self.shift, self.stats, *self.rows(rows),
                 np.ascontiguousarray(np.broadcast_to(s_r, (k, m))), pos, neg, f0, k_pos, k_neg)
         return f0, k_pos, k_neg
+
+    def rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(k, M) each of ``rows``' own member scores and the others' extremes, for the kernels."""
+        s = np.ascontiguousarray(self.s[rows])
+        if self.mode == "linear":
+            return s, s, s
+        omin, omax = self.others(rows)
+        return s, np.ascontiguousarray(omin), np.ascontiguousarray(omax)
 
 
 @njit(cache=True, nogil=True)
@@ -162,22 +168,28 @@ def _value(mode, n, w, c, sh, centre, total, squares, d, omin, omax, v):  # prag
 
 
 @njit(cache=True, nogil=True)
+def _member_shares(mode, n, w, c, sh, st, m, s_row, lo, hi, v, p, q):  # pragma: no cover
+    """(f(v), dP / P, dN / N) of member m for one document (``MixLayer.shares``)."""
+    d = s_row - st[0, m]
+    cen, tot, sq = st[0, m], st[1, m], st[2, m]
+    a = _value(mode, n, w, c, sh, cen, tot, sq, d, lo, hi, v)
+    # a part that is 0 moves nothing: its values are those already computed (the same bits)
+    fp = _value(mode, n, w, c, sh, cen, tot, sq, d, lo, hi, v + p) if p != 0.0 else a
+    fn = _value(mode, n, w, c, sh, cen, tot, sq, d, lo, hi, v + q) if q != 0.0 else a
+    fpn = fn if p == 0.0 else fp if q == 0.0 else _value(mode, n, w, c, sh, cen, tot, sq, d, lo, hi, v + p + q)
+    k_pos = (0.5 * (fp - a) + 0.5 * (fpn - fn)) / p if p != 0.0 else 0.0
+    k_neg = (0.5 * (fn - a) + 0.5 * (fpn - fp)) / q if q != 0.0 else 0.0
+    return a, k_pos, k_neg
+
+
+@njit(cache=True, nogil=True)
 def _shares(mode, n, w, c, sh, st, s_rows, omin, omax, s_r, pos, neg, f0, k_pos, k_neg):  # pragma: no cover
-    """f0, k_pos, k_neg (k, M) of ``MixLayer.shares``: four ``_value`` calls per document and member."""
+    """f0, k_pos, k_neg (k, M) of ``MixLayer.shares`` (``_member_shares`` per document and member)."""
     for i in range(pos.shape[0]):
         for m in range(pos.shape[1]):
-            d = s_rows[i, m] - st[0, m]
-            wm, cm, sm, cen, tot, sq, lo, hi = w[m], c[m], sh[m], st[0, m], st[1, m], st[2, m], omin[i, m], omax[i, m]
-            p, q, v = pos[i, m], neg[i, m], s_r[i, m]
-            a = _value(mode, n, wm, cm, sm, cen, tot, sq, d, lo, hi, v)
-            # a part that is 0 moves nothing: its values are those already computed (the same bits)
-            fp = _value(mode, n, wm, cm, sm, cen, tot, sq, d, lo, hi, v + p) if p != 0.0 else a
-            fn = _value(mode, n, wm, cm, sm, cen, tot, sq, d, lo, hi, v + q) if q != 0.0 else a
-            fpn = (fn if p == 0.0 else fp if q == 0.0
-                   else _value(mode, n, wm, cm, sm, cen, tot, sq, d, lo, hi, v + p + q))
-            f0[i, m] = a
-            k_pos[i, m] = (0.5 * (fp - a) + 0.5 * (fpn - fn)) / p if p != 0.0 else 0.0
-            k_neg[i, m] = (0.5 * (fn - a) + 0.5 * (fpn - fp)) / q if q != 0.0 else 0.0
+            f0[i, m], k_pos[i, m], k_neg[i, m] = _member_shares(
+                mode, n, w[m], c[m], sh[m], st, m, s_rows[i, m], omin[i, m], omax[i, m], s_r[i, m], pos[i, m],
+                neg[i, m])
 
 
 def mix_layer(mixer: Mixer, member: np.ndarray) -> MixLayer | None:
@@ -219,39 +231,37 @@ def _member_row(ratio, at, i, m, u, buf):  # pragma: no cover
 
 
 @njit(cache=True, nogil=True, fastmath={"reassoc"})
-def _parts(ratio, at, src, pos, neg):  # pragma: no cover
-    """pos, neg (k, M): the sums of member m's positive and negative attributions C[i, m, p]
-    (``_member_row``; C is never stored: (k, M, P) is large). The sums may be taken in any order
-    (``reassoc``: they vectorise), the same order on every call."""
-    buf = np.empty(at.shape[3])
-    for i in range(ratio.shape[0]):
-        for m in range(ratio.shape[1]):
-            _member_row(ratio, at, i, m, src[m], buf)
-            sp = 0.0
-            sn = 0.0
-            for p in range(buf.shape[0]):
-                c = buf[p]
-                sp += max(c, 0.0)
-                sn += min(c, 0.0)
-            pos[i, m] = sp
-            neg[i, m] = sn
+def _row_parts(buf):  # pragma: no cover
+    """(sum of the positive entries, sum of the negative ones) of buf, in any order (``reassoc``:
+    the loop vectorises), the same order on every call."""
+    sp = 0.0
+    sn = 0.0
+    for p in range(buf.shape[0]):
+        c = buf[p]
+        sp += max(c, 0.0)
+        sn += min(c, 0.0)
+    return sp, sn
 
 
 @njit(cache=True, nogil=True)
-def _shared(ratio, at, src, k_pos, k_neg, out):  # pragma: no cover
-    """out[i, p] += C[i, m, p] * (k_pos[i, m] if C > 0 else k_neg[i, m]), over the members."""
+def _propagate(ratio, at, src, mode, n, w, c, sh, st, s_rows, omin, omax, s_r, f0, out):  # pragma: no cover
+    """One pass over the members: member m's attributions ``C[i, m, p]`` (``_member_row``, never
+    stored: (k, M, P) is large), their positive and negative parts, the mix layer's two-player
+    shares (``_member_shares``), and ``out[i, p] += C * (k_pos if C > 0 else k_neg)``; f0[i, m]
+    the member's value at the reference."""
     buf = np.empty(at.shape[3])
     for i in range(ratio.shape[0]):
         for m in range(ratio.shape[1]):
-            kp = k_pos[i, m]
-            kn = k_neg[i, m]
+            _member_row(ratio, at, i, m, src[m], buf)
+            sp, sn = _row_parts(buf)
+            f0[i, m], kp, kn = _member_shares(mode, n, w[m], c[m], sh[m], st, m, s_rows[i, m], omin[i, m],
+                                              omax[i, m], s_r[i, m], sp, sn)
             if kp == 0.0 and kn == 0.0:
                 continue
-            _member_row(ratio, at, i, m, src[m], buf)
             for p in range(buf.shape[0]):
-                c = buf[p]
-                # a player the member does not move adds nothing (never 0 * an infinite ratio)
-                out[i, p] += c * kp if c > 0.0 else (c * kn if c < 0.0 else 0.0)
+                x = buf[p]
+                # a zero share adds nothing (never 0 * an infinite ratio)
+                out[i, p] += x * kp if x > 0.0 else (x * kn if x < 0.0 else 0.0)
 
 
 def reveal_cancel(layer: MixLayer, rows: np.ndarray, s_r: np.ndarray, ratio: np.ndarray, attr: np.ndarray,
@@ -259,7 +269,7 @@ def reveal_cancel(layer: MixLayer, rows: np.ndarray, s_r: np.ndarray, ratio: np.
     """(contributions (k, P), baselines (k,)): member m's attributions
     ``C[i, m, p] = sum_q ratio[i, m, q] attr[i, src[m], p, q]`` of its change from ``s_r`` (k, M)
     carried through the mix layer by the two-player rule of the module docstring, summed over the
-    members (two numba passes; ``tests/scoring/test_mix_propagation.py`` has the NumPy twin)."""
+    members (one numba pass, ``_propagate``; ``tests/scoring/test_mix_propagation.py`` has the NumPy twin)."""
     at = np.ascontiguousarray(np.asarray(attr, dtype=np.float64).transpose(0, 1, 3, 2))
     return reveal_cancel_at(layer, rows, s_r, ratio, at, src)
 
@@ -271,9 +281,8 @@ def reveal_cancel_at(layer: MixLayer, rows: np.ndarray, s_r: np.ndarray, ratio: 
     at = np.ascontiguousarray(at, dtype=np.float64)
     src = np.ascontiguousarray(src, dtype=np.int64)
     k, m = ratio.shape[:2]
-    pos, neg = np.zeros((k, m)), np.zeros((k, m))
-    _parts(ratio, at, src, pos, neg)
-    f0, k_pos, k_neg = layer.shares(rows, s_r, pos, neg)
-    out = np.zeros((k, at.shape[3]))
-    _shared(ratio, at, src, k_pos, k_neg, out)
+    f0, out = np.empty((k, m)), np.zeros((k, at.shape[3]))
+    s_rows, omin, omax = layer.rows(rows)
+    _propagate(ratio, at, src, MODES.index(layer.mode), layer.n, layer.weights, layer.coef, layer.shift, layer.stats,
+               s_rows, omin, omax, np.ascontiguousarray(np.broadcast_to(s_r, (k, m)), dtype=np.float64), f0, out)
     return out, f0.sum(axis=1)
