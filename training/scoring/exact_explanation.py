@@ -123,6 +123,16 @@ def _raw_attributions(model: EnsembleModel, games: CalibratorGames, wide: np.nda
 
 
 @njit(cache=True, nogil=True)
+def _ratio(phi, total, src, out):  # pragma: no cover
+    """out[i, m, q] = phi[i, m, q] / total[i, src[m], q], 0 where the input has not moved."""
+    for i in range(phi.shape[0]):
+        for m in range(phi.shape[1]):
+            for q in range(phi.shape[2]):
+                t = total[i, src[m], q]
+                out[i, m, q] = phi[i, m, q] / t if t != 0.0 else 0.0
+
+
+@njit(cache=True, nogil=True)
 def _assemble(ck, lo, hi, wide, r_wide, w, group, linear, at, total):  # pragma: no cover
     """at[i, u, q, p]: forest source u (the first ``lo.size``) ``ck[i, hi[u], p, q] - ck[i, lo[u], p, q]``;
     linear source ``linear[j] = (u, c0, c1)`` ``sum over the columns c of player p of
@@ -190,9 +200,8 @@ def explain_query(model: EnsembleModel, xq: np.ndarray, rows: np.ndarray, r: np.
         at, total = _raw_attributions(model, games, wide[chunk], r_wide, group, players)
         g_lo, phi = games.shapley(lo, total, member[chunk])
         # the rescale rule: input k's share phi_mk over the players in proportion to A_m[., k]
-        delta = total[:, games.src]                                              # (k, M, K)
-        moving = delta != 0.0
-        ratio = np.where(moving, phi / np.where(moving, delta, 1.0), 0.0)
+        ratio = np.empty_like(phi)
+        _ratio(phi, total, games.src, ratio)
         s_r = np.broadcast_to(g_lo, (chunk.size, mm))
         contrib[s : s + step], baseline[s : s + step] = reveal_cancel_at(layer, chunk, s_r, ratio, at, games.src)
     if white is not None:
