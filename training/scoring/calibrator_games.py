@@ -42,6 +42,7 @@ from math import factorial
 
 import numpy as np
 import numpy.typing as npt
+from numba import njit
 
 from training.calibration.expected_relevance import OrdinalCalibrator, ordinal_probabilities
 from training.scoring.calibration_step import CalibrationStep, SourcePlan
@@ -119,27 +120,56 @@ class CalibratorGames:
         m_all = self.src.shape[0]
         g_lo = np.zeros(m_all)
         phi = np.zeros((n, m_all, self.k_max))
+        lo = np.ascontiguousarray(lo, dtype=np.float64)
+        delta = np.ascontiguousarray(delta, dtype=np.float64)
+        full = np.ascontiguousarray(full, dtype=np.float64)
         for group in self.groups:
             k, n_src = group.k, group.sources.size
-            interior = coalition_masks(k)[1:-1]                                   # (2^K - 2, K)
-            rows = 1 + n * interior.shape[0]
-            hybrid = np.zeros((rows, n_src + group.ordinal.size, group.width))
-            lo_g = lo[group.sources, :k]
-            hybrid[0, :n_src, :k] = lo_g
-            if interior.shape[0]:
-                hi_g = lo_g[None] + delta[:, group.sources, :k]                    # (n, U, K)
-                both = np.where(interior[None, :, None, :], hi_g[:, None], lo_g[None, None])
-                hybrid[1:, :n_src, :k] = both.reshape(-1, n_src, k)
-            for j, pos in enumerate(group.ordinal.tolist()):
-                hybrid[:, n_src + j, : k + 1] = ordinal_probabilities(hybrid[:, pos, :k])
+            interior = np.ascontiguousarray(coalition_masks(k)[1:-1])            # (2^K - 2, K)
+            hybrid = np.zeros((1 + n * interior.shape[0], n_src + group.ordinal.size, group.width))
+            _hybrids(lo, delta, group.sources, interior, hybrid)
+            if group.ordinal.size:  # every ordinal source's class probabilities at once
+                block = hybrid[:, group.ordinal, :k]
+                probs = ordinal_probabilities(block.reshape(-1, k))
+                hybrid[:, n_src:, : k + 1] = probs.reshape(block.shape[0], block.shape[1], k + 1)
             values = group.step.apply_plan(hybrid, group.plan)                   # (rows, M_g)
-            g_lo[group.members] = values[0]
-            game = np.empty((n, 1 << k, group.members.size))
-            game[:, 0] = values[0]
-            game[:, 1:-1] = values[1:].reshape(n, interior.shape[0], group.members.size)
-            game[:, -1] = full[:, group.members]
-            phi[:, group.members, :k] = np.matmul(game.transpose(0, 2, 1), shapley_matrix(k))
+            _game_values(values, full, group.members, shapley_matrix(k), g_lo, phi)
         return g_lo, phi
+
+
+@njit(cache=True, nogil=True)
+def _hybrids(lo, delta, sources, interior, hybrid):  # pragma: no cover
+    """hybrid[0, u] = lo[sources[u]] (the empty coalition, once); hybrid[1 + i T + t, u, j] =
+    lo + delta[i] on input j when ``interior[t, j]`` (document i's t-th interior coalition)."""
+    n_t, k = interior.shape
+    for u in range(sources.size):
+        for j in range(k):
+            hybrid[0, u, j] = lo[sources[u], j]
+    for i in range(delta.shape[0]):
+        for t in range(n_t):
+            row = 1 + i * n_t + t
+            for u in range(sources.size):
+                s = sources[u]
+                for j in range(k):
+                    hybrid[row, u, j] = lo[s, j] + delta[i, s, j] if interior[t, j] else lo[s, j]
+
+
+@njit(cache=True, nogil=True)
+def _game_values(values, full, members, coef, g_lo, phi):  # pragma: no cover
+    """g_lo[m] = v(empty); phi[i, m, j] = sum_T coef[T, j] v_i(T) over the 2^K coalitions, v(empty)
+    from row 0 of ``values``, the interior ones from document i's rows, v(all) = full[i, m]."""
+    n_t = coef.shape[0] - 2
+    k = coef.shape[1]
+    for g in range(members.size):
+        m = members[g]
+        empty = values[0, g]
+        g_lo[m] = empty
+        for i in range(full.shape[0]):
+            for j in range(k):
+                acc = coef[0, j] * empty
+                for t in range(n_t):
+                    acc += coef[1 + t, j] * values[1 + i * n_t + t, g]
+                phi[i, m, j] = acc + coef[n_t + 1, j] * full[i, m]
 
 
 _GAMES: weakref.WeakKeyDictionary[EnsembleModel, CalibratorGames] = weakref.WeakKeyDictionary()
