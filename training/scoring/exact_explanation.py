@@ -28,8 +28,9 @@ Nat. Commun. 13:4512):
    Shapley values of every checkpoint's running sum, one pass); linear runs: ``W[c] (x_c - r_c)``
    per wide column c. Each member gets A_m (players, K): ``sum_p A_m[p, k] = u_mk(x) - u_mk(r)``.
 3. **Calibrators** (nonlinear, K inputs): the exact Shapley values phi_mk of g_m over its K inputs
-   between u_m(r) and u_m(r) + sum_p A_m (2^K evaluations of every calibrator at once, the
-   packed calibration step; McRank's ordinal members through their class probabilities), each
+   between u_m(r) and u_m(r) + sum_p A_m (``calibrator_games``: the 2^K coalitions, g_m(u_m(r))
+   once per list, g_m(u_m(x)) from the scoring pass, the others in calibration steps packed per
+   game size; McRank's ordinal members through their class probabilities), each
    input's share split over the players in proportion to that input's own attributions (the
    rescale rule): ``C_m[p] = sum_k phi_mk A_m[p, k] / sum_p' A_m[p', k]`` (an input that does not
    move gives nothing; one whose attributions cancel to within ``CANCELLED`` of their absolute
