@@ -222,7 +222,7 @@ def test_input_shapley_matrix_equals_permutation_enumeration(k: int) -> None:
     contribution over all K! orders (the slow, obvious twin) on a random game."""
     import itertools
 
-    from training.scoring.exact_explanation import _shapley_matrix
+    from training.scoring.calibrator_games import shapley_matrix
 
     values = np.random.default_rng(k).normal(size=1 << k)
     values[0] = 0.3
@@ -234,7 +234,7 @@ def test_input_shapley_matrix_equals_permutation_enumeration(k: int) -> None:
             want[f] += values[code | (1 << f)] - values[code]
             code |= 1 << f
     want /= len(orders)
-    got = values @ _shapley_matrix(k)
+    got = values @ shapley_matrix(k)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
     assert got.sum() == pytest.approx(values[-1] - values[0], abs=1e-12)
 

@@ -64,3 +64,35 @@ def test_values_are_the_served_mix_and_bounded() -> None:
     np.testing.assert_allclose(z, np.sqrt(6), rtol=1e-9)
     minmax = uniform("minmax_query", 4)
     assert np.all((minmax.value(rows, far) * 4 == 1.0) & (minmax.value(rows, -far) == 0.0))
+
+
+@pytest.mark.parametrize("rescale", ["zscore_query", "minmax_query", "none"])
+def test_list_statistics_and_shares_equal_numpy(rescale: str) -> None:
+    """The numba pass's statistics equal NumPy's (the others' extremes against a loop over the
+    other documents, ties included), and ``shares`` equals the two-player rule written with ``value``."""
+    rng = np.random.default_rng(4)
+    member = rng.integers(0, 4, size=(9, 6)).astype(np.float64)  # repeated scores: ties at the extremes
+    member[:, 5] = 2.0  # a constant member
+    member[3, 0] = -7.0  # one document alone at the smallest
+    layer = mix_layer(mixer_from_params({"mixer": "uniform", "n_members": 6, "rescale": rescale,
+                                         "rescale_scale": np.zeros(0)}), member)
+    assert layer is not None
+    rows = np.arange(9)
+    if rescale != "none":
+        np.testing.assert_allclose(layer.stats[0], member.mean(axis=0), rtol=0, atol=1e-15)
+        omin, omax = layer.others(rows)
+        for i in rows:
+            others = np.delete(member, i, axis=0)
+            np.testing.assert_array_equal(omin[i], others.min(axis=0))
+            np.testing.assert_array_equal(omax[i], others.max(axis=0))
+    s_r = rng.normal(size=(9, 6))
+    pos, neg = np.abs(rng.normal(size=(9, 6))), -np.abs(rng.normal(size=(9, 6)))
+    pos[0, 1] = neg[2, 2] = 0.0  # a member with no positive (negative) part
+    f0, k_pos, k_neg = layer.shares(rows, s_r, pos, neg)
+    f = lambda v: layer.value(rows, v)  # noqa: E731
+    np.testing.assert_allclose(f0, f(s_r), rtol=0, atol=1e-14)
+    d_pos = 0.5 * (f(s_r + pos) - f(s_r)) + 0.5 * (f(s_r + pos + neg) - f(s_r + neg))
+    d_neg = 0.5 * (f(s_r + neg) - f(s_r)) + 0.5 * (f(s_r + pos + neg) - f(s_r + pos))
+    np.testing.assert_allclose(k_pos * pos, np.where(pos != 0, d_pos, 0.0), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(k_neg * neg, np.where(neg != 0, d_neg, 0.0), rtol=0, atol=1e-12)
+    assert k_pos[0, 1] == 0.0 and k_neg[2, 2] == 0.0

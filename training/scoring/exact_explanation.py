@@ -28,8 +28,9 @@ Nat. Commun. 13:4512):
    Shapley values of every checkpoint's running sum, one pass); linear runs: ``W[c] (x_c - r_c)``
    per wide column c. Each member gets A_m (players, K): ``sum_p A_m[p, k] = u_mk(x) - u_mk(r)``.
 3. **Calibrators** (nonlinear, K inputs): the exact Shapley values phi_mk of g_m over its K inputs
-   between u_m(r) and u_m(r) + sum_p A_m (2^K evaluations of every calibrator at once, the
-   packed calibration step; McRank's ordinal members through their class probabilities), each
+   between u_m(r) and u_m(r) + sum_p A_m (``calibrator_games``: the 2^K coalitions, g_m(u_m(r))
+   once per list, g_m(u_m(x)) from the scoring pass, the others in calibration steps packed per
+   game size; McRank's ordinal members through their class probabilities), each
    input's share split over the players in proportion to that input's own attributions (the
    rescale rule): ``C_m[p] = sum_k phi_mk A_m[p, k] / sum_p' A_m[p', k]`` (an input that does not
    move gives nothing; one whose attributions cancel to within ``CANCELLED`` of their absolute
@@ -55,18 +56,16 @@ difference is a pair's named term.
 
 from __future__ import annotations
 
-import weakref
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-from training.calibration.expected_relevance import OrdinalCalibrator, ordinal_probabilities
 from training.data.normalization import ILL_CONDITIONED, NULL_SPACE, WHITEN_EPS, _centre_cov, _whitening_matrix
+from training.scoring.calibrator_games import CalibratorGames, calibrator_games
 from training.scoring.ensemble_model import EnsembleModel
-from training.scoring.mix_propagation import mix_layer, reveal_cancel
+from training.scoring.mix_propagation import mix_layer, reveal_cancel_at
 from training.scoring.tree_shap import forest_attributions
 
 _NEVER = np.iinfo(np.int64).max
@@ -107,125 +106,60 @@ def reference_views(model: EnsembleModel, xq: np.ndarray, r: np.ndarray
     return np.concatenate(blocks), np.concatenate(group).astype(np.int64), players, white
 
 
-def _calibrated(model: EnsembleModel, raw: np.ndarray) -> np.ndarray:
-    """Member scores (N, M) from raw K-vectors (N, M, K_max): ordinal members through their class
-    probabilities, then every calibrator in one call of the model's calibration step."""
-    k_in = _k_max(model) + 1 if model.n_members else 1
-    block = np.zeros((raw.shape[0], raw.shape[1], max(k_in, raw.shape[2])))
-    block[:, :, : raw.shape[2]] = raw
-    for k, idx in _ordinal_groups(model).items():
-        probs = ordinal_probabilities(raw[:, idx, :k].reshape(-1, k))
-        block[:, idx, : k + 1] = probs.reshape(raw.shape[0], idx.size, k + 1)
-    return model._calibration.apply(block)
-
-
-_K_MAX: weakref.WeakKeyDictionary[EnsembleModel, int] = weakref.WeakKeyDictionary()
-
-
-def _k_max(model: EnsembleModel) -> int:
-    """The members' largest class count K (kept per model)."""
-    known = _K_MAX.get(model)
-    if known is None:
-        known = _K_MAX[model] = max([model.runs[m.run].n_classes for m in model.members], default=1)
-    return known
-
-
-_ORDINAL: weakref.WeakKeyDictionary[EnsembleModel, dict[int, np.ndarray]] = weakref.WeakKeyDictionary()
-
-
-def _ordinal_groups(model: EnsembleModel) -> dict[int, np.ndarray]:
-    """The ordinal members by class count (kept per model)."""
-    known = _ORDINAL.get(model)
-    if known is None:
-        known = _ORDINAL[model] = _find_ordinal_groups(model)
-    return known
-
-
-def _find_ordinal_groups(model: EnsembleModel) -> dict[int, np.ndarray]:
-    groups: dict[int, list[int]] = {}
-    for i, m in enumerate(model.members):
-        if isinstance(m.calibrator, OrdinalCalibrator):
-            groups.setdefault(model.runs[m.run].n_classes, []).append(i)
-    return {k: np.array(v, dtype=np.int64) for k, v in groups.items()}
-
-
-_SOURCES: weakref.WeakKeyDictionary[EnsembleModel, tuple[list[tuple[str, int, int]], np.ndarray]] = (
-    weakref.WeakKeyDictionary())
-
-
-def _sources(model: EnsembleModel) -> tuple[list[tuple[str, int, int]], np.ndarray]:
-    """The distinct raw K-vectors the members read (a snapshot's checkpoints ("forest", lo, hi) or a
-    linear run ("linear", run, 0)) and each member's index among them: members share a few dozen
-    snapshots and differ in their calibrators. Kept per model (a Python loop over its members)."""
-    known = _SOURCES.get(model)
-    if known is None:
-        known = _SOURCES[model] = _find_sources(model)
-    return known
-
-
-def _find_sources(model: EnsembleModel) -> tuple[list[tuple[str, int, int]], np.ndarray]:
-    index: dict[tuple[str, int, int], int] = {}
-    src = np.empty(model.n_members, dtype=np.int64)
-    for i, m in enumerate(model.members):
-        key = (("forest", int(model._lo[i]), int(model._hi[i])) if model.runs[m.run].kind == "forest"
-               else ("linear", m.run, 0))
-        src[i] = index.setdefault(key, len(index))
-    return list(index), src
-
-
-def _raw_attributions(model: EnsembleModel, keys: list[tuple[str, int, int]], wide: np.ndarray,
-                      r_wide: np.ndarray, group: np.ndarray, players: int, k_max: int) -> np.ndarray:
-    """A (n, sources, players, K_max): each source's raw K-vector attributed to the players."""
+def _raw_attributions(model: EnsembleModel, games: CalibratorGames, wide: np.ndarray, r_wide: np.ndarray,
+                      group: np.ndarray, players: int) -> tuple[np.ndarray, np.ndarray]:
+    """(A (n, sources, K_max, players), their sums over the players (n, sources, K_max)): each
+    source's raw K-vector attributed to the players, the players innermost (the mix layer's passes
+    run over them): the forest's sources from one TreeSHAP pass over its checkpoints, the linear
+    runs' in closed form (``_assemble``). A sum within ``CANCELLED`` of its terms' absolute sum is
+    0: that input has not moved."""
     n = wide.shape[0]
-    out = np.zeros((n, len(keys), players, k_max))
-    forest = [u for u, key in enumerate(keys) if key[0] == "forest"]
-    if forest:
-        ck = forest_attributions(model.forest, wide, r_wide, group, players, model._checkpoints)
-        kf = min(ck.shape[3], k_max)
-        lo = np.array([keys[u][1] for u in forest], dtype=np.int64)
-        hi = np.array([keys[u][2] for u in forest], dtype=np.int64)
-        out[:, forest, :, :kf] = (ck[:, hi] - ck[:, lo])[..., :kf]
-    linear = [u for u, key in enumerate(keys) if key[0] == "linear"]
-    if linear:
-        onehot = np.zeros((wide.shape[1], players))
-        onehot[np.arange(wide.shape[1]), group] = 1.0
-        diff = wide.astype(np.float64) - r_wide.astype(np.float64)          # (n, columns)
-        # every linear run's outputs at once: (n, outputs, columns) @ (columns, players)
-        every = np.matmul(diff[:, None, :] * model._linear_w.T[None], onehot)   # (n, outputs, players)
-        for u in linear:
-            j = model._linear_runs.index(keys[u][1])
-            c0, c1 = int(model._linear_cols[j]), int(model._linear_cols[j + 1])
-            out[:, u, :, : c1 - c0] = every[:, c0:c1].transpose(0, 2, 1)
-    return out
+    ck = (forest_attributions(model.forest, wide, r_wide, group, players, model._checkpoints)
+          if games.forest_hi.size else np.zeros((n, 1, players, 1)))
+    at = np.zeros((n, len(games.keys), games.k_max, players))
+    total = np.zeros((n, len(games.keys), games.k_max))
+    _assemble(ck, games.forest_lo, games.forest_hi, np.ascontiguousarray(wide), np.ascontiguousarray(r_wide),
+              model._linear_w, group, games.linear, at, total)
+    return at, total
 
 
-def _input_shapley(model: EnsembleModel, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(g(lo) (N, M), phi (N, M, K)): exact Shapley values of every calibrator over its K inputs,
-    the game v(T) = g(hi on T, lo elsewhere), by enumerating the 2^K input coalitions."""
-    nn, mm, k = lo.shape
-    masks = ((np.arange(1 << k)[:, None] >> np.arange(k)) & 1).astype(bool)       # (2^K, K)
-    hybrid = np.where(masks[:, None, None, :], hi[None], lo[None])                # (2^K, N, M, K)
-    values = _calibrated(model, hybrid.reshape(-1, mm, k)).reshape(1 << k, nn, mm)
-    phi = np.tensordot(values, _shapley_matrix(k), axes=([0], [0]))             # (N, M, K)
-    return values[0], phi
+@njit(cache=True, nogil=True)
+def _ratio(phi, total, src, out):  # pragma: no cover
+    """out[i, m, q] = phi[i, m, q] / total[i, src[m], q], 0 where the input has not moved."""
+    for i in range(phi.shape[0]):
+        for m in range(phi.shape[1]):
+            for q in range(phi.shape[2]):
+                t = total[i, src[m], q]
+                out[i, m, q] = phi[i, m, q] / t if t != 0.0 else 0.0
 
 
-@lru_cache(maxsize=16)
-def _shapley_matrix(k: int) -> np.ndarray:
-    """(2^K, K) read-only: ``phi_f = sum_T coef[T, f] v(T)`` for a game of K players, coalition T
-    coded by its bits: ``coef[T, f] = |T|!(K-|T|)!/K!`` if f in T, ``-(|T|)!(K-|T|-1)!/K!`` if not
-    (the Shapley weights of v(T + f) - v(T), collected per coalition)."""
-    masks = ((np.arange(1 << k)[:, None] >> np.arange(k)) & 1).astype(bool)
-    fact = [float(np.prod(np.arange(1, s + 1))) for s in range(k + 1)]
-    size = masks.sum(axis=1)
-    coef = np.zeros((1 << k, k))
-    for code in range(1 << k):
-        s = int(size[code])
-        for f in range(k):
-            coef[code, f] = (fact[s - 1] * fact[k - s] / fact[k] if masks[code, f]
-                             else -fact[s] * fact[k - s - 1] / fact[k])
-    coef.setflags(write=False)
-    return coef
+@njit(cache=True, nogil=True)
+def _assemble(ck, lo, hi, wide, r_wide, w, group, linear, at, total):  # pragma: no cover
+    """at[i, u, q, p]: forest source u (the first ``lo.size``) ``ck[i, hi[u], p, q] - ck[i, lo[u], p, q]``;
+    linear source ``linear[j] = (u, c0, c1)`` ``sum over the columns c of player p of
+    (wide[i, c] - r_wide[c]) w[c, c0 + q]``; total[i, u, q] their sum over p (0 when cancelled)."""
+    n, n_src, k_max, n_p = at.shape
+    kf = min(ck.shape[3], k_max)
+    for i in range(n):
+        for u in range(lo.shape[0]):
+            for q in range(kf):
+                for p in range(n_p):
+                    at[i, u, q, p] = ck[i, hi[u], p, q] - ck[i, lo[u], p, q]
+        for j in range(linear.shape[0]):
+            u = linear[j, 0]
+            c0 = linear[j, 1]
+            for q in range(linear[j, 2] - c0):
+                for c in range(wide.shape[1]):
+                    at[i, u, q, group[c]] += (np.float64(wide[i, c]) - np.float64(r_wide[c])) * w[c, c0 + q]
+        for u in range(n_src):
+            for q in range(k_max):
+                sm = 0.0
+                size = 0.0
+                for p in range(n_p):
+                    v = at[i, u, q, p]
+                    sm += v
+                    size += abs(v)
+                total[i, u, q] = 0.0 if abs(sm) <= CANCELLED * size else sm
 
 
 def explain_query(model: EnsembleModel, xq: np.ndarray, rows: np.ndarray, r: np.ndarray,
@@ -249,51 +183,31 @@ def explain_query(model: EnsembleModel, xq: np.ndarray, rows: np.ndarray, r: np.
     if served is None:
         served = np.asarray(model.mixer.transform(member, off), dtype=np.float64)
     r_wide, group, players, white = reference_views(model, xq, r)
-    u_r = model._raw_block(r_wide[None])                                         # (1, M, K_model)
+    games = calibrator_games(model)
+    k_max = games.k_max
+    lo = np.zeros((len(games.keys), k_max))                                      # the sources' u(r)
+    u_r = model._raw_block(r_wide[None])[0]                                      # (M, K_model)
+    kk = min(k_max, u_r.shape[1])
+    lo[:, :kk] = u_r[games.first, :kk]
     contrib = np.zeros((rows.size, players))
     baseline = np.zeros(rows.size)
     mm = model.n_members
-    k_max = _k_max(model)
-    keys, src = _sources(model)
     step = max(1, BATCH_ELEMENTS // ((1 << k_max) * max(mm, 1) * k_max
-                                     + (model._checkpoints.size + len(keys)) * players * k_max))
+                                     + (model._checkpoints.size + len(games.keys)) * players * k_max))
     for s in range(0, rows.size, step):
         chunk = rows[s : s + step]
-        attr = _raw_attributions(model, keys, wide[chunk], r_wide, group, players, k_max)  # (k, U, P, K)
-        lo = np.broadcast_to(u_r[:, :, :k_max], (chunk.size, mm, k_max)).copy()
-        # an input whose attributions cancel to within rounding of their sizes has not moved: its
-        # share would be rounding noise divided by rounding noise
-        total = _moved(attr)
-        delta = total[:, src]                                                    # (k, M, K)
-        g_lo, phi = _input_shapley(model, lo, lo + delta)
+        # (k, U, K, P) and (k, U, K): an input whose attributions cancel to within rounding of their
+        # sizes has not moved (its share would be rounding noise divided by rounding noise)
+        at, total = _raw_attributions(model, games, wide[chunk], r_wide, group, players)
+        g_lo, phi = games.shapley(lo, total, member[chunk])
         # the rescale rule: input k's share phi_mk over the players in proportion to A_m[., k]
-        moving = delta != 0.0
-        ratio = np.where(moving, phi / np.where(moving, delta, 1.0), 0.0)       # (k, M, K)
-        contrib[s : s + step], baseline[s : s + step] = reveal_cancel(layer, chunk, g_lo, ratio, attr, src)
+        ratio = np.empty_like(phi)
+        _ratio(phi, total, games.src, ratio)
+        s_r = np.broadcast_to(g_lo, (chunk.size, mm))
+        contrib[s : s + step], baseline[s : s + step] = reveal_cancel_at(layer, chunk, s_r, ratio, at, games.src)
     if white is not None:
         contrib = contrib[:, :d] + _unwhiten(contrib[:, d:], xq[rows], r, white)
     return {"scores": served[rows], "baseline": baseline, "contributions": contrib}
-
-
-@njit(cache=True, nogil=True)
-def _moved(attr):  # pragma: no cover
-    """(k, U, K): ``attr.sum(axis=2)``, 0 where it is at most ``CANCELLED`` times ``|attr|.sum(axis=2)``
-    (one pass over the attributions)."""
-    k, u_n, p_n, q_n = attr.shape
-    out = np.zeros((k, u_n, q_n))
-    size = np.zeros(q_n)
-    for i in range(k):
-        for u in range(u_n):
-            size[:] = 0.0
-            for p in range(p_n):
-                for q in range(q_n):
-                    v = attr[i, u, p, q]
-                    out[i, u, q] += v
-                    size[q] += abs(v)
-            for q in range(q_n):
-                if abs(out[i, u, q]) <= CANCELLED * size[q]:
-                    out[i, u, q] = 0.0
-    return out
 
 
 def _unwhiten(phi_white: np.ndarray, x: np.ndarray, r: np.ndarray, white: np.ndarray) -> np.ndarray:
@@ -302,15 +216,40 @@ def _unwhiten(phi_white: np.ndarray, x: np.ndarray, r: np.ndarray, white: np.nda
     goes to the features that move it the way it moved, in proportion to their ``s_jc``; those
     moving it the other way get nothing (a column that did not move: by ``|s_jc|``). The shares
     of a column sum to 1, so nothing is lost and no share exceeds the column's attribution."""
-    share = (x.astype(np.float64) - r.astype(np.float64))[:, :, None] * white[None]  # (k, d, columns)
-    total = share.sum(axis=1, keepdims=True)
-    along = np.where(np.sign(share) == np.sign(total), share, 0.0)
-    along_total = along.sum(axis=1, keepdims=True)
-    moved = along_total != 0.0
-    alt = np.abs(share)
-    alt_total = alt.sum(axis=1, keepdims=True)
-    frac = np.where(moved, along / np.where(moved, along_total, 1.0), alt / np.where(alt_total > 0, alt_total, 1.0))
-    return np.asarray(np.einsum("kjc,kc->kj", frac, phi_white))
+    out = np.zeros(np.shape(phi_white))
+    _unwhiten_kernel(np.ascontiguousarray(phi_white, dtype=np.float64), np.ascontiguousarray(x, dtype=np.float64),
+                     np.ascontiguousarray(r, dtype=np.float64), np.ascontiguousarray(white, dtype=np.float64), out)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _unwhiten_kernel(phi, x, r, white, out):  # pragma: no cover
+    """``_unwhiten``, one document and column at a time (a column with no attribution is skipped)."""
+    k, d = x.shape
+    s = np.empty(d)
+    for i in range(k):
+        for c in range(white.shape[1]):
+            f = phi[i, c]
+            if f == 0.0:
+                continue
+            total = 0.0
+            for j in range(d):
+                s[j] = (x[i, j] - r[j]) * white[j, c]
+                total += s[j]
+            sign = np.sign(total)
+            along = 0.0
+            size = 0.0
+            for j in range(d):
+                if np.sign(s[j]) == sign:
+                    along += s[j]
+                size += abs(s[j])
+            if along != 0.0:
+                for j in range(d):
+                    if np.sign(s[j]) == sign:
+                        out[i, j] += f * (s[j] / along)
+            elif size > 0.0:
+                for j in range(d):
+                    out[i, j] += f * (abs(s[j]) / size)
 
 
 def attributions_for(model: EnsembleModel, xq: np.ndarray, r: np.ndarray) -> npt.NDArray[np.float64] | None:

@@ -26,6 +26,7 @@ A model whose mixer is not linear in the member scores (rank fusion) is explaine
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,10 +56,13 @@ _blas: list[ThreadpoolController] = []
 
 def _one_blas_thread() -> Any:
     """A context holding the BLAS libraries at one thread (the controller, which scans the loaded
-    libraries, is made once: 14 ms a call otherwise)."""
+    libraries, is made once: 14 ms a call otherwise); nothing to do where they are at one thread
+    already, as in the service (``training.scoring.runtime``: a check of 4 us, not a limit of 100 us)."""
     if not _blas:
-        _blas.append(ThreadpoolController())
-    return _blas[0].limit(limits=1, user_api="blas")
+        _blas.append(ThreadpoolController().select(user_api="blas"))
+    if all(lib.num_threads == 1 for lib in _blas[0].lib_controllers):
+        return contextlib.nullcontext()
+    return _blas[0].limit(limits=1)
 
 
 def default_feature_names(d: int) -> list[str]:
@@ -182,7 +186,7 @@ def explain_rows(model: EnsembleModel, features: npt.ArrayLike, query_offsets: n
            "n_relevant": np.zeros(k, dtype=np.int64), "n_permutations": np.zeros(k, dtype=np.int64),
            "reference": np.zeros((k, d), dtype=np.float32)}
     query = np.searchsorted(off, picked, side="right") - 1
-    rng = np.random.default_rng(seed)
+    rng: np.random.Generator | None = None  # made when a query needs the sampled method
     used = method
     # the small linear algebra (a whitened view's d x d eigendecompositions, the linear members'
     # products): one BLAS thread, as scoring uses (several cost 50 times more on a busy machine)
@@ -198,6 +202,7 @@ def explain_rows(model: EnsembleModel, features: npt.ArrayLike, query_offsets: n
                      else None)
             if exact is None:
                 used = "shapley"
+                rng = np.random.default_rng(seed) if rng is None else rng
                 whole_model_shapley.explain_query(model, xq, r, picked[slots] - lo, slots, budget, exact_max_features,
                                                   rng, res)
                 continue

@@ -39,53 +39,157 @@ from training.ensemble.base import Mixer
 from training.ensemble.exponential_forecaster import ExponentialForecaster
 from training.ensemble.simple_mixers import OneBest, Uniform
 
+#: the layer's modes as the kernels code them
+MODES = ("linear", "zscore", "minmax")
+
 
 class MixLayer:
     """``value(rows, v)``: (k, M) the weighted, rescaled member scores ``w_m r_m(v)`` of documents
     ``rows`` of one list whose member scores are ``member`` (n, M), each document's own score
-    replaced by v (module docstring)."""
+    replaced by v (module docstring). The list's statistics per member (its mean, the sum and the
+    sum of squares of the deviations from it, its two smallest and two largest distinct scores and
+    how many documents hold the extremes) are taken in one numba pass (``_list_stats``)."""
 
     def __init__(self, weights: np.ndarray, mode: str, member: np.ndarray,
                  coef: np.ndarray | None = None, shift: np.ndarray | None = None) -> None:
-        self.weights, self.mode, self.n = weights, mode, member.shape[0]
-        self.coef, self.shift = coef, shift
-        if mode == "linear":
-            return
-        s = np.asarray(member, dtype=np.float64)
-        n = self.n
-        self.centre = s.mean(axis=0) if n else np.zeros(s.shape[1])
-        d = s - self.centre
-        self.d = d
-        self.total, self.squares = d.sum(axis=0), (d * d).sum(axis=0)
-        # the others' smallest and largest score per document: the two extremes of each member
-        srt = np.partition(s, sorted({0, min(1, n - 1), max(n - 2, 0), n - 1}), axis=0) if n else s
-        lo1, lo2 = srt[0], srt[min(1, n - 1)]
-        hi1, hi2 = srt[-1], srt[max(n - 2, 0)]
-        alone_lo = (s == lo1) & ((s == lo1).sum(axis=0) == 1)
-        alone_hi = (s == hi1) & ((s == hi1).sum(axis=0) == 1)
-        self.others_min = np.where(alone_lo, lo2, lo1)
-        self.others_max = np.where(alone_hi, hi2, hi1)
+        self.weights, self.mode, self.n = np.asarray(weights, dtype=np.float64), mode, member.shape[0]
+        m = member.shape[1]
+        self.coef = np.zeros(m) if coef is None else np.asarray(coef, dtype=np.float64)
+        self.shift = np.zeros(m) if shift is None else np.asarray(shift, dtype=np.float64)
+        self.s = np.ascontiguousarray(member, dtype=np.float64)
+        #: rows: mean, sum of deviations, sum of squared deviations, smallest, second smallest,
+        #: documents at the smallest, largest, second largest, documents at the largest
+        self.stats = np.zeros((9, m))
+        if mode != "linear":
+            _list_stats(self.s, self.stats)
+
+    def others(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(k, M) each document's smallest and largest score among the list's other documents."""
+        s, st = self.s[rows], self.stats
+        omin = np.where((s == st[3]) & (st[5] == 1), st[4], st[3])
+        omax = np.where((s == st[6]) & (st[8] == 1), st[7], st[6])
+        return omin, omax
 
     def value(self, rows: np.ndarray, v: np.ndarray) -> np.ndarray:
         if self.mode == "linear":
-            assert self.coef is not None and self.shift is not None
             return np.asarray(self.coef * (v - self.shift))
         n = self.n
         if n <= 1:
             return np.zeros_like(v)
-        omin, omax = self.others_min[rows], self.others_max[rows]
+        omin, omax = self.others(rows)
         if self.mode == "minmax":
             lo, hi = np.minimum(omin, v), np.maximum(omax, v)
             span = hi - lo
             return np.where(span > 0, self.weights * (v - lo) / np.where(span > 0, span, 1.0), 0.0)
-        dv = v - self.centre
-        t = self.total - self.d[rows] + dv
-        q = self.squares - self.d[rows] ** 2 + dv * dv
+        centre, total, squares = self.stats[0], self.stats[1], self.stats[2]
+        d = self.s[rows] - centre
+        dv = v - centre
+        t = total - d + dv
+        q = squares - d * d + dv * dv
         mean = t / n
         std = np.sqrt(np.maximum(q / n - mean * mean, 0.0))
         constant = (omin == omax) & (v == omin)
         ok = (std > 0) & ~constant
         return np.where(ok, self.weights * (dv - mean) / np.where(ok, std, 1.0), 0.0)
+
+    def shares(self, rows: np.ndarray, s_r: np.ndarray, pos: np.ndarray, neg: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(f(s_r), dP / P, dN / N), each (k, M): the two-player rule of the module docstring with
+        f = ``value``, the four values of each member in one numba pass (``_shares``; a part that
+        is 0 gets the ratio 0)."""
+        k, m = pos.shape
+        f0, k_pos, k_neg = np.empty((k, m)), np.empty((k, m)), np.empty((k, m))
+        _shares(MODES.index(self.mode), self.n, self.weights, self.coef, self.shift, self.stats, *self.rows(rows),
+                np.ascontiguousarray(np.broadcast_to(s_r, (k, m))), pos, neg, f0, k_pos, k_neg)
+        return f0, k_pos, k_neg
+
+    def rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(k, M) each of ``rows``' own member scores and the others' extremes, for the kernels."""
+        s = np.ascontiguousarray(self.s[rows])
+        if self.mode == "linear":
+            return s, s, s
+        omin, omax = self.others(rows)
+        return s, np.ascontiguousarray(omin), np.ascontiguousarray(omax)
+
+
+@njit(cache=True, nogil=True)
+def _list_stats(s, st):  # pragma: no cover
+    """``MixLayer.stats`` of the list's member scores s (n, M), members in the inner loop."""
+    n, m = s.shape
+    for j in range(m):
+        st[3, j] = np.inf
+        st[4, j] = np.inf
+        st[6, j] = -np.inf
+        st[7, j] = -np.inf
+    for i in range(n):  # selects, not branches: the members' loop vectorises
+        for j in range(m):
+            v = s[i, j]
+            st[0, j] += v
+            lo1, lo2, n_lo = st[3, j], st[4, j], st[5, j]
+            below, at = v < lo1, v == lo1
+            st[4, j] = lo1 if below else (lo2 if at else min(lo2, v))
+            st[5, j] = 1.0 if below else (n_lo + 1.0 if at else n_lo)
+            st[3, j] = v if below else lo1
+            hi1, hi2, n_hi = st[6, j], st[7, j], st[8, j]
+            above, at = v > hi1, v == hi1
+            st[7, j] = hi1 if above else (hi2 if at else max(hi2, v))
+            st[8, j] = 1.0 if above else (n_hi + 1.0 if at else n_hi)
+            st[6, j] = v if above else hi1
+    if n == 0:
+        return
+    for j in range(m):
+        st[0, j] /= n
+    for i in range(n):
+        for j in range(m):
+            d = s[i, j] - st[0, j]
+            st[1, j] += d
+            st[2, j] += d * d
+
+
+@njit(cache=True, nogil=True)
+def _value(mode, n, w, c, sh, centre, total, squares, d, omin, omax, v):  # pragma: no cover
+    """One member's ``MixLayer.value`` (the same arithmetic, one value at a time)."""
+    if mode == 0:
+        return c * (v - sh)
+    if n <= 1:
+        return 0.0
+    if mode == 2:
+        lo = min(omin, v)
+        span = max(omax, v) - lo
+        return w * (v - lo) / span if span > 0 else 0.0
+    dv = v - centre
+    t = total - d + dv
+    q = squares - d * d + dv * dv
+    mean = t / n
+    std = np.sqrt(max(q / n - mean * mean, 0.0))
+    if std > 0 and not (omin == omax and v == omin):
+        return w * (dv - mean) / std
+    return 0.0
+
+
+@njit(cache=True, nogil=True)
+def _member_shares(mode, n, w, c, sh, st, m, s_row, lo, hi, v, p, q):  # pragma: no cover
+    """(f(v), dP / P, dN / N) of member m for one document (``MixLayer.shares``)."""
+    d = s_row - st[0, m]
+    cen, tot, sq = st[0, m], st[1, m], st[2, m]
+    a = _value(mode, n, w, c, sh, cen, tot, sq, d, lo, hi, v)
+    # a part that is 0 moves nothing: its values are those already computed (the same bits)
+    fp = _value(mode, n, w, c, sh, cen, tot, sq, d, lo, hi, v + p) if p != 0.0 else a
+    fn = _value(mode, n, w, c, sh, cen, tot, sq, d, lo, hi, v + q) if q != 0.0 else a
+    fpn = fn if p == 0.0 else fp if q == 0.0 else _value(mode, n, w, c, sh, cen, tot, sq, d, lo, hi, v + p + q)
+    k_pos = (0.5 * (fp - a) + 0.5 * (fpn - fn)) / p if p != 0.0 else 0.0
+    k_neg = (0.5 * (fn - a) + 0.5 * (fpn - fp)) / q if q != 0.0 else 0.0
+    return a, k_pos, k_neg
+
+
+@njit(cache=True, nogil=True)
+def _shares(mode, n, w, c, sh, st, s_rows, omin, omax, s_r, pos, neg, f0, k_pos, k_neg):  # pragma: no cover
+    """f0, k_pos, k_neg (k, M) of ``MixLayer.shares`` (``_member_shares`` per document and member)."""
+    for i in range(pos.shape[0]):
+        for m in range(pos.shape[1]):
+            f0[i, m], k_pos[i, m], k_neg[i, m] = _member_shares(
+                mode, n, w[m], c[m], sh[m], st, m, s_rows[i, m], omin[i, m], omax[i, m], s_r[i, m], pos[i, m],
+                neg[i, m])
 
 
 def mix_layer(mixer: Mixer, member: np.ndarray) -> MixLayer | None:
@@ -112,66 +216,52 @@ def mix_layer(mixer: Mixer, member: np.ndarray) -> MixLayer | None:
 
 
 @njit(cache=True, nogil=True)
-def _moving(attr, i, nz, count):  # pragma: no cover
-    """nz[u, :count[u]]: the players p with a non-zero attr[i, u, p, :] (the others give nothing)."""
-    for u in range(attr.shape[1]):
-        c = 0
-        for p in range(attr.shape[2]):
-            for q in range(attr.shape[3]):
-                if attr[i, u, p, q] != 0.0:
-                    nz[u, c] = p
-                    c += 1
-                    break
-        count[u] = c
+def _member_row(ratio, at, i, m, u, buf):  # pragma: no cover
+    """buf[p] = C[i, m, p] = sum_q ratio[i, m, q] at[i, u, q, p] over every player p (players in
+    the innermost loop, so that it vectorises)."""
+    n_p = at.shape[3]
+    r0 = ratio[i, m, 0]
+    for p in range(n_p):
+        buf[p] = r0 * at[i, u, 0, p]
+    for q in range(1, at.shape[2]):
+        rq = ratio[i, m, q]
+        if rq != 0.0:
+            for p in range(n_p):
+                buf[p] += rq * at[i, u, q, p]
+
+
+@njit(cache=True, nogil=True, fastmath={"reassoc"})
+def _row_parts(buf):  # pragma: no cover
+    """(sum of the positive entries, sum of the negative ones) of buf, in any order (``reassoc``:
+    the loop vectorises), the same order on every call."""
+    sp = 0.0
+    sn = 0.0
+    for p in range(buf.shape[0]):
+        c = buf[p]
+        sp += max(c, 0.0)
+        sn += min(c, 0.0)
+    return sp, sn
 
 
 @njit(cache=True, nogil=True)
-def _parts(ratio, attr, src, pos, neg):  # pragma: no cover
-    """pos, neg (k, M): the sums of member m's positive and negative attributions
-    ``C[i, m, p] = sum_q ratio[i, m, q] attr[i, src[m], p, q]`` (never built: (k, M, P) is large)."""
-    nz = np.empty((attr.shape[1], attr.shape[2]), dtype=np.int64)
-    count = np.empty(attr.shape[1], dtype=np.int64)
+def _propagate(ratio, at, src, mode, n, w, c, sh, st, s_rows, omin, omax, s_r, f0, out):  # pragma: no cover
+    """One pass over the members: member m's attributions ``C[i, m, p]`` (``_member_row``, never
+    stored: (k, M, P) is large), their positive and negative parts, the mix layer's two-player
+    shares (``_member_shares``), and ``out[i, p] += C * (k_pos if C > 0 else k_neg)``; f0[i, m]
+    the member's value at the reference."""
+    buf = np.empty(at.shape[3])
     for i in range(ratio.shape[0]):
-        _moving(attr, i, nz, count)
         for m in range(ratio.shape[1]):
-            u = src[m]
-            sp = 0.0
-            sn = 0.0
-            for j in range(count[u]):
-                p = nz[u, j]
-                c = 0.0
-                for q in range(ratio.shape[2]):
-                    c += ratio[i, m, q] * attr[i, u, p, q]
-                if c > 0.0:
-                    sp += c
-                elif c < 0.0:
-                    sn += c
-            pos[i, m] = sp
-            neg[i, m] = sn
-
-
-@njit(cache=True, nogil=True)
-def _shared(ratio, attr, src, k_pos, k_neg, out):  # pragma: no cover
-    """out[i, p] += C[i, m, p] * (k_pos[i, m] if C > 0 else k_neg[i, m]), over the members."""
-    nz = np.empty((attr.shape[1], attr.shape[2]), dtype=np.int64)
-    count = np.empty(attr.shape[1], dtype=np.int64)
-    for i in range(ratio.shape[0]):
-        _moving(attr, i, nz, count)
-        for m in range(ratio.shape[1]):
-            kp = k_pos[i, m]
-            kn = k_neg[i, m]
+            _member_row(ratio, at, i, m, src[m], buf)
+            sp, sn = _row_parts(buf)
+            f0[i, m], kp, kn = _member_shares(mode, n, w[m], c[m], sh[m], st, m, s_rows[i, m], omin[i, m],
+                                              omax[i, m], s_r[i, m], sp, sn)
             if kp == 0.0 and kn == 0.0:
                 continue
-            u = src[m]
-            for j in range(count[u]):
-                p = nz[u, j]
-                c = 0.0
-                for q in range(ratio.shape[2]):
-                    c += ratio[i, m, q] * attr[i, u, p, q]
-                if c > 0.0:
-                    out[i, p] += c * kp
-                elif c < 0.0:
-                    out[i, p] += c * kn
+            for p in range(buf.shape[0]):
+                x = buf[p]
+                # a zero share adds nothing (never 0 * an infinite ratio)
+                out[i, p] += x * kp if x > 0.0 else (x * kn if x < 0.0 else 0.0)
 
 
 def reveal_cancel(layer: MixLayer, rows: np.ndarray, s_r: np.ndarray, ratio: np.ndarray, attr: np.ndarray,
@@ -179,19 +269,20 @@ def reveal_cancel(layer: MixLayer, rows: np.ndarray, s_r: np.ndarray, ratio: np.
     """(contributions (k, P), baselines (k,)): member m's attributions
     ``C[i, m, p] = sum_q ratio[i, m, q] attr[i, src[m], p, q]`` of its change from ``s_r`` (k, M)
     carried through the mix layer by the two-player rule of the module docstring, summed over the
-    members (two numba passes; ``tests/scoring/test_mix_propagation.py`` has the NumPy twin)."""
+    members (one numba pass, ``_propagate``; ``tests/scoring/test_mix_propagation.py`` has the NumPy twin)."""
+    at = np.ascontiguousarray(np.asarray(attr, dtype=np.float64).transpose(0, 1, 3, 2))
+    return reveal_cancel_at(layer, rows, s_r, ratio, at, src)
+
+
+def reveal_cancel_at(layer: MixLayer, rows: np.ndarray, s_r: np.ndarray, ratio: np.ndarray, at: np.ndarray,
+                     src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``reveal_cancel`` with the attributions laid out (k, U, K, P), the players innermost."""
     ratio = np.ascontiguousarray(ratio, dtype=np.float64)
-    attr = np.ascontiguousarray(attr, dtype=np.float64)
+    at = np.ascontiguousarray(at, dtype=np.float64)
     src = np.ascontiguousarray(src, dtype=np.int64)
     k, m = ratio.shape[:2]
-    pos, neg = np.zeros((k, m)), np.zeros((k, m))
-    _parts(ratio, attr, src, pos, neg)
-    f0 = layer.value(rows, s_r)
-    fp, fn, fpn = layer.value(rows, s_r + pos), layer.value(rows, s_r + neg), layer.value(rows, s_r + pos + neg)
-    d_pos = 0.5 * (fp - f0) + 0.5 * (fpn - fn)
-    d_neg = 0.5 * (fn - f0) + 0.5 * (fpn - fp)
-    k_pos = np.where(pos != 0, d_pos / np.where(pos != 0, pos, 1.0), 0.0)
-    k_neg = np.where(neg != 0, d_neg / np.where(neg != 0, neg, 1.0), 0.0)
-    out = np.zeros((k, attr.shape[2]))
-    _shared(ratio, attr, src, k_pos, k_neg, out)
+    f0, out = np.empty((k, m)), np.zeros((k, at.shape[3]))
+    s_rows, omin, omax = layer.rows(rows)
+    _propagate(ratio, at, src, MODES.index(layer.mode), layer.n, layer.weights, layer.coef, layer.shift, layer.stats,
+               s_rows, omin, omax, np.ascontiguousarray(np.broadcast_to(s_r, (k, m)), dtype=np.float64), f0, out)
     return out, f0.sum(axis=1)

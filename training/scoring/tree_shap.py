@@ -69,93 +69,86 @@ def shapley_weights(max_players: int) -> tuple[npt.NDArray[np.float64], npt.NDAr
     return plus, minus
 
 
-@njit(cache=True, nogil=True)
-def _tree(ns, ls, n_nodes, feat, thr, left, right, leaves, x, r, group, plus, minus, acc,
-          st_node, st_depth, st_g, st_x, st_r, path_g, path_x, path_r, mark, stamp):  # pragma: no cover
-    """Add one tree's attributions for document x to ``acc`` (G, K); returns the next stamp."""
+@njit(cache=True, nogil=True, inline="always")
+def _tree(ns, ls, feat, thr, left, right, leaves, x, r, group, plus, minus, acc,
+          st_node, st_len, st_g, st_side, path_g, path_side, lv_a, lv_b, sum_a, sum_b):  # pragma: no cover
+    """Add one tree's attributions for document x to ``acc`` (G, K) (module docstring: the path
+    holds one entry per player x and r part on, the leaves' weighted values are summed per path
+    level and handed to a level's player when the walk leaves it)."""
     k_out = leaves.shape[1]
-    sp = 0
     st_node[0] = 0
-    st_depth[0] = 0
+    st_len[0] = 0
     st_g[0] = -1
-    st_x[0] = True
-    st_r[0] = True
+    st_side[0] = 0
     sp = 1
+    cur = 0  # entries on the path
+    lv_a[0] = 0
+    lv_b[0] = 0
+    for k in range(k_out):
+        sum_a[0, k] = 0.0
+        sum_b[0, k] = 0.0
     while sp > 0:
         sp -= 1
+        cur = st_len[sp]
         c = st_node[sp]
-        depth = st_depth[sp]
-        if depth > 0:
-            path_g[depth - 1] = st_g[sp]
-            path_x[depth - 1] = st_x[sp]
-            path_r[depth - 1] = st_r[sp]
-        if c < 0:  # a leaf: players of A (x only) and B (r only), the last entry of each player
-            stamp += 1
-            a = 0
-            b = 0
-            for p in range(depth - 1, -1, -1):
-                g = path_g[p]
-                if g >= 0 and mark[g] != stamp:
-                    mark[g] = stamp
-                    if path_x[p] and not path_r[p]:
-                        a += 1
-                    elif path_r[p] and not path_x[p]:
-                        b += 1
-            if a + b == 0:
+        g = st_g[sp]
+        if g >= 0:  # a new player: x's side (A) or r's side (B)
+            side = st_side[sp]
+            path_g[cur] = g
+            path_side[cur] = side
+            lv_a[cur + 1] = lv_a[cur] + side
+            lv_b[cur + 1] = lv_b[cur] + 1 - side
+            cur += 1
+        if c < 0:  # a leaf: + v plus[a, b] to each of A, - v minus[a, b] to each of B
+            if cur == 0:  # x and r both reach it: it changes nothing
                 continue
             row = ls + (-c - 1)
-            wa = plus[a, b]
-            wb = minus[a, b]
-            stamp += 1
-            for p in range(depth - 1, -1, -1):
+            wa = plus[lv_a[cur], lv_b[cur]]
+            wb = minus[lv_a[cur], lv_b[cur]]
+            for p in range(cur):
                 g = path_g[p]
-                if g >= 0 and mark[g] != stamp:
-                    mark[g] = stamp
-                    if path_x[p] and not path_r[p]:
-                        for k in range(k_out):
-                            acc[g, k] += wa * leaves[row, k]
-                    elif path_r[p] and not path_x[p]:
-                        for k in range(k_out):
-                            acc[g, k] -= wb * leaves[row, k]
+                if path_side[p]:
+                    for k in range(k_out):
+                        acc[g, k] += wa * leaves[row, k]
+                else:
+                    for k in range(k_out):
+                        acc[g, k] -= wb * leaves[row, k]
             continue
         t = ns + c
         f = feat[t]
         x_right = x[f] >= thr[t]
         r_right = r[f] >= thr[t]
-        if x_right == r_right:  # both go one way: no player's flags change (a path entry of -1)
+        if x_right == r_right:  # both go one way: no entry
             st_node[sp] = right[t] if x_right else left[t]
-            st_depth[sp] = depth + 1
+            st_len[sp] = cur
             st_g[sp] = -1
-            st_x[sp] = True
-            st_r[sp] = True
             sp += 1
             continue
         gg = group[f]
-        cx = True
-        cr = True
-        for p in range(depth - 1, -1, -1):
+        seen = -1
+        for p in range(cur):
             if path_g[p] == gg:
-                cx = path_x[p]
-                cr = path_r[p]
+                seen = p
                 break
-        if cx:
-            st_node[sp] = right[t] if x_right else left[t]
-            st_depth[sp] = depth + 1
-            st_g[sp] = gg
-            st_x[sp] = True
-            st_r[sp] = False
+        if seen >= 0:  # the player is already on one side: only that side's child, no entry
+            st_node[sp] = (right[t] if x_right else left[t]) if path_side[seen] else (right[t] if r_right else left[t])
+            st_len[sp] = cur
+            st_g[sp] = -1
             sp += 1
-        if cr:
-            st_node[sp] = right[t] if r_right else left[t]
-            st_depth[sp] = depth + 1
-            st_g[sp] = gg
-            st_x[sp] = False
-            st_r[sp] = True
-            sp += 1
-    return stamp
+            continue
+        st_node[sp] = right[t] if x_right else left[t]
+        st_len[sp] = cur
+        st_g[sp] = gg
+        st_side[sp] = 1
+        sp += 1
+        st_node[sp] = right[t] if r_right else left[t]
+        st_len[sp] = cur
+        st_g[sp] = gg
+        st_side[sp] = 0
+        sp += 1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _product(ns, ne, ls, feat, thr, leaves, x, r, group, acc, parity, touched):  # pragma: no cover
     """Add one product of stumps' attributions (closed form, module docstring) to ``acc``."""
     sign = 1.0
@@ -198,19 +191,19 @@ def _forest_attributions(kind, node_start, leaf_start, feat, thr, left, right, l
         max_nodes = max(max_nodes, node_start[b + 1] - node_start[b])
     size = 2 * max_nodes + 2
     st_node = np.empty(size, dtype=np.int64)
-    st_depth = np.empty(size, dtype=np.int64)
+    st_len = np.empty(size, dtype=np.int64)
     st_g = np.empty(size, dtype=np.int64)
-    st_x = np.empty(size, dtype=np.bool_)
-    st_r = np.empty(size, dtype=np.bool_)
+    st_side = np.empty(size, dtype=np.int64)
     path_g = np.empty(size, dtype=np.int64)
-    path_x = np.empty(size, dtype=np.bool_)
-    path_r = np.empty(size, dtype=np.bool_)
-    mark = np.zeros(n_groups, dtype=np.int64)
+    path_side = np.empty(size, dtype=np.int64)
+    lv_a = np.zeros(size + 1, dtype=np.int64)
+    lv_b = np.zeros(size + 1, dtype=np.int64)
+    sum_a = np.zeros((size + 1, k_out))
+    sum_b = np.zeros((size + 1, k_out))
     parity = np.zeros(n_groups, dtype=np.int64)
     touched = np.empty(size, dtype=np.int64)
     acc = np.zeros((n_groups, k_out))
     n_ck = checkpoints.shape[0]
-    stamp = 0
     for i in range(n):
         acc[:, :] = 0.0
         c = 0
@@ -226,8 +219,8 @@ def _forest_attributions(kind, node_start, leaf_start, feat, thr, left, right, l
             if kind[b] == KIND_PRODUCT:
                 _product(ns, ne, leaf_start[b], feat, thr, leaves, xi, r, group, acc, parity, touched)
             elif ne > ns:
-                stamp = _tree(ns, leaf_start[b], ne - ns, feat, thr, left, right, leaves, xi, r, group, plus,
-                              minus, acc, st_node, st_depth, st_g, st_x, st_r, path_g, path_x, path_r, mark, stamp)
+                _tree(ns, leaf_start[b], feat, thr, left, right, leaves, xi, r, group, plus, minus, acc,
+                      st_node, st_len, st_g, st_side, path_g, path_side, lv_a, lv_b, sum_a, sum_b)
 
 
 def forest_attributions(forest: FlatForest, x: npt.ArrayLike, r: npt.ArrayLike, group: npt.ArrayLike,

@@ -1,0 +1,101 @@
+"""The calibrator layer of exact explanations (``training.scoring.calibrator_games``) against its
+slow twin: each member's calibrator through its own ``transform`` (McRank's ordinal members through
+their class probabilities) on every hybrid of its K inputs, and the Shapley values as the average
+marginal contribution over the K! orders of the inputs; on a trained model with every member type
+(forest and linear runs, games of 1 to 3 inputs, ordinal members) and random reference vectors and
+changes, inputs that do not move included. And the sources' attributions (``_assemble``) against
+the TreeSHAP kernel's checkpoint differences and the linear runs' closed form in NumPy."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from tests.scoring.test_explanation import MEMBERS, OTHER_TYPES, candidate_list, trained
+from training.scoring.calibrator_games import calibrator_games
+from training.scoring.ensemble_model import EnsembleModel
+from training.scoring.exact_explanation import _raw_attributions, reference_views
+from training.scoring.tree_shap import forest_attributions
+
+pytest.importorskip("lightgbm")
+pytest.importorskip("sklearn")
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> EnsembleModel:
+    return trained(tmp_path_factory.mktemp("games"), ["raw", "raw+std"], MEMBERS + OTHER_TYPES)
+
+
+def twin(model: EnsembleModel, m: int, lo: np.ndarray, hi: np.ndarray) -> tuple[float, np.ndarray]:
+    """(g(lo), phi (K,)) of member m by evaluating its calibrator on every coalition's hybrid and
+    averaging the marginal contributions over all K! orders."""
+    k = model.runs[model.members[m].run].n_classes
+    cal = model.members[m].calibrator
+
+    def v(coalition: frozenset[int]) -> float:
+        z = np.array([hi[j] if j in coalition else lo[j] for j in range(k)])
+        return float(cal.transform(z[None])[0])
+
+    phi = np.zeros(k)
+    orders = list(itertools.permutations(range(k)))
+    for order in orders:
+        before: frozenset[int] = frozenset()
+        for j in order:
+            phi[j] += v(before | {j}) - v(before)
+            before = before | {j}
+    return v(frozenset()), phi / len(orders)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_games_equal_their_twin(model: EnsembleModel, seed: int) -> None:
+    games = calibrator_games(model)
+    sizes = {g.k for g in games.groups}
+    assert len(sizes) >= 2 and any(g.ordinal.size for g in games.groups)  # several game sizes, ordinal members
+    assert {key[0] for key in games.keys} == {"forest", "linear"}
+    rng = np.random.default_rng(seed)
+    n, u_n = 3, len(games.keys)
+    lo = rng.normal(size=(u_n, games.k_max))
+    delta = rng.normal(size=(n, u_n, games.k_max))
+    delta[0, :, 1:] = 0.0  # only the first input moves
+    delta[1, 0] = 0.0  # a source that does not move
+    full = np.empty((n, model.n_members))
+    want = np.zeros((n, model.n_members, games.k_max))
+    want_lo = np.empty(model.n_members)
+    for m in range(model.n_members):
+        k = model.runs[model.members[m].run].n_classes
+        s = games.src[m]
+        for i in range(n):
+            hi = lo[s, :k] + delta[i, s, :k]
+            full[i, m] = float(model.members[m].calibrator.transform(hi[None])[0])
+            want_lo[m], want[i, m, :k] = twin(model, m, lo[s, :k], hi)
+    g_lo, phi = games.shapley(lo, delta, full)
+    np.testing.assert_allclose(g_lo, want_lo, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(phi, want, rtol=0, atol=1e-10)
+    # efficiency: each member's values add up to its change
+    np.testing.assert_allclose(phi.sum(axis=2), full - g_lo, rtol=0, atol=1e-10)
+    # inputs that do not move get nothing (to the rounding of v(all), the calibrators' own transform)
+    assert np.abs(phi[0, :, 1:]).max() <= 1e-12 and np.abs(phi[1, games.src == 0]).max() <= 1e-12
+
+
+def test_sources_attributions_equal_checkpoint_differences(model: EnsembleModel) -> None:
+    games = calibrator_games(model)
+    x = candidate_list(5, n=8)
+    off = np.array([0, 8])
+    wide = model._wide(x, off)
+    r_wide, group, players, _ = reference_views(model, x, np.median(x, axis=0).astype(np.float32))
+    at, total = _raw_attributions(model, games, wide, r_wide, group, players)
+    ck = forest_attributions(model.forest, wide, r_wide, group, players, model._checkpoints)
+    n_forest = games.forest_hi.size
+    kf = ck.shape[3]
+    want = np.zeros((8, len(games.keys), players, games.k_max))
+    want[:, :n_forest, :, :kf] = ck[:, games.forest_hi] - ck[:, games.forest_lo]
+    diff = wide.astype(np.float64) - r_wide.astype(np.float64)
+    for u, c0, c1 in games.linear.tolist():
+        for c in range(wide.shape[1]):
+            want[:, u, group[c], : c1 - c0] += diff[:, c, None] * model._linear_w[c, c0:c1]
+    np.testing.assert_allclose(at, want.transpose(0, 1, 3, 2), rtol=0, atol=1e-12)
+    # the sums over the players are each source's change of its raw vector (not cancelled here)
+    raw, raw_r = model._raw_block(wide), model._raw_block(r_wide[None])[0]
+    np.testing.assert_allclose(total[:, games.src], (raw - raw_r)[:, :, : games.k_max], rtol=0, atol=1e-9)
