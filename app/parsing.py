@@ -1,10 +1,10 @@
 """From decoded request bodies to the project's array layout (docs/architecture.md), with errors
 that name the query and the field.
 
-Untrusted JSON bytes are read by msgspec (``decode_json``: /rank, /evaluate and /fuse, into typed
-structs, first error only, linear cost) or pydantic-core (``parse_json``: the small /models/reload
-body); a key repeated in an object is refused (``check_repeated_keys``: jiter, then the standard
-library's decoder to name it). What comes out is checked here, before any array reaches a kernel:
+Untrusted JSON bytes are read by msgspec (``decode_json``: /rank, /evaluate, /fuse and
+/models/reload, into typed structs, first error only, linear cost); a key repeated in an object
+is refused (``check_repeated_keys``: jiter, then the standard library's decoder to name it).
+What comes out is checked here, before any array reaches a kernel:
 
 - ``check_limits``: queries and documents per request (413 naming the setting);
 - ``finite_rows`` / ``sparse_rows``: every row exactly the model's feature count, every value a
@@ -29,12 +29,10 @@ import jiter
 import msgspec
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ValidationError
 
-from app.errors import ServiceError, input_error, plain_errors, query_label, too_large, validation_message
+from app.errors import ServiceError, input_error, query_label, too_large
 from app.settings import Settings
 
-M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 
 #: integer ids are echoed back as JSON numbers: 64-bit ones, as every JSON library reads them
@@ -151,23 +149,6 @@ def _near(body: bytes, message: str) -> str:
         return ""
     at = int(found.group(1))
     return f" near {body[max(0, at - 12):at + 12].decode('utf-8', 'replace')!r}"
-
-
-def parse_json(model: type[M], body: bytes) -> M:
-    """``body`` validated by pydantic-core against ``model``; a 422 naming the query and field."""
-    if not body.strip():
-        raise input_error("the request body is empty; send JSON (Content-Type: application/json)")
-    try:
-        with gc_paused():
-            return model.model_validate_json(body)
-    except ValidationError as exc:
-        errors = exc.errors(include_url=False, include_input=False)
-        context: Any = None
-        first = [p for p in errors[0].get("loc", ()) if not isinstance(p, str) or "[" not in p] if errors else []
-        if len(first) >= 2 and first[0] == "queries" and isinstance(first[1], int):
-            context = {"queries": {first[1]: {"qid": qid_at(body, first[1])}}}
-        raise ServiceError(422, validation_message(errors, context), kind="invalid_input",
-                           errors=plain_errors(errors)) from None
 
 
 # ---------------------------------------------------------------------------- limits and ids
@@ -369,5 +350,5 @@ def name_repeated_key(body: bytes) -> None:
 
 
 __all__ = ["CandidateLists", "ServiceError", "candidate_rows", "check_ids", "check_limits", "check_repeated_keys",
-           "check_unique", "decode_json", "finite_rows", "name_repeated_key", "parse_json", "qid_at",
+           "check_unique", "decode_json", "finite_rows", "name_repeated_key", "qid_at",
            "sparse_rows"]
