@@ -111,6 +111,7 @@ def peer_breakdown(model_file: Path, threads: int, bodies: dict[int, list[bytes]
     os.environ["PEER_LGB_THREADS"] = str(threads)
     from bench import peer_lightgbm_service as peer
 
+    peer._state.clear()  # the booster of an earlier model set, if any: load this set's
     bst = peer.booster()
     out: dict[str, Any] = {}
     for n_docs, bl in bodies.items():
