@@ -14,17 +14,18 @@ from fastapi.openapi.utils import get_openapi
 
 REF = "#/components/schemas/{model}"
 #: each with the function that writes its example for a model of n features (None: not loaded yet)
-_BODY_STRUCTS: dict[type[msgspec.Struct], Callable[[int | None], dict[str, Any]]] = {}
+_BODY_STRUCTS: dict[type[msgspec.Struct], Callable[[int | None], dict[str, Any]] | None] = {}
 
 
-def msgspec_body_spec(struct: type[msgspec.Struct], example: Callable[[int | None], dict[str, Any]], *,
+def msgspec_body_spec(struct: type[msgspec.Struct], example: Callable[[int | None], dict[str, Any]] | None, *,
                       text: str | None = None, required: bool = True) -> dict[str, Any]:
     """``openapi_extra`` for a POST whose JSON body the msgspec ``struct`` decodes; ``example(n)``
     writes an example for the served default model's feature count (the page's "Try it out"
-    then works as it is)."""
+    then works as it is); None: no example (a body that only works with a token)."""
     _BODY_STRUCTS[struct] = example
-    content: dict[str, Any] = {"application/json": {"schema": {"$ref": REF.format(model=struct.__name__)},
-                                                    "example": example(None)}}
+    content: dict[str, Any] = {"application/json": {"schema": {"$ref": REF.format(model=struct.__name__)}}}
+    if example is not None:
+        content["application/json"]["example"] = example(None)
     if text is not None:
         content["text/plain"] = {"schema": {"type": "string", "description": text}}
     return {"requestBody": {"required": required, "content": content}}
@@ -47,6 +48,8 @@ def install_openapi(app: FastAPI) -> None:
         for name, sub in struct_comps.items():
             comps.setdefault(name, sub)
         for struct, example in _BODY_STRUCTS.items():
+            if example is None:
+                continue
             body = example(n_features)
             comps[struct.__name__]["examples"] = [body]
             for operations in schema.get("paths", {}).values():

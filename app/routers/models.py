@@ -36,10 +36,6 @@ class ReloadRequest(msgspec.Struct, forbid_unknown_fields=True):
 DECODER = msgspec.json.Decoder(ReloadRequest)
 
 
-def reload_example(_: int | None) -> dict[str, Any]:
-    return {"model": "default", "version": "v2"}
-
-
 def reload_request(body: bytes) -> ReloadRequest:
     """The body decoded (an empty one: reload the default model's latest version); a 422 naming the
     field for a wrong type, an unknown field or a repeated key."""
@@ -73,7 +69,7 @@ async def get_model(name: str, registry: RegistryDep) -> dict[str, Any]:
     "/reload",
     summary="Load a new version and swap it in atomically (the old one keeps serving on any error)",
     response_model=ReloadResponse,
-    openapi_extra=msgspec_body_spec(ReloadRequest, reload_example, required=False),
+    openapi_extra=msgspec_body_spec(ReloadRequest, None, required=False),
     responses={401: {"model": ErrorResponse}, 403: {"model": ErrorResponse}, 404: {"model": ErrorResponse},
                409: {"model": ErrorResponse}, 422: {"model": ErrorResponse}},
 )
