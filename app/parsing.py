@@ -1,10 +1,10 @@
 """From decoded request bodies to the project's array layout (docs/architecture.md), with errors
 that name the query and the field.
 
-Untrusted JSON bytes are read by msgspec (``decode_json``: /rank, /evaluate and /fuse, into typed
-structs, first error only, linear cost) or pydantic-core (``parse_json``: the small /models/reload
-body); a key repeated in an object is refused (``check_repeated_keys``). What comes out is checked
-here, before any array reaches a kernel:
+Untrusted JSON bytes are read by msgspec (``decode_json``: /rank, /evaluate, /fuse and
+/models/reload, into typed structs, first error only, linear cost); a key repeated in an object
+is refused (``check_repeated_keys``: jiter, then the standard library's decoder to name it).
+What comes out is checked here, before any array reaches a kernel:
 
 - ``check_limits``: queries and documents per request (413 naming the setting);
 - ``finite_rows`` / ``sparse_rows``: every row exactly the model's feature count, every value a
@@ -25,15 +25,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import jiter
 import msgspec
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ValidationError
 
-from app.errors import ServiceError, input_error, plain_errors, query_label, too_large, validation_message
+from app.errors import ServiceError, input_error, query_label, too_large
 from app.settings import Settings
 
-M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 
 #: integer ids are echoed back as JSON numbers: 64-bit ones, as every JSON library reads them
@@ -150,23 +149,6 @@ def _near(body: bytes, message: str) -> str:
         return ""
     at = int(found.group(1))
     return f" near {body[max(0, at - 12):at + 12].decode('utf-8', 'replace')!r}"
-
-
-def parse_json(model: type[M], body: bytes) -> M:
-    """``body`` validated by pydantic-core against ``model``; a 422 naming the query and field."""
-    if not body.strip():
-        raise input_error("the request body is empty; send JSON (Content-Type: application/json)")
-    try:
-        with gc_paused():
-            return model.model_validate_json(body)
-    except ValidationError as exc:
-        errors = exc.errors(include_url=False, include_input=False)
-        context: Any = None
-        first = [p for p in errors[0].get("loc", ()) if not isinstance(p, str) or "[" not in p] if errors else []
-        if len(first) >= 2 and first[0] == "queries" and isinstance(first[1], int):
-            context = {"queries": {first[1]: {"qid": qid_at(body, first[1])}}}
-        raise ServiceError(422, validation_message(errors, context), kind="invalid_input",
-                           errors=plain_errors(errors)) from None
 
 
 # ---------------------------------------------------------------------------- limits and ids
@@ -323,14 +305,33 @@ def _first_repeated(doc: Any) -> tuple[list[str | int], str] | None:
 def check_repeated_keys(body: bytes) -> None:
     """422 naming the object (query and field) in which a key appears twice: JSON decoders keep the
     last value of a repeated key silently (``"top_k":1,"top_k":2``), so the client's intent is
-    unknown. msgspec and orjson cannot report repeats (msgspec#648); the standard library's
-    decoder hands every object's pairs to ``object_pairs_hook`` in order. Run after a
-    schema-checked decode (so the body is valid JSON of bounded depth). Numbers are not built
-    (``parse_float`` / ``parse_int`` = ``len``: a third of the decoder's time on numeric bodies,
-    and no 4,300-digit limit to trip on), and the document is walked only to name a repeat found.
-    Measured in-process on a 3.8 MB columnar /rank body (``bench.bench_request_cost.rank_columnar``,
-    best of 7, CPU time): 32 ms, against 109 ms for the same decoder building the numbers and 23 ms
-    for msgspec's typed decode."""
+    unknown. Run after a schema-checked decode (the body is valid JSON of bounded depth) and the
+    counts. msgspec and orjson cannot report repeats (msgspec#648); jiter (pydantic's JSON parser,
+    fuzzed in its own CI) does, with ``catch_duplicate_keys``: keys compared as decoded text
+    (``"\\u0061"`` and ``"a"`` are one key), a hash set per object, so one linear pass. A body it
+    passes is done; only one it refuses (a repeat, or anything it reads otherwise than msgspec
+    did) takes the second pass, ``name_repeated_key``, which names the object or finds no repeat
+    (then the body is taken, as before). jiter's cost is building the numbers (``cache_mode="keys"``:
+    keys interned, ids not): 0.56-0.71 times the standard library's pass's CPU on the service
+    benchmark's bodies, 0.31 against 0.54 ms for 100 MQ2008 documents; 1.6 times it on one object
+    of 60,000 keys; peak memory about 4 times the body (``python -m bench.bench_repeated_keys``,
+    docs/performance.md)."""
+    try:
+        with gc_paused():
+            jiter.from_json(body, catch_duplicate_keys=True, cache_mode="keys")
+        return
+    except ValueError:
+        pass  # named (or found to be no repeat) by the slow, exact pass
+    name_repeated_key(body)
+
+
+def name_repeated_key(body: bytes) -> None:
+    """The repeated-key check by the standard library's decoder, which hands every object's pairs
+    to ``object_pairs_hook`` in order: a 422 naming the first object in document order with a
+    repeated key, and its key. Numbers are not built (``parse_float`` / ``parse_int`` = ``len``:
+    a third of the decoder's time on numeric bodies, and no 4,300-digit limit to trip on), and the
+    document is walked only to name a repeat found. ``check_repeated_keys`` runs it only on a body
+    jiter refused; it is also the slow twin the tests hold jiter's verdict to."""
     repeats = 0
 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -349,4 +350,5 @@ def check_repeated_keys(body: bytes) -> None:
 
 
 __all__ = ["CandidateLists", "ServiceError", "candidate_rows", "check_ids", "check_limits", "check_repeated_keys",
-           "check_unique", "decode_json", "finite_rows", "parse_json", "qid_at", "sparse_rows"]
+           "check_unique", "decode_json", "finite_rows", "name_repeated_key", "qid_at",
+           "sparse_rows"]

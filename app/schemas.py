@@ -1,9 +1,9 @@
 """Request and response models: the OpenAPI contract of the service.
 
-The /rank, /evaluate and /fuse bodies are decoded by msgspec structs defined in their routers
-(strict: no coercion, unknown fields refused; the OpenAPI schema comes from those structs); the
-/models/reload body is validated by pydantic-core. The answers are described here. Feature ids in the sparse form are
-1-based, as in LETOR files (``{"7": 0.31}`` is column 6); absent sparse features are 0.
+The /rank, /evaluate, /fuse and /models/reload bodies are decoded by msgspec structs defined in
+their routers (strict: no coercion, unknown fields refused; the OpenAPI schema comes from those
+structs). The answers are described here. Feature ids in the sparse form are 1-based, as in
+LETOR files (``{"7": 0.31}`` is column 6); absent sparse features are 0.
 """
 
 from __future__ import annotations
@@ -133,12 +133,6 @@ class FuseResponse(BaseModel):
 
 
 # ---------------------------------------------------------------------------- models
-class ReloadRequest(BaseModel):
-    model_config = _STRICT
-    model: str | None = Field(None, description="model name (default: the served default)")
-    version: str | None = Field(None, description="version to serve (default: the latest on disk)")
-
-
 class ReloadResponse(BaseModel):
     model: str = Field(description="the model reloaded", examples=["default"])
     version: str = Field(description="the version it now serves", examples=["v3"])

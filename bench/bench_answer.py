@@ -13,24 +13,12 @@ bench/results/answer.json.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from bench.common import write_result
-
-
-def _median_ms(fn: Callable[[], Any], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return round(statistics.median(times) * 1e3, 4)
+from bench.common import median_ms, write_result
 
 
 def _scoring(where: str, repeat: int) -> dict[str, Any]:
@@ -50,8 +38,8 @@ def _scoring(where: str, repeat: int) -> dict[str, Any]:
             off = np.array([0, n], dtype=np.int64)
             model.score_and_relevance(x, off)  # warm
             rep = repeat if n <= 100 else max(repeat // 3, 10)
-            row = {"score_ms": _median_ms(lambda x=x, off=off: model.score(x, off), rep),
-                   "score_and_relevance_ms": _median_ms(lambda x=x, off=off: model.score_and_relevance(x, off), rep)}
+            row = {"score_ms": median_ms(lambda x=x, off=off: model.score(x, off), rep),
+                   "score_and_relevance_ms": median_ms(lambda x=x, off=off: model.score_and_relevance(x, off), rep)}
             out[f"docs_{n}"] = row
             print("scoring", n, row, flush=True)
     return out
@@ -83,8 +71,8 @@ def main() -> int:
                                              results=ranked(s, ls, None, h, Options(relevance=True))))
 
         rep = args.repeat if n <= 100 else max(args.repeat // 3, 10)
-        out[f"docs_{n}_queries_{n_queries}"] = {"plain_ms": _median_ms(plain, rep),
-                                                "relevance_ms": _median_ms(relevance, rep),
+        out[f"docs_{n}_queries_{n_queries}"] = {"plain_ms": median_ms(plain, rep),
+                                                "relevance_ms": median_ms(relevance, rep),
                                                 "bytes_plain": len(plain()), "bytes_relevance": len(relevance())}
         print(n, n_queries, out[f"docs_{n}_queries_{n_queries}"], flush=True)
     if args.model:

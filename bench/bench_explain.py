@@ -34,14 +34,24 @@ from typing import Any
 import numpy as np
 
 from bench.bench_service import Server, free_port, make_bodies, sequential
-from bench.common import RESULTS, ROOT, SHARED_DATA, best_of, ensure_model, machine_probe_ms, write_result
+from bench.common import (
+    MSLR,
+    RESULTS,
+    ROOT,
+    SHARED_DATA,
+    best_of,
+    early_stopped_lightgbm,
+    ensure_model,
+    machine_probe_ms,
+    mslr_default_model,
+    write_result,
+)
 
 N_DOCS = 100
 TOP = 10
 EXPLAIN = 10
 SHAPLEY_DOCS = 10
 PARTS = ("all", "service", "agreement")
-MSLR = SHARED_DATA / "MSLR-WEB10K-sample"
 
 
 def log(msg: str) -> None:
@@ -113,34 +123,12 @@ def ensemble_side(model_path: Path, x: np.ndarray, repeat: int) -> dict[str, Any
 def lightgbm_side(train: Any, vali: Any, x: np.ndarray, repeat: int, workdir: Path) -> dict[str, Any]:
     """An early-stopped LightGBM lambdarank model (NDCG@10 on ``vali``, 50 rounds' patience) and
     ``pred_contrib`` on every document of the list, one thread."""
-    import lightgbm as lgb
-
-    t0 = time.perf_counter()
-    ds = lgb.Dataset(train.features, train.labels, group=np.diff(train.query_offsets))
-    dv = lgb.Dataset(vali.features, vali.labels, group=np.diff(vali.query_offsets), reference=ds)
-    params = {"objective": "lambdarank", "learning_rate": 0.05, "num_leaves": 31, "min_data_in_leaf": 20,
-              "num_threads": 1, "verbose": -1, "seed": 0, "metric": "ndcg", "eval_at": [10]}
-    booster = lgb.train(params, ds, num_boost_round=2000, valid_sets=[dv],
-                        callbacks=[lgb.early_stopping(50, verbose=False)])
-    train_s = time.perf_counter() - t0
+    booster, info = early_stopped_lightgbm(train, vali, threads=1)
     raw = booster.predict(x, num_threads=1)
     contrib = booster.predict(x, pred_contrib=True, num_threads=1)
     seconds = best_of(lambda: booster.predict(x, pred_contrib=True, num_threads=1), repeat=max(repeat, 10))
-    return {"objective": "lambdarank", "num_leaves": 31, "learning_rate": 0.05, "early_stopping_rounds": 50,
-            "n_trees": booster.num_trees(), "train_s": round(train_s, 1), "lightgbm": lgb.__version__,
-            "all_100_ms": round(seconds * 1e3, 3), "per_document_ms": round(seconds * 1e3 / N_DOCS, 4),
+    return {**info, "all_100_ms": round(seconds * 1e3, 3), "per_document_ms": round(seconds * 1e3 / N_DOCS, 4),
             "additivity_max_error": float(np.max(np.abs(contrib.sum(axis=1) - raw)))}
-
-
-def mslr_default_model(workdir: Path) -> Path:
-    """The default TuneMixRanker trained on the MSLR sample's train file (one job), saved under workdir."""
-    import tunemix
-    from training.data.svmlight import read_svmlight
-
-    train = read_svmlight(MSLR / "msn1.fold1.train.5k.txt", n_features=136)
-    ranker = tunemix.TuneMixRanker(n_jobs=1, progress=False).fit(train.features, train.labels,
-                                                                  np.diff(train.query_offsets))
-    return ranker.save(workdir / "models", "mslr-default")
 
 
 def interleaved(base: str, bodies: dict[str, list[bytes]], n: int) -> dict[str, dict[str, Any]]:
@@ -235,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         mq_path = args.model or ensure_model()
         test = read_svmlight(fold / "test.txt")
-        mslr_path = args.mslr_model or mslr_default_model(Path(tmp))
+        mslr_path = args.mslr_model or mslr_default_model(Path(tmp) / "models", "mslr-default")
         mtest = read_svmlight(MSLR / "msn1.fold1.test.5k.txt", n_features=136)
         if args.part in ("all", "agreement"):
             train = read_svmlight(fold / "train.txt")

@@ -332,7 +332,9 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "TUNEMIX_MODELS_DIR": str(models), "TUNEMIX_DEFAULT_MODEL": "default",
                "TUNEMIX_WORKERS": str(workers), "TUNEMIX_PORT": str(self.port), "TUNEMIX_HOST": "127.0.0.1",
-               "TUNEMIX_LOG_LEVEL": "warning", "PYTHONPATH": str(cwd)}
+               "TUNEMIX_LOG_LEVEL": "warning",
+               # the tree first; the caller's own entries after it (packages installed beside the venv)
+               "PYTHONPATH": os.pathsep.join([str(cwd), *filter(None, [os.environ.get("PYTHONPATH")])])}
         env.pop("PROMETHEUS_MULTIPROC_DIR", None)
         self.log = log_path.open("ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "app"], cwd=cwd, env=env, stdout=self.log,

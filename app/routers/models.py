@@ -6,16 +6,44 @@ import hmac
 from typing import Annotated, Any
 
 import anyio
+import msgspec
 from fastapi import APIRouter, Header, Request
 
 from app.deps import RegistryDep, SettingsDep, in_thread, read_body
 from app.errors import ServiceError
-from app.openapi import body_spec
-from app.parsing import parse_json
-from app.schemas import ErrorResponse, ModelsResponse, ReloadRequest, ReloadResponse
+from app.openapi import msgspec_body_spec
+from app.parsing import check_repeated_keys, decode_json
+from app.schemas import ErrorResponse, ModelsResponse, ReloadResponse
 from tunemix.serving import manifest_feature_names, versions_on_disk
 
 router = APIRouter(prefix="/models", tags=["models"])
+
+#: the reload body's largest size: two names
+RELOAD_BODY_BYTES = 64 * 1024
+
+
+class ReloadRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """The /models/reload JSON body (optional: no body reloads the default model's latest version).
+    Decoded by msgspec like every other JSON body (strict types, unknown fields refused, first
+    error only), then checked for repeated keys."""
+
+    #: model name (default: the served default)
+    model: str | None = None
+    #: version to serve (default: the latest on disk)
+    version: str | None = None
+
+
+DECODER = msgspec.json.Decoder(ReloadRequest)
+
+
+def reload_request(body: bytes) -> ReloadRequest:
+    """The body decoded (an empty one: reload the default model's latest version); a 422 naming the
+    field for a wrong type, an unknown field or a repeated key."""
+    if not body.strip():
+        return ReloadRequest()
+    req = decode_json(DECODER, body, "/models/reload")
+    check_repeated_keys(body)
+    return req
 
 
 @router.get("", summary="Served models and the versions on disk", response_model=ModelsResponse)
@@ -41,7 +69,7 @@ async def get_model(name: str, registry: RegistryDep) -> dict[str, Any]:
     "/reload",
     summary="Load a new version and swap it in atomically (the old one keeps serving on any error)",
     response_model=ReloadResponse,
-    openapi_extra=body_spec(ReloadRequest, required=False),
+    openapi_extra=msgspec_body_spec(ReloadRequest, None, required=False),
     responses={401: {"model": ErrorResponse}, 403: {"model": ErrorResponse}, 404: {"model": ErrorResponse},
                409: {"model": ErrorResponse}, 422: {"model": ErrorResponse}},
 )
@@ -57,8 +85,8 @@ async def reload_model(
     if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), settings.reload_token.encode()):
         raise ServiceError(401, "missing or wrong bearer token (Authorization: Bearer <TUNEMIX_RELOAD_TOKEN>)",
                            kind="unauthorized")
-    body = await read_body(request, settings, limit=64 * 1024)
-    req = parse_json(ReloadRequest, body) if body.strip() else ReloadRequest()
+    body = await read_body(request, settings, limit=RELOAD_BODY_BYTES)
+    req = reload_request(body)  # at most 64 KiB: decoded on the event loop, as before
     new, old = await in_thread(registry.reload, req.model, req.version)
     total = settings.this_process_workers()
     serving, lagging = registry.workers_serving(new.name, new.version)

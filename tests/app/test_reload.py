@@ -109,6 +109,35 @@ def test_a_missing_version_or_model_is_refused(reloadable: TestClient) -> None:
     refused(reloadable, 422, ["../x"], {"model": "../x"})
 
 
+@pytest.mark.parametrize(("body", "words"), [
+    (b'{"model": 5}', ["model", "Expected `str | null`, got `int`"]),
+    (b'{"modle": "default"}', ["unknown field `modle`"]),
+    (b'{"version": "v1", "version": "v2"}', ["body: key 'version' appears twice"]),
+    (b'{"model": "default", "version": "v2"', ["body:", "truncated"]),
+    (b"null", ["Expected `object`, got `null`"]),
+    (b'["default"]', ["Expected `object`, got `array`"]),
+])
+def test_a_bad_body_is_a_422_naming_the_field(reloadable: TestClient, models_dir: Path, store: Store, body: bytes,
+                                              words: list[str]) -> None:
+    """The body is decoded by msgspec like every other JSON body (strict types, unknown fields and
+    repeated keys refused): nothing is reloaded, though a version v2 is on disk."""
+    copy_version(store.default_v2, models_dir, "default", "v2")
+    before = served(reloadable)
+    r = reloadable.post("/models/reload", headers={**AUTH, "Content-Type": "application/json"}, content=body)
+    assert r.status_code == 422, r.text
+    for w in words:
+        assert w in r.json()["detail"], (w, r.text)
+    assert served(reloadable)["version"] == before["version"] == "v1"
+
+
+def test_the_reload_body_is_in_the_openapi_schema(reloadable: TestClient) -> None:
+    schema = reloadable.get("/openapi.json").json()
+    body = schema["paths"]["/models/reload"]["post"]["requestBody"]
+    assert body["required"] is False
+    assert body["content"]["application/json"]["schema"]["$ref"] == "#/components/schemas/ReloadRequest"
+    assert set(schema["components"]["schemas"]["ReloadRequest"]["properties"]) == {"model", "version"}
+
+
 def test_a_corrupt_version_is_refused(reloadable: TestClient, models_dir: Path, store: Store) -> None:
     bad = copy_version(store.default_v2, models_dir, "default", "v2")
     arrays = bad / "arrays.npz"
