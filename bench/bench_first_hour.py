@@ -129,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         steps: dict[str, Any] = {}
         if args.install:  # make serve's steps one by one, no download cache (a fresh machine has none)
             python = str(clone / ".venv" / "bin" / "python")
+            env.pop("PYTHONPATH", None)  # the clone's installed code only, as for a user
             fresh = dict(env, UV_NO_CACHE="1", PIP_NO_CACHE_DIR="1")
             steps["install"] = timed(["make", ".venv/.stamp-train"], clone, fresh, log)
             steps["warm"] = timed(["make", "warm"], clone, env, log)

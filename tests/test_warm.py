@@ -112,3 +112,31 @@ def test_no_warm_up_where_numba_cannot_cache(monkeypatch: pytest.MonkeyPatch, tm
     monkeypatch.setattr(warm_module, "warm", lambda out=None: pytest.fail("warmed a cache numba cannot write"))
     monkeypatch.setattr(warm_module.os, "access", lambda path, mode: False)
     assert warm_module.ensure_warm(io.StringIO()) is None
+
+
+def test_the_parts_import_this_processes_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    """numba caches a kernel under its source file's path: the two parts must import the same
+    training package as the process that starts them (a stray PYTHONPATH or another working
+    directory would fill another part of the cache, and the final pass would compile it all)."""
+    import io
+
+    import training
+
+    started: list[dict[str, Any]] = []
+
+    class FakeProc:
+        returncode = 0
+
+        def __init__(self, args: list[str], **kwargs: Any) -> None:
+            started.append({"args": args, **kwargs})
+
+        def communicate(self) -> tuple[str, str]:
+            return json.dumps({"part": "x", "seconds": 0.0, "compiled": 0, "loaded": 0}), ""
+
+    monkeypatch.setattr(subprocess, "Popen", FakeProc)
+    monkeypatch.setenv("PYTHONPATH", "/somewhere/else")
+    warm_module._run_parts(io.StringIO())
+    root = str(Path(training.__file__).resolve().parents[1])
+    assert [s["args"][-1] for s in started] == list(warm_module.PART_MEMBERS)
+    for s in started:
+        assert s["cwd"] == root and s["env"]["PYTHONPATH"].split(":")[0] == root

@@ -296,7 +296,11 @@ def _run_parts(out: Any) -> list[dict[str, Any]]:
     """Both parts side by side, each in a child process on this cache; what each reported."""
     import subprocess
 
-    procs = {name: subprocess.Popen([sys.executable, "-m", "training.pipeline.warm", "--part", name],
+    # the children import this process's training package (numba caches a kernel under its
+    # source file's path: another copy of the code would fill another part of the cache)
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]))
+    procs = {name: subprocess.Popen([sys.executable, "-m", "training.pipeline.warm", "--part", name], cwd=root, env=env,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for name in PART_MEMBERS}
     done: list[dict[str, Any]] = []

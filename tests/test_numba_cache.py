@@ -1,0 +1,102 @@
+"""``training.numba_cache``: numba's cache entries written by one process at a time. Two
+processes compile different signatures of one function into one cache at the same moment; a
+third then loads every signature from the cache, and each must be its own machine code."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import training  # noqa: F401 - installs the lock in this process too
+from training.numba_cache import locked
+
+ROOT = Path(__file__).resolve().parents[1]
+
+KERNEL = textwrap.dedent('''
+    from numba import njit
+
+    @njit(cache=True)
+    def f(x):
+        return x + x * 3
+''')
+
+CHILD = textwrap.dedent('''
+    import os, sys, time
+    from pathlib import Path
+    import numpy as np
+    import training  # the lock
+    sys.path.insert(0, sys.argv[1])
+    from kern import f
+    go = Path(sys.argv[1]) / "go"
+    (Path(sys.argv[1]) / f"ready-{sys.argv[2]}").touch()
+    while not go.exists():  # both children start compiling together
+        time.sleep(0.001)
+    types = [np.int64, np.float64, np.int32, np.float32, np.int16, np.uint8, np.complex128, np.uint32]
+    if sys.argv[2] == "b":
+        types = types[::-1]
+    for t in types:
+        f(t(3))
+''')
+
+CHECK = textwrap.dedent('''
+    import sys
+    import numpy as np
+    import training
+    sys.path.insert(0, sys.argv[1])
+    from kern import f
+    types = [np.int64, np.float64, np.int32, np.float32, np.int16, np.uint8, np.complex128, np.uint32]
+    for t in types:
+        v = f(t(3))
+        assert v == t(3) + t(3) * 3, (t, v)
+    hits = sum(f.stats.cache_hits.values())
+    misses = sum(f.stats.cache_misses.values())
+    print(hits, misses)
+''')
+
+
+def test_two_processes_compiling_one_function_leave_a_consistent_cache(tmp_path: Path) -> None:
+    for round_ in range(3):
+        work = tmp_path / f"r{round_}"
+        work.mkdir()
+        (work / "kern.py").write_text(KERNEL)
+        env = dict(os.environ, NUMBA_CACHE_DIR=str(work / "cache"), PYTHONPATH=str(ROOT))
+        kids = [subprocess.Popen([sys.executable, "-c", CHILD, str(work), name], env=env) for name in "ab"]
+        while not all((work / f"ready-{name}").exists() for name in "ab"):
+            assert all(k.poll() is None for k in kids), "a child exited before compiling"
+            time.sleep(0.001)
+        (work / "go").touch()
+        assert [k.wait() for k in kids] == [0, 0]
+        out = subprocess.run([sys.executable, "-c", CHECK, str(work)], env=env, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr[-2000:]
+        hits, misses = (int(v) for v in out.stdout.split())
+        # every signature from the cache, each its own code (checked above)
+        assert (hits, misses) == (8, 0)
+
+
+def test_the_lock_is_exclusive_across_processes(tmp_path: Path) -> None:
+    """While this process holds the lock, another cannot take it (LOCK_NB fails)."""
+    lock = str(tmp_path / "x.lock")
+    probe = ("import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR)\n"
+             "try:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print('took')\n"
+             "except BlockingIOError:\n    print('held')\n")
+    with locked(lock, exclusive=True):
+        held = subprocess.run([sys.executable, "-c", probe, lock], capture_output=True, text=True).stdout.strip()
+    free = subprocess.run([sys.executable, "-c", probe, lock], capture_output=True, text=True).stdout.strip()
+    assert (held, free) == ("held", "took")
+
+
+def test_the_lock_is_installed_on_import() -> None:
+    from numba.core.caching import IndexDataCacheFile
+
+    assert IndexDataCacheFile.save.__name__ == "locked_save"
+    assert IndexDataCacheFile.load.__name__ == "locked_load"
+
+
+def test_an_unopenable_lock_path_does_not_stop_the_work(tmp_path: Path) -> None:
+    with locked(str(tmp_path / "missing-dir" / "x.lock"), exclusive=True):
+        done = True
+    assert done
