@@ -36,11 +36,13 @@ def _lightgbm_runs(members: dict[str, Any]) -> list[dict[str, Any]]:
 def test_the_rule_changes_the_runs_below_the_threshold_only() -> None:
     tiny, reasons = auto_members(_shape(9), None)
     assert small_validation(_shape(9))["applied"]
-    for run in _lightgbm_runs(tiny):
+    for run in tiny["lambdamart"]:
         assert run["early_stopping"] == SMALL_VALIDATION_PATIENCE == 100
+    assert tiny["mcrank"][0]["early_stopping"] == 50  # it stops on the documents' log loss
+    for run in _lightgbm_runs(tiny):
         assert run["bagging_fraction"] == 1.0 and run["feature_fraction"] == 1.0
     assert any(r.startswith("validation set of 9 queries is small") for r in reasons)
-    assert any("patience 100" in r and "bagging 1" in r for r in reasons)
+    assert any("patience 100, McRank 50" in r and "bagging 1" in r for r in reasons)
     # from the threshold up the default is what it was: patience 50, 80% of documents and features
     at, reasons_at = auto_members(_shape(SMALL_VALIDATION_QUERIES), None)
     large, _ = auto_members(_shape(157), None)
@@ -59,7 +61,7 @@ def test_the_rule_changes_the_runs_below_the_threshold_only() -> None:
     assert tiny_rest == large_rest
     # on large data a small validation set still gets the rule (patience 25 becomes 100)
     big = auto_members(_shape(9, n_docs=300_000), None)[0]
-    assert {r["early_stopping"] for r in _lightgbm_runs(big)} == {100}
+    assert {r["early_stopping"] for r in big["lambdamart"]} == {100} and big["mcrank"][0]["early_stopping"] == 25
     assert {r["bagging_fraction"] for r in _lightgbm_runs(big)} == {1.0}
 
 
@@ -73,12 +75,13 @@ def test_the_record_and_report_say_whether_the_rule_was_used() -> None:
     small = _train_with(12)
     rule = small["small_validation"]
     assert rule["applied"] and rule["vali_queries"] == 12 and rule["threshold"] == 50
-    assert rule["rule"] == {"early_stopping": 100, "bagging_fraction": 1.0, "feature_fraction": 1.0}
+    assert rule["rule"] == {"lambdamart_early_stopping": 100, "bagging_fraction": 1.0, "feature_fraction": 1.0}
     assert rule["summary"].startswith("validation set of 12 queries is small")
     assert 0.0 <= rule["vali_measure_se"] < 1.0
     for run in small["runs"]:  # the runs trained as the rule says
         if run["type"] in ("lambdamart", "mcrank"):
-            assert run["params"]["early_stopping"] == 100 and run["params"]["bagging_fraction"] == 1.0
+            assert run["params"]["early_stopping"] == (100 if run["type"] == "lambdamart" else 50)
+            assert run["params"]["bagging_fraction"] == run["params"]["feature_fraction"] == 1.0
     report = render_markdown(small)
     assert "validation set of 12 queries is small" in report and "standard error of" in report
 
@@ -102,4 +105,4 @@ def test_configured_members_are_not_changed_and_the_record_says_so() -> None:
     rec = train(load_config(None, tables=tables), progress=False, save=False).record
     assert rec["small_validation"]["applied"] is False
     assert "configured" in rec["small_validation"]["summary"]
-    assert [r["params"]["early_stopping"] for r in rec["runs"]] == [5]
+    assert rec["runs"] and {r["params"]["early_stopping"] for r in rec["runs"]} == {5}

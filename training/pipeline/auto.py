@@ -36,8 +36,8 @@ What is chosen, and why (measured with ``python -m bench.defaults``; docs/method
   fit; at 0.2, 564 iterations and a 10.2-minute fit, 0.013 NDCG@10 lower and still 0.10 above
   the early-stopped peer. At 500k documents 0.2 saved a third of the time (303 to 206 s, the
   peer 193-239 s) for 0.018 NDCG@10: there 0.1 stays (python -m bench.scale).
-- Below 50 validation queries (``SMALL_VALIDATION_QUERIES``, ``small_validation``) every
-  LightGBM run waits 100 iterations before it stops and bags nothing: on so few queries the
+- Below 50 validation queries (``SMALL_VALIDATION_QUERIES``, ``small_validation``) the
+  LambdaMART runs wait 100 iterations before they stop and no LightGBM run bags: on so few queries the
   validation curve is noise against the differences between iterations, and the runs stopped
   at its first peak (issue 39's split of 34 / 9 / 43 queries: test NDCG@10 0.3924 over five
   seeds against 0.3881 for early-stopped LightGBM). The record says whether it was used.
@@ -89,7 +89,7 @@ FAST_RATE_DOCUMENTS = 500_000
 #: per-query NDCG@10 has a standard error of about 0.3 / sqrt(n) (0.1 for 9 queries, 0.04 at 50),
 #: larger than most differences between stopping points of a run
 SMALL_VALIDATION_QUERIES = 50
-#: the patience of every LightGBM run on a small validation set (the early-stopped peer's)
+#: the patience of the LambdaMART runs on a small validation set (the early-stopped peer's)
 SMALL_VALIDATION_PATIENCE = 100
 
 
@@ -122,8 +122,9 @@ def small_validation(shape: DataShape) -> dict[str, Any]:
     while a run's curve moves by a few hundredths between iterations 20 and 300. Early stopping
     then stops at the first noise peak (on issue 39's split of 34 training and 9 validation
     queries the 31-, 15- and 7-leaf LambdaMART runs stopped after 23, 96 and 109 iterations,
-    where their test NDCG@10 was still rising to iteration 300). The rule: every LightGBM run
-    stops with patience ``SMALL_VALIDATION_PATIENCE`` (100) and bags nothing (every document and
+    where their test NDCG@10 was still rising to iteration 300). The rule: the LambdaMART runs
+    stop with patience ``SMALL_VALIDATION_PATIENCE`` (100; McRank, which stops on the log loss
+    of hundreds of documents, keeps its 50) and no LightGBM run bags (every document and
     feature each iteration: a run's curve is then a function of the iterations alone, not of the
     bag each one drew, so a longer patience walks past the noise of the 9 queries instead of
     that of the bags). Measured (docs/method.md, "Tiny validation sets"): test NDCG@10 0.3671 to
@@ -135,12 +136,13 @@ def small_validation(shape: DataShape) -> dict[str, Any]:
     out: dict[str, Any] = {"applied": applied, "vali_queries": n, "threshold": SMALL_VALIDATION_QUERIES,
                            "ndcg_se_about": round(0.3 / max(n, 1) ** 0.5, 3)}
     if applied:
-        out["rule"] = {"early_stopping": SMALL_VALIDATION_PATIENCE, "bagging_fraction": 1.0, "feature_fraction": 1.0}
+        out["rule"] = {"lambdamart_early_stopping": SMALL_VALIDATION_PATIENCE, "bagging_fraction": 1.0,
+                       "feature_fraction": 1.0}
         out["summary"] = (f"validation set of {n} queries is small (below {SMALL_VALIDATION_QUERIES}; the standard "
-                          f"error of its mean NDCG@10 is about {out['ndcg_se_about']:g}): every LightGBM run stops "
-                          f"early with patience {SMALL_VALIDATION_PATIENCE} and bags nothing (all documents and "
-                          "features each iteration), so that its stopping point does not follow the noise of a few "
-                          "queries")
+                          f"error of its mean NDCG@10 is about {out['ndcg_se_about']:g}): the LambdaMART runs stop "
+                          f"early with patience {SMALL_VALIDATION_PATIENCE} and no LightGBM run bags (all documents "
+                          "and features each iteration), so that a run's stopping point does not follow the noise of "
+                          "a few queries")
     else:
         out["summary"] = (f"validation set of {n} queries is large enough (at least {SMALL_VALIDATION_QUERIES}): "
                           "the default's early stopping and bagging as they are")
@@ -185,11 +187,15 @@ def auto_members(shape: DataShape, time_budget_s: float | None) -> tuple[dict[st
     mcrank_rate = 0.2 if large else rate  # up to 200k documents LambdaMART's rate (0.05 or 0.1)
     bagging = 0.5 if large else 0.8
     rule = small_validation(shape)
+    # LambdaMART stops on the validation queries' NDCG@10: on few queries it waits longer. McRank
+    # stops on the log loss of the validation documents (hundreds even for 9 queries): its patience
+    # stays (with bagging off its curve is the same whatever the patience, so a longer one would
+    # only train iterations that are dropped)
+    ranking_patience = max(patience, SMALL_VALIDATION_PATIENCE) if rule["applied"] else patience
     if rule["applied"]:
-        patience = max(patience, SMALL_VALIDATION_PATIENCE)
         bagging = 1.0
     features = 1.0 if rule["applied"] else 0.8
-    boosting = {"learning_rate": rate, "n_iterations": 2000, "early_stopping": patience, "fit_on": "train",
+    boosting = {"learning_rate": rate, "n_iterations": 2000, "early_stopping": ranking_patience, "fit_on": "train",
                 "checkpoints": []}
     min_leaf = 20 if small else 50
     members: dict[str, Any] = {
@@ -202,9 +208,9 @@ def auto_members(shape: DataShape, time_budget_s: float | None) -> tuple[dict[st
             {**boosting, "n_leaves": 15, "min_data_in_leaf": min_leaf, "feature_fraction": features,
              "bagging_fraction": bagging, "views": ["raw+std"]},
         ],
-        "mcrank": [{**boosting, "learning_rate": mcrank_rate, "variant": "multiclass", "n_leaves": 31,
-                    "min_data_in_leaf": min_leaf, "feature_fraction": features, "bagging_fraction": bagging,
-                    "views": ["raw"]}],
+        "mcrank": [{**boosting, "early_stopping": patience, "learning_rate": mcrank_rate, "variant": "multiclass",
+                    "n_leaves": 31, "min_data_in_leaf": min_leaf, "feature_fraction": features,
+                    "bagging_fraction": bagging, "views": ["raw"]}],
         "adaboost": [],
     }
     if small:
@@ -214,7 +220,8 @@ def auto_members(shape: DataShape, time_budget_s: float | None) -> tuple[dict[st
         reasons.append(rule["summary"])
     reasons.append(f"LambdaMART (raw, 31 leaves; raw+std, 15 leaves{third}) and McRank multiclass (raw, 31 leaves): "
                    f"whole training set, learning rate {rate:g} (McRank {mcrank_rate:g}), stopped early on validation "
-                   f"(patience {patience}), min_data_in_leaf {min_leaf}, bagging {bagging:g}")
+                   f"(patience {ranking_patience}, McRank {patience}), min_data_in_leaf {min_leaf}, "
+                   f"bagging {bagging:g}")
     iterations = adaboost_iterations(shape, time_budget_s)
     if iterations:
         checkpoints = sorted({c for c in (iterations // 10, iterations // 3, iterations) if c >= 1})
