@@ -39,8 +39,9 @@ min_data_in_leaf = []
 
 
 def _shape(n_docs: int, n_features: int = 136) -> DataShape:
+    # 100 validation queries: the rule for small validation sets (test_small_validation) stays out
     return DataShape(n_docs=n_docs, n_features=n_features, n_labels=5, n_queries=max(n_docs // 100, 1),
-                     vali_queries=10)
+                     vali_queries=100)
 
 
 def test_the_choice_follows_the_data_and_the_budget() -> None:

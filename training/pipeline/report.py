@@ -50,8 +50,14 @@ def render_markdown(record: dict[str, Any]) -> str:
                      + (f", sha256 `{d['sha256'][:16]}…`" if "sha256" in d else ""))
     sp = record["split"]
     lines += [f"- fit / calibration split of train by query: {sp['fit_queries']} / {sp['calibration_queries']}"
-              f" queries (seed {sp['seed']})", ""]
-    lines.append("## Members")
+              f" queries (seed {sp['seed']})"]
+    rule = record.get("small_validation")
+    if rule:
+        se = rule.get("vali_measure_se")
+        measured = "" if se is None else (f" (measured: the served model's validation {mixer['measure']} has a "
+                                          f"standard error of {se:.4f})")
+        lines.append(f"- {rule['summary']}{measured}")
+    lines += ["", "## Members"]
     lines.append(f"{len(record['runs'])} runs, {len(record['members'])} calibrated members, "
                  f"{len(record['calibration_failures'])} calibrators dropped.")
     lines += ["", "| run | iterations | stop | train error | seconds |", "|---|---|---|---|---|"]

@@ -35,7 +35,7 @@ from training.data.svmlight import read_svmlight
 from training.ensemble.registry import make_mixer
 from training.evaluation import CONVENTION_NAMES, evaluate, mean_metric
 from training.learners.label_groups import get_grouping, groupings_for
-from training.pipeline.auto import DataShape, apply_auto
+from training.pipeline.auto import DataShape, apply_auto, small_validation
 from training.pipeline.budget import Deadline, clock_for
 from training.pipeline.config import TrainConfig, missing_data_message, resolve_feature_names
 from training.pipeline.importance import explanation_summary
@@ -488,6 +488,7 @@ def _train(cfg: TrainConfig, clock: _Clock, progress: bool, sets: dict[str, Rank
                              "runs_stopped": [r.spec.tag for r in runs if r.stop_reason == "time_budget"],
                              "snapshots_calibrated": len(cals), "mixing_candidates": len(mixing.rescaling)}
     record["auto_members"] = auto_reasons or None
+    record["small_validation"] = validation_rule_record(cfg, prep, served, auto)
     record["mix_by_member_type"] = by_type
     record["best_feature"] = baseline
     record["feature_names"] = feature_names
@@ -495,6 +496,28 @@ def _train(cfg: TrainConfig, clock: _Clock, progress: bool, sets: dict[str, Rank
     record["numba_compile"] = numba_compile
     path = _save(cfg, model, record) if save else None
     return TrainOutcome(path=path, record=record, model=model)
+
+
+def validation_rule_record(cfg: TrainConfig, prep: Prepared, served: dict[str, np.ndarray],
+                           auto: bool) -> dict[str, Any]:
+    """Whether the rule for small validation sets (``training.pipeline.auto.small_validation``)
+    was used, why, and the measured standard error of the served model's mean validation
+    measure (per-query sd / sqrt(queries)): what a difference between two choices made on these
+    queries must exceed to be more than noise."""
+    shape = data_shape(prep.sets)
+    if auto:
+        out = small_validation(shape)
+    else:
+        out = {"applied": False, "vali_queries": shape.vali_queries,
+               "summary": "members configured: the rule for small validation sets applies to the default members only"}
+    vali = prep.vali
+    per_query = evaluate(vali.labels, served["vali"], vali.query_offsets, [cfg.mixer.measure],
+                         cfg.mixer.convention).per_query[cfg.mixer.measure]
+    values = np.asarray(per_query, dtype=np.float64)
+    values = values[~np.isnan(values)]
+    if values.size > 1:
+        out["vali_measure_se"] = round(float(values.std(ddof=1) / np.sqrt(values.size)), 4)
+    return out
 
 
 def explain_for_report(prep: Prepared, model: EnsembleModel, names: list[str]) -> dict[str, Any]:
