@@ -18,10 +18,13 @@ of 5-grade data, McRank multi-class and ordinal, LambdaMART, the linear SVM, the
 feature) and the default calibrator pool, the mixers compared, the relevance head, then the
 model's one-thread and parallel scoring paths (``EnsembleModel.warm_up``), the LETOR reader and
 ``tunemix.warmup.warm_all``. numba compiles on one thread, so on a machine of two CPUs or more
-the fit is first cut in two parts that share few kernels (``PART_MEMBERS``), compiled side by
-side in two child processes; the whole fit then runs in this process, loading what they saved
-and compiling what they missed (``warm_processes``, ``TUNEMIX_WARM_PROCESSES``). A fresh cache
-on a quiet 2-core machine: FIGURE. A kernel first called by a fit in a worker process
+the fit is cut in two parts that share few kernels (``PART_MEMBERS``), compiled side by side
+in two child processes; between them they call every kernel the whole fit calls (the learners'
+part also runs the views' big-query pieces and the reference whitening of an explanation,
+which only a raw+white model needs). With one process (``warm_processes``,
+``TUNEMIX_WARM_PROCESSES``), or when a part failed, the whole fit runs in this process instead,
+loading what is cached. FIGURE.
+A kernel first called by a fit in a worker process
 (``backend = "loky"``) then loads from the disk cache there instead of compiling.
 
 ``CompileClock`` measures the seconds this process holds numba's compiler lock (compiling, or
@@ -230,6 +233,7 @@ def _warm_fit(tables: dict[str, Any], *, serving: bool) -> None:
     with _quiet_logs():  # a fit of four iterations: its log says nothing a user needs
         model = train(cfg, progress=False, save=False).model
     if not serving:
+        _warm_views(model)
         return
     before = forest._scoring_threads
     try:
@@ -251,6 +255,25 @@ def _warm_fit(tables: dict[str, Any], *, serving: bool) -> None:
 
     with _quiet_logs():
         warm_all([model], parallel=int(numba.config.NUMBA_NUM_THREADS) > 1)  # type: ignore[attr-defined]
+
+
+def _warm_views(model: Any) -> None:
+    """The views' kernels the learners' fit does not call: the big-query pieces run on several
+    threads (``PARALLEL_MIN_DOCUMENTS`` documents and up) and the whitening an explanation of a
+    raw+white model computes for its reference document."""
+    import numpy as np
+
+    from training.data.normalization import PARALLEL_MIN_DOCUMENTS, standardise_by_query, whiten_by_query
+    from training.scoring.exact_explanation import _unwhiten, reference_views
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(PARALLEL_MIN_DOCUMENTS, model.n_features)).astype(np.float32)
+    off = np.array([0, x.shape[0]], dtype=np.int64)
+    standardise_by_query(x, off, parts=2)
+    whiten_by_query(x, off, parts=2)
+    _, _, _, white = reference_views(model, x[:8], x[0])
+    if white is not None:
+        _unwhiten(np.zeros((1, white.shape[1])), x[:1].astype(np.float64), x[1].astype(np.float64), white)
 
 
 @contextmanager
@@ -322,8 +345,9 @@ def warm(out: Any = None, *, processes: int | None = None) -> dict[str, Any]:
     """Compile (or load from the cache) every training and scoring kernel, and every kernel the
     service warms before ``/ready`` (``tunemix.warmup.warm_all``); say so on ``out`` (default
     stderr) with the seconds it took; leave the stamp. With two processes (``warm_processes``)
-    the two ``PART_MEMBERS`` compile side by side first; the whole ``WARM_TABLES`` fit then runs
-    here either way. Returns what was done."""
+    the two ``PART_MEMBERS`` compile side by side, and between them they call every kernel the
+    whole fit calls; with one, or when a part failed, the whole ``WARM_TABLES`` fit runs here
+    (loading what the parts saved). Returns what was done."""
     out = out or sys.stderr
     where = cache_dir()
     processes = warm_processes() if processes is None else processes
@@ -333,25 +357,30 @@ def warm(out: Any = None, *, processes: int | None = None) -> dict[str, Any]:
     out.flush()
     t0 = time.perf_counter()
     parts = _run_parts(out) if processes > 1 else []
+    final = len(parts) < len(PART_MEMBERS) if processes > 1 else True
     with compile_clock() as cc, kernel_compile_log() as kernels:
-        _warm_fit(WARM_TABLES, serving=True)
+        if final:  # one process, or a part failed: the whole fit here
+            _warm_fit(WARM_TABLES, serving=True)
     seconds = time.perf_counter() - t0
     compiled, loaded = _dispatcher_counts()
     compiled_total = compiled + sum(p["compiled"] for p in parts)
+    loaded_total = loaded + sum(p["loaded"] for p in parts)
     try:
         where.mkdir(parents=True, exist_ok=True)
         (where / STAMP).write_text(json.dumps(_stamp_key()))
     except OSError as exc:
         log.warning("could not write the warm-up stamp in %s: %s", where, exc)
+    how = (f"{processes} processes" if not final else
+           f"{processes} process{'es' if processes > 1 else ''}; the whole fit here compiled {compiled}")
     out.write(f"tunemix warm: done in {seconds:.1f} s: {compiled_total} kernel specialisations compiled, "
-              f"{loaded} loaded from the cache ({processes} process{'es' if processes > 1 else ''}; the final "
-              f"pass compiled {compiled}, {cc.seconds:.1f} s in numba's compiler)\n")
+              f"{loaded_total} loaded from the cache ({how})\n")
     out.flush()
     several = {k: v for k, v in kernel_specialisations().items() if v["signatures"] > 1}
     log.debug("kernels compiled for several signatures: %s", several)
     slowest = dict(sorted(kernels.seconds.items(), key=lambda kv: -kv[1])[:25])
-    return {"seconds": seconds, "compile_s": cc.seconds, "compiled": compiled_total, "final_pass_compiled": compiled,
-            "loaded": loaded, "processes": processes, "parts": parts, "cache_dir": str(where),
+    return {"seconds": seconds, "compile_s": cc.seconds, "compiled": compiled_total, "final_pass": final,
+            "final_pass_compiled": compiled, "loaded": loaded_total, "processes": processes, "parts": parts,
+            "cache_dir": str(where),
             "several_signatures": several, "slowest_compilations_s": slowest}
 
 
