@@ -1,5 +1,5 @@
 """The rule for small validation sets (issue 39, ``training.pipeline.auto.small_validation``):
-it changes the default LightGBM runs below 50 validation queries and nothing from 50 up, and the
+it changes the default LightGBM runs below 15 validation queries and nothing from 15 up, and the
 training record and report say whether it was used and why."""
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def _train_with(vali_queries: int) -> dict[str, Any]:
 def test_the_record_and_report_say_whether_the_rule_was_used() -> None:
     small = _train_with(12)
     rule = small["small_validation"]
-    assert rule["applied"] and rule["vali_queries"] == 12 and rule["threshold"] == 50
+    assert rule["applied"] and rule["vali_queries"] == 12 and rule["threshold"] == 15
     assert rule["rule"] == {"lambdamart_early_stopping": 100, "bagging_fraction": 1.0, "feature_fraction": 1.0}
     assert rule["summary"].startswith("validation set of 12 queries is small")
     assert 0.0 <= rule["vali_measure_se"] < 1.0
