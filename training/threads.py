@@ -60,8 +60,8 @@ def on_threads(fn: Callable[[int], object], parts: int) -> None:
     except BaseException as exc:  # re-raised below, once the others are done
         first = exc
     for f in futures:
-        exc = f.exception()
-        if exc is not None and first is None:
-            first = exc
+        failed = f.exception()
+        if failed is not None and first is None:
+            first = failed
     if first is not None:
         raise first

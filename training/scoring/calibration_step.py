@@ -537,7 +537,7 @@ def _calibrate_parallel(args: tuple[Any, ...], threads: int) -> None:
     next block of documents not yet taken until none is left (a thread that starts late does
     fewer blocks instead of holding the others up; see ``forest._score_parallel``)."""
     counter = np.zeros(1, dtype=np.int64)
-    on_threads(lambda _p: _calibrate_run(*args, counter), threads)
+    on_threads(lambda _p: _calibrate_run(*args, counter), threads)  # type: ignore[call-arg]
 
 
 class CalibrationStep:

@@ -808,7 +808,7 @@ def score_forest(
     args = (block_features(Xa), np.int64(Xa.shape[1]), *forest._kernel_arrays, ck, ck_chunk, ck_first, out,
             totals, (0,) * forest.n_outputs)
     counter = np.zeros(2, dtype=np.int64)
-    run_on_threads(n, n * forest.n_base >= PARALLEL_MIN_WORK, lambda: _score_run(*args, counter, 2),
+    run_on_threads(n, n * forest.n_base >= PARALLEL_MIN_WORK, lambda: _score_run(*args, counter, 2),  # type: ignore[call-arg]
                    lambda threads: _score_parallel(args, counter, threads))
     return out
 
@@ -816,8 +816,8 @@ def score_forest(
 def _score_parallel(args: tuple[Any, ...], counter: npt.NDArray[np.int64], threads: int) -> None:
     """``_score_run`` on ``threads`` threads sharing ``counter``: every task taken before any
     combine starts (the combines read every chunk's totals)."""
-    on_threads(lambda _p: _score_run(*args, counter, 0), threads)
-    on_threads(lambda _p: _score_run(*args, counter, 1), threads)
+    on_threads(lambda _p: _score_run(*args, counter, 0), threads)  # type: ignore[call-arg]
+    on_threads(lambda _p: _score_run(*args, counter, 1), threads)  # type: ignore[call-arg]
 
 
 _PARALLEL = threading.Lock()
