@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.bench_service import Server, free_port, make_bodies, sequential
+from bench.bench_service import Server, free_port, make_bodies, post_rank, sequential
 from bench.common import (
     MSLR,
     RESULTS,
@@ -145,14 +145,7 @@ def interleaved(base: str, bodies: dict[str, list[bytes]], n: int) -> dict[str, 
     try:
         for i in range(n):
             for kind, group in bodies.items():
-                t0 = time.perf_counter()
-                conn.request("POST", "/rank", body=group[i % len(group)], headers={"Content-Type": "application/json"})
-                r = conn.getresponse()
-                content = r.read()
-                dt = time.perf_counter() - t0
-                if r.status != 200:
-                    raise SystemExit(f"{base}/rank answered {r.status}: {content[:500]!r}")
-                doc = json.loads(content)
+                dt, doc = post_rank(conn, base, group[i % len(group)])
                 if len(doc["results"][0]["ranking"]) != TOP:
                     raise SystemExit(f"{base}/rank returned {len(doc['results'][0]['ranking'])} documents, not {TOP}")
                 if kind != "without_explain" and "explanation" not in doc["results"][0]["ranking"][0]:

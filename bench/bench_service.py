@@ -217,6 +217,19 @@ class Server:
         self._log.close()
 
 
+def post_rank(conn: Any, base: str, body: bytes) -> tuple[float, dict[str, Any]]:
+    """POST ``body`` to /rank on the keep-alive ``http.client`` connection ``conn``: (seconds
+    from sending to the end of the answer, the answer decoded); anything but 200 stops the run."""
+    t0 = time.perf_counter()
+    conn.request("POST", "/rank", body=body, headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    content = r.read()
+    dt = time.perf_counter() - t0
+    if r.status != 200:
+        raise SystemExit(f"{base}/rank answered {r.status}: {content[:500]!r}")
+    return dt, json.loads(content)
+
+
 def sequential(base: str, bodies: list[bytes], n: int, expected: int, pause_s: float = 0.0) -> dict[str, Any]:
     """``n`` requests one at a time (no queueing): the floor under the loaded latencies, or with
     ``pause_s`` of idle before each request, which this machine makes slower on its own (the
@@ -233,14 +246,7 @@ def sequential(base: str, bodies: list[bytes], n: int, expected: int, pause_s: f
         for i in range(n):
             if pause_s:
                 time.sleep(pause_s)
-            t0 = time.perf_counter()
-            conn.request("POST", "/rank", body=bodies[i % len(bodies)], headers={"Content-Type": "application/json"})
-            r = conn.getresponse()
-            content = r.read()
-            dt = time.perf_counter() - t0
-            if r.status != 200:
-                raise SystemExit(f"{base}/rank answered {r.status}: {content[:500]!r}")
-            doc = json.loads(content)
+            dt, doc = post_rank(conn, base, bodies[i % len(bodies)])
             got = len(doc["results"][0]["ranking"])
             if got != expected:
                 raise SystemExit(f"{base}/rank returned {got} ranked documents for {expected} posted")

@@ -10,7 +10,3 @@ try:
     __version__ = version("tunemix")  # the one version string: pyproject.toml's
 except PackageNotFoundError:  # a source tree that was not installed
     __version__ = "0+unknown"
-
-from training.numba_cache import install as _install_cache_lock
-
-_install_cache_lock()  # numba's cache written by one process at a time (training/numba_cache.py)

@@ -6,7 +6,8 @@ index, then the data file. Two processes saving two signatures of one function a
 can both read the index before either writes it, pick the same name, and leave an index that
 maps one signature to the other's machine code (numba issue #10128 is the same race for
 gufuncs; its maintainers suggest a file lock). ``tunemix warm`` compiles in two processes, and a
-fit on a cold cache compiles in its worker processes, so both can meet it. ``install`` wraps the
+fit on a cold cache compiles in its worker processes, so both can meet it. ``install`` (run when
+this module is first imported: every module with cached kernels imports it) wraps the
 save in an exclusive ``flock`` on a lock file beside the function's index, and the load in a
 shared one (a reader then never sees an index entry whose data file is not written yet). Where
 the lock file cannot be opened (a read-only cache, which numba does not write either) or there is
@@ -78,3 +79,6 @@ def install() -> bool:
     IndexDataCacheFile.load = locked_load  # type: ignore[method-assign]
     _installed = True
     return True
+
+
+install()  # imported by every module with cached kernels (``import training.numba_cache``), before its first compile

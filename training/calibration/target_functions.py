@@ -36,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+import training.numba_cache  # noqa: F401 - numba's cache written under a lock (training/numba_cache.py)
 from training.calibration.base import Float64Array, Int64Array, ideal_dcg
 
 TCF_NAMES = ("ls", "ewls", "el", "ell", "sndcg")

@@ -28,6 +28,7 @@ from typing import Literal
 import numpy as np
 from numba import njit
 
+import training.numba_cache  # noqa: F401 - numba's cache written under a lock (training/numba_cache.py)
 from training.data.dataset import validate_offsets
 from training.threads import on_threads
 

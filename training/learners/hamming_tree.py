@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+import training.numba_cache  # noqa: F401 - numba's cache written under a lock (training/numba_cache.py)
 from training.learners.stump_search import TREE, accumulate_histogram, best_split, class_lanes, split_score
 
 #: A split must raise the edge by more than this to be taken (except the root split).

@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+import training.numba_cache  # noqa: F401 - numba's cache written under a lock (training/numba_cache.py)
 from training.learners.stump_search import (
     STUMP,
     accumulate_histogram,

@@ -45,15 +45,16 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from numba.core import event
 
 log = logging.getLogger(__name__)
 
 STAMP = "tunemix-warm.json"
+_L = TypeVar("_L", bound=event.Listener)
 
 #: Every member type of configs/mq2008.toml at a few iterations (the kernels, not the model,
 #: matter) on 5-grade data with every label grouping: the boosting and scoring kernels take the
@@ -174,25 +175,23 @@ class KernelCompileLog(event.Listener):
 
 
 @contextmanager
-def compile_clock() -> Iterator[CompileClock]:
+def _listening(kind: str, listener: _L) -> Iterator[_L]:
+    """``listener`` registered for numba's ``kind`` events inside the block."""
+    event.register(kind, listener)
+    try:
+        yield listener
+    finally:
+        event.unregister(kind, listener)
+
+
+def compile_clock() -> AbstractContextManager[CompileClock]:
     """``with compile_clock() as cc: ...`` then ``cc.seconds``."""
-    cc = CompileClock()
-    event.register("numba:compiler_lock", cc)
-    try:
-        yield cc
-    finally:
-        event.unregister("numba:compiler_lock", cc)
+    return _listening("numba:compiler_lock", CompileClock())
 
 
-@contextmanager
-def kernel_compile_log() -> Iterator[KernelCompileLog]:
+def kernel_compile_log() -> AbstractContextManager[KernelCompileLog]:
     """``with kernel_compile_log() as k: ...`` then ``k.seconds`` (per kernel and signature)."""
-    k = KernelCompileLog()
-    event.register("numba:compile", k)
-    try:
-        yield k
-    finally:
-        event.unregister("numba:compile", k)
+    return _listening("numba:compile", KernelCompileLog())
 
 
 def kernel_specialisations() -> dict[str, dict[str, int]]:
@@ -224,7 +223,6 @@ def _warm_fit(tables: dict[str, Any], *, serving: bool) -> None:
     """One small fit of ``tables``; with ``serving``, then the model's one-thread and parallel
     scoring paths, the LETOR reader and every kernel the service warms before /ready."""
     import numba
-    import numpy as np
 
     from training.data.svmlight import read_svmlight, write_svmlight
     from training.pipeline.config import load_config
@@ -237,26 +235,24 @@ def _warm_fit(tables: dict[str, Any], *, serving: bool) -> None:
     if not serving:
         _warm_views(model)
         return
-    before = forest._scoring_threads
-    try:
-        if int(numba.config.NUMBA_NUM_THREADS) > 1:  # type: ignore[attr-defined]
-            forest.set_scoring_threads(2)
-        model.warm_up(serial=True, parallel=True)
-    finally:
-        forest._scoring_threads = before
-    with tempfile.TemporaryDirectory(prefix="tunemix-warm-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="tunemix-warm-") as tmp:  # the LETOR reader
         sets = cfg.data.synthetic.make() if cfg.data.synthetic is not None else {}
         write_svmlight(sets["test"], Path(tmp) / "test.txt")
-        data = read_svmlight(Path(tmp) / "test.txt", n_features=model.n_features)
-        if model.relevance_head is not None:
-            model.score_and_relevance(data.features, data.query_offsets)
-        model.score(np.ascontiguousarray(data.features), data.query_offsets)
-    # and every kernel the service compiles before /ready says 200 (explanations, evaluation
-    # under every convention, fusion): a service started after `tunemix warm` loads them all
+        read_svmlight(Path(tmp) / "test.txt", n_features=model.n_features)
+    # the model's one-thread and parallel scoring paths (two threads) and every kernel the
+    # service compiles before /ready says 200 (explanations, evaluation under every convention,
+    # fusion): a service started after `tunemix warm` loads them all
     from tunemix.warmup import warm_all
 
-    with _quiet_logs():
-        warm_all([model], parallel=int(numba.config.NUMBA_NUM_THREADS) > 1)  # type: ignore[attr-defined]
+    parallel = int(numba.config.NUMBA_NUM_THREADS) > 1  # type: ignore[attr-defined]
+    before = forest._scoring_threads
+    try:
+        if parallel:
+            forest.set_scoring_threads(2)
+        with _quiet_logs():
+            warm_all([model], parallel=parallel)
+    finally:
+        forest._scoring_threads = before
 
 
 def _warm_views(model: Any) -> None:

@@ -66,6 +66,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
+import training.numba_cache  # noqa: F401 - numba's cache written under a lock (training/numba_cache.py)
 from training.calibration.base import Calibrator
 from training.calibration.expected_relevance import ExpectedRelevanceCalibrator, IdentityCalibrator
 from training.calibration.regression_calibration import _POLY_CLIP, RegressionCalibrator

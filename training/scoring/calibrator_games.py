@@ -44,6 +44,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+import training.numba_cache  # noqa: F401 - numba's cache written under a lock (training/numba_cache.py)
 from training.calibration.expected_relevance import OrdinalCalibrator, ordinal_probabilities
 from training.scoring.calibration_step import CalibrationStep, SourcePlan
 from training.scoring.ensemble_model import EnsembleModel

@@ -62,6 +62,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+import training.numba_cache  # noqa: F401 - numba's cache written under a lock (training/numba_cache.py)
 from training.data.normalization import ILL_CONDITIONED, NULL_SPACE, WHITEN_EPS, _centre_cov, _whitening_matrix
 from training.scoring.calibrator_games import CalibratorGames, calibrator_games
 from training.scoring.ensemble_model import EnsembleModel

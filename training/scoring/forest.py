@@ -45,6 +45,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
+import training.numba_cache  # noqa: F401 - numba's cache written under a lock (training/numba_cache.py)
 from training.threads import on_threads
 
 # The OpenMP wait policy, BLAS threads and scoring threads are set once per process by

@@ -35,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+import training.numba_cache  # noqa: F401 - numba's cache written under a lock (training/numba_cache.py)
 from training.ensemble.base import Mixer
 from training.ensemble.exponential_forecaster import ExponentialForecaster
 from training.ensemble.simple_mixers import OneBest, Uniform

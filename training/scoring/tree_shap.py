@@ -44,6 +44,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+import training.numba_cache  # noqa: F401 - numba's cache written under a lock (training/numba_cache.py)
 from training.scoring.forest import KIND_PRODUCT, FlatForest
 
 
