@@ -1,10 +1,22 @@
-"""Where the time goes inside one /rank request, in-process (no HTTP): ``bench.bench_service``'s
-breakdown of our handler's steps and of the LightGBM peer's, for one model set's bodies."""
+"""Where the time goes inside one /rank request, in-process (no socket): ``bench.bench_service``'s
+breakdown of our handler's steps and of the LightGBM peer's, for one model set's bodies; and the
+whole request through each ASGI application (routing, dependencies, middleware, thread hops,
+response), the two applications alternating request by request.
+
+    python -m bench.service_breakdown                        # both model sets (bench/results/service_breakdown.json)
+    python -m bench.service_breakdown --model-set mslr-default --name service_breakdown_x --quick
+
+The model sets, their peers and the request bodies are ``bench.bench_service``'s (the same
+seeds); our application is ``app.main.create_app`` with the settings ``python -m app`` gives a
+worker of the benchmark's (``TUNEMIX_WORKERS`` workers: that many scoring threads and the
+parallel floor), the peer's ``bench.peer_lightgbm_service.app`` with the benchmark's environment.
+"""
 
 from __future__ import annotations
 
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -21,41 +33,54 @@ def log(msg: str) -> None:
 def breakdown(model_path: Path, bodies: dict[int, list[bytes]], quick: bool) -> dict[str, Any]:
     """Our /rank handler's steps in this process (median ms), the way ``app.routers.rank`` runs them.
 
-    ``steps``: decoding the body (msgspec, ``decode_json``), checks and arrays (``rank_lists``),
-    ``model.score``, ranking and encoding (``ranked`` + msgspec); ``whole_handler_ms`` runs them
-    in a row; ``decode_and_arrays_ms`` is the decoding cost per request the route pays for
-    safety. ``model_stages`` splits ``model.score`` by its own ``timings`` (views, forest pass,
-    calibration step, mixer). ``model_cumulative`` times the public methods, each including the
-    previous (wide_features < raw_scores < member_scores < score), a cross-check that does not
-    depend on the model's internals. Also the columnar form's decoding and arrays.
+    ``steps``: the route's steps 2 and 3, body to checked arrays (``parse_ms``: ``json_lists``,
+    and its parts), ``model.score``, ranking and encoding (``ranked`` + msgspec);
+    ``whole_handler_ms`` runs them in a row. ``model_stages`` splits ``model.score`` by its own
+    ``timings`` (views, forest pass, calibration step, mixer). ``model_cumulative`` times the
+    public methods, each including the previous (wide_features < raw_scores < member_scores <
+    score), a cross-check that does not depend on the model's internals. Also the columnar
+    form's parse.
     """
     import numba
 
+    from app.registry import ModelRegistry
     from training.scoring import runtime
-    from training.scoring.ensemble_model import load_model
 
     runtime.limit_blas_threads(1)  # as the service does at start-up (TUNEMIX_BLAS_THREADS)
-    model, _ = load_model(model_path)
+    registry = ModelRegistry(model_path.parent.parent, model_path.parent.name)
+    registry.load_initial([])
+    served = registry.get()
+    model = served.model
     out: dict[str, Any] = {"numba_threads": numba.get_num_threads(), "n_members": model.n_members,
                            "n_bases": model.forest.n_base}
     for n_docs, bl in bodies.items():
         rep = 20 if quick else (200 if n_docs <= 100 else 50)
-        entry = breakdown_one(model, bl[0], rep)
+        entry = breakdown_one(registry, bl[0], rep)
         out[f"docs_{n_docs}"] = entry
         log(f"breakdown {n_docs} docs: {entry['steps']}, whole {entry['whole_handler_ms']} ms, "
             f"stages {entry['model_stages']}")
     return out
 
 
-def breakdown_one(model: Any, body: bytes, rep: int) -> dict[str, Any]:
-    from app.parsing import decode_json
-    from app.routers.rank import DECODER, ENCODER, RankAnswer, rank_lists, ranked
+def parse_parts(body: bytes, d: int, settings: Any, rep: int) -> dict[str, float]:
+    """The parts of ``json_lists`` (median ms each): decoding, checks and arrays, the repeated-key pass."""
+    from app.parsing import check_repeated_keys, decode_json
+    from app.routers.rank import DECODER, rank_lists
+
+    req = decode_json(DECODER, body, "/rank")
+    return {"decode_ms": median_ms(lambda: decode_json(DECODER, body, "/rank"), rep),
+            "to_arrays_ms": median_ms(lambda: rank_lists(req, d, settings), rep),
+            "repeated_keys_ms": median_ms(lambda: check_repeated_keys(body), rep)}
+
+
+def breakdown_one(registry: Any, body: bytes, rep: int) -> dict[str, Any]:
+    from app.routers.rank import ENCODER, RankAnswer, json_lists, ranked
     from app.settings import Settings
 
-    d = model.n_features
     settings = Settings()
-    req = decode_json(DECODER, body, "/rank")
-    lists = rank_lists(req, d, settings)
+    model = registry.get().model
+    d = model.n_features
+    _, _, lists = json_lists(body, registry, settings)
     x, off = lists.features, lists.offsets
     scores = model.score(x, off)
 
@@ -64,19 +89,16 @@ def breakdown_one(model: Any, body: bytes, rep: int) -> dict[str, Any]:
                                                server_time_ms=1.0)))
 
     def whole() -> bytes:
-        r = decode_json(DECODER, body, "/rank")
-        cl = rank_lists(r, d, settings)
+        r, _, cl = json_lists(body, registry, settings)
         return answer(model.score(cl.features, cl.offsets), cl, r.top_k)
 
     steps = {  # the route's steps (app/routers/rank.py), as the handler runs them
-        "decode_ms": median_ms(lambda: decode_json(DECODER, body, "/rank"), rep),
-        "to_arrays_ms": median_ms(lambda: rank_lists(req, d, settings), rep),
+        "parse_ms": median_ms(lambda: json_lists(body, registry, settings), rep),
         "model_score_ms": median_ms(lambda: model.score(x, off), rep),
         "rank_and_encode_ms": median_ms(lambda: answer(scores, lists, None), rep),
     }
     entry: dict[str, Any] = {"steps": steps, "sum_of_steps_ms": round(sum(steps.values()), 4),
-                             "decode_and_arrays_ms": median_ms(lambda: rank_lists(decode_json(DECODER, body, "/rank"),
-                                                                                  d, settings), rep),
+                             "parse_parts": parse_parts(body, d, settings, rep),
                              "whole_handler_ms": median_ms(whole, rep), "response_bytes": len(whole())}
     # the model's own stages (EnsembleModel.score's ``timings``): median of each over the calls
     samples: dict[str, list[float]] = {}
@@ -98,10 +120,8 @@ def breakdown_one(model: Any, body: bytes, rep: int) -> dict[str, Any]:
     from bench.bench_service import columnar
 
     cbody = columnar(body)
-    entry["columnar_form"] = {
-        "body_bytes": len(cbody),
-        "decode_and_arrays_ms": median_ms(lambda: rank_lists(decode_json(DECODER, cbody, "/rank"), d, settings), rep),
-    }
+    entry["columnar_form"] = {"body_bytes": len(cbody),
+                              "parse_ms": median_ms(lambda: json_lists(cbody, registry, settings), rep)}
     return entry
 
 
@@ -127,3 +147,149 @@ def peer_breakdown(model_file: Path, threads: int, bodies: dict[int, list[bytes]
             "whole_handler_ms": median_ms(lambda b=body: peer.rank_body(b), rep),
         }
     return out
+
+
+# ---------------------------------------------------------------------------- the whole request, in-process
+def _scope(body: bytes) -> dict[str, Any]:
+    """An HTTP ``POST /rank`` scope as uvicorn hands it to the application."""
+    return {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+            "method": "POST", "scheme": "http", "path": "/rank", "raw_path": b"/rank", "root_path": "",
+            "query_string": b"", "client": ("127.0.0.1", 40000), "server": ("127.0.0.1", 8000),
+            "headers": [(b"host", b"127.0.0.1:8000"), (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode())]}
+
+
+async def asgi_request(app: Any, body: bytes) -> tuple[int, bytes]:
+    """(status, response body) of one ``POST /rank`` of ``body`` through the ASGI ``app``."""
+    import asyncio
+
+    sent: list[dict[str, Any]] = []
+    delivered = False
+    never = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await never.wait()  # the client stays connected
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(_scope(body), receive, send)
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    return status, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+
+
+async def _asgi_run(apps: dict[str, Any], bodies: dict[int, list[bytes]], rep: int) -> dict[str, Any]:
+    """Median wall and CPU (every thread of the process) ms of a whole request per application,
+    and the handler's own ``server_time_ms`` from its answers; the applications alternate."""
+    import gc
+    import json
+
+    out: dict[str, Any] = {}
+    for n_docs, bl in bodies.items():
+        wall: dict[str, list[float]] = {k: [] for k in apps}
+        cpu: dict[str, list[float]] = {k: [] for k in apps}
+        handler: dict[str, list[float]] = {k: [] for k in apps}
+        collections = {k: 0 for k in apps}
+        for i in range(rep + 3):
+            body = bl[i % len(bl)]
+            for key, app in apps.items():
+                before = sum(g["collections"] for g in gc.get_stats())
+                c0, t0 = time.process_time(), time.perf_counter()
+                status, content = await asgi_request(app, body)
+                t1, c1 = time.perf_counter(), time.process_time()
+                if status != 200:
+                    raise SystemExit(f"{key}: /rank answered {status}: {content[:300]!r}")
+                if i < 3:
+                    continue  # warm-up
+                collections[key] += sum(g["collections"] for g in gc.get_stats()) - before
+                wall[key].append((t1 - t0) * 1e3)
+                cpu[key].append((c1 - c0) * 1e3)
+                handler[key].append(float(json.loads(content)["server_time_ms"]))
+        out[f"docs_{n_docs}"] = {key: {"wall_ms": round(statistics.median(wall[key]), 4),
+                                       "cpu_ms": round(statistics.median(cpu[key]), 4),
+                                       "server_time_ms": round(statistics.median(handler[key]), 4),
+                                       "outside_handler_ms": round(statistics.median(wall[key])
+                                                                   - statistics.median(handler[key]), 4),
+                                       "gc_collections_per_request": round(collections[key] / rep, 3)}
+                                 for key in apps}
+        log(f"asgi {n_docs} docs: {out[f'docs_{n_docs}']}")
+    return out
+
+
+async def _asgi_main(model_path: Path, peer_file: Path, workers: int, bodies: dict[int, list[bytes]],
+                     rep: int) -> dict[str, Any]:
+    import asyncio
+    import contextlib
+
+    from app.main import create_app
+    from app.settings import Settings
+    from bench import peer_lightgbm_service as peer
+    from bench.bench_service import service_config
+
+    _, threads, floor = service_config(workers)
+    os.environ.update({"PEER_LGB_MODEL": str(peer_file), "PEER_LGB_THREADS": str(threads),
+                       "PEER_LGB_MIN_PARALLEL_ROWS": str(floor)})
+    peer._state.clear()
+    ours = create_app(Settings(models_dir=model_path.parent.parent, default_model=model_path.parent.name,
+                               workers=workers))
+    async with contextlib.AsyncExitStack() as stack:
+        for app in (ours, peer.app):
+            await stack.enter_async_context(app.router.lifespan_context(app))
+        registry = ours.state.registry
+        while not registry.all_warm:  # /ready's condition: every kernel warm
+            if registry.failed:
+                raise SystemExit(f"our model failed to load: {registry.failed}")
+            await asyncio.sleep(0.2)
+        return await _asgi_run({"ours": ours, "peer": peer.app}, bodies, rep)
+
+
+def asgi_breakdown(model_path: Path, peer_file: Path, workers: int, bodies: dict[int, list[bytes]],
+                   quick: bool) -> dict[str, Any]:
+    """Whole requests through our application and the peer's, in this process: ``wall_ms`` from the
+    scope handed over to the last byte of the answer, ``server_time_ms`` the handler's own clock,
+    ``outside_handler_ms`` the difference (routing, dependencies, middleware, the response)."""
+    import asyncio
+
+    return asyncio.run(_asgi_main(model_path, peer_file, workers, bodies, 20 if quick else 200))
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import tempfile
+
+    from bench.bench_service import make_bodies, service_config
+    from bench.common import write_result
+    from bench.service_models import MODEL_SETS, check_data, prepare
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--model-set", choices=[*MODEL_SETS, "both"], default="both")
+    ap.add_argument("--quick", action="store_true", help="20 repetitions a figure")
+    ap.add_argument("--workers", type=int, default=2, help="the benchmark's worker count (default 2)")
+    ap.add_argument("--name", default="service_breakdown", help="bench/results/<name>.json")
+    args = ap.parse_args(argv)
+    keys = list(MODEL_SETS) if args.model_set == "both" else [args.model_set]
+    check_data(keys)
+    _, threads, _ = service_config(args.workers)
+    result: dict[str, Any] = {"command": "python -m bench.service_breakdown " + " ".join(argv or sys.argv[1:]),
+                              "workers": args.workers, "sets": {}}
+    with tempfile.TemporaryDirectory(prefix="service-breakdown-") as tmp:
+        for key in keys:
+            mset = prepare(key, threads, Path(tmp))
+            bodies = {nd: make_bodies(mset.test, nd, 8, seed=nd) for nd in (100, 1000)}
+            result["sets"][key] = {
+                "body_bytes": {f"docs_{nd}": len(bl[0]) for nd, bl in bodies.items()},
+                "handler_steps_ours": breakdown(mset.model_path, bodies, args.quick),
+                "handler_steps_peer": peer_breakdown(mset.peer_file, threads, bodies, args.quick),
+                "asgi": asgi_breakdown(mset.model_path, mset.peer_file, args.workers, bodies, args.quick),
+            }
+    log(f"wrote {write_result(args.name, result)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -85,7 +85,7 @@ from app.parsing import (
     check_repeated_keys,
     decode_json,
 )
-from app.registry import NotInMemory, ServedModel
+from app.registry import ModelRegistry, NotInMemory, ServedModel
 from app.schemas import ErrorResponse, RankResponse
 from app.settings import Settings
 from tunemix.serving import (
@@ -206,6 +206,17 @@ def rank_lists(req: RankRequest, d: int, settings: Settings) -> CandidateLists:
     np.cumsum(sizes, out=offsets[1:])
     features = blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=0)
     return CandidateLists(features=np.ascontiguousarray(features), offsets=offsets, qids=qids, ids=ids)
+
+
+def json_lists(body: bytes, registry: ModelRegistry, settings: Settings, model: str | None = None,
+               version: str | None = None) -> tuple[RankRequest, ServedModel, CandidateLists]:
+    """A JSON body decoded, its model resolved (the body's ``model`` / ``version``, else the
+    query parameters') and its queries checked and stacked: steps 2 and 3 of the route."""
+    req = decode_json(DECODER, body, "/rank")
+    served = resolve_model(registry, req.model or model, req.version or version)
+    lists = rank_lists(req, served.n_features, settings)
+    check_repeated_keys(body)  # after the counts: its own pass is then small (bench_request_cost)
+    return req, served, lists
 
 
 # ---------------------------------------------------------------------------- 5. ranking and the answer
@@ -461,11 +472,8 @@ async def rank(
             options = Options(top_k, relevance, min_relevance, min_probability, explain)
             lists = letor_lists(body, served.n_features, settings)
         else:
-            req = decode_json(DECODER, body, "/rank")
-            served = resolve_model(registry, req.model or model, req.version or version)
+            req, served, lists = json_lists(body, registry, settings, model, version)
             options = Options(req.top_k or top_k, req.relevance, req.min_relevance, req.min_probability, req.explain)
-            lists = rank_lists(req, served.n_features, settings)
-            check_repeated_keys(body)  # after the counts: its own pass is then small (bench_request_cost)
             pairs = [(q, query.explain_pair) for q, query in enumerate(req.queries) if query.explain_pair]
         if options.explain or pairs:
             options = explain_options(lists, pairs, options, settings)
