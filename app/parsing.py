@@ -1,10 +1,8 @@
 """From decoded request bodies to the project's array layout (docs/architecture.md), with errors
 that name the query and the field.
 
-Untrusted JSON bytes are read by msgspec (``decode_json``: /rank, /evaluate, /fuse and
-/models/reload, into typed structs, first error only, linear cost); a key repeated in an object
-is refused (``check_repeated_keys``: jiter, then the standard library's decoder to name it).
-What comes out is checked here, before any array reaches a kernel:
+Bodies are decoded into typed structs by ``app.json_body`` (a repeated key refused there). What
+comes out is checked here, before any array reaches a kernel:
 
 - ``check_limits``: queries and documents per request (413 naming the setting);
 - ``finite_rows`` / ``sparse_rows``: every row exactly the model's feature count, every value a
@@ -16,24 +14,17 @@ What comes out is checked here, before any array reaches a kernel:
 
 from __future__ import annotations
 
-import contextlib
-import gc
-import json
+import itertools
 import re
-import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-import jiter
-import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from app.errors import ServiceError, input_error, query_label, too_large
+from app.errors import ServiceError, input_error, too_large
 from app.settings import Settings
-
-T = TypeVar("T")
 
 #: integer ids are echoed back as JSON numbers: 64-bit ones, as every JSON library reads them
 INT_ID_RANGE = (-(2**63), 2**63 - 1)
@@ -52,103 +43,6 @@ class CandidateLists:
     @property
     def n_documents(self) -> int:
         return int(self.features.shape[0])
-
-
-# ---------------------------------------------------------------------------- decoding
-class _QidOnly(msgspec.Struct):
-    qid: Any = None
-
-
-class _QueriesOnly(msgspec.Struct):
-    queries: list[msgspec.Raw] = []
-
-
-def qid_at(body: bytes, index: int) -> Any:
-    """The qid of ``queries[index]`` in a body that failed validation (None if it cannot be read)."""
-    try:
-        raw = msgspec.json.decode(body, type=_QueriesOnly).queries[index]
-        return msgspec.json.decode(raw, type=_QidOnly).qid
-    except (msgspec.MsgspecError, UnicodeDecodeError, RecursionError, IndexError, TypeError):
-        return None
-
-
-_PATH_PART = re.compile(r"\.([A-Za-z_]\w*)|\[(\d{1,18})\]|\[(\.\.\.)\]")
-
-
-def _json_path(path: str) -> list[str | int]:
-    """``$.queries[3].documents[0].features[7]`` -> ["queries", 3, "documents", 0, "features", 7]
-    (a key of a JSON object, which msgspec writes ``[...]``, stays ``"[...]"``)."""
-    return [name or (int(index) if index else "[...]") for name, index, _ in _PATH_PART.findall(path.removeprefix("$"))]
-
-
-def _where(parts: Sequence[str | int], body: bytes) -> str:
-    """``query 'q7' (queries[3]): documents[0].features[7]`` for a path into a /rank-like body."""
-    def path(ps: Sequence[str | int]) -> str:
-        return "".join(f"[{p}]" if isinstance(p, int) else p if p == "[...]" else f".{p}" for p in ps).lstrip(".")
-    if len(parts) >= 2 and parts[0] == "queries" and isinstance(parts[1], int):
-        return f"{query_label(parts[1], qid_at(body, parts[1]))}: {path(parts[2:]) or 'the query'}"
-    return path(parts) or "body"
-
-
-_gc_lock = threading.Lock()
-_gc_pausers = 0
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off while a body is decoded (on again once no thread is
-    decoding). A decoder makes a container object every few bytes, and each 700 of them start a
-    collection that walks the young ones, and now and then all of them: measured on 4 MiB bodies,
-    a list of empty lists decoded in 0.78 CPU-s with the collector and 0.16 without, /fuse's
-    one-id systems in 1.56 and 0.46. Decoded JSON has no reference cycles: nothing is left for
-    the collector to find."""
-    global _gc_pausers
-    with _gc_lock:
-        off_already = _gc_pausers == 0 and not gc.isenabled()  # by the application: leave it so
-        if not off_already:
-            _gc_pausers += 1
-            gc.disable()
-    if off_already:
-        yield
-        return
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_pausers -= 1
-            if _gc_pausers == 0:
-                gc.enable()
-
-
-def decode_json(decoder: msgspec.json.Decoder[T], body: bytes, endpoint: str,
-                choices: dict[str, Sequence[str]] | None = None) -> T:
-    """``body`` decoded by ``decoder``; any failure is a 422 that names the query and the field
-    (and, for a field in ``choices``, the values it takes). msgspec stops at the first error and
-    its cost is linear in the body: no error list is ever built."""
-    if not body.strip():
-        raise input_error(f"the request body is empty; send JSON (Content-Type: application/json) to {endpoint}")
-    try:
-        with gc_paused():
-            return decoder.decode(body)
-    except msgspec.ValidationError as exc:
-        msg, _, at = str(exc).partition(" - at `")
-        parts = _json_path(at.rstrip("`"))
-        if choices and parts and isinstance(parts[-1], str) and parts[-1] in choices:
-            msg += f"; one of {', '.join(choices[parts[-1]])}"
-        raise input_error(f"{_where(parts, body)}: {msg}") from None
-    except msgspec.DecodeError as exc:
-        raise input_error(f"body: {exc}{_near(body, str(exc))} (NaN, Infinity and comments are not JSON)") from None
-    except UnicodeDecodeError as exc:
-        raise input_error(f"body: invalid UTF-8 at byte {exc.start}") from None
-
-
-def _near(body: bytes, message: str) -> str:
-    """`` near '...'``: the body's text around the byte a decoder's message names."""
-    found = re.search(r"\(byte (\d+)\)", message)
-    if not found:
-        return ""
-    at = int(found.group(1))
-    return f" near {body[max(0, at - 12):at + 12].decode('utf-8', 'replace')!r}"
 
 
 # ---------------------------------------------------------------------------- limits and ids
@@ -219,15 +113,19 @@ def candidate_rows(documents: Sequence[Any] | None, ids: Sequence[Any] | None,
 
 def finite_rows(rows: Sequence[Sequence[float]], d: int, where: str, field: str) -> npt.NDArray[np.float32]:
     """Dense rows as an (m, d) float32 matrix; 422 naming the row (``field`` formats ``{j}``) that
-    has another length than ``d`` or a value that is not a finite float32."""
-    try:
-        with np.errstate(over="ignore"):  # beyond float32: inf, refused below
-            arr = np.array(rows, dtype=np.float32)
-    except ValueError:  # ragged rows
-        arr = np.empty((0, 0), dtype=np.float32)
-    if arr.ndim != 2 or arr.shape != (len(rows), d):
-        j = next((j for j, r in enumerate(rows) if len(r) != d), 0)
+    has another length than ``d`` or a value that is not a finite float32.
+
+    The lengths are checked first (one ``len`` a row), then the values stream into the matrix
+    (``np.fromiter`` over the rows chained, exactly m x d of them): no nested sequence for numpy
+    to inspect: 100 MSLR rows of 136 floats, checks included, 0.41 ms against 0.57 for
+    ``np.array(rows, float32)`` alone (bench/results/service_breakdown_one_pass.json). The rows
+    are the typed decode's ``list[float]``: Python floats only."""
+    m = len(rows)
+    if any(len(r) != d for r in rows):
+        j = next(j for j, r in enumerate(rows) if len(r) != d)
         raise input_error(f"{where}: {field.format(j=j)} has {len(rows[j])} values; the model takes {d}")
+    with np.errstate(over="ignore"):  # beyond float32: inf, refused below
+        arr = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.float32, count=m * d).reshape(m, d)
     _check_finite(arr, where, field)
     return arr
 
@@ -267,88 +165,5 @@ def _check_finite(arr: npt.NDArray[np.float32], where: str, field: str) -> None:
                           "(NaN, infinity or beyond ±3.4e38)")
 
 
-class _Repeated(dict[str, Any]):
-    """A JSON object some key of which appeared twice (``repeated`` names it)."""
-
-    repeated: str = ""
-
-
-def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object as a dict; a ``_Repeated`` naming the first key seen twice (one pass, linear)."""
-    out = dict(pairs)
-    if len(out) == len(pairs):
-        return out
-    repeated = _Repeated(out)
-    seen: set[str] = set()
-    for key, _ in pairs:
-        if key in seen:
-            repeated.repeated = key
-            break
-        seen.add(key)
-    return repeated
-
-
-def _first_repeated(doc: Any) -> tuple[list[str | int], str] | None:
-    """(the path to, the key of) the first object in document order with a repeated key."""
-    stack: list[tuple[Any, list[str | int]]] = [(doc, [])]
-    while stack:
-        node, path = stack.pop()
-        if isinstance(node, _Repeated):
-            return path, node.repeated
-        if isinstance(node, dict):
-            stack.extend((v, [*path, k]) for k, v in reversed(node.items()))
-        elif isinstance(node, list):
-            stack.extend((v, [*path, j]) for j, v in reversed(list(enumerate(node))) if isinstance(v, dict | list))
-    return None
-
-
-def check_repeated_keys(body: bytes) -> None:
-    """422 naming the object (query and field) in which a key appears twice: JSON decoders keep the
-    last value of a repeated key silently (``"top_k":1,"top_k":2``), so the client's intent is
-    unknown. Run after a schema-checked decode (the body is valid JSON of bounded depth) and the
-    counts. msgspec and orjson cannot report repeats (msgspec#648); jiter (pydantic's JSON parser,
-    fuzzed in its own CI) does, with ``catch_duplicate_keys``: keys compared as decoded text
-    (``"\\u0061"`` and ``"a"`` are one key), a hash set per object, so one linear pass. A body it
-    passes is done; only one it refuses (a repeat, or anything it reads otherwise than msgspec
-    did) takes the second pass, ``name_repeated_key``, which names the object or finds no repeat
-    (then the body is taken, as before). jiter's cost is building the numbers (``cache_mode="keys"``:
-    keys interned, ids not): 0.56-0.71 times the standard library's pass's CPU on the service
-    benchmark's bodies, 0.31 against 0.54 ms for 100 MQ2008 documents; 1.6 times it on one object
-    of 60,000 keys; peak memory about 4 times the body (``python -m bench.bench_repeated_keys``,
-    docs/performance.md)."""
-    try:
-        with gc_paused():
-            jiter.from_json(body, catch_duplicate_keys=True, cache_mode="keys")
-        return
-    except ValueError:
-        pass  # named (or found to be no repeat) by the slow, exact pass
-    name_repeated_key(body)
-
-
-def name_repeated_key(body: bytes) -> None:
-    """The repeated-key check by the standard library's decoder, which hands every object's pairs
-    to ``object_pairs_hook`` in order: a 422 naming the first object in document order with a
-    repeated key, and its key. Numbers are not built (``parse_float`` / ``parse_int`` = ``len``:
-    a third of the decoder's time on numeric bodies, and no 4,300-digit limit to trip on), and the
-    document is walked only to name a repeat found. ``check_repeated_keys`` runs it only on a body
-    jiter refused; it is also the slow twin the tests hold jiter's verdict to."""
-    repeats = 0
-
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        nonlocal repeats
-        out = _pairs(items)
-        if type(out) is _Repeated:
-            repeats += 1
-        return out
-
-    with gc_paused():
-        doc = json.loads(body, object_pairs_hook=pairs, parse_float=len, parse_int=len)
-    found = _first_repeated(doc) if repeats else None  # the walk only to name a repeat found
-    if found is not None:
-        path, key = found
-        raise input_error(f"{_where(path, body)}: key {key!r} appears twice in one object; send each key once")
-
-
-__all__ = ["CandidateLists", "ServiceError", "candidate_rows", "check_ids", "check_limits", "check_repeated_keys",
-           "check_unique", "decode_json", "finite_rows", "name_repeated_key", "qid_at",
-           "sparse_rows"]
+__all__ = ["CandidateLists", "ServiceError", "candidate_rows", "check_ids", "check_limits", "check_unique",
+           "finite_rows", "sparse_rows"]

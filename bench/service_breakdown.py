@@ -63,14 +63,29 @@ def breakdown(model_path: Path, bodies: dict[int, list[bytes]], quick: bool) -> 
 
 
 def parse_parts(body: bytes, d: int, settings: Any, rep: int) -> dict[str, float]:
-    """The parts of ``json_lists`` (median ms each): decoding, checks and arrays, the repeated-key pass."""
-    from app.parsing import check_repeated_keys, decode_json
-    from app.routers.rank import DECODER, rank_lists
+    """The parts of ``json_lists`` (median ms each): the one pass (jiter's objects, then msgspec's
+    convert into the structs), each of its halves, and the checks and arrays; for comparison
+    the two passes' decode and repeated-key pass, and the rows by ``np.array``."""
+    import jiter
+    import msgspec
 
-    req = decode_json(DECODER, body, "/rank")
-    return {"decode_ms": median_ms(lambda: decode_json(DECODER, body, "/rank"), rep),
+    from app.json_body import check_repeated_keys, decode_json, gc_paused, one_pass
+    from app.routers.rank import DECODER, RankRequest, rank_lists
+
+    def tree() -> Any:
+        with gc_paused():
+            return jiter.from_json(body, allow_inf_nan=False, catch_duplicate_keys=True, cache_mode="keys")
+
+    obj = tree()
+    req = one_pass(DECODER, body)
+    rows = [r for q in req.queries for r in ([doc.features for doc in q.documents] if q.documents else q.features)]
+    return {"one_pass_ms": median_ms(lambda: one_pass(DECODER, body), rep),
+            "jiter_ms": median_ms(tree, rep),
+            "convert_ms": median_ms(lambda: msgspec.convert(obj, RankRequest, strict=True), rep),
             "to_arrays_ms": median_ms(lambda: rank_lists(req, d, settings), rep),
-            "repeated_keys_ms": median_ms(lambda: check_repeated_keys(body), rep)}
+            "two_passes_decode_ms": median_ms(lambda: decode_json(DECODER, body, "/rank"), rep),
+            "two_passes_repeated_keys_ms": median_ms(lambda: check_repeated_keys(body), rep),
+            "rows_by_np_array_ms": median_ms(lambda: np.array(rows, dtype=np.float32), rep)}
 
 
 def breakdown_one(registry: Any, body: bytes, rep: int) -> dict[str, Any]:

@@ -33,9 +33,10 @@ from app.deps import (
     scoring,
 )
 from app.errors import input_error, query_label, too_large
+from app.json_body import check_repeated_keys, decode_json
 from app.letor import letor_lists
 from app.openapi import msgspec_body_spec
-from app.parsing import candidate_rows, check_ids, check_limits, check_repeated_keys, decode_json
+from app.parsing import candidate_rows, check_ids, check_limits
 from app.registry import ModelRegistry, ServedModel
 from app.routers.rank import ERRORS, Document, Id
 from app.schemas import EvaluateResponse

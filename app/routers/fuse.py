@@ -21,8 +21,9 @@ from fastapi.responses import Response
 from app.deadlines import start_deadline
 from app.deps import HoldDep, SettingsDep, body_kind, json_bytes_response, python_work, read_body
 from app.errors import input_error, query_label, too_large
+from app.json_body import check_repeated_keys, decode_json
 from app.openapi import msgspec_body_spec
-from app.parsing import CandidateLists, check_ids, check_limits, check_repeated_keys, decode_json
+from app.parsing import CandidateLists, check_ids, check_limits
 from app.routers.rank import ENCODER, Id, ranked
 from app.schemas import ErrorResponse, FuseResponse
 from app.settings import Settings

@@ -11,8 +11,8 @@ from fastapi import APIRouter, Header, Request
 
 from app.deps import RegistryDep, SettingsDep, in_thread, read_body
 from app.errors import ServiceError
+from app.json_body import check_repeated_keys, decode_json
 from app.openapi import msgspec_body_spec
-from app.parsing import check_repeated_keys, decode_json
 from app.schemas import ErrorResponse, ModelsResponse, ReloadResponse
 from tunemix.serving import manifest_feature_names, versions_on_disk
 

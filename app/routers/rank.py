@@ -46,6 +46,7 @@ candidate list of a query, not pages of it.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -74,17 +75,11 @@ from app.deps import (
     score_call,
     scoring,
 )
-from app.errors import input_error, query_label
+from app.errors import ServiceError, input_error, query_label
+from app.json_body import ONE_PASS_MAX_BYTES, check_repeated_keys, decode_json, one_pass
 from app.letor import letor_lists
 from app.openapi import msgspec_body_spec
-from app.parsing import (
-    CandidateLists,
-    candidate_rows,
-    check_ids,
-    check_limits,
-    check_repeated_keys,
-    decode_json,
-)
+from app.parsing import CandidateLists, candidate_rows, check_ids, check_limits
 from app.registry import ModelRegistry, NotInMemory, ServedModel
 from app.schemas import ErrorResponse, RankResponse
 from app.settings import Settings
@@ -211,7 +206,29 @@ def rank_lists(req: RankRequest, d: int, settings: Settings) -> CandidateLists:
 def json_lists(body: bytes, registry: ModelRegistry, settings: Settings, model: str | None = None,
                version: str | None = None) -> tuple[RankRequest, ServedModel, CandidateLists]:
     """A JSON body decoded, its model resolved (the body's ``model`` / ``version``, else the
-    query parameters') and its queries checked and stacked: steps 2 and 3 of the route."""
+    query parameters') and its queries checked and stacked: steps 2 and 3 of the route.
+
+    A body of at most ``ONE_PASS_MAX_BYTES`` is parsed once (``app.json_body.one_pass``). A body
+    the pass or a check after it refuses goes through the two passes (``json_lists_two_passes``),
+    which name the error as they always did: msgspec's first (a number beyond float64, which the
+    one pass reads as infinity, is "out of range" at its path), then the checks', then the
+    repeated key's. A valid body costs one parse; a refused one, two."""
+    if len(body) <= ONE_PASS_MAX_BYTES and (req := one_pass(DECODER, body)) is not None:
+        try:
+            if req.min_relevance is not None and not math.isfinite(req.min_relevance):
+                raise input_error("min_relevance: not a finite number")  # 1e400: named by the two passes
+            served = resolve_model(registry, req.model or model, req.version or version)
+            return req, served, rank_lists(req, served.n_features, settings)
+        except ServiceError:
+            pass  # named by the two passes, in their order
+    return json_lists_two_passes(body, registry, settings, model, version)
+
+
+def json_lists_two_passes(body: bytes, registry: ModelRegistry, settings: Settings, model: str | None = None,
+                          version: str | None = None) -> tuple[RankRequest, ServedModel, CandidateLists]:
+    """``json_lists`` by msgspec's decode, the counts and checks, then the repeated-key pass: for
+    bodies past ``ONE_PASS_MAX_BYTES`` (the counts refuse a body before a second tree is built)
+    and those the one pass refuses; the twin the tests hold the one pass to."""
     req = decode_json(DECODER, body, "/rank")
     served = resolve_model(registry, req.model or model, req.version or version)
     lists = rank_lists(req, served.n_features, settings)

@@ -1,5 +1,5 @@
 """A coverage-guided fuzzer (atheris, libFuzzer's engine) over /rank's whole decode-check-score
-path: the body's bytes through ``decode_json`` (msgspec) or ``letor_lists``, the checks and
+path: the body's bytes through ``one_pass`` and ``decode_json`` (msgspec) or ``letor_lists``, the checks and
 arrays of ``rank_lists``, the model's kernels and the answer's encoder, exactly as the route
 runs them. Any exception but a ``ServiceError`` (the route's 4xx), and any crash, is a finding.
 
@@ -22,8 +22,8 @@ from training.scoring.ensemble_model import load_model  # numba kernels: compile
 
 with atheris.instrument_imports(include=["app"]):  # coverage of the service's own Python
     from app.errors import ServiceError
+    from app.json_body import check_repeated_keys, decode_json, one_pass
     from app.letor import letor_lists
-    from app.parsing import check_repeated_keys, decode_json
     from app.routers.rank import DECODER, ENCODER, RankAnswer, rank_lists, ranked
     from app.settings import Settings
 
@@ -59,6 +59,7 @@ def main() -> None:
             if data[0] % 2:
                 lists, top_k = letor_lists(body, d, SETTINGS), None
             else:
+                one_pass(DECODER, body)  # the one pass never raises: a struct, or None for the two passes
                 req = decode_json(DECODER, body, "/rank")
                 lists, top_k = rank_lists(req, d, SETTINGS), req.top_k
                 check_repeated_keys(body)

@@ -1,4 +1,4 @@
-"""The repeated-key check (``app.parsing.check_repeated_keys``: jiter's ``catch_duplicate_keys``,
+"""The repeated-key check (``app.json_body.check_repeated_keys``: jiter's ``catch_duplicate_keys``,
 then the standard library's pass to name a repeat) against its slow, exact twin
 (``name_repeated_key``: every object's pairs in order), on fixed and generated bodies: the same
 verdict and the same message, keys compared as decoded text, and one pass for a clean body."""
@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app import parsing
+from app import json_body
 from app.errors import ServiceError
-from app.parsing import check_repeated_keys, name_repeated_key
+from app.json_body import check_repeated_keys, name_repeated_key
 
 
 def verdict(check: Any, body: bytes) -> str | None:
@@ -60,7 +60,7 @@ def test_a_clean_body_takes_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     def never(body: bytes) -> None:
         raise AssertionError("the naming pass ran on a clean body")
 
-    monkeypatch.setattr(parsing, "name_repeated_key", never)
+    monkeypatch.setattr(json_body, "name_repeated_key", never)
     body = json.dumps({"queries": [{"qid": f"q{i}", "ids": list(range(50)), "features": [[0.5] * 46] * 50}
                                    for i in range(20)], "top_k": 3}).encode()
     check_repeated_keys(body)

@@ -23,8 +23,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.errors import ServiceError
+from app.json_body import _pairs, _Repeated, check_repeated_keys
 from app.letor import letor_lists
-from app.parsing import _pairs, _Repeated, check_repeated_keys
 from app.settings import DECODED_BODY_MULTIPLE, Settings
 from tests.app.conftest import (
     N_FEATURES,
