@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
 
 REF = "#/components/schemas/{model}"
 #: each with the function that writes its example for a model of n features (None: not loaded yet)
@@ -29,6 +30,14 @@ def msgspec_body_spec(struct: type[msgspec.Struct], example: Callable[[int | Non
     if text is not None:
         content["text/plain"] = {"schema": {"type": "string", "description": text}}
     return {"requestBody": {"required": required, "content": content}}
+
+
+def query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
+    """``openapi_extra["parameters"]`` for a route that reads its query parameters as ``model``
+    (``app.deps.query_model``): each field, optional, with its schema and description."""
+    props = model.model_json_schema()["properties"]
+    return [{"name": name, "in": "query", "required": False, "description": prop.get("description", ""),
+             "schema": {k: v for k, v in prop.items() if k != "description"}} for name, prop in props.items()]
 
 
 def _default_n_features(app: FastAPI) -> int | None:

@@ -55,21 +55,21 @@ from typing import Annotated, Any
 import msgspec
 import numpy as np
 import numpy.typing as npt
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
+from pydantic import BaseModel, Field
 
 from app.deadlines import start_deadline
 from app.deps import (
     LARGE_BODY_BYTES,
-    HoldDep,
-    MetricsDep,
-    RegistryDep,
-    SettingsDep,
+    BodyHold,
     body_kind,
     explain_work,
+    held_body,
     json_bytes_response,
     parse_and_score,
     python_work,
+    query_model,
     read_body,
     resolve_model,
     score_call,
@@ -78,7 +78,8 @@ from app.deps import (
 from app.errors import ServiceError, input_error, query_label
 from app.json_body import ONE_PASS_MAX_BYTES, check_repeated_keys, decode_json, one_pass
 from app.letor import letor_lists
-from app.openapi import msgspec_body_spec
+from app.observability import Metrics
+from app.openapi import msgspec_body_spec, query_parameters
 from app.parsing import CandidateLists, candidate_rows, check_ids, check_limits
 from app.registry import ModelRegistry, NotInMemory, ServedModel
 from app.schemas import ErrorResponse, RankResponse
@@ -452,32 +453,45 @@ ERRORS = {408: {"model": ErrorResponse, "description": "the body did not arrive 
           504: {"model": ErrorResponse, "description": "the work ran past the request's deadline "
                                                         "(TUNEMIX_REQUEST_TIMEOUT_S, ?timeout_s=)"}}
 
+class RankParams(BaseModel):
+    """/rank's query parameters: a text body's options; for a JSON body, the model, version and
+    top_k where the body does not say them."""
+
+    model: str | None = Field(None, description="model name (text bodies; JSON bodies say it in the body)")
+    version: str | None = Field(None, description="model version (text bodies)")
+    top_k: int | None = Field(None, ge=1, description="best top_k per query (text bodies)")
+    relevance: bool = Field(False, description="text bodies: also return relevance and probabilities")
+    min_relevance: float | None = Field(None, ge=0, description="text bodies: cut below this expected grade")
+    min_probability: float | None = Field(None, ge=0, le=1, description="text bodies: cut below this P(grade >= 1)")
+    explain: int = Field(0, ge=0, le=MAX_EXPLAIN, description="text bodies: each returned document's k largest "
+                                                             "feature contributions")
+
+
 @router.post(
     "/rank",
     summary="Rank the candidate documents of one or many queries",
     response_model=RankResponse,
     responses=ERRORS,  # type: ignore[arg-type]
-    openapi_extra=msgspec_body_spec(RankRequest, example,
-                                    text="LETOR/SVMlight lines `label qid:Q 1:v 2:v ... # docid = X` "
-                                         "(labels ignored); model, version and top_k as query parameters"),
+    openapi_extra={**msgspec_body_spec(RankRequest, example,
+                                       text="LETOR/SVMlight lines `label qid:Q 1:v 2:v ... # docid = X` "
+                                            "(labels ignored); model, version and top_k as query parameters"),
+                   "parameters": query_parameters(RankParams)},
 )
-async def rank(
-    request: Request,
-    registry: RegistryDep,
-    settings: SettingsDep,
-    metrics: MetricsDep,
-    hold: HoldDep,
-    model: Annotated[str | None, Query(description="model name (text bodies; JSON bodies say it in the body)")] = None,
-    version: Annotated[str | None, Query(description="model version (text bodies)")] = None,
-    top_k: Annotated[int | None, Query(ge=1, description="best top_k per query (text bodies)")] = None,
-    relevance: Annotated[bool, Query(description="text bodies: also return relevance and probabilities")] = False,
-    min_relevance: Annotated[float | None, Query(ge=0, description="text bodies: cut below this expected grade")]
-    = None,
-    min_probability: Annotated[float | None, Query(ge=0, le=1, description="text bodies: cut below this "
-                                                                            "P(grade >= 1)")] = None,
-    explain: Annotated[int, Query(ge=0, le=MAX_EXPLAIN, description="text bodies: each returned document's k "
-                                                                    "largest feature contributions")] = 0,
-) -> Response:
+async def rank(request: Request) -> Response:
+    """The route. Its query parameters (``RankParams``) and the application's state are read here,
+    not declared as FastAPI parameters and dependencies: FastAPI resolves each declared one on
+    every request (``app.deps.query_model``)."""
+    state = request.app.state
+    async with held_body(request) as hold:
+        return await rank_request(request, state.registry, state.settings, state.metrics, hold,
+                                  query_model(request, RankParams))
+
+
+async def rank_request(request: Request, registry: ModelRegistry, settings: Settings, metrics: Metrics,
+                       hold: BodyHold, params: RankParams) -> Response:
+    """/rank's work, from reading the body to the answer."""
+    model, version, top_k, explain = params.model, params.version, params.top_k, params.explain
+    relevance, min_relevance, min_probability = params.relevance, params.min_relevance, params.min_probability
     start = time.perf_counter()
     kind = body_kind(request)
     body = await read_body(request, settings, hold=hold)
