@@ -42,10 +42,11 @@ class Settings(BaseSettings):
     concurrency: int | None = Field(
         None, ge=1, le=256, description="requests one worker scores at once (default: cores / workers)")
     inline_max_bytes: int = Field(
-        64 * 1024, ge=0, description="a /rank body of at most this many bytes is decoded, scored and answered on the "
+        96 * 1024, ge=0, description="a /rank body of at most this many bytes is decoded, scored and answered on the "
                                      "event loop when no other request of the worker is scoring (no thread hop: a "
-                                     "100-document request holds the loop about 1.5 ms); larger ones go to worker "
-                                     "threads, so the loop keeps answering /health. 0: always threads")
+                                     "100-document request holds the loop about 2 ms: 100 MSLR documents of 136 "
+                                     "features, 86 KB, 2.1 ms in-process, 100 MQ2008 ones 2.6-3.8 ms); larger ones go "
+                                     "to worker threads, so the loop keeps answering /health. 0: always threads")
     reload_token: str | None = Field(None, description="bearer token of POST /models/reload; unset disables it")
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     access_log: bool = Field(False, description="one log line per request (off by default: /metrics counts "
