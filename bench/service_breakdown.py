@@ -308,9 +308,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
 
 def route_overhead(rep: int) -> dict[str, float]:
     """What FastAPI costs a route per request for what it resolves, in this process: median CPU
@@ -374,3 +371,7 @@ def route_overhead(rep: int) -> dict[str, float]:
         return {f"{k}_cpu_ms": round(statistics.median(v), 4) for k, v in out.items()}
 
     return asyncio.run(run())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
