@@ -67,7 +67,7 @@ from training.data.normalization import ILL_CONDITIONED, NULL_SPACE, WHITEN_EPS,
 from training.scoring.calibrator_games import CalibratorGames, calibrator_games
 from training.scoring.ensemble_model import EnsembleModel
 from training.scoring.mix_propagation import mix_layer, reveal_cancel_at
-from training.scoring.tree_shap import forest_attributions
+from training.scoring.tree_shap import document, shapley_weights, workspace
 
 _NEVER = np.iinfo(np.int64).max
 #: elements of one batch's largest arrays (documents x members x coalitions x inputs), to bound memory
@@ -111,17 +111,36 @@ def _raw_attributions(model: EnsembleModel, games: CalibratorGames, wide: np.nda
                       group: np.ndarray, players: int) -> tuple[np.ndarray, np.ndarray]:
     """(A (n, sources, K_max, players), their sums over the players (n, sources, K_max)): each
     source's raw K-vector attributed to the players, the players innermost (the mix layer's passes
-    run over them): the forest's sources from one TreeSHAP pass over its checkpoints, the linear
-    runs' in closed form (``_assemble``). A sum within ``CANCELLED`` of its terms' absolute sum is
-    0: that input has not moved."""
+    run over them): ``_moved_attributions`` with every player in its place."""
+    at, total, active, n_active = _moved_attributions(model, games, wide, r_wide, group, players)
+    full = np.zeros(at.shape)
+    for i in range(at.shape[0]):
+        full[i][..., active[i, : n_active[i]]] = at[i, ..., : n_active[i]]
+    return full, total
+
+
+def _moved_attributions(model: EnsembleModel, games: CalibratorGames, wide: np.ndarray, r_wide: np.ndarray,
+                        group: np.ndarray, players: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(A, total, active (n, players), n_active (n,)): each source's raw K-vector attributed to the
+    players, document i's ``n_active[i]`` moved players (those with a non-zero attribution; the others
+    get 0 from every layer) first: ``A[i, u, q, j]`` belongs to player ``active[i, j]`` for
+    j < n_active[i] (the rest of the row is not written), total[i, u, q] the sum over them. One numba
+    pass per document (``_sources``): the forest's sources from one TreeSHAP walk over its
+    checkpoints, the linear runs' in closed form. A sum within ``CANCELLED`` of its terms' absolute
+    sum is 0: that input has not moved."""
     n = wide.shape[0]
-    ck = (forest_attributions(model.forest, wide, r_wide, group, players, model._checkpoints)
-          if games.forest_hi.size else np.zeros((n, 1, players, 1)))
-    at = np.zeros((n, len(games.keys), games.k_max, players))
+    f = model.forest
+    at = np.empty((n, len(games.keys), games.k_max, players))
     total = np.zeros((n, len(games.keys), games.k_max))
-    _assemble(ck, games.forest_lo, games.forest_hi, np.ascontiguousarray(wide), np.ascontiguousarray(r_wide),
-              model._linear_w, group, games.linear, at, total)
-    return at, total
+    active = np.empty((n, players), dtype=np.int64)
+    n_active = np.zeros(n, dtype=np.int64)
+    depth = int(np.diff(f.base_node_start).max(initial=0)) + 1
+    plus, minus = shapley_weights(min(depth, players))
+    _sources(f.base_kind, f.base_node_start, f.base_leaf_start, f.node_feature, f.node_threshold, f.node_left,
+             f.node_right, f.leaf_values, np.ascontiguousarray(wide, dtype=np.float32),
+             np.ascontiguousarray(r_wide, dtype=np.float32), group, model._checkpoints, plus, minus,
+             games.forest_lo, games.forest_hi, model._linear_w, games.linear, at, total, active, n_active)
+    return at, total, active, n_active
 
 
 @njit(cache=True, nogil=True)
@@ -135,29 +154,53 @@ def _ratio(phi, total, src, out):  # pragma: no cover
 
 
 @njit(cache=True, nogil=True)
-def _assemble(ck, lo, hi, wide, r_wide, w, group, linear, at, total):  # pragma: no cover
-    """at[i, u, q, p]: forest source u (the first ``lo.size``) ``ck[i, hi[u], p, q] - ck[i, lo[u], p, q]``;
+def _sources(kind, node_start, leaf_start, feat, thr, left, right, leaves, wide, r_wide, group, checkpoints, plus,
+             minus, lo, hi, w, linear, at, total, active, n_active):  # pragma: no cover
+    """Per document i: the forest's checkpoint attributions (``tree_shap.document``, (C, P, K)), then
+    the sources' full (U, K, P): forest source u (the first ``lo.size``) ``ck[hi[u], p, q] - ck[lo[u], p, q]``,
     linear source ``linear[j] = (u, c0, c1)`` ``sum over the columns c of player p of
-    (wide[i, c] - r_wide[c]) w[c, c0 + q]``; total[i, u, q] their sum over p (0 when cancelled)."""
+    (wide[i, c] - r_wide[c]) w[c, c0 + q]``; the moved players into ``active[i]``, their columns of
+    full into ``at[i]``, and total[i, u, q] the sum of each row (0 when cancelled)."""
     n, n_src, k_max, n_p = at.shape
-    kf = min(ck.shape[3], k_max)
+    k_out = leaves.shape[1]
+    kf = min(k_out, k_max)
+    ws = workspace(node_start, n_p, k_out)
+    ck = np.zeros((checkpoints.shape[0], n_p, k_out))
+    full = np.zeros((n_src, k_max, n_p))
+    moved = np.zeros(n_p, dtype=np.bool_)
     for i in range(n):
+        if lo.shape[0]:
+            document(kind, node_start, leaf_start, feat, thr, left, right, leaves, wide[i], r_wide, group,
+                     checkpoints, plus, minus, ws, ck)
+        full[:, :, :] = 0.0
         for u in range(lo.shape[0]):
             for q in range(kf):
                 for p in range(n_p):
-                    at[i, u, q, p] = ck[i, hi[u], p, q] - ck[i, lo[u], p, q]
+                    full[u, q, p] = ck[hi[u], p, q] - ck[lo[u], p, q]
         for j in range(linear.shape[0]):
             u = linear[j, 0]
             c0 = linear[j, 1]
             for q in range(linear[j, 2] - c0):
                 for c in range(wide.shape[1]):
-                    at[i, u, q, group[c]] += (np.float64(wide[i, c]) - np.float64(r_wide[c])) * w[c, c0 + q]
+                    full[u, q, group[c]] += (np.float64(wide[i, c]) - np.float64(r_wide[c])) * w[c, c0 + q]
+        moved[:] = False
+        for u in range(n_src):
+            for q in range(k_max):
+                for p in range(n_p):
+                    moved[p] |= full[u, q, p] != 0.0
+        m = 0
+        for p in range(n_p):
+            if moved[p]:
+                active[i, m] = p
+                m += 1
+        n_active[i] = m
         for u in range(n_src):
             for q in range(k_max):
                 sm = 0.0
                 size = 0.0
-                for p in range(n_p):
-                    v = at[i, u, q, p]
+                for j in range(m):
+                    v = full[u, q, active[i, j]]
+                    at[i, u, q, j] = v
                     sm += v
                     size += abs(v)
                 total[i, u, q] = 0.0 if abs(sm) <= CANCELLED * size else sm
@@ -199,13 +242,14 @@ def explain_query(model: EnsembleModel, xq: np.ndarray, rows: np.ndarray, r: np.
         chunk = rows[s : s + step]
         # (k, U, K, P) and (k, U, K): an input whose attributions cancel to within rounding of their
         # sizes has not moved (its share would be rounding noise divided by rounding noise)
-        at, total = _raw_attributions(model, games, wide[chunk], r_wide, group, players)
+        at, total, active, n_active = _moved_attributions(model, games, wide[chunk], r_wide, group, players)
         g_lo, phi = games.shapley(lo, total, member[chunk])
         # the rescale rule: input k's share phi_mk over the players in proportion to A_m[., k]
         ratio = np.empty_like(phi)
         _ratio(phi, total, games.src, ratio)
         s_r = np.broadcast_to(g_lo, (chunk.size, mm))
-        contrib[s : s + step], baseline[s : s + step] = reveal_cancel_at(layer, chunk, s_r, ratio, at, games.src)
+        contrib[s : s + step], baseline[s : s + step] = reveal_cancel_at(layer, chunk, s_r, ratio, at, games.src,
+                                                                         active, n_active)
     if white is not None:
         contrib = contrib[:, :d] + _unwhiten(contrib[:, d:], xq[rows], r, white)
     return {"scores": served[rows], "baseline": baseline, "contributions": contrib}

@@ -217,10 +217,9 @@ def mix_layer(mixer: Mixer, member: np.ndarray) -> MixLayer | None:
 
 
 @njit(cache=True, nogil=True)
-def _member_row(ratio, at, i, m, u, buf):  # pragma: no cover
-    """buf[p] = C[i, m, p] = sum_q ratio[i, m, q] at[i, u, q, p] over every player p (players in
+def _member_row(ratio, at, i, m, u, n_p, buf):  # pragma: no cover
+    """buf[p] = C[i, m, p] = sum_q ratio[i, m, q] at[i, u, q, p] over the first n_p players (players in
     the innermost loop, so that it vectorises)."""
-    n_p = at.shape[3]
     r0 = ratio[i, m, 0]
     for p in range(n_p):
         buf[p] = r0 * at[i, u, 0, p]
@@ -232,12 +231,12 @@ def _member_row(ratio, at, i, m, u, buf):  # pragma: no cover
 
 
 @njit(cache=True, nogil=True, fastmath={"reassoc"})
-def _row_parts(buf):  # pragma: no cover
-    """(sum of the positive entries, sum of the negative ones) of buf, in any order (``reassoc``:
+def _row_parts(buf, n_p):  # pragma: no cover
+    """(sum of the positive entries, sum of the negative ones) of buf[:n_p], in any order (``reassoc``:
     the loop vectorises), the same order on every call."""
     sp = 0.0
     sn = 0.0
-    for p in range(buf.shape[0]):
+    for p in range(n_p):
         c = buf[p]
         sp += max(c, 0.0)
         sn += min(c, 0.0)
@@ -245,24 +244,31 @@ def _row_parts(buf):  # pragma: no cover
 
 
 @njit(cache=True, nogil=True)
-def _propagate(ratio, at, src, mode, n, w, c, sh, st, s_rows, omin, omax, s_r, f0, out):  # pragma: no cover
-    """One pass over the members: member m's attributions ``C[i, m, p]`` (``_member_row``, never
-    stored: (k, M, P) is large), their positive and negative parts, the mix layer's two-player
-    shares (``_member_shares``), and ``out[i, p] += C * (k_pos if C > 0 else k_neg)``; f0[i, m]
-    the member's value at the reference."""
+def _propagate(ratio, at, src, active, n_active, mode, n, w, c, sh, st, s_rows, omin, omax, s_r, f0,
+               out):  # pragma: no cover
+    """One pass over the members: member m's attributions ``C[i, m, j]`` over document i's
+    ``n_active[i]`` players (``_member_row``, never stored: (k, M, P) is large), their positive and
+    negative parts, the mix layer's two-player shares (``_member_shares``), and
+    ``out[i, active[i, j]] += C * (k_pos if C > 0 else k_neg)``; f0[i, m] the member's value at the
+    reference."""
     buf = np.empty(at.shape[3])
+    acc = np.empty(at.shape[3])
     for i in range(ratio.shape[0]):
+        n_p = n_active[i]
+        acc[:n_p] = 0.0
         for m in range(ratio.shape[1]):
-            _member_row(ratio, at, i, m, src[m], buf)
-            sp, sn = _row_parts(buf)
+            _member_row(ratio, at, i, m, src[m], n_p, buf)
+            sp, sn = _row_parts(buf, n_p)
             f0[i, m], kp, kn = _member_shares(mode, n, w[m], c[m], sh[m], st, m, s_rows[i, m], omin[i, m],
                                               omax[i, m], s_r[i, m], sp, sn)
             if kp == 0.0 and kn == 0.0:
                 continue
-            for p in range(buf.shape[0]):
-                x = buf[p]
+            for j in range(n_p):
+                x = buf[j]
                 # a zero share adds nothing (never 0 * an infinite ratio)
-                out[i, p] += x * kp if x > 0.0 else (x * kn if x < 0.0 else 0.0)
+                acc[j] += x * kp if x > 0.0 else (x * kn if x < 0.0 else 0.0)
+        for j in range(n_p):
+            out[i, active[i, j]] += acc[j]
 
 
 def reveal_cancel(layer: MixLayer, rows: np.ndarray, s_r: np.ndarray, ratio: np.ndarray, attr: np.ndarray,
@@ -272,18 +278,23 @@ def reveal_cancel(layer: MixLayer, rows: np.ndarray, s_r: np.ndarray, ratio: np.
     carried through the mix layer by the two-player rule of the module docstring, summed over the
     members (one numba pass, ``_propagate``; ``tests/scoring/test_mix_propagation.py`` has the NumPy twin)."""
     at = np.ascontiguousarray(np.asarray(attr, dtype=np.float64).transpose(0, 1, 3, 2))
-    return reveal_cancel_at(layer, rows, s_r, ratio, at, src)
+    k, p = at.shape[0], at.shape[3]
+    return reveal_cancel_at(layer, rows, s_r, ratio, at, src, np.tile(np.arange(p, dtype=np.int64), (k, 1)),
+                            np.full(k, p, dtype=np.int64))
 
 
 def reveal_cancel_at(layer: MixLayer, rows: np.ndarray, s_r: np.ndarray, ratio: np.ndarray, at: np.ndarray,
-                     src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``reveal_cancel`` with the attributions laid out (k, U, K, P), the players innermost."""
+                     src: np.ndarray, active: np.ndarray, n_active: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``reveal_cancel`` with the attributions laid out (k, U, K, P), the players innermost and
+    document i's first ``n_active[i]`` being players ``active[i, :n_active[i]]`` (the others get 0)."""
     ratio = np.ascontiguousarray(ratio, dtype=np.float64)
     at = np.ascontiguousarray(at, dtype=np.float64)
     src = np.ascontiguousarray(src, dtype=np.int64)
     k, m = ratio.shape[:2]
     f0, out = np.empty((k, m)), np.zeros((k, at.shape[3]))
     s_rows, omin, omax = layer.rows(rows)
-    _propagate(ratio, at, src, MODES.index(layer.mode), layer.n, layer.weights, layer.coef, layer.shift, layer.stats,
-               s_rows, omin, omax, np.ascontiguousarray(np.broadcast_to(s_r, (k, m)), dtype=np.float64), f0, out)
+    _propagate(ratio, at, src, np.ascontiguousarray(active, dtype=np.int64),
+               np.ascontiguousarray(n_active, dtype=np.int64), MODES.index(layer.mode), layer.n, layer.weights,
+               layer.coef, layer.shift, layer.stats, s_rows, omin, omax,
+               np.ascontiguousarray(np.broadcast_to(s_r, (k, m)), dtype=np.float64), f0, out)
     return out, f0.sum(axis=1)
