@@ -346,7 +346,7 @@ def with_explanations(served: ServedModel, options: Options, settings: Settings)
 
     def scored_and_explained(features: np.ndarray, offsets: np.ndarray) -> tuple[Any, Any, list[Any]]:
         # one scoring pass: its scores answer the request and the explanations reuse it
-        sp = served.model.scoring_pass(features, offsets, relevance=options.needs_head)
+        sp = served.model.scoring_pass(features, offsets, relevance=options.needs_head, whitening=True)
         scores = sp.scores
         scored = (scores, *sp.relevance) if options.needs_head and sp.relevance is not None else scores
         explanation = None

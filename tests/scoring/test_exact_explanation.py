@@ -216,6 +216,40 @@ def test_the_request_scoring_pass_is_reused(models: dict[str, EnsembleModel]) ->
             explain_rows(model, x, [0, 7, 14], scoring=sp)
 
 
+def test_the_scoring_pass_whitening_is_reused(models: dict[str, EnsembleModel]) -> None:
+    """A scoring pass asked for its whitening keeps each query's (mean, eigenvalues, eigenvectors)
+    as whiten_by_query computed them (the same bits as one query alone, and as a query long enough
+    for the threaded path), and explanations reusing them equal those that compute them again."""
+    from training.data.normalization import PARALLEL_MIN_DOCUMENTS, whiten_by_query
+
+    model = models["raw+white"]
+    x = np.vstack([candidate_list(4, n=8), candidate_list(5, n=6)])
+    off = [0, 8, 14]
+    sp = model.scoring_pass(x, off, whitening=True)
+    assert sp.whitening is not None and sorted(sp.whitening) == [0, 1]
+    np.testing.assert_array_equal(sp.scores, model.score(x, off))
+    for q, (lo, hi) in enumerate([(0, 8), (8, 14)]):
+        alone: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        whiten_by_query(x[lo:hi], [0, hi - lo], keep=alone)
+        for got, want in zip(sp.whitening[q], alone[0], strict=True):
+            np.testing.assert_array_equal(got, want)
+    again, reused = explain_rows(model, x, off, [1, 9, 12]), explain_rows(model, x, off, [1, 9, 12], scoring=sp)
+    np.testing.assert_array_equal(reused.contributions, again.contributions)
+    np.testing.assert_array_equal(reused.baseline, again.baseline)
+    assert model.scoring_pass(x, off).whitening is None
+    assert models["raw"].scoring_pass(x, off, whitening=True).whitening is None
+    n = PARALLEL_MIN_DOCUMENTS + 3
+    big = np.random.default_rng(8).normal(size=(n, 5))
+    threaded: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    one: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    np.testing.assert_array_equal(whiten_by_query(big, [0, 3, n], parts=2, keep=threaded),
+                                  whiten_by_query(big, [0, 3, n], keep=one))
+    assert sorted(threaded) == sorted(one) == [0, 1]
+    for q in (0, 1):
+        for got, want in zip(threaded[q], one[q], strict=True):
+            np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("k", [1, 2, 3, 5])
 def test_input_shapley_matrix_equals_permutation_enumeration(k: int) -> None:
     """The calibrators' K-input Shapley values as one matrix product equal the average marginal

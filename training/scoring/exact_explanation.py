@@ -76,32 +76,37 @@ BATCH_ELEMENTS = 1 << 21
 CANCELLED = 1e-12
 
 
-def reference_views(model: EnsembleModel, xq: np.ndarray, r: np.ndarray
+def reference_views(model: EnsembleModel, xq: np.ndarray, r: np.ndarray,
+                    whitening: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
                     ) -> tuple[np.ndarray, np.ndarray, int, np.ndarray | None]:
     """(r's wide row with the posted list's statistics, the player of each wide column, the number
     of players, the whitening matrix (d, d) or None): players 0..d-1 are the raw features (a
-    standardised column belongs to its feature), d..2d-1 the whitened columns."""
+    standardised column belongs to its feature), d..2d-1 the whitened columns. ``whitening``: the
+    list's (mean, eigenvalues, eigenvectors) as ``whiten_by_query`` computed them in the scoring
+    pass (``ScoringPass.whitening``), else computed here with the same kernels."""
     n, d = xq.shape
     blocks = [r.astype(np.float32)]
     group = [np.arange(d)]
     white = None
     players = d
-    x64 = xq.astype(np.float64)
     for view in model.extra_views:
         if view == "raw+std":  # training.data.normalization._standardise_feature's statistics
+            x64 = xq.astype(np.float64)
             mean = x64.sum(axis=0) / n
             std = np.sqrt(((x64 - mean) ** 2).sum(axis=0) / n)
             flat = std <= 1e-12 * np.maximum(1.0, np.abs(mean))
             blocks.append(np.where(flat, 0.0, (r - mean) / np.where(flat, 1.0, std)).astype(np.float32))
             group.append(np.arange(d))
         else:  # whiten_by_query's mean and matrix, the same kernels
-            means, cov = np.empty((1, d)), np.empty((1, d, d))
-            _centre_cov(x64, np.array([0, n], dtype=np.int64), 0, means, cov, _NEVER)
-            lam, vec = np.linalg.eigh(cov)
+            if whitening is None:
+                means, cov = np.empty((1, d)), np.empty((1, d, d))
+                _centre_cov(xq.astype(np.float64), np.array([0, n], dtype=np.int64), 0, means, cov, _NEVER)
+                lam, vec = np.linalg.eigh(cov)
+                whitening = (means[0], np.ascontiguousarray(lam[0]), np.ascontiguousarray(vec[0]))
+            centre, lam_q, vec_q = whitening
             white = np.empty((d, d))
-            _whitening_matrix(np.ascontiguousarray(lam[0]), np.ascontiguousarray(vec[0]), WHITEN_EPS,
-                              ILL_CONDITIONED, NULL_SPACE, white)
-            blocks.append(((r.astype(np.float64) - means[0]) @ white).astype(np.float32))
+            _whitening_matrix(lam_q, vec_q, WHITEN_EPS, ILL_CONDITIONED, NULL_SPACE, white)
+            blocks.append(((r.astype(np.float64) - centre) @ white).astype(np.float32))
             group.append(d + np.arange(d))
             players = 2 * d
     return np.concatenate(blocks), np.concatenate(group).astype(np.int64), players, white
@@ -207,16 +212,20 @@ def _sources(kind, node_start, leaf_start, feat, thr, left, right, leaves, wide,
 
 
 def explain_query(model: EnsembleModel, xq: np.ndarray, rows: np.ndarray, r: np.ndarray,
-                  scored: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> dict[str, Any] | None:
+                  scored: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+                  whitening: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> dict[str, Any] | None:
     """Exact explanations of ``rows`` (indices into the query's list ``xq`` (n, d)) against ``r``:
     ``{"scores": (k,), "baseline": float, "contributions": (k, d)}``; None when the mixer is not
     linear in the member scores (the caller falls back to the whole-model Shapley values).
     ``scored``: the list's (wide features, member scores, served scores) from the request's own
-    scoring pass (``EnsembleModel.scoring_pass``), else computed here."""
+    scoring pass (``EnsembleModel.scoring_pass``), else computed here; ``whitening``: that pass's
+    whitening of the list (``reference_views``)."""
     n, d = xq.shape
     if scored is None:
         off = np.array([0, n], dtype=np.int64)
-        wide = model._wide(xq, off)
+        kept: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        wide = model._wide(xq, off, kept)
+        whitening = kept.get(0)
         member = model._calibrate(model._sums(wide))
         served = None
     else:
@@ -226,7 +235,7 @@ def explain_query(model: EnsembleModel, xq: np.ndarray, rows: np.ndarray, r: np.
         return None
     if served is None:
         served = np.asarray(model.mixer.transform(member, off), dtype=np.float64)
-    r_wide, group, players, white = reference_views(model, xq, r)
+    r_wide, group, players, white = reference_views(model, xq, r, whitening)
     games = calibrator_games(model)
     k_max = games.k_max
     lo = np.zeros((len(games.keys), k_max))                                      # the sources' u(r)

@@ -198,7 +198,8 @@ def explain_rows(model: EnsembleModel, features: npt.ArrayLike, query_offsets: n
             r = reference_row(xq, reference)
             slots = np.flatnonzero(query == q)
             part = None if scoring is None else (scoring.wide[lo:hi], scoring.member[lo:hi], scoring.scores[lo:hi])
-            exact = (exact_explanation.explain_query(model, xq, picked[slots] - lo, r, part) if method == "exact"
+            kept = None if scoring is None or scoring.whitening is None else scoring.whitening.get(int(q))
+            exact = (exact_explanation.explain_query(model, xq, picked[slots] - lo, r, part, kept) if method == "exact"
                      else None)
             if exact is None:
                 used = "shapley"
