@@ -17,7 +17,12 @@ import pytest
 from tests.scoring.test_explanation import MEMBERS, OTHER_TYPES, candidate_list, trained
 from training.scoring.calibrator_games import calibrator_games
 from training.scoring.ensemble_model import EnsembleModel
-from training.scoring.exact_explanation import _moved_attributions, _raw_attributions, reference_views
+from training.scoring.exact_explanation import (
+    _moved_attributions,
+    _raw_attributions,
+    _reference_sources,
+    reference_views,
+)
 from training.scoring.tree_shap import forest_attributions
 
 pytest.importorskip("lightgbm")
@@ -117,3 +122,25 @@ def test_moved_players_are_the_players_with_an_attribution(model: EnsembleModel)
         moved = np.flatnonzero((full[i] != 0.0).any(axis=(0, 1)))
         np.testing.assert_array_equal(active[i, : n_active[i]], moved)
         np.testing.assert_array_equal(at[i, ..., : n_active[i]], full[i][..., moved])
+
+
+def test_reference_sources_equal_the_scoring_pass(model: EnsembleModel) -> None:
+    """The reference row's source vectors from its own walk down the forest (``_reference_sources``)
+    equal the scoring pass's raw block of that row (``_raw_block``: the scoring kernel and the
+    folded linear map), for forest (trees and products of stumps) and linear sources."""
+    from training.scoring.forest import KIND_PRODUCT
+
+    games = calibrator_games(model)
+    f = model.forest
+    assert (f.base_kind == KIND_PRODUCT).any() and (f.base_kind != KIND_PRODUCT).any() and games.linear.size
+    x = candidate_list(7, n=9)
+    for r in (np.median(x, axis=0).astype(np.float32), x[4], x.min(axis=0)):
+        r_wide, _, _, _ = reference_views(model, x, r)
+        got = np.zeros((len(games.keys), games.k_max))
+        _reference_sources(f.base_kind, f.base_node_start, f.base_leaf_start, f.node_feature, f.node_threshold,
+                           f.node_left, f.node_right, f.leaf_values, r_wide, model._checkpoints, games.forest_lo,
+                           games.forest_hi, model._linear_w, model._linear_b, games.linear, got)
+        want = model._raw_block(r_wide[None])[0][games.first]
+        kk = min(games.k_max, want.shape[1])
+        np.testing.assert_allclose(got[:, :kk], want[:, :kk], rtol=0, atol=1e-12)
+        assert np.all(got[:, kk:] == 0.0)

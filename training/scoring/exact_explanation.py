@@ -66,6 +66,7 @@ import training.numba_cache  # noqa: F401 - numba's cache written under a lock (
 from training.data.normalization import ILL_CONDITIONED, NULL_SPACE, WHITEN_EPS, _centre_cov, _whitening_matrix
 from training.scoring.calibrator_games import CalibratorGames, calibrator_games
 from training.scoring.ensemble_model import EnsembleModel
+from training.scoring.forest import KIND_PRODUCT
 from training.scoring.mix_propagation import mix_layer, reveal_cancel_at
 from training.scoring.tree_shap import document, shapley_weights, workspace
 
@@ -159,6 +160,55 @@ def _ratio(phi, total, src, out):  # pragma: no cover
 
 
 @njit(cache=True, nogil=True)
+def _reference_sources(kind, node_start, leaf_start, feat, thr, left, right, leaves, r, checkpoints, lo, hi, w, b,
+                       linear, out):  # pragma: no cover
+    """The sources' raw K-vectors for the reference row r (``EnsembleModel._raw_block`` of one row
+    without its calibration slabs): ``out[u, q]`` the forest's running sum at checkpoint ``hi[u]``
+    less that at ``lo[u]`` (r walked down every base: a tree to its leaf, a product of stumps as the
+    product of its signs), a linear source ``(u, c0, c1)`` ``sum_c r[c] w[c, c0 + q] + b[c0 + q]``."""
+    k_out = leaves.shape[1]
+    n_ck = checkpoints.shape[0]
+    ck = np.zeros((n_ck, k_out))
+    acc = np.zeros(k_out)
+    c = 0
+    for base in range(kind.shape[0] + 1):
+        while c < n_ck and checkpoints[c] == base:
+            ck[c] = acc
+            c += 1
+        if base == kind.shape[0] or c == n_ck:
+            break
+        ns = node_start[base]
+        ne = node_start[base + 1]
+        ls = leaf_start[base]
+        if kind[base] == KIND_PRODUCT:
+            sign = 1.0
+            for t in range(ns, ne):
+                if not r[feat[t]] >= thr[t]:
+                    sign = -sign
+            for k in range(k_out):
+                acc[k] += sign * leaves[ls, k]
+            continue
+        node = 0 if ne > ns else -1
+        while node >= 0:
+            t = ns + node
+            node = right[t] if r[feat[t]] >= thr[t] else left[t]
+        for k in range(k_out):
+            acc[k] += leaves[ls - node - 1, k]
+    kf = min(k_out, out.shape[1])
+    for u in range(lo.shape[0]):
+        for q in range(kf):
+            out[u, q] = ck[hi[u], q] - ck[lo[u], q]
+    for j in range(linear.shape[0]):
+        u = linear[j, 0]
+        c0 = linear[j, 1]
+        for q in range(linear[j, 2] - c0):
+            v = 0.0
+            for col in range(r.shape[0]):
+                v += np.float64(r[col]) * w[col, c0 + q]
+            out[u, q] = v + b[c0 + q]
+
+
+@njit(cache=True, nogil=True)
 def _sources(kind, node_start, leaf_start, feat, thr, left, right, leaves, wide, r_wide, group, checkpoints, plus,
              minus, lo, hi, w, linear, at, total, active, n_active):  # pragma: no cover
     """Per document i: the forest's checkpoint attributions (``tree_shap.document``, (C, P, K)), then
@@ -239,9 +289,10 @@ def explain_query(model: EnsembleModel, xq: np.ndarray, rows: np.ndarray, r: np.
     games = calibrator_games(model)
     k_max = games.k_max
     lo = np.zeros((len(games.keys), k_max))                                      # the sources' u(r)
-    u_r = model._raw_block(r_wide[None])[0]                                      # (M, K_model)
-    kk = min(k_max, u_r.shape[1])
-    lo[:, :kk] = u_r[games.first, :kk]
+    f = model.forest
+    _reference_sources(f.base_kind, f.base_node_start, f.base_leaf_start, f.node_feature, f.node_threshold,
+                       f.node_left, f.node_right, f.leaf_values, r_wide, model._checkpoints, games.forest_lo,
+                       games.forest_hi, model._linear_w, model._linear_b, games.linear, lo)
     contrib = np.zeros((rows.size, players))
     baseline = np.zeros(rows.size)
     mm = model.n_members
