@@ -68,7 +68,7 @@ from training.scoring.calibrator_games import CalibratorGames, calibrator_games
 from training.scoring.ensemble_model import EnsembleModel
 from training.scoring.forest import KIND_PRODUCT
 from training.scoring.mix_propagation import mix_layer, reveal_cancel_at
-from training.scoring.tree_shap import document, shapley_weights, workspace
+from training.scoring.tree_shap import document, reference_sides, shapley_weights, workspace
 
 _NEVER = np.iinfo(np.int64).max
 #: elements of one batch's largest arrays (documents x members x coalitions x inputs), to bound memory
@@ -220,12 +220,13 @@ def _sources(kind, node_start, leaf_start, feat, thr, left, right, leaves, wide,
     k_out = leaves.shape[1]
     kf = min(k_out, k_max)
     ws = workspace(node_start, n_p, k_out)
+    r_dir = reference_sides(feat, thr, r_wide)
     ck = np.zeros((checkpoints.shape[0], n_p, k_out))
     full = np.zeros((n_src, k_max, n_p))
     moved = np.zeros(n_p, dtype=np.bool_)
     for i in range(n):
         if lo.shape[0]:
-            document(kind, node_start, leaf_start, feat, thr, left, right, leaves, wide[i], r_wide, group,
+            document(kind, node_start, leaf_start, feat, thr, left, right, leaves, wide[i], r_dir, group,
                      checkpoints, plus, minus, ws, ck)
         full[:, :, :] = 0.0
         for u in range(lo.shape[0]):

@@ -71,7 +71,7 @@ def shapley_weights(max_players: int) -> tuple[npt.NDArray[np.float64], npt.NDAr
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _tree(ns, ls, feat, thr, left, right, leaves, x, r, group, plus, minus, acc,
+def _tree(ns, ls, feat, thr, left, right, leaves, x, r_dir, group, plus, minus, acc,
           st_node, st_len, st_g, path_g, path_side, lv_a):  # pragma: no cover
     """Add one tree's attributions for document x to ``acc`` (G, K) (module docstring). A depth
     first walk that descends without the stack where x and r go the same way (or the player is
@@ -88,7 +88,7 @@ def _tree(ns, ls, feat, thr, left, right, leaves, x, r, group, plus, minus, acc,
             t = ns + c
             f = feat[t]
             x_right = x[f] >= thr[t]
-            r_right = r[f] >= thr[t]
+            r_right = r_dir[t]
             if x_right == r_right:  # both go one way: no entry
                 c = right[t] if x_right else left[t]
                 continue
@@ -137,14 +137,14 @@ def _tree(ns, ls, feat, thr, left, right, leaves, x, r, group, plus, minus, acc,
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _product(ns, ne, ls, feat, thr, leaves, x, r, group, acc, parity, touched):  # pragma: no cover
+def _product(ns, ne, ls, feat, thr, leaves, x, r_dir, group, acc, parity, touched):  # pragma: no cover
     """Add one product of stumps' attributions (closed form, module docstring) to ``acc``."""
     sign = 1.0
     n_touched = 0
     for t in range(ns, ne):
         f = feat[t]
         px = x[f] >= thr[t]
-        pr = r[f] >= thr[t]
+        pr = r_dir[t]
         if not pr:
             sign = -sign
         if px != pr:
@@ -169,6 +169,16 @@ def _product(ns, ne, ls, feat, thr, leaves, x, r, group, acc, parity, touched): 
 
 
 @njit(cache=True, nogil=True)
+def reference_sides(feat, thr, r):  # pragma: no cover
+    """Which way the reference row goes at every node of the forest (``r[feat] >= thr``, as the
+    scoring kernel compares): computed once for all the documents explained against it."""
+    out = np.empty(feat.shape[0], dtype=np.bool_)
+    for t in range(feat.shape[0]):
+        out[t] = r[feat[t]] >= thr[t]
+    return out
+
+
+@njit(cache=True, nogil=True)
 def workspace(node_start, n_groups, k_out):  # pragma: no cover
     """The scratch arrays of ``document`` for a forest (sized by its largest base): the walk's
     stack (nodes, path lengths, players), its path (players, sides, x-side counts), a product's
@@ -183,7 +193,7 @@ def workspace(node_start, n_groups, k_out):  # pragma: no cover
 
 
 @njit(cache=True, nogil=True)
-def document(kind, node_start, leaf_start, feat, thr, left, right, leaves, xi, r, group, checkpoints, plus,
+def document(kind, node_start, leaf_start, feat, thr, left, right, leaves, xi, r_dir, group, checkpoints, plus,
              minus, ws, out):  # pragma: no cover
     """One document's attributions of the running sums at the checkpoints into ``out`` (C, G, K)
     (``ws``: ``workspace``'s arrays), in one pass over the bases up to the last checkpoint."""
@@ -202,9 +212,9 @@ def document(kind, node_start, leaf_start, feat, thr, left, right, leaves, xi, r
         ns = node_start[b]
         ne = node_start[b + 1]
         if kind[b] == KIND_PRODUCT:
-            _product(ns, ne, leaf_start[b], feat, thr, leaves, xi, r, group, acc, parity, touched)
+            _product(ns, ne, leaf_start[b], feat, thr, leaves, xi, r_dir, group, acc, parity, touched)
         elif ne > ns:
-            _tree(ns, leaf_start[b], feat, thr, left, right, leaves, xi, r, group, plus, minus, acc,
+            _tree(ns, leaf_start[b], feat, thr, left, right, leaves, xi, r_dir, group, plus, minus, acc,
                   st_node, st_len, st_g, path_g, path_side, lv_a)
 
 
@@ -212,9 +222,10 @@ def document(kind, node_start, leaf_start, feat, thr, left, right, leaves, xi, r
 def _forest_attributions(kind, node_start, leaf_start, feat, thr, left, right, leaves, x, r, group,
                          n_groups, checkpoints, plus, minus, out):  # pragma: no cover
     ws = workspace(node_start, n_groups, leaves.shape[1])
+    r_dir = reference_sides(feat, thr, r)
     for i in range(x.shape[0]):
-        document(kind, node_start, leaf_start, feat, thr, left, right, leaves, x[i], r, group, checkpoints, plus,
-                 minus, ws, out[i])
+        document(kind, node_start, leaf_start, feat, thr, left, right, leaves, x[i], r_dir, group, checkpoints,
+                 plus, minus, ws, out[i])
 
 
 def forest_attributions(forest: FlatForest, x: npt.ArrayLike, r: npt.ArrayLike, group: npt.ArrayLike,
