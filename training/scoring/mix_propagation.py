@@ -115,36 +115,45 @@ class MixLayer:
 
 @njit(cache=True, nogil=True)
 def _list_stats(s, st):  # pragma: no cover
-    """``MixLayer.stats`` of the list's member scores s (n, M), members in the inner loop."""
+    """``MixLayer.stats`` of the list's member scores s (n, M) in two passes of plain reductions
+    (members in the inner loop, so that it vectorises): the sums, smallest and largest scores; then
+    the deviations from the mean, how many documents hold each extreme, and the second smallest and
+    largest distinct scores (the extremes again when every document holds them)."""
     n, m = s.shape
     for j in range(m):
+        st[0, j] = 0.0
         st[3, j] = np.inf
-        st[4, j] = np.inf
         st[6, j] = -np.inf
-        st[7, j] = -np.inf
-    for i in range(n):  # selects, not branches: the members' loop vectorises
+    for i in range(n):
         for j in range(m):
             v = s[i, j]
             st[0, j] += v
-            lo1, lo2, n_lo = st[3, j], st[4, j], st[5, j]
-            below, at = v < lo1, v == lo1
-            st[4, j] = lo1 if below else (lo2 if at else min(lo2, v))
-            st[5, j] = 1.0 if below else (n_lo + 1.0 if at else n_lo)
-            st[3, j] = v if below else lo1
-            hi1, hi2, n_hi = st[6, j], st[7, j], st[8, j]
-            above, at = v > hi1, v == hi1
-            st[7, j] = hi1 if above else (hi2 if at else max(hi2, v))
-            st[8, j] = 1.0 if above else (n_hi + 1.0 if at else n_hi)
-            st[6, j] = v if above else hi1
+            st[3, j] = min(st[3, j], v)
+            st[6, j] = max(st[6, j], v)
     if n == 0:
+        for j in range(m):
+            st[4, j] = np.inf
+            st[7, j] = -np.inf
         return
     for j in range(m):
         st[0, j] /= n
+        st[1, j] = 0.0
+        st[2, j] = 0.0
+        st[4, j] = np.inf
+        st[5, j] = 0.0
+        st[7, j] = -np.inf
+        st[8, j] = 0.0
     for i in range(n):
         for j in range(m):
-            d = s[i, j] - st[0, j]
+            v = s[i, j]
+            d = v - st[0, j]
             st[1, j] += d
             st[2, j] += d * d
+            lo, hi = st[3, j], st[6, j]
+            st[5, j] += 1.0 if v == lo else 0.0
+            st[8, j] += 1.0 if v == hi else 0.0
+            st[4, j] = min(st[4, j], v if v > lo else np.inf)
+            st[7, j] = max(st[7, j], v if v < hi else -np.inf)
 
 
 @njit(cache=True, nogil=True)
