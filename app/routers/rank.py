@@ -387,16 +387,23 @@ def _top(contributions: np.ndarray, k: int) -> list[int]:
 
 
 def explained_documents(e: Any, features: np.ndarray, k: int) -> dict[int, Explained]:
-    """Each explained row's answer: baseline, its k largest contributions named, the rest."""
+    """Each explained row's answer: baseline, its k largest contributions named, the rest (one
+    sort for all the rows; each row's values read in one go)."""
+    c = e.contributions
+    rows = e.rows.tolist()
+    order = np.argsort(-np.abs(c), axis=1, kind="stable")[:, :k]
+    top_c = np.take_along_axis(c, order, axis=1)
+    top_x = features[e.rows[:, None], order]
+    totals, baselines, exact = c.sum(axis=1).tolist(), e.baseline.tolist(), e.exact.tolist()
+    names = e.feature_names
     out = {}
-    for j, row in enumerate(e.rows.tolist()):
-        c = e.contributions[j]
-        top = _top(c, k)
-        shown = [Contribution(feature=e.feature_names[f], value=float(features[row, f]), contribution=float(c[f]))
-                 for f in top]
-        out[row] = Explained(baseline=float(e.baseline[j]), contributions=shown,
-                             rest=float(c.sum() - c[top].sum()), exact=bool(e.exact[j]),
-                             standard_error=None if e.exact[j] else float(e.standard_error[j].max()))
+    for j, row in enumerate(rows):
+        keep = top_c[j] != 0.0  # zero contributions are not listed
+        top = order[j][keep]
+        shown = [Contribution(feature=names[f], value=v, contribution=cf)
+                 for f, v, cf in zip(top.tolist(), top_x[j][keep].tolist(), top_c[j][keep].tolist(), strict=True)]
+        out[row] = Explained(baseline=baselines[j], contributions=shown, rest=totals[j] - float(c[j, top].sum()),
+                             exact=exact[j], standard_error=None if exact[j] else float(e.standard_error[j].max()))
     return out
 
 
