@@ -287,19 +287,21 @@ def _zscore_value(n, w, centre, total, squares, d, flat, omin, v):  # pragma: no
 @njit(cache=True, nogil=True)
 def _propagate(ratio, at, src, active, n_active, mode, n, w, c, sh, st, s_rows, omin, omax, s_r, f0,
                out):  # pragma: no cover
-    """Per document: one pass over the members for their attributions' positive and negative
-    parts (``C[i, m, j]`` over document i's ``n_active[i]`` players, ``_member_row``, never stored:
-    (k, M, P) is large), the mix layer's two-player shares of every member (``_zscore_shares``, or
-    ``_member_shares`` one at a time), and a second pass adding ``C * (k_pos if C > 0 else k_neg)``
-    to ``out[i, active[i, j]]``; f0[i, m] the member's value at the reference."""
+    """Per document: one pass over the members for their attributions ``C[i, m, j]`` over document
+    i's ``n_active[i]`` players (``_member_row``; one document's (M, P) at a time, not (k, M, P))
+    and their positive and negative parts, the mix layer's two-player shares of every member
+    (``_zscore_shares``, or ``_member_shares`` one at a time), and a second pass adding
+    ``C * (k_pos if C > 0 else k_neg)`` to ``out[i, active[i, j]]``; f0[i, m] the member's value at
+    the reference."""
     n_m = ratio.shape[1]
-    buf = np.empty(at.shape[3])
+    rows = np.empty((n_m, at.shape[3]))  # the members' rows of one document, kept for the second pass
     acc = np.empty(at.shape[3])
     pos, neg = np.empty(n_m), np.empty(n_m)
     kp, kn = np.empty(n_m), np.empty(n_m)
     for i in range(ratio.shape[0]):
         n_p = n_active[i]
         for m in range(n_m):
+            buf = rows[m]
             _member_row(ratio, at, i, m, src[m], n_p, buf)
             pos[m], neg[m] = _row_parts(buf, n_p)
         if mode == 1 and n > 1:
@@ -312,7 +314,7 @@ def _propagate(ratio, at, src, active, n_active, mode, n, w, c, sh, st, s_rows, 
         for m in range(n_m):
             if kp[m] == 0.0 and kn[m] == 0.0:
                 continue
-            _member_row(ratio, at, i, m, src[m], n_p, buf)
+            buf = rows[m]
             km, kq = kp[m], kn[m]
             for j in range(n_p):
                 x = buf[j]
