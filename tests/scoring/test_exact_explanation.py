@@ -303,3 +303,26 @@ def test_whitened_columns_split_along_their_change() -> None:
     split = _unwhiten(one, np.array([[3.0, -2.9]]), np.zeros(2), np.eye(2))
     assert split[0, 0] == pytest.approx(0.2) and split[0, 1] == 0.0
 
+
+
+def test_standardised_reference_equals_the_view() -> None:
+    """The reference's standardised block (``_standardised_reference``) against its NumPy twin (the
+    list's mean and population deviation per column, 0 for a flat column), bit for bit, and equal to
+    the view's own values (``standardise_by_query``) when the reference is a document of the list."""
+    from training.data.normalization import standardise_by_query
+    from training.scoring.exact_explanation import _standardised_reference
+
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=(13, 6)).astype(np.float32) * [1, 10, 1e-3, 1, 1, 1]
+    x[:, 3] = 2.5  # flat
+    x[:, 4] = rng.integers(0, 2, size=13)
+    for r in (np.median(x, axis=0).astype(np.float32), x[5], rng.normal(size=6).astype(np.float32)):
+        got = np.empty(6)
+        _standardised_reference(x, r, got)
+        x64 = x.astype(np.float64)
+        mean = x64.sum(axis=0) / 13
+        std = np.sqrt(((x64 - mean) ** 2).sum(axis=0) / 13)
+        flat = std <= 1e-12 * np.maximum(1.0, np.abs(mean))
+        np.testing.assert_array_equal(got, np.where(flat, 0.0, (r - mean) / np.where(flat, 1.0, std)))
+    _standardised_reference(x, x[5], got)
+    np.testing.assert_array_equal(got.astype(np.float32), standardise_by_query(x, np.array([0, 13]))[5])

@@ -56,6 +56,7 @@ difference is a pair's named term.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -77,6 +78,24 @@ BATCH_ELEMENTS = 1 << 21
 CANCELLED = 1e-12
 
 
+@njit(cache=True, nogil=True)
+def _standardised_reference(x, r, out):  # pragma: no cover
+    """out[j] = (r[j] - mean_j) / std_j with the list's mean and population deviation of column j
+    summed as ``training.data.normalization._standardise_feature`` sums them (0 for a flat column)."""
+    n = x.shape[0]
+    for j in range(x.shape[1]):
+        mean = 0.0
+        for i in range(n):
+            mean += x[i, j]
+        mean /= n
+        var = 0.0
+        for i in range(n):
+            diff = x[i, j] - mean
+            var += diff * diff
+        std = np.sqrt(var / n)
+        out[j] = 0.0 if std <= 1e-12 * max(1.0, abs(mean)) else (r[j] - mean) / std
+
+
 def reference_views(model: EnsembleModel, xq: np.ndarray, r: np.ndarray,
                     whitening: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
                     ) -> tuple[np.ndarray, np.ndarray, int, np.ndarray | None]:
@@ -92,11 +111,9 @@ def reference_views(model: EnsembleModel, xq: np.ndarray, r: np.ndarray,
     players = d
     for view in model.extra_views:
         if view == "raw+std":  # training.data.normalization._standardise_feature's statistics
-            x64 = xq.astype(np.float64)
-            mean = x64.sum(axis=0) / n
-            std = np.sqrt(((x64 - mean) ** 2).sum(axis=0) / n)
-            flat = std <= 1e-12 * np.maximum(1.0, np.abs(mean))
-            blocks.append(np.where(flat, 0.0, (r - mean) / np.where(flat, 1.0, std)).astype(np.float32))
+            r_std = np.empty(d)
+            _standardised_reference(xq, np.ascontiguousarray(r, dtype=np.float32), r_std)
+            blocks.append(r_std.astype(np.float32))
             group.append(np.arange(d))
         else:  # whiten_by_query's mean and matrix, the same kernels
             if whitening is None:
@@ -125,6 +142,17 @@ def _raw_attributions(model: EnsembleModel, games: CalibratorGames, wide: np.nda
     return full, total
 
 
+_DEPTH: weakref.WeakKeyDictionary[EnsembleModel, int] = weakref.WeakKeyDictionary()
+
+
+def _deepest(model: EnsembleModel) -> int:
+    """The most players a path of the model's forest can hold (its largest base's nodes + 1), once per model."""
+    depth = _DEPTH.get(model)
+    if depth is None:
+        depth = _DEPTH[model] = int(np.diff(model.forest.base_node_start).max(initial=0)) + 1
+    return depth
+
+
 def _moved_attributions(model: EnsembleModel, games: CalibratorGames, wide: np.ndarray, r_wide: np.ndarray,
                         group: np.ndarray, players: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(A, total, active (n, players), n_active (n,)): each source's raw K-vector attributed to the
@@ -140,8 +168,7 @@ def _moved_attributions(model: EnsembleModel, games: CalibratorGames, wide: np.n
     total = np.zeros((n, len(games.keys), games.k_max))
     active = np.empty((n, players), dtype=np.int64)
     n_active = np.zeros(n, dtype=np.int64)
-    depth = int(np.diff(f.base_node_start).max(initial=0)) + 1
-    plus, minus = shapley_weights(min(depth, players))
+    plus, minus = shapley_weights(min(_deepest(model), players))
     _sources(f.base_kind, f.base_node_start, f.base_leaf_start, f.node_feature, f.node_threshold, f.node_left,
              f.node_right, f.leaf_values, np.ascontiguousarray(wide, dtype=np.float32),
              np.ascontiguousarray(r_wide, dtype=np.float32), group, model._checkpoints, plus, minus,
