@@ -255,20 +255,22 @@ def _sources(kind, node_start, leaf_start, feat, thr, left, right, leaves, wide,
         if lo.shape[0]:
             document(kind, node_start, leaf_start, feat, thr, left, right, leaves, wide[i], r_dir, group,
                      checkpoints, plus, minus, ws, ck)
-        full[:, :, :] = 0.0
+        moved[:] = False
         for u in range(lo.shape[0]):
+            hu, lu = hi[u], lo[u]
             for q in range(kf):
                 for p in range(n_p):
-                    full[u, q, p] = ck[hi[u], p, q] - ck[lo[u], p, q]
+                    v = ck[hu, p, q] - ck[lu, p, q]
+                    full[u, q, p] = v
+                    moved[p] |= v != 0.0
+            full[u, kf:, :] = 0.0
         for j in range(linear.shape[0]):
             u = linear[j, 0]
             c0 = linear[j, 1]
+            full[u, :, :] = 0.0
             for q in range(linear[j, 2] - c0):
                 for c in range(wide.shape[1]):
                     full[u, q, group[c]] += (np.float64(wide[i, c]) - np.float64(r_wide[c])) * w[c, c0 + q]
-        moved[:] = False
-        for u in range(n_src):
-            for q in range(k_max):
                 for p in range(n_p):
                     moved[p] |= full[u, q, p] != 0.0
         m = 0
