@@ -116,14 +116,45 @@ def _tree(ns, ls, feat, thr, left, right, leaves, x, r_dir, group, plus, minus, 
             na = lv_a[cur]
             wa = plus[na, cur - na]
             wb = minus[na, cur - na]
-            for p in range(cur):
-                g = path_g[p]
-                if path_side[p]:
-                    for k in range(k_out):
-                        acc[g, k] += wa * leaves[row, k]
-                else:
-                    for k in range(k_out):
-                        acc[g, k] -= wb * leaves[row, k]
+            # written out for the class counts of tunemix's forests (3: MQ2008's grades, 5: MSLR's):
+            # a loop of 3 or 5 costs more than its work at every leaf (TreeSHAP 0.88x on MQ2008)
+            if k_out == 3:
+                l0, l1, l2 = leaves[row, 0], leaves[row, 1], leaves[row, 2]
+                for p in range(cur):
+                    g = path_g[p]
+                    if path_side[p]:
+                        acc[g, 0] += wa * l0
+                        acc[g, 1] += wa * l1
+                        acc[g, 2] += wa * l2
+                    else:
+                        acc[g, 0] -= wb * l0
+                        acc[g, 1] -= wb * l1
+                        acc[g, 2] -= wb * l2
+            elif k_out == 5:
+                l0, l1, l2, l3, l4 = leaves[row, 0], leaves[row, 1], leaves[row, 2], leaves[row, 3], leaves[row, 4]
+                for p in range(cur):
+                    g = path_g[p]
+                    if path_side[p]:
+                        acc[g, 0] += wa * l0
+                        acc[g, 1] += wa * l1
+                        acc[g, 2] += wa * l2
+                        acc[g, 3] += wa * l3
+                        acc[g, 4] += wa * l4
+                    else:
+                        acc[g, 0] -= wb * l0
+                        acc[g, 1] -= wb * l1
+                        acc[g, 2] -= wb * l2
+                        acc[g, 3] -= wb * l3
+                        acc[g, 4] -= wb * l4
+            else:
+                for p in range(cur):
+                    g = path_g[p]
+                    if path_side[p]:
+                        for k in range(k_out):
+                            acc[g, k] += wa * leaves[row, k]
+                    else:
+                        for k in range(k_out):
+                            acc[g, k] -= wb * leaves[row, k]
         # (x and r both reaching a leaf: it changes nothing)
         if sp == 0:
             return
