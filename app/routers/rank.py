@@ -376,7 +376,7 @@ def with_explanations(served: ServedModel, options: Options, settings: Settings)
 
     def scored_and_explained(features: np.ndarray, offsets: np.ndarray) -> tuple[Any, Any, list[Any]]:
         # one scoring pass: its scores answer the request and the explanations reuse it
-        sp = served.model.scoring_pass(features, offsets, relevance=options.needs_head)
+        sp = served.model.scoring_pass(features, offsets, relevance=options.needs_head, whitening=True)
         scores = sp.scores
         scored = (scores, *sp.relevance) if options.needs_head and sp.relevance is not None else scores
         explanation = None
@@ -417,16 +417,23 @@ def _top(contributions: np.ndarray, k: int) -> list[int]:
 
 
 def explained_documents(e: Any, features: np.ndarray, k: int) -> dict[int, Explained]:
-    """Each explained row's answer: baseline, its k largest contributions named, the rest."""
+    """Each explained row's answer: baseline, its k largest contributions named, the rest (one
+    sort for all the rows; each row's values read in one go)."""
+    c = e.contributions
+    rows = e.rows.tolist()
+    order = np.argsort(-np.abs(c), axis=1, kind="stable")[:, :k]
+    top_c = np.take_along_axis(c, order, axis=1)
+    top_x = features[e.rows[:, None], order]
+    totals, baselines, exact = c.sum(axis=1).tolist(), e.baseline.tolist(), e.exact.tolist()
+    names = e.feature_names
     out = {}
-    for j, row in enumerate(e.rows.tolist()):
-        c = e.contributions[j]
-        top = _top(c, k)
-        shown = [Contribution(feature=e.feature_names[f], value=float(features[row, f]), contribution=float(c[f]))
-                 for f in top]
-        out[row] = Explained(baseline=float(e.baseline[j]), contributions=shown,
-                             rest=float(c.sum() - c[top].sum()), exact=bool(e.exact[j]),
-                             standard_error=None if e.exact[j] else float(e.standard_error[j].max()))
+    for j, row in enumerate(rows):
+        keep = top_c[j] != 0.0  # zero contributions are not listed
+        top = order[j][keep]
+        shown = [Contribution(feature=names[f], value=v, contribution=cf)
+                 for f, v, cf in zip(top.tolist(), top_x[j][keep].tolist(), top_c[j][keep].tolist(), strict=True)]
+        out[row] = Explained(baseline=baselines[j], contributions=shown, rest=totals[j] - float(c[j, top].sum()),
+                             exact=exact[j], standard_error=None if exact[j] else float(e.standard_error[j].max()))
     return out
 
 

@@ -3,8 +3,9 @@ slow twin: each member's calibrator through its own ``transform`` (McRank's ordi
 their class probabilities) on every hybrid of its K inputs, and the Shapley values as the average
 marginal contribution over the K! orders of the inputs; on a trained model with every member type
 (forest and linear runs, games of 1 to 3 inputs, ordinal members) and random reference vectors and
-changes, inputs that do not move included. And the sources' attributions (``_assemble``) against
-the TreeSHAP kernel's checkpoint differences and the linear runs' closed form in NumPy."""
+changes, inputs that do not move included. And the sources' attributions (``_sources``) against
+the TreeSHAP kernel's checkpoint differences and the linear runs' closed form in NumPy, their moved
+players (the compact layout the mix layer reads) against the full layout."""
 
 from __future__ import annotations
 
@@ -16,7 +17,12 @@ import pytest
 from tests.scoring.test_explanation import MEMBERS, OTHER_TYPES, candidate_list, trained
 from training.scoring.calibrator_games import calibrator_games
 from training.scoring.ensemble_model import EnsembleModel
-from training.scoring.exact_explanation import _raw_attributions, reference_views
+from training.scoring.exact_explanation import (
+    _moved_attributions,
+    _raw_attributions,
+    _reference_sources,
+    reference_views,
+)
 from training.scoring.tree_shap import forest_attributions
 
 pytest.importorskip("lightgbm")
@@ -99,3 +105,42 @@ def test_sources_attributions_equal_checkpoint_differences(model: EnsembleModel)
     # the sums over the players are each source's change of its raw vector (not cancelled here)
     raw, raw_r = model._raw_block(wide), model._raw_block(r_wide[None])[0]
     np.testing.assert_allclose(total[:, games.src], (raw - raw_r)[:, :, : games.k_max], rtol=0, atol=1e-9)
+
+
+def test_moved_players_are_the_players_with_an_attribution(model: EnsembleModel) -> None:
+    """The compact layout: document i's first n_active[i] columns are exactly the players with a non-zero
+    attribution in some source and input, in increasing order, holding the full layout's columns."""
+    games = calibrator_games(model)
+    x = candidate_list(6, n=9)
+    wide = model._wide(x, np.array([0, 9]))
+    r_wide, group, players, _ = reference_views(model, x, x[2])  # document 2 is the reference: nothing moves
+    full, total = _raw_attributions(model, games, wide, r_wide, group, players)
+    at, total_c, active, n_active = _moved_attributions(model, games, wide, r_wide, group, players)
+    np.testing.assert_array_equal(total_c, total)
+    assert n_active[2] == 0 and n_active.max() > 0
+    for i in range(x.shape[0]):
+        moved = np.flatnonzero((full[i] != 0.0).any(axis=(0, 1)))
+        np.testing.assert_array_equal(active[i, : n_active[i]], moved)
+        np.testing.assert_array_equal(at[i, ..., : n_active[i]], full[i][..., moved])
+
+
+def test_reference_sources_equal_the_scoring_pass(model: EnsembleModel) -> None:
+    """The reference row's source vectors from its own walk down the forest (``_reference_sources``)
+    equal the scoring pass's raw block of that row (``_raw_block``: the scoring kernel and the
+    folded linear map), for forest (trees and products of stumps) and linear sources."""
+    from training.scoring.forest import KIND_PRODUCT
+
+    games = calibrator_games(model)
+    f = model.forest
+    assert (f.base_kind == KIND_PRODUCT).any() and (f.base_kind != KIND_PRODUCT).any() and games.linear.size
+    x = candidate_list(7, n=9)
+    for r in (np.median(x, axis=0).astype(np.float32), x[4], x.min(axis=0)):
+        r_wide, _, _, _ = reference_views(model, x, r)
+        got = np.zeros((len(games.keys), games.k_max))
+        _reference_sources(f.base_kind, f.base_node_start, f.base_leaf_start, f.node_feature, f.node_threshold,
+                           f.node_left, f.node_right, f.leaf_values, r_wide, model._checkpoints, games.forest_lo,
+                           games.forest_hi, model._linear_w, model._linear_b, games.linear, got)
+        want = model._raw_block(r_wide[None])[0][games.first]
+        kk = min(games.k_max, want.shape[1])
+        np.testing.assert_allclose(got[:, :kk], want[:, :kk], rtol=0, atol=1e-12)
+        assert np.all(got[:, kk:] == 0.0)

@@ -216,6 +216,40 @@ def test_the_request_scoring_pass_is_reused(models: dict[str, EnsembleModel]) ->
             explain_rows(model, x, [0, 7, 14], scoring=sp)
 
 
+def test_the_scoring_pass_whitening_is_reused(models: dict[str, EnsembleModel]) -> None:
+    """A scoring pass asked for its whitening keeps each query's (mean, eigenvalues, eigenvectors)
+    as whiten_by_query computed them (the same bits as one query alone, and as a query long enough
+    for the threaded path), and explanations reusing them equal those that compute them again."""
+    from training.data.normalization import PARALLEL_MIN_DOCUMENTS, whiten_by_query
+
+    model = models["raw+white"]
+    x = np.vstack([candidate_list(4, n=8), candidate_list(5, n=6)])
+    off = [0, 8, 14]
+    sp = model.scoring_pass(x, off, whitening=True)
+    assert sp.whitening is not None and sorted(sp.whitening) == [0, 1]
+    np.testing.assert_array_equal(sp.scores, model.score(x, off))
+    for q, (lo, hi) in enumerate([(0, 8), (8, 14)]):
+        alone: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        whiten_by_query(x[lo:hi], [0, hi - lo], keep=alone)
+        for got, want in zip(sp.whitening[q], alone[0], strict=True):
+            np.testing.assert_array_equal(got, want)
+    again, reused = explain_rows(model, x, off, [1, 9, 12]), explain_rows(model, x, off, [1, 9, 12], scoring=sp)
+    np.testing.assert_array_equal(reused.contributions, again.contributions)
+    np.testing.assert_array_equal(reused.baseline, again.baseline)
+    assert model.scoring_pass(x, off).whitening is None
+    assert models["raw"].scoring_pass(x, off, whitening=True).whitening is None
+    n = PARALLEL_MIN_DOCUMENTS + 3
+    big = np.random.default_rng(8).normal(size=(n, 5))
+    threaded: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    one: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    np.testing.assert_array_equal(whiten_by_query(big, [0, 3, n], parts=2, keep=threaded),
+                                  whiten_by_query(big, [0, 3, n], keep=one))
+    assert sorted(threaded) == sorted(one) == [0, 1]
+    for q in (0, 1):
+        for got, want in zip(threaded[q], one[q], strict=True):
+            np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("k", [1, 2, 3, 5])
 def test_input_shapley_matrix_equals_permutation_enumeration(k: int) -> None:
     """The calibrators' K-input Shapley values as one matrix product equal the average marginal
@@ -269,3 +303,26 @@ def test_whitened_columns_split_along_their_change() -> None:
     split = _unwhiten(one, np.array([[3.0, -2.9]]), np.zeros(2), np.eye(2))
     assert split[0, 0] == pytest.approx(0.2) and split[0, 1] == 0.0
 
+
+
+def test_standardised_reference_equals_the_view() -> None:
+    """The reference's standardised block (``_standardised_reference``) against its NumPy twin (the
+    list's mean and population deviation per column, 0 for a flat column), bit for bit, and equal to
+    the view's own values (``standardise_by_query``) when the reference is a document of the list."""
+    from training.data.normalization import standardise_by_query
+    from training.scoring.exact_explanation import _standardised_reference
+
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=(13, 6)).astype(np.float32) * [1, 10, 1e-3, 1, 1, 1]
+    x[:, 3] = 2.5  # flat
+    x[:, 4] = rng.integers(0, 2, size=13)
+    for r in (np.median(x, axis=0).astype(np.float32), x[5], rng.normal(size=6).astype(np.float32)):
+        got = np.empty(6)
+        _standardised_reference(x, r, got)
+        x64 = x.astype(np.float64)
+        mean = x64.sum(axis=0) / 13
+        std = np.sqrt(((x64 - mean) ** 2).sum(axis=0) / 13)
+        flat = std <= 1e-12 * np.maximum(1.0, np.abs(mean))
+        np.testing.assert_array_equal(got, np.where(flat, 0.0, (r - mean) / np.where(flat, 1.0, std)))
+    _standardised_reference(x, x[5], got)
+    np.testing.assert_array_equal(got.astype(np.float32), standardise_by_query(x, np.array([0, 13]))[5])

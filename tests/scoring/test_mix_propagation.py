@@ -96,3 +96,34 @@ def test_list_statistics_and_shares_equal_numpy(rescale: str) -> None:
     np.testing.assert_allclose(k_pos * pos, np.where(pos != 0, d_pos, 0.0), rtol=0, atol=1e-12)
     np.testing.assert_allclose(k_neg * neg, np.where(neg != 0, d_neg, 0.0), rtol=0, atol=1e-12)
     assert k_pos[0, 1] == 0.0 and k_neg[2, 2] == 0.0
+
+
+def test_vectorised_zscore_shares_equal_the_scalar_rule() -> None:
+    """The members' loop of the z-score mode written with selects (``_zscore_shares``) gives what the
+    one-member rule (``_member_shares``, as ``MixLayer.shares`` applies it) gives, value for value:
+    parts that are 0, a constant member, a member whose other scores are all equal, a list of two."""
+    from training.scoring.mix_propagation import MODES, _zscore_shares
+
+    rng = np.random.default_rng(7)
+    for n_docs in (2, 9):
+        member = rng.integers(0, 3, size=(n_docs, 8)).astype(np.float64) + rng.normal(size=(n_docs, 8)) * [
+            1, 1, 1, 1, 1, 0, 0, 1]
+        member[:, 5] = 1.25  # constant
+        member[1:, 6] = 0.5  # the others all equal: flat for document 0
+        layer = mix_layer(mixer_from_params({"mixer": "uniform", "n_members": 8, "rescale": "zscore_query",
+                                             "rescale_scale": np.zeros(0)}), member)
+        assert layer is not None and MODES.index(layer.mode) == 1
+        rows = np.arange(n_docs)
+        s_r = rng.normal(size=(n_docs, 8))
+        s_r[:, 6] = 0.5  # the reference at the flat value
+        pos, neg = np.abs(rng.normal(size=(n_docs, 8))), -np.abs(rng.normal(size=(n_docs, 8)))
+        pos[0, 1] = neg[1, 2] = 0.0
+        pos[0, 3] = neg[0, 3] = 0.0
+        want = layer.shares(rows, s_r, pos, neg)
+        s_rows, omin, omax = layer.rows(rows)
+        for i in rows:
+            got = np.empty(8), np.empty(8), np.empty(8)
+            _zscore_shares(layer.n, layer.weights, layer.stats, s_rows[i], omin[i], omax[i], s_r[i], pos[i], neg[i],
+                           *got)
+            for g, w in zip(got, want, strict=True):
+                np.testing.assert_array_equal(g, w[i])

@@ -147,6 +147,21 @@ def test_kernel_equals_its_twin_on_random_forests(seed: int) -> None:
     np.testing.assert_allclose(got.sum(axis=2), delta, atol=1e-12)
 
 
+@pytest.mark.parametrize("k", [1, 2, 4, 5])
+def test_kernel_equals_its_twin_for_every_class_count(k: int) -> None:
+    """The leaves' additions are written out for 3 and 5 outputs and looped otherwise: every count
+    against the twin."""
+    rng = np.random.default_rng(10 + k)
+    cols, n_groups = 6, 4
+    forest = random_forest(rng, cols, k, 10)
+    group = rng.integers(n_groups, size=cols)
+    x = rng.choice([-1.0, -0.25, 0.25, 1.0], size=(4, cols)).astype(np.float32)
+    r = rng.choice([-1.0, -0.25, 0.25, 1.0], size=cols).astype(np.float32)
+    checkpoints = np.array([0, 4, 10])
+    got = forest_attributions(forest, x, r, group, n_groups, checkpoints)
+    np.testing.assert_allclose(got, twin(forest, x, r, group, n_groups, checkpoints), atol=1e-12)
+
+
 def test_fixed_tree_with_a_repeated_feature() -> None:
     """x[0] >= 0 ? (x[0] >= 1 ? 5 : 3) : (x[1] >= 0 ? 2 : 0), x = (2, -1), r = (0.5, 1): x reaches 5,
     r reaches 3 (feature 1 never matters on r's side), so feature 0 gets all of 5 - 3."""

@@ -303,10 +303,13 @@ def standardise_by_query(features: np.ndarray, query_offsets: np.ndarray, *, par
 
 
 def whiten_by_query(features: np.ndarray, query_offsets: np.ndarray, *, eps: float = WHITEN_EPS,
-                    parts: int = 1) -> np.ndarray:
+                    parts: int = 1, keep: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
+                    ) -> np.ndarray:
     """Per query, PCA-whitened features (see module docstring). Returns float32. ``parts`` > 1:
     queries of ``PARALLEL_MIN_DOCUMENTS`` or more cut their covariance rows and their documents
-    into ``parts`` pieces for threads (the caller sets how many); the same bits."""
+    into ``parts`` pieces for threads (the caller sets how many); the same bits. ``keep``: a dict
+    that receives each query's (mean (d,), eigenvalues (d,), eigenvectors (d, d)) under its index
+    (an explanation's reference views reuse them instead of computing them again)."""
     x = np.ascontiguousarray(features, dtype=np.float64)
     off = validate_offsets(query_offsets, x.shape[0])
     out = np.zeros_like(x)
@@ -323,15 +326,20 @@ def whiten_by_query(features: np.ndarray, query_offsets: np.ndarray, *, eps: flo
             _centre_cov(x, off, q0, means, cov, big)
             # numpy's own LAPACK: numba's np.linalg needs scipy, which the service image does not have
             lam, vec = np.linalg.eigh(cov)
-            _project(x, off, q0, means, np.ascontiguousarray(lam), np.ascontiguousarray(vec), out,
-                     float(eps), ILL_CONDITIONED, NULL_SPACE, big)
+            lam, vec = np.ascontiguousarray(lam), np.ascontiguousarray(vec)
+            _project(x, off, q0, means, lam, vec, out, float(eps), ILL_CONDITIONED, NULL_SPACE, big)
+            if keep is not None:
+                keep.update({q0 + j: (means[j], lam[j], vec[j]) for j in range(nq) if q0 + j not in queries})
     for q in queries:
         mean = np.empty(d)
         cov_q = np.empty((d, d))
         _centre_cov_parallel(x, int(off[q]), int(off[q + 1]), mean, cov_q, parts)
         lam_q, vec_q = np.linalg.eigh(cov_q)
-        _project_parallel(x, int(off[q]), int(off[q + 1]), mean, np.ascontiguousarray(lam_q),
-                          np.ascontiguousarray(vec_q), out, float(eps), ILL_CONDITIONED, NULL_SPACE, parts)
+        lam_q, vec_q = np.ascontiguousarray(lam_q), np.ascontiguousarray(vec_q)
+        _project_parallel(x, int(off[q]), int(off[q + 1]), mean, lam_q, vec_q, out, float(eps), ILL_CONDITIONED,
+                          NULL_SPACE, parts)
+        if keep is not None:
+            keep[q] = (mean, lam_q, vec_q)
     return out.astype(np.float32)
 
 

@@ -158,19 +158,29 @@ def _hybrids(lo, delta, sources, interior, hybrid):  # pragma: no cover
 @njit(cache=True, nogil=True)
 def _game_values(values, full, members, coef, g_lo, phi):  # pragma: no cover
     """g_lo[m] = v(empty); phi[i, m, j] = sum_T coef[T, j] v_i(T) over the 2^K coalitions, v(empty)
-    from row 0 of ``values``, the interior ones from document i's rows, v(all) = full[i, m]."""
+    from row 0 of ``values``, the interior ones from document i's rows, v(all) = full[i, m]; summed
+    in that order, a row of ``values`` (every member of the group) at a time."""
     n_t = coef.shape[0] - 2
     k = coef.shape[1]
-    for g in range(members.size):
-        m = members[g]
-        empty = values[0, g]
-        g_lo[m] = empty
-        for i in range(full.shape[0]):
+    n_g = members.size
+    acc = np.empty((k, n_g))
+    for g in range(n_g):
+        g_lo[members[g]] = values[0, g]
+    for i in range(full.shape[0]):
+        for j in range(k):
+            c0 = coef[0, j]
+            for g in range(n_g):
+                acc[j, g] = c0 * values[0, g]
+        for t in range(n_t):
+            row = 1 + i * n_t + t
             for j in range(k):
-                acc = coef[0, j] * empty
-                for t in range(n_t):
-                    acc += coef[1 + t, j] * values[1 + i * n_t + t, g]
-                phi[i, m, j] = acc + coef[n_t + 1, j] * full[i, m]
+                ct = coef[1 + t, j]
+                for g in range(n_g):
+                    acc[j, g] += ct * values[row, g]
+        for g in range(n_g):
+            m = members[g]
+            for j in range(k):
+                phi[i, m, j] = acc[j, g] + coef[n_t + 1, j] * full[i, m]
 
 
 _GAMES: weakref.WeakKeyDictionary[EnsembleModel, CalibratorGames] = weakref.WeakKeyDictionary()

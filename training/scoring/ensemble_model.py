@@ -152,7 +152,9 @@ def remap_forest(forest: FlatForest, view: str, n_raw: int, extra_views: Sequenc
 class ScoringPass:
     """What one scoring pass of checked arrays computed: the features ``x`` (n, d) and query
     offsets, the wide features (views appended), the calibrated member scores (n, M), the served
-    scores (n,), and the relevance head's (P(y = k) (n, K), E[y] (n,)) when asked for."""
+    scores (n,), the relevance head's (P(y = k) (n, K), E[y] (n,)) when asked for, and each query's
+    whitening (mean, eigenvalues, eigenvectors) of the ``raw+white`` view when asked for
+    (``whiten_by_query``'s ``keep``)."""
 
     x: np.ndarray
     offsets: np.ndarray
@@ -160,6 +162,7 @@ class ScoringPass:
     member: np.ndarray
     scores: np.ndarray
     relevance: tuple[np.ndarray, ...] | None = None
+    whitening: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
 
 
 class EnsembleModel:
@@ -324,7 +327,8 @@ class EnsembleModel:
             raise ValueError(f"features contain NaN or infinity (row {row})")
         return x, validate_offsets(query_offsets, x.shape[0])
 
-    def _wide(self, x: np.ndarray, off: np.ndarray) -> np.ndarray:
+    def _wide(self, x: np.ndarray, off: np.ndarray,
+              whitening: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None) -> np.ndarray:
         if not self.extra_views:
             return x
         blocks = [x]
@@ -332,7 +336,7 @@ class EnsembleModel:
         def views(parts: int) -> None:
             for view in self.extra_views:
                 blocks.append(standardise_by_query(x, off, parts=parts) if view == "raw+std"
-                              else whiten_by_query(x, off, parts=parts))
+                              else whiten_by_query(x, off, parts=parts, keep=whitening))
 
         # a long query's views on the scoring threads (the same bits as on one); lists of short
         # queries only stay off them
@@ -386,9 +390,10 @@ class EnsembleModel:
         p = self._pass(x, off, timings)
         return p.member, p.scores
 
-    def _pass(self, x: np.ndarray, off: np.ndarray, timings: dict[str, float] | None = None) -> ScoringPass:
+    def _pass(self, x: np.ndarray, off: np.ndarray, timings: dict[str, float] | None = None,
+              whitening: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None) -> ScoringPass:
         t0 = time.perf_counter()
-        wide = self._wide(x, off)
+        wide = self._wide(x, off, whitening)
         t1 = time.perf_counter()
         sums = self._sums(wide)
         t2 = time.perf_counter()
@@ -397,13 +402,14 @@ class EnsembleModel:
         out = np.asarray(self.mixer.transform(member, off), dtype=np.float64)
         if timings is not None:
             timings.update(views=t1 - t0, forest=t2 - t1, calibrators=t3 - t2, mixer=time.perf_counter() - t3)
-        return ScoringPass(x, off, wide, member, out)
+        return ScoringPass(x, off, wide, member, out, whitening=whitening)
 
     def scoring_pass(self, features: npt.ArrayLike, query_offsets: npt.ArrayLike,
-                     relevance: bool = False) -> ScoringPass:
+                     relevance: bool = False, whitening: bool = False) -> ScoringPass:
         """One scoring pass with what it computed on the way (``ScoringPass``): the scores as
         ``score`` gives them, and, with ``relevance``, the relevance head's estimates as
-        ``score_and_relevance`` gives them. An explanation of the same arrays reuses it
+        ``score_and_relevance`` gives them; with ``whitening``, each query's whitening of the
+        ``raw+white`` view. An explanation of the same arrays reuses it
         (``explain_rows(..., scoring=)``) instead of scoring the list again."""
         if relevance and self.relevance_head is None:
             raise ValueError("this model has no relevance head (trained without one, or before the current "
@@ -413,7 +419,7 @@ class EnsembleModel:
             p = ScoringPass(x, off, np.zeros((0, 0), dtype=np.float32), np.zeros((0, self.n_members)),
                             np.zeros(0, dtype=np.float64))
         else:
-            p = self._pass(x, off)
+            p = self._pass(x, off, whitening={} if whitening and "raw+white" in self.extra_views else None)
         if relevance:
             assert self.relevance_head is not None
             p.relevance = tuple(self.relevance_head.estimate(x, p.scores, off))

@@ -56,6 +56,7 @@ difference is a pair's named term.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -66,8 +67,9 @@ import training.numba_cache  # noqa: F401 - numba's cache written under a lock (
 from training.data.normalization import ILL_CONDITIONED, NULL_SPACE, WHITEN_EPS, _centre_cov, _whitening_matrix
 from training.scoring.calibrator_games import CalibratorGames, calibrator_games
 from training.scoring.ensemble_model import EnsembleModel
+from training.scoring.forest import KIND_PRODUCT
 from training.scoring.mix_propagation import mix_layer, reveal_cancel_at
-from training.scoring.tree_shap import forest_attributions
+from training.scoring.tree_shap import document, reference_sides, shapley_weights, workspace
 
 _NEVER = np.iinfo(np.int64).max
 #: elements of one batch's largest arrays (documents x members x coalitions x inputs), to bound memory
@@ -76,32 +78,53 @@ BATCH_ELEMENTS = 1 << 21
 CANCELLED = 1e-12
 
 
-def reference_views(model: EnsembleModel, xq: np.ndarray, r: np.ndarray
+@njit(cache=True, nogil=True)
+def _standardised_reference(x, r, out):  # pragma: no cover
+    """out[j] = (r[j] - mean_j) / std_j with the list's mean and population deviation of column j
+    summed as ``training.data.normalization._standardise_feature`` sums them (0 for a flat column)."""
+    n = x.shape[0]
+    for j in range(x.shape[1]):
+        mean = 0.0
+        for i in range(n):
+            mean += x[i, j]
+        mean /= n
+        var = 0.0
+        for i in range(n):
+            diff = x[i, j] - mean
+            var += diff * diff
+        std = np.sqrt(var / n)
+        out[j] = 0.0 if std <= 1e-12 * max(1.0, abs(mean)) else (r[j] - mean) / std
+
+
+def reference_views(model: EnsembleModel, xq: np.ndarray, r: np.ndarray,
+                    whitening: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
                     ) -> tuple[np.ndarray, np.ndarray, int, np.ndarray | None]:
     """(r's wide row with the posted list's statistics, the player of each wide column, the number
     of players, the whitening matrix (d, d) or None): players 0..d-1 are the raw features (a
-    standardised column belongs to its feature), d..2d-1 the whitened columns."""
+    standardised column belongs to its feature), d..2d-1 the whitened columns. ``whitening``: the
+    list's (mean, eigenvalues, eigenvectors) as ``whiten_by_query`` computed them in the scoring
+    pass (``ScoringPass.whitening``), else computed here with the same kernels."""
     n, d = xq.shape
     blocks = [r.astype(np.float32)]
     group = [np.arange(d)]
     white = None
     players = d
-    x64 = xq.astype(np.float64)
     for view in model.extra_views:
         if view == "raw+std":  # training.data.normalization._standardise_feature's statistics
-            mean = x64.sum(axis=0) / n
-            std = np.sqrt(((x64 - mean) ** 2).sum(axis=0) / n)
-            flat = std <= 1e-12 * np.maximum(1.0, np.abs(mean))
-            blocks.append(np.where(flat, 0.0, (r - mean) / np.where(flat, 1.0, std)).astype(np.float32))
+            r_std = np.empty(d)
+            _standardised_reference(xq, np.ascontiguousarray(r, dtype=np.float32), r_std)
+            blocks.append(r_std.astype(np.float32))
             group.append(np.arange(d))
         else:  # whiten_by_query's mean and matrix, the same kernels
-            means, cov = np.empty((1, d)), np.empty((1, d, d))
-            _centre_cov(x64, np.array([0, n], dtype=np.int64), 0, means, cov, _NEVER)
-            lam, vec = np.linalg.eigh(cov)
+            if whitening is None:
+                means, cov = np.empty((1, d)), np.empty((1, d, d))
+                _centre_cov(xq.astype(np.float64), np.array([0, n], dtype=np.int64), 0, means, cov, _NEVER)
+                lam, vec = np.linalg.eigh(cov)
+                whitening = (means[0], np.ascontiguousarray(lam[0]), np.ascontiguousarray(vec[0]))
+            centre, lam_q, vec_q = whitening
             white = np.empty((d, d))
-            _whitening_matrix(np.ascontiguousarray(lam[0]), np.ascontiguousarray(vec[0]), WHITEN_EPS,
-                              ILL_CONDITIONED, NULL_SPACE, white)
-            blocks.append(((r.astype(np.float64) - means[0]) @ white).astype(np.float32))
+            _whitening_matrix(lam_q, vec_q, WHITEN_EPS, ILL_CONDITIONED, NULL_SPACE, white)
+            blocks.append(((r.astype(np.float64) - centre) @ white).astype(np.float32))
             group.append(d + np.arange(d))
             players = 2 * d
     return np.concatenate(blocks), np.concatenate(group).astype(np.int64), players, white
@@ -111,17 +134,46 @@ def _raw_attributions(model: EnsembleModel, games: CalibratorGames, wide: np.nda
                       group: np.ndarray, players: int) -> tuple[np.ndarray, np.ndarray]:
     """(A (n, sources, K_max, players), their sums over the players (n, sources, K_max)): each
     source's raw K-vector attributed to the players, the players innermost (the mix layer's passes
-    run over them): the forest's sources from one TreeSHAP pass over its checkpoints, the linear
-    runs' in closed form (``_assemble``). A sum within ``CANCELLED`` of its terms' absolute sum is
-    0: that input has not moved."""
+    run over them): ``_moved_attributions`` with every player in its place."""
+    at, total, active, n_active = _moved_attributions(model, games, wide, r_wide, group, players)
+    full = np.zeros(at.shape)
+    for i in range(at.shape[0]):
+        full[i][..., active[i, : n_active[i]]] = at[i, ..., : n_active[i]]
+    return full, total
+
+
+_DEPTH: weakref.WeakKeyDictionary[EnsembleModel, int] = weakref.WeakKeyDictionary()
+
+
+def _deepest(model: EnsembleModel) -> int:
+    """The most players a path of the model's forest can hold (its largest base's nodes + 1), once per model."""
+    depth = _DEPTH.get(model)
+    if depth is None:
+        depth = _DEPTH[model] = int(np.diff(model.forest.base_node_start).max(initial=0)) + 1
+    return depth
+
+
+def _moved_attributions(model: EnsembleModel, games: CalibratorGames, wide: np.ndarray, r_wide: np.ndarray,
+                        group: np.ndarray, players: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(A, total, active (n, players), n_active (n,)): each source's raw K-vector attributed to the
+    players, document i's ``n_active[i]`` moved players (those with a non-zero attribution; the others
+    get 0 from every layer) first: ``A[i, u, q, j]`` belongs to player ``active[i, j]`` for
+    j < n_active[i] (the rest of the row is not written), total[i, u, q] the sum over them. One numba
+    pass per document (``_sources``): the forest's sources from one TreeSHAP walk over its
+    checkpoints, the linear runs' in closed form. A sum within ``CANCELLED`` of its terms' absolute
+    sum is 0: that input has not moved."""
     n = wide.shape[0]
-    ck = (forest_attributions(model.forest, wide, r_wide, group, players, model._checkpoints)
-          if games.forest_hi.size else np.zeros((n, 1, players, 1)))
-    at = np.zeros((n, len(games.keys), games.k_max, players))
+    f = model.forest
+    at = np.empty((n, len(games.keys), games.k_max, players))
     total = np.zeros((n, len(games.keys), games.k_max))
-    _assemble(ck, games.forest_lo, games.forest_hi, np.ascontiguousarray(wide), np.ascontiguousarray(r_wide),
-              model._linear_w, group, games.linear, at, total)
-    return at, total
+    active = np.empty((n, players), dtype=np.int64)
+    n_active = np.zeros(n, dtype=np.int64)
+    plus, minus = shapley_weights(min(_deepest(model), players))
+    _sources(f.base_kind, f.base_node_start, f.base_leaf_start, f.node_feature, f.node_threshold, f.node_left,
+             f.node_right, f.leaf_values, np.ascontiguousarray(wide, dtype=np.float32),
+             np.ascontiguousarray(r_wide, dtype=np.float32), group, model._checkpoints, plus, minus,
+             games.forest_lo, games.forest_hi, model._linear_w, games.linear, at, total, active, n_active)
+    return at, total, active, n_active
 
 
 @njit(cache=True, nogil=True)
@@ -135,45 +187,125 @@ def _ratio(phi, total, src, out):  # pragma: no cover
 
 
 @njit(cache=True, nogil=True)
-def _assemble(ck, lo, hi, wide, r_wide, w, group, linear, at, total):  # pragma: no cover
-    """at[i, u, q, p]: forest source u (the first ``lo.size``) ``ck[i, hi[u], p, q] - ck[i, lo[u], p, q]``;
+def _reference_sources(kind, node_start, leaf_start, feat, thr, left, right, leaves, r, checkpoints, lo, hi, w, b,
+                       linear, out):  # pragma: no cover
+    """The sources' raw K-vectors for the reference row r (``EnsembleModel._raw_block`` of one row
+    without its calibration slabs): ``out[u, q]`` the forest's running sum at checkpoint ``hi[u]``
+    less that at ``lo[u]`` (r walked down every base: a tree to its leaf, a product of stumps as the
+    product of its signs), a linear source ``(u, c0, c1)`` ``sum_c r[c] w[c, c0 + q] + b[c0 + q]``."""
+    k_out = leaves.shape[1]
+    n_ck = checkpoints.shape[0]
+    ck = np.zeros((n_ck, k_out))
+    acc = np.zeros(k_out)
+    c = 0
+    for base in range(kind.shape[0] + 1):
+        while c < n_ck and checkpoints[c] == base:
+            ck[c] = acc
+            c += 1
+        if base == kind.shape[0] or c == n_ck:
+            break
+        ns = node_start[base]
+        ne = node_start[base + 1]
+        ls = leaf_start[base]
+        if kind[base] == KIND_PRODUCT:
+            sign = 1.0
+            for t in range(ns, ne):
+                if not r[feat[t]] >= thr[t]:
+                    sign = -sign
+            for k in range(k_out):
+                acc[k] += sign * leaves[ls, k]
+            continue
+        node = 0 if ne > ns else -1
+        while node >= 0:
+            t = ns + node
+            node = right[t] if r[feat[t]] >= thr[t] else left[t]
+        for k in range(k_out):
+            acc[k] += leaves[ls - node - 1, k]
+    kf = min(k_out, out.shape[1])
+    for u in range(lo.shape[0]):
+        for q in range(kf):
+            out[u, q] = ck[hi[u], q] - ck[lo[u], q]
+    for j in range(linear.shape[0]):
+        u = linear[j, 0]
+        c0 = linear[j, 1]
+        for q in range(linear[j, 2] - c0):
+            v = 0.0
+            for col in range(r.shape[0]):
+                v += np.float64(r[col]) * w[col, c0 + q]
+            out[u, q] = v + b[c0 + q]
+
+
+@njit(cache=True, nogil=True)
+def _sources(kind, node_start, leaf_start, feat, thr, left, right, leaves, wide, r_wide, group, checkpoints, plus,
+             minus, lo, hi, w, linear, at, total, active, n_active):  # pragma: no cover
+    """Per document i: the forest's checkpoint attributions (``tree_shap.document``, (C, P, K)), then
+    the sources' full (U, K, P): forest source u (the first ``lo.size``) ``ck[hi[u], p, q] - ck[lo[u], p, q]``,
     linear source ``linear[j] = (u, c0, c1)`` ``sum over the columns c of player p of
-    (wide[i, c] - r_wide[c]) w[c, c0 + q]``; total[i, u, q] their sum over p (0 when cancelled)."""
+    (wide[i, c] - r_wide[c]) w[c, c0 + q]``; the moved players into ``active[i]``, their columns of
+    full into ``at[i]``, and total[i, u, q] the sum of each row (0 when cancelled)."""
     n, n_src, k_max, n_p = at.shape
-    kf = min(ck.shape[3], k_max)
+    k_out = leaves.shape[1]
+    kf = min(k_out, k_max)
+    ws = workspace(node_start, n_p, k_out)
+    r_dir = reference_sides(feat, thr, r_wide)
+    ck = np.zeros((checkpoints.shape[0], n_p, k_out))
+    full = np.zeros((n_src, k_max, n_p))
+    moved = np.zeros(n_p, dtype=np.bool_)
     for i in range(n):
+        if lo.shape[0]:
+            document(kind, node_start, leaf_start, feat, thr, left, right, leaves, wide[i], r_dir, group,
+                     checkpoints, plus, minus, ws, ck)
+        moved[:] = False
         for u in range(lo.shape[0]):
+            hu, lu = hi[u], lo[u]
             for q in range(kf):
                 for p in range(n_p):
-                    at[i, u, q, p] = ck[i, hi[u], p, q] - ck[i, lo[u], p, q]
+                    v = ck[hu, p, q] - ck[lu, p, q]
+                    full[u, q, p] = v
+                    moved[p] |= v != 0.0
+            full[u, kf:, :] = 0.0
         for j in range(linear.shape[0]):
             u = linear[j, 0]
             c0 = linear[j, 1]
+            full[u, :, :] = 0.0
             for q in range(linear[j, 2] - c0):
                 for c in range(wide.shape[1]):
-                    at[i, u, q, group[c]] += (np.float64(wide[i, c]) - np.float64(r_wide[c])) * w[c, c0 + q]
+                    full[u, q, group[c]] += (np.float64(wide[i, c]) - np.float64(r_wide[c])) * w[c, c0 + q]
+                for p in range(n_p):
+                    moved[p] |= full[u, q, p] != 0.0
+        m = 0
+        for p in range(n_p):
+            if moved[p]:
+                active[i, m] = p
+                m += 1
+        n_active[i] = m
         for u in range(n_src):
             for q in range(k_max):
                 sm = 0.0
                 size = 0.0
-                for p in range(n_p):
-                    v = at[i, u, q, p]
+                for j in range(m):
+                    v = full[u, q, active[i, j]]
+                    at[i, u, q, j] = v
                     sm += v
                     size += abs(v)
                 total[i, u, q] = 0.0 if abs(sm) <= CANCELLED * size else sm
 
 
 def explain_query(model: EnsembleModel, xq: np.ndarray, rows: np.ndarray, r: np.ndarray,
-                  scored: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> dict[str, Any] | None:
+                  scored: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+                  whitening: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> dict[str, Any] | None:
     """Exact explanations of ``rows`` (indices into the query's list ``xq`` (n, d)) against ``r``:
     ``{"scores": (k,), "baseline": float, "contributions": (k, d)}``; None when the mixer is not
     linear in the member scores (the caller falls back to the whole-model Shapley values).
     ``scored``: the list's (wide features, member scores, served scores) from the request's own
-    scoring pass (``EnsembleModel.scoring_pass``), else computed here."""
+    scoring pass (``EnsembleModel.scoring_pass``), else computed here; ``whitening``: that pass's
+    whitening of the list (``reference_views``)."""
     n, d = xq.shape
     if scored is None:
         off = np.array([0, n], dtype=np.int64)
-        wide = model._wide(xq, off)
+        kept: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        wide = model._wide(xq, off, kept)
+        whitening = kept.get(0)
         member = model._calibrate(model._sums(wide))
         served = None
     else:
@@ -183,13 +315,14 @@ def explain_query(model: EnsembleModel, xq: np.ndarray, rows: np.ndarray, r: np.
         return None
     if served is None:
         served = np.asarray(model.mixer.transform(member, off), dtype=np.float64)
-    r_wide, group, players, white = reference_views(model, xq, r)
+    r_wide, group, players, white = reference_views(model, xq, r, whitening)
     games = calibrator_games(model)
     k_max = games.k_max
     lo = np.zeros((len(games.keys), k_max))                                      # the sources' u(r)
-    u_r = model._raw_block(r_wide[None])[0]                                      # (M, K_model)
-    kk = min(k_max, u_r.shape[1])
-    lo[:, :kk] = u_r[games.first, :kk]
+    f = model.forest
+    _reference_sources(f.base_kind, f.base_node_start, f.base_leaf_start, f.node_feature, f.node_threshold,
+                       f.node_left, f.node_right, f.leaf_values, r_wide, model._checkpoints, games.forest_lo,
+                       games.forest_hi, model._linear_w, model._linear_b, games.linear, lo)
     contrib = np.zeros((rows.size, players))
     baseline = np.zeros(rows.size)
     mm = model.n_members
@@ -199,13 +332,14 @@ def explain_query(model: EnsembleModel, xq: np.ndarray, rows: np.ndarray, r: np.
         chunk = rows[s : s + step]
         # (k, U, K, P) and (k, U, K): an input whose attributions cancel to within rounding of their
         # sizes has not moved (its share would be rounding noise divided by rounding noise)
-        at, total = _raw_attributions(model, games, wide[chunk], r_wide, group, players)
+        at, total, active, n_active = _moved_attributions(model, games, wide[chunk], r_wide, group, players)
         g_lo, phi = games.shapley(lo, total, member[chunk])
         # the rescale rule: input k's share phi_mk over the players in proportion to A_m[., k]
         ratio = np.empty_like(phi)
         _ratio(phi, total, games.src, ratio)
         s_r = np.broadcast_to(g_lo, (chunk.size, mm))
-        contrib[s : s + step], baseline[s : s + step] = reveal_cancel_at(layer, chunk, s_r, ratio, at, games.src)
+        contrib[s : s + step], baseline[s : s + step] = reveal_cancel_at(layer, chunk, s_r, ratio, at, games.src,
+                                                                         active, n_active)
     if white is not None:
         contrib = contrib[:, :d] + _unwhiten(contrib[:, d:], xq[rows], r, white)
     return {"scores": served[rows], "baseline": baseline, "contributions": contrib}

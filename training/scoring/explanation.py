@@ -166,8 +166,10 @@ def explain_rows(model: EnsembleModel, features: npt.ArrayLike, query_offsets: n
     exact method instead of scoring the lists again (ValueError when it is of other arrays)."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
-    x, off = model._check(features, query_offsets)
-    off = validate_offsets(off, x.shape[0])
+    if scoring is not None and features is scoring.x:  # the pass's own checked array: not checked again
+        x, off = scoring.x, validate_offsets(query_offsets, scoring.x.shape[0])
+    else:
+        x, off = model._check(features, query_offsets)
     d = model.n_features
     names = tuple(feature_names) if feature_names is not None else tuple(default_feature_names(d))
     if len(names) != d:
@@ -178,7 +180,8 @@ def explain_rows(model: EnsembleModel, features: npt.ArrayLike, query_offsets: n
         raise ValueError(f"row {bad} is outside the {x.shape[0]} rows")
     if budget < 1:
         raise ValueError(f"budget must be at least 1, got {budget}")
-    if scoring is not None and (not np.array_equal(scoring.offsets, off) or not np.array_equal(scoring.x, x)):
+    if scoring is not None and (not np.array_equal(scoring.offsets, off)
+                                or (scoring.x is not x and not np.array_equal(scoring.x, x))):
         raise ValueError("scoring is a scoring pass of other features or query offsets")
     k = picked.size
     res = {"scores": np.zeros(k), "baseline": np.zeros(k), "contributions": np.zeros((k, d)),
@@ -198,7 +201,8 @@ def explain_rows(model: EnsembleModel, features: npt.ArrayLike, query_offsets: n
             r = reference_row(xq, reference)
             slots = np.flatnonzero(query == q)
             part = None if scoring is None else (scoring.wide[lo:hi], scoring.member[lo:hi], scoring.scores[lo:hi])
-            exact = (exact_explanation.explain_query(model, xq, picked[slots] - lo, r, part) if method == "exact"
+            kept = None if scoring is None or scoring.whitening is None else scoring.whitening.get(int(q))
+            exact = (exact_explanation.explain_query(model, xq, picked[slots] - lo, r, part, kept) if method == "exact"
                      else None)
             if exact is None:
                 used = "shapley"

@@ -115,36 +115,45 @@ class MixLayer:
 
 @njit(cache=True, nogil=True)
 def _list_stats(s, st):  # pragma: no cover
-    """``MixLayer.stats`` of the list's member scores s (n, M), members in the inner loop."""
+    """``MixLayer.stats`` of the list's member scores s (n, M) in two passes of plain reductions
+    (members in the inner loop, so that it vectorises): the sums, smallest and largest scores; then
+    the deviations from the mean, how many documents hold each extreme, and the second smallest and
+    largest distinct scores (the extremes again when every document holds them)."""
     n, m = s.shape
     for j in range(m):
+        st[0, j] = 0.0
         st[3, j] = np.inf
-        st[4, j] = np.inf
         st[6, j] = -np.inf
-        st[7, j] = -np.inf
-    for i in range(n):  # selects, not branches: the members' loop vectorises
+    for i in range(n):
         for j in range(m):
             v = s[i, j]
             st[0, j] += v
-            lo1, lo2, n_lo = st[3, j], st[4, j], st[5, j]
-            below, at = v < lo1, v == lo1
-            st[4, j] = lo1 if below else (lo2 if at else min(lo2, v))
-            st[5, j] = 1.0 if below else (n_lo + 1.0 if at else n_lo)
-            st[3, j] = v if below else lo1
-            hi1, hi2, n_hi = st[6, j], st[7, j], st[8, j]
-            above, at = v > hi1, v == hi1
-            st[7, j] = hi1 if above else (hi2 if at else max(hi2, v))
-            st[8, j] = 1.0 if above else (n_hi + 1.0 if at else n_hi)
-            st[6, j] = v if above else hi1
+            st[3, j] = min(st[3, j], v)
+            st[6, j] = max(st[6, j], v)
     if n == 0:
+        for j in range(m):
+            st[4, j] = np.inf
+            st[7, j] = -np.inf
         return
     for j in range(m):
         st[0, j] /= n
+        st[1, j] = 0.0
+        st[2, j] = 0.0
+        st[4, j] = np.inf
+        st[5, j] = 0.0
+        st[7, j] = -np.inf
+        st[8, j] = 0.0
     for i in range(n):
         for j in range(m):
-            d = s[i, j] - st[0, j]
+            v = s[i, j]
+            d = v - st[0, j]
             st[1, j] += d
             st[2, j] += d * d
+            lo, hi = st[3, j], st[6, j]
+            st[5, j] += 1.0 if v == lo else 0.0
+            st[8, j] += 1.0 if v == hi else 0.0
+            st[4, j] = min(st[4, j], v if v > lo else np.inf)
+            st[7, j] = max(st[7, j], v if v < hi else -np.inf)
 
 
 @njit(cache=True, nogil=True)
@@ -217,10 +226,9 @@ def mix_layer(mixer: Mixer, member: np.ndarray) -> MixLayer | None:
 
 
 @njit(cache=True, nogil=True)
-def _member_row(ratio, at, i, m, u, buf):  # pragma: no cover
-    """buf[p] = C[i, m, p] = sum_q ratio[i, m, q] at[i, u, q, p] over every player p (players in
+def _member_row(ratio, at, i, m, u, n_p, buf):  # pragma: no cover
+    """buf[p] = C[i, m, p] = sum_q ratio[i, m, q] at[i, u, q, p] over the first n_p players (players in
     the innermost loop, so that it vectorises)."""
-    n_p = at.shape[3]
     r0 = ratio[i, m, 0]
     for p in range(n_p):
         buf[p] = r0 * at[i, u, 0, p]
@@ -232,12 +240,12 @@ def _member_row(ratio, at, i, m, u, buf):  # pragma: no cover
 
 
 @njit(cache=True, nogil=True, fastmath={"reassoc"})
-def _row_parts(buf):  # pragma: no cover
-    """(sum of the positive entries, sum of the negative ones) of buf, in any order (``reassoc``:
+def _row_parts(buf, n_p):  # pragma: no cover
+    """(sum of the positive entries, sum of the negative ones) of buf[:n_p], in any order (``reassoc``:
     the loop vectorises), the same order on every call."""
     sp = 0.0
     sn = 0.0
-    for p in range(buf.shape[0]):
+    for p in range(n_p):
         c = buf[p]
         sp += max(c, 0.0)
         sn += min(c, 0.0)
@@ -245,24 +253,75 @@ def _row_parts(buf):  # pragma: no cover
 
 
 @njit(cache=True, nogil=True)
-def _propagate(ratio, at, src, mode, n, w, c, sh, st, s_rows, omin, omax, s_r, f0, out):  # pragma: no cover
-    """One pass over the members: member m's attributions ``C[i, m, p]`` (``_member_row``, never
-    stored: (k, M, P) is large), their positive and negative parts, the mix layer's two-player
-    shares (``_member_shares``), and ``out[i, p] += C * (k_pos if C > 0 else k_neg)``; f0[i, m]
-    the member's value at the reference."""
-    buf = np.empty(at.shape[3])
+def _zscore_shares(n, w, st, s_rows, omin, omax, s_r, pos, neg, f0, k_pos, k_neg):  # pragma: no cover
+    """``_member_shares`` of every member of one document in the ``zscore`` mode, written with
+    selects instead of branches so that the members' loop vectorises (its square roots and
+    divisions four at a time): the same arithmetic, value for value (a part that is 0 moves
+    nothing: x + 0 is x)."""
+    for m in range(w.shape[0]):
+        v, p, q = s_r[m], pos[m], neg[m]
+        cen, tot, sq = st[0, m], st[1, m], st[2, m]
+        d = s_rows[m] - cen
+        flat = omin[m] == omax[m]
+        a = _zscore_value(n, w[m], cen, tot, sq, d, flat, omin[m], v)
+        fp = _zscore_value(n, w[m], cen, tot, sq, d, flat, omin[m], v + p)
+        fn = _zscore_value(n, w[m], cen, tot, sq, d, flat, omin[m], v + q)
+        fpn = _zscore_value(n, w[m], cen, tot, sq, d, flat, omin[m], v + p + q)
+        f0[m] = a
+        k_pos[m] = (0.5 * (fp - a) + 0.5 * (fpn - fn)) / (p if p != 0.0 else 1.0) if p != 0.0 else 0.0
+        k_neg[m] = (0.5 * (fn - a) + 0.5 * (fpn - fp)) / (q if q != 0.0 else 1.0) if q != 0.0 else 0.0
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _zscore_value(n, w, centre, total, squares, d, flat, omin, v):  # pragma: no cover
+    """``_value`` in the ``zscore`` mode (n >= 2), branch-free."""
+    dv = v - centre
+    t = total - d + dv
+    q = squares - d * d + dv * dv
+    mean = t / n
+    std = np.sqrt(max(q / n - mean * mean, 0.0))
+    ok = (std > 0) & ~(flat & (v == omin))
+    return w * (dv - mean) / (std if ok else 1.0) if ok else 0.0
+
+
+@njit(cache=True, nogil=True)
+def _propagate(ratio, at, src, active, n_active, mode, n, w, c, sh, st, s_rows, omin, omax, s_r, f0,
+               out):  # pragma: no cover
+    """Per document: one pass over the members for their attributions ``C[i, m, j]`` over document
+    i's ``n_active[i]`` players (``_member_row``; one document's (M, P) at a time, not (k, M, P))
+    and their positive and negative parts, the mix layer's two-player shares of every member
+    (``_zscore_shares``, or ``_member_shares`` one at a time), and a second pass adding
+    ``C * (k_pos if C > 0 else k_neg)`` to ``out[i, active[i, j]]``; f0[i, m] the member's value at
+    the reference."""
+    n_m = ratio.shape[1]
+    rows = np.empty((n_m, at.shape[3]))  # the members' rows of one document, kept for the second pass
+    acc = np.empty(at.shape[3])
+    pos, neg = np.empty(n_m), np.empty(n_m)
+    kp, kn = np.empty(n_m), np.empty(n_m)
     for i in range(ratio.shape[0]):
-        for m in range(ratio.shape[1]):
-            _member_row(ratio, at, i, m, src[m], buf)
-            sp, sn = _row_parts(buf)
-            f0[i, m], kp, kn = _member_shares(mode, n, w[m], c[m], sh[m], st, m, s_rows[i, m], omin[i, m],
-                                              omax[i, m], s_r[i, m], sp, sn)
-            if kp == 0.0 and kn == 0.0:
+        n_p = n_active[i]
+        for m in range(n_m):
+            buf = rows[m]
+            _member_row(ratio, at, i, m, src[m], n_p, buf)
+            pos[m], neg[m] = _row_parts(buf, n_p)
+        if mode == 1 and n > 1:
+            _zscore_shares(n, w, st, s_rows[i], omin[i], omax[i], s_r[i], pos, neg, f0[i], kp, kn)
+        else:
+            for m in range(n_m):
+                f0[i, m], kp[m], kn[m] = _member_shares(mode, n, w[m], c[m], sh[m], st, m, s_rows[i, m], omin[i, m],
+                                                        omax[i, m], s_r[i, m], pos[m], neg[m])
+        acc[:n_p] = 0.0
+        for m in range(n_m):
+            if kp[m] == 0.0 and kn[m] == 0.0:
                 continue
-            for p in range(buf.shape[0]):
-                x = buf[p]
+            buf = rows[m]
+            km, kq = kp[m], kn[m]
+            for j in range(n_p):
+                x = buf[j]
                 # a zero share adds nothing (never 0 * an infinite ratio)
-                out[i, p] += x * kp if x > 0.0 else (x * kn if x < 0.0 else 0.0)
+                acc[j] += x * km if x > 0.0 else (x * kq if x < 0.0 else 0.0)
+        for j in range(n_p):
+            out[i, active[i, j]] += acc[j]
 
 
 def reveal_cancel(layer: MixLayer, rows: np.ndarray, s_r: np.ndarray, ratio: np.ndarray, attr: np.ndarray,
@@ -272,18 +331,23 @@ def reveal_cancel(layer: MixLayer, rows: np.ndarray, s_r: np.ndarray, ratio: np.
     carried through the mix layer by the two-player rule of the module docstring, summed over the
     members (one numba pass, ``_propagate``; ``tests/scoring/test_mix_propagation.py`` has the NumPy twin)."""
     at = np.ascontiguousarray(np.asarray(attr, dtype=np.float64).transpose(0, 1, 3, 2))
-    return reveal_cancel_at(layer, rows, s_r, ratio, at, src)
+    k, p = at.shape[0], at.shape[3]
+    return reveal_cancel_at(layer, rows, s_r, ratio, at, src, np.tile(np.arange(p, dtype=np.int64), (k, 1)),
+                            np.full(k, p, dtype=np.int64))
 
 
 def reveal_cancel_at(layer: MixLayer, rows: np.ndarray, s_r: np.ndarray, ratio: np.ndarray, at: np.ndarray,
-                     src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``reveal_cancel`` with the attributions laid out (k, U, K, P), the players innermost."""
+                     src: np.ndarray, active: np.ndarray, n_active: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``reveal_cancel`` with the attributions laid out (k, U, K, P), the players innermost and
+    document i's first ``n_active[i]`` being players ``active[i, :n_active[i]]`` (the others get 0)."""
     ratio = np.ascontiguousarray(ratio, dtype=np.float64)
     at = np.ascontiguousarray(at, dtype=np.float64)
     src = np.ascontiguousarray(src, dtype=np.int64)
     k, m = ratio.shape[:2]
     f0, out = np.empty((k, m)), np.zeros((k, at.shape[3]))
     s_rows, omin, omax = layer.rows(rows)
-    _propagate(ratio, at, src, MODES.index(layer.mode), layer.n, layer.weights, layer.coef, layer.shift, layer.stats,
-               s_rows, omin, omax, np.ascontiguousarray(np.broadcast_to(s_r, (k, m)), dtype=np.float64), f0, out)
+    _propagate(ratio, at, src, np.ascontiguousarray(active, dtype=np.int64),
+               np.ascontiguousarray(n_active, dtype=np.int64), MODES.index(layer.mode), layer.n, layer.weights,
+               layer.coef, layer.shift, layer.stats, s_rows, omin, omax,
+               np.ascontiguousarray(np.broadcast_to(s_r, (k, m)), dtype=np.float64), f0, out)
     return out, f0.sum(axis=1)
