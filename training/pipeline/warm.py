@@ -8,30 +8,31 @@ a fraction of a second afterwards, and nothing said so. ``warm()`` runs every ke
 small generated data, in one step that says what it does and how long it took, then leaves a
 stamp in the cache so that later runs know the cache is warm:
 
-- ``tunemix warm`` (``make serve`` and ``make test`` run it after installing);
+- ``tunemix warm`` (``make test`` runs it after installing);
 - ``tunemix train``/``demo`` and ``TuneMixRanker.fit(progress=True)`` run it first, with a
-  message, when the stamp is absent (``TUNEMIX_AUTO_WARM=0`` turns that off).
+  message, when the stamp is absent (``TUNEMIX_AUTO_WARM=0`` turns that off); ``tunemix demo``
+  (``make serve``'s step) fits inside it (``then``), once the kernels its fit calls are compiled.
 
-How: one small fit (``backend = "sequential"``, ``WARM_TABLES``) with every member type of
-``configs/mq2008.toml`` (AdaBoost.MH trees on the three views and products, every label grouping
-of 5-grade data, McRank multi-class and ordinal, LambdaMART, the linear SVM, the best single
-feature) and the default calibrator pool, the mixers compared, the relevance head, then the
-model's one-thread and parallel scoring paths (``EnsembleModel.warm_up``), the LETOR reader and
-``tunemix.warmup.warm_all``. numba compiles on one thread, so on a machine of two CPUs or more
-the fit is cut in two parts that share few kernels (``PART_MEMBERS``), compiled side by side
-in two child processes; between them they call every kernel the whole fit calls (the learners'
-part also runs the views' big-query pieces and the reference whitening of an explanation,
-which only a raw+white model needs). With one process (``warm_processes``,
-``TUNEMIX_WARM_PROCESSES``), or when a part failed, the whole fit runs in this process instead,
-loading what is cached. A fresh cache on a quiet 2-core machine: 100.5 s (the parts 89.4 and
-98.4 s side by side, 185 CPU-s), where one process took 210.5 s before (202 CPU-s, with the
-``parallel=True`` twins, ``training.threads``); the whole fit run after it compiled nothing.
-A kernel first called by a fit in a worker process
-(``backend = "loky"``) then loads from the disk cache there instead of compiling.
+How: one small fit (``backend = "sequential"``, ``training.pipeline.warm_tables``) with every
+member type of ``configs/mq2008.toml`` (AdaBoost.MH trees on the three views and products, each
+class count of 5-grade data, McRank multi-class and ordinal, LambdaMART, the linear SVM, the
+best single feature) and the default calibrator pool (optimisers cut short), the mixers
+compared, the relevance head, then the model's one-thread and parallel scoring paths
+(``EnsembleModel.warm_up``), the LETOR reader and ``tunemix.warmup.warm_all``. numba compiles on
+one thread, so on a machine of two CPUs or more the fit is cut in two parts that share few
+kernels (``PART_MEMBERS``): the learners' part in a child process, the serving part in this one,
+side by side; between them they call every kernel the whole fit calls. The serving part's fit
+reaches the kernels ``tunemix demo``'s fit calls first (its LightGBM runs compile nothing of
+ours), so that fit runs here right after it, beside the learners' part, instead of after the
+whole warm-up; the service's remaining paths (``warm_all``) come last and load what it compiled.
+With one process (``warm_processes``, ``TUNEMIX_WARM_PROCESSES``), or when a part failed, the
+whole fit runs in this process instead, loading what is cached. A kernel first called by a fit
+in a worker process (``backend = "loky"``) then loads from the disk cache there instead of
+compiling. Figures: docs/performance.md, "The first hour".
 
-``CompileClock`` measures the seconds this process holds numba's compiler lock (compiling, or
-loading a compiled kernel from the cache), so that the training record can separate compilation
-from work (``record["numba_compile"]``).
+``training.pipeline.compile_clock`` measures the seconds this process holds numba's compiler lock
+(compiling, or loading a compiled kernel from the cache), so that the training record can
+separate compilation from work (``record["numba_compile"]``).
 """
 
 from __future__ import annotations
