@@ -18,9 +18,10 @@ from typing import Any
 #: grouping (``K_GROUPINGS``: three-b is a second K = 3) nor each view times each grouping (the
 #: views change no kernel's types): every run's snapshot is calibrated with the whole default
 #: pool, about 1.7 CPU-s of L-BFGS a run that compiles nothing new: the learners' part with the
-#: cache warm took 46.9 CPU-s for 22 runs, 20.8 for these 12, and an empty cache filled by either
-#: holds the same 103 kernel signatures. One snapshot per run and a one-model relevance head: the
-#: calibrators' and the head's kernels, not their number.
+#: cache warm took 71.0 s (46.9 CPU-s) for 22 runs, 17.8 s (20.8 CPU-s) for these 12, 6.1 s with
+#: the calibrators cut short too (``few_iterations``; shared machine, niced), and an empty cache
+#: filled by either holds the same 103 kernel signatures. One snapshot per run and a one-model
+#: relevance head: the calibrators' and the head's kernels, not their number.
 K_GROUPINGS = ["original", "binary", "three-a", "four"]
 
 
