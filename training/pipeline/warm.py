@@ -90,9 +90,9 @@ def is_warm() -> bool:
 
 
 def _warm_fit(tables: dict[str, Any], *, serving: bool, learners: bool, then: Callable[[], Any] | None = None) -> None:
-    """One small fit of ``tables``; with ``learners``, then the views' big-query pieces and the
-    service's evaluation and fusion paths; with ``serving``, the LETOR reader and the model's
-    explanations; then ``then()``; with ``serving``, last, the model's one-thread and parallel
+    """One small fit of ``tables``; with ``learners``, the LETOR reader first, then after the fit
+    the views' big-query pieces and the service's evaluation and fusion paths; with ``serving``,
+    the model's explanations; then ``then()``; with ``serving``, last, the model's one-thread and parallel
     scoring paths and every kernel the service warms before /ready (``tunemix.warmup.warm_all``:
     what ``then`` compiled, it loads)."""
     from training.data.svmlight import read_svmlight, write_svmlight
@@ -101,6 +101,11 @@ def _warm_fit(tables: dict[str, Any], *, serving: bool, learners: bool, then: Ca
 
     members = {"calibrators": warm_calibrators(), **tables["members"]}
     cfg = load_config(None, tables={**tables, "members": members})
+    if learners:  # the LETOR reader first: tunemix demo's fit, in the serving part, reads its files
+        with tempfile.TemporaryDirectory(prefix="tunemix-warm-") as tmp:
+            test = (cfg.data.synthetic.make() if cfg.data.synthetic is not None else {})["test"]
+            write_svmlight(test, Path(tmp) / "test.txt")
+            read_svmlight(Path(tmp) / "test.txt", n_features=test.features.shape[1])
     with _quiet_logs():  # a fit of four iterations: its log says nothing a user needs
         model = train(cfg, progress=False, save=False).model
     if learners:
@@ -111,11 +116,7 @@ def _warm_fit(tables: dict[str, Any], *, serving: bool, learners: bool, then: Ca
             with _quiet_logs():
                 warm_evaluation()
                 warm_fusion()
-    if serving:  # what tunemix demo's fit calls beyond a fit's: the LETOR reader, the report's explanations
-        with tempfile.TemporaryDirectory(prefix="tunemix-warm-") as tmp:
-            sets = cfg.data.synthetic.make() if cfg.data.synthetic is not None else {}
-            write_svmlight(sets["test"], Path(tmp) / "test.txt")
-            read_svmlight(Path(tmp) / "test.txt", n_features=model.n_features)
+    if serving:  # what tunemix demo's fit calls beyond a fit's: the report's explanations
         from tunemix.warmup import warm_explanations
 
         with _quiet_logs():
