@@ -70,12 +70,12 @@ WARM_TABLES: dict[str, Any] = {
 
 
 #: The warm-up in two parts that share few kernels, compiled side by side in two processes (numba
-#: compiles on one thread): ``learners`` (a child process), the AdaBoost.MH runs (trees on the
-#: three views, products; every class count), the linear SVM and the best feature, then the
-#: views' big-query pieces, the LETOR reader and the service's explanations, evaluation and
-#: fusion paths; ``serving`` (``tunemix warm``'s own process), the LightGBM runs (McRank,
+#: compiles on one thread): ``learners`` (a child process), the LETOR reader, the AdaBoost.MH runs
+#: (trees on the three views, products; every class count), McRank ordinal, the linear SVM and
+#: the best feature, then the views' big-query pieces and the service's evaluation and fusion
+#: paths; ``serving`` (``tunemix warm``'s own process), the LightGBM runs (McRank,
 #: LambdaMART), whose fit compiles nothing of ours and so reaches the shared kernels first (the
-#: forest pass, the calibration step, the evaluation and mixing kernels, the relevance head), then
+#: forest pass, the calibration step, the evaluation and mixing kernels, the relevance head) and the explanations, then
 #: ``tunemix demo``'s fit when there is one, then every path the service warms before /ready
 #: (``tunemix.warmup.warm_all``). A kernel one part saved is loaded by the other when it gets
 #: there; when a part failed, the whole ``WARM_TABLES`` fit runs in the parent and compiles what
