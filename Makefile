@@ -13,7 +13,7 @@ help:
 	@echo "make serve   - install, train the default model if models/ has none, serve it on :$(PORT)"
 	@echo "make test    - install with dev extras, run ruff, mypy and pytest"
 	@echo "make bench   - run the benchmarks in bench/ (JSON in bench/results/)"
-	@echo "make warm    - compile the numba kernels once (make serve and make test do it first)"
+	@echo "make warm    - compile the numba kernels once (make test does it first; make serve's demo too)"
 
 # The installer: uv (PyPI's `uv`, Astral) downloads and installs the wheels in parallel: a fresh
 # install of the train and serve extras took 61 s against pip's 307 s (same machine, same hour,
@@ -38,7 +38,11 @@ $(VENV)/.stamp-dev: pyproject.toml | $(VENV)/bin/python
 warm: $(VENV)/.stamp-train
 	$(VENV)/bin/tunemix warm --if-cold
 
-train-default: warm
+# tunemix demo compiles the kernels first when the cache is cold, as tunemix warm does, and fits
+# the demo in the same step once the kernels it needs are compiled, beside the last of the others
+# (training/pipeline/warm.py): make serve on a fresh clone no longer waits for the whole warm-up
+# and then for the demo
+train-default: $(VENV)/.stamp-train
 	$(VENV)/bin/tunemix demo --models-dir models --name $(MODEL)
 
 serve: train-default

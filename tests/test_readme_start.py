@@ -54,7 +54,8 @@ def test_make_serve_then_the_readme_curl_lines(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT), TUNEMIX_LOG_LEVEL="warning", TUNEMIX_WORKERS="1")
     dry = subprocess.run(["make", "-n", "-f", str(ROOT / "Makefile"), "serve", f"PORT={port}"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, check=True).stdout
-    assert "tunemix warm --if-cold" in dry and "tunemix demo" in dry and "-m app" in dry, dry
+    # tunemix demo warms a cold cache itself, its fit beside the last of the compilation
+    assert "tunemix demo" in dry and "-m app" in dry and "tunemix warm" not in dry, dry
     server = subprocess.Popen(["make", "-f", str(ROOT / "Makefile"), "serve", f"PORT={port}"], cwd=tmp_path, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:

@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ def test_ensure_warm_runs_once_on_a_cold_cache_and_says_so(monkeypatch: pytest.M
     monkeypatch.setattr(warm_module, "cache_dir", lambda: tmp_path)
     calls: list[int] = []
 
-    def fake_warm(out: Any = None) -> dict[str, Any]:  # the real one is run by test_tunemix_warm
+    def fake_warm(out: Any = None, then: Any = None) -> dict[str, Any]:  # the real one: test_tunemix_warm
         calls.append(1)
         (tmp_path / warm_module.STAMP).write_text(json.dumps(warm_module._stamp_key()))
         return {"seconds": 0.0}
@@ -109,15 +110,17 @@ def test_no_warm_up_where_numba_cannot_cache(monkeypatch: pytest.MonkeyPatch, tm
     numba compiles in each process anyway, so a warm-up would only add its own time."""
     monkeypatch.setattr(warm_module, "cache_dir", lambda: tmp_path / "cache")
     monkeypatch.setenv("TUNEMIX_AUTO_WARM", "1")
-    monkeypatch.setattr(warm_module, "warm", lambda out=None: pytest.fail("warmed a cache numba cannot write"))
+    monkeypatch.setattr(warm_module, "warm",
+                        lambda out=None, then=None: pytest.fail("warmed a cache numba cannot write"))
     monkeypatch.setattr(warm_module.os, "access", lambda path, mode: False)
     assert warm_module.ensure_warm(io.StringIO()) is None
 
 
 def test_the_parts_import_this_processes_code(monkeypatch: pytest.MonkeyPatch) -> None:
-    """numba caches a kernel under its source file's path: the two parts must import the same
-    training package as the process that starts them (a stray PYTHONPATH or another working
-    directory would fill another part of the cache, and the final pass would compile it all)."""
+    """numba caches a kernel under its source file's path: the learners' part, a child process,
+    must import the same training package as the process that starts it (a stray PYTHONPATH or
+    another working directory would fill another part of the cache); the serving part runs in
+    this process."""
     import io
 
     import training
@@ -131,12 +134,125 @@ def test_the_parts_import_this_processes_code(monkeypatch: pytest.MonkeyPatch) -
             started.append({"args": args, **kwargs})
 
         def communicate(self) -> tuple[str, str]:
-            return json.dumps({"part": "x", "seconds": 0.0, "compiled": 0, "loaded": 0}), ""
+            return json.dumps({"part": "learners", "seconds": 0.0, "compiled": 0, "loaded": 0}), ""
 
+    here: list[str] = []
     monkeypatch.setattr(subprocess, "Popen", FakeProc)
+    monkeypatch.setattr(warm_module, "warm_part", lambda name, then=None: here.append(name) or
+                        {"part": name, "seconds": 0.0, "compiled": 0, "loaded": 0})
     monkeypatch.setenv("PYTHONPATH", "/somewhere/else")
-    warm_module._run_parts(io.StringIO())
+    parts = warm_module._run_parts(io.StringIO())
     root = str(Path(training.__file__).resolve().parents[1])
-    assert [s["args"][-1] for s in started] == list(warm_module.PART_MEMBERS)
+    assert [s["args"][-1] for s in started] == ["learners"] and here == ["serving"]
+    assert sorted(p["part"] for p in parts) == sorted(warm_module.PART_MEMBERS)
     for s in started:
         assert s["cwd"] == root and s["env"]["PYTHONPATH"].split(":")[0] == root
+
+
+class _Learners:
+    """A learners' part that has finished (or failed) when asked; ``events`` says when."""
+
+    def __init__(self, events: list[str], returncode: int = 0) -> None:
+        self.events, self.returncode = events, returncode
+        self.started_at = time.time()  # what _start_part records
+        events.append("learners started")
+
+    def communicate(self) -> tuple[str, str]:
+        self.events.append("learners awaited")
+        return json.dumps({"part": "learners", "seconds": 1.0, "compiled": 2, "loaded": 3}), "boom"
+
+
+def test_then_runs_after_the_serving_part_beside_the_learners_part(monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
+    """``warm(then=fit)`` (tunemix demo on a cold cache): the fit runs in this process after the
+    serving part's fit, before the learners' part is awaited, once; the stamp is left after
+    both parts."""
+    events: list[str] = []
+    monkeypatch.setattr(warm_module, "cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(warm_module, "_start_part", lambda name: _Learners(events))
+
+    def fake_fit(tables: dict[str, Any], *, serving: bool, learners: bool, then: Any = None) -> None:
+        assert serving and not learners and tables["members"] == warm_module.PART_MEMBERS["serving"]
+        events.append("serving fit")
+        then()
+        events.append("serving paths")
+
+    monkeypatch.setattr(warm_module, "_warm_fit", fake_fit)
+    out = io.StringIO()
+    result = warm_module.warm(out, processes=2, then=lambda: events.append(f"then, stamp {warm_module.is_warm()}"))
+    assert events == ["learners started", "serving fit", "then, stamp False", "serving paths", "learners awaited"]
+    assert warm_module.is_warm() and not result["final_pass"] and result["compiled"] == 2
+    assert "part serving done" in out.getvalue() and "part learners done" in out.getvalue()
+    assert "the fit that waited for it" in out.getvalue()
+
+
+@pytest.mark.parametrize(("processes", "learners_exit", "serving_fails", "expected"), [
+    (2, 0, True, ["learners started", "serving fit", "then", "learners awaited", "whole fit", "serving paths"]),
+    (2, 1, False, ["learners started", "serving fit", "then", "serving paths", "learners awaited", "whole fit",
+                   "serving paths"]),
+    (1, 0, False, ["whole fit", "serving paths", "then"]),
+])
+def test_then_runs_once_and_a_failed_part_leaves_the_whole_fit(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, processes: int, learners_exit: int, serving_fails: bool,
+        expected: list[str]) -> None:
+    """A part failed: the whole fit runs here (the final pass) and ``then`` runs once, where it
+    ran before or after the whole fit; with one process, after the whole fit."""
+    events: list[str] = []
+    monkeypatch.setattr(warm_module, "cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(warm_module, "_start_part", lambda name: _Learners(events, learners_exit))
+
+    def fake_fit(tables: dict[str, Any], *, serving: bool, learners: bool, then: Any = None) -> None:
+        events.append("whole fit" if learners else "serving fit")
+        if then is not None:
+            then()
+        if serving_fails and not learners:
+            raise RuntimeError("serving part broke")
+        if serving:
+            events.append("serving paths")
+
+    monkeypatch.setattr(warm_module, "_warm_fit", fake_fit)
+    out = io.StringIO()
+    result = warm_module.warm(out, processes=processes, then=lambda: events.append("then"))
+    assert events == expected
+    assert result["final_pass"] and warm_module.is_warm()
+    if processes == 2:
+        assert "failed" in out.getvalue() and "the final pass compiles" in out.getvalue()
+
+
+def test_an_error_of_then_reaches_the_caller_after_the_warm_up(monkeypatch: pytest.MonkeyPatch,
+                                                              tmp_path: Path) -> None:
+    def broken() -> None:
+        raise ValueError("the demo's own error")
+
+    monkeypatch.setattr(warm_module, "cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(warm_module, "_warm_fit", lambda tables, **kw: kw["then"] and kw["then"]())
+    monkeypatch.setattr(warm_module, "_start_part", lambda name: _Learners([]))
+    with pytest.raises(ValueError, match="the demo's own error"):
+        warm_module.warm(io.StringIO(), processes=2, then=broken)
+    assert warm_module.is_warm()  # the warm-up completed (its stamp) before the error was raised
+
+
+def test_the_warm_tables_meet_each_class_count_once_and_cut_the_calibrators_short() -> None:
+    from training.calibration.registry import DEFAULT_CALIBRATORS, make_calibrator
+    from training.learners.label_groups import get_grouping
+    from training.pipeline import warm_tables
+
+    counts = [len(get_grouping(g, 5).groups) for g in warm_tables.K_GROUPINGS]
+    assert sorted(counts) == [2, 3, 4, 5]  # with LambdaMART's K = 1: every K of up to five grades, once
+    specs = warm_tables.warm_calibrators()
+    assert [make_calibrator(s).name for s in specs] == list(DEFAULT_CALIBRATORS)  # the same pool
+    cut = {s: make_calibrator(s) for s in specs}
+    for spec, cal in cut.items():
+        if spec.startswith("cpc:"):
+            assert (cal.n_starts, cal.max_iter) == (1, warm_tables.WARM_ITERATIONS), spec  # type: ignore[attr-defined]
+        elif spec.startswith(("rbc:nn", "rbc:logistic")):
+            assert cal.max_iter == warm_tables.WARM_ITERATIONS, spec  # type: ignore[attr-defined]
+    assert warm_tables.few_iterations("cpc:ewls(C=2)") == "cpc:ewls(C=2,n_starts=1,max_iter=5)"
+    assert warm_tables.few_iterations("rbc:nn:gain") == "rbc:nn(max_iter=5):gain"
+    assert warm_tables.few_iterations("rbc:poly3:ndcg") == "rbc:poly3:ndcg"
+    # the two parts together fit every member block of the whole warm-up
+    whole = warm_tables.WARM_TABLES["members"]
+    for kind in ("adaboost", "svm", "lambdamart"):
+        assert [b for p in warm_tables.PART_MEMBERS.values() for b in p.get(kind, [])] == whole[kind]
+    variants = [v for p in warm_tables.PART_MEMBERS.values() for b in p.get("mcrank", []) for v in b["variant"]]
+    assert sorted(variants) == sorted(whole["mcrank"][0]["variant"])

@@ -81,3 +81,51 @@ def test_progress_bar_counts_every_boosting_iteration(tmp_path: Path, backend: s
     assert "boosting iterations" in err
     assert "6 of at most 6 it" in err  # one run of 6 iterations, all reported (an upper bound: no time left)
     assert "boosting 1 runs" in err and "1/1" in err
+
+
+def test_demo_on_a_cold_cache_fits_beside_the_learners_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """With the stamp absent, ``tunemix demo`` warms first and its fit runs inside the warm-up,
+    once the serving part's kernels are compiled and before the learners' part is awaited (the
+    parts are stand-ins here: test_warm runs the real ones); an existing model still gets the
+    warm-up (make serve's step), with nothing to fit."""
+    import json
+    from typing import Any
+
+    from training.pipeline import warm as warm_module
+
+    manifest = tmp_path / "models" / "default" / "v1" / "manifest.json"
+    seen: list[str] = []
+
+    class Learners:
+        returncode = 0
+        started_at = 0.0
+
+        def communicate(self) -> tuple[str, str]:
+            seen.append(f"learners awaited, model written: {manifest.is_file()}")
+            return json.dumps({"part": "learners", "seconds": 0.0, "compiled": 0, "loaded": 0}), ""
+
+    def serving_part(tables: dict[str, Any], *, serving: bool, learners: bool, then: Any = None) -> None:
+        seen.append("serving fit")
+        if then is not None:
+            then()
+
+    monkeypatch.setenv("TUNEMIX_AUTO_WARM", "1")
+    monkeypatch.setattr(warm_module, "cache_dir", lambda: tmp_path / "cache")
+    monkeypatch.setattr(warm_module, "warm_processes", lambda: 2)
+    monkeypatch.setattr(warm_module, "_start_part", lambda name: Learners())
+    monkeypatch.setattr(warm_module, "_warm_fit", serving_part)
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text(TINY)
+    args = ["demo", "--config", str(cfg), "--models-dir", str(tmp_path / "models"),
+            "--data-dir", str(tmp_path / "data"), "--no-progress"]
+    assert main(args) == 0
+    assert seen == ["serving fit", "learners awaited, model written: True"]
+    captured = capsys.readouterr()
+    assert "the numba cache is cold" in captured.err and "the fit that waited for it" in captured.err
+    assert "model 'default' version v1 written to" in captured.out and warm_module.is_warm()
+    (tmp_path / "cache" / warm_module.STAMP).unlink()
+    seen.clear()
+    assert main(args) == 0
+    assert seen == ["serving fit", "learners awaited, model written: True"]  # warmed, nothing fitted
+    assert "already trained" in capsys.readouterr().out and not (tmp_path / "models" / "default" / "v2").exists()

@@ -83,7 +83,7 @@ class _Clock:
     def __init__(self, compiling: Any = None) -> None:
         self.start = time.perf_counter()
         self.timings: dict[str, float] = {}
-        self.compiling = compiling  # a training.pipeline.warm.CompileClock: numba's share of each stage
+        self.compiling = compiling  # a training.pipeline.compile_clock.CompileClock: numba's share of each stage
         self.compile_timings: dict[str, float] = {}
 
     @contextlib.contextmanager
@@ -410,7 +410,7 @@ def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingDat
     """Train, mix, evaluate and (``save``) save a model as configured; return where it went (None
     when not saved) and the record. ``sets`` (train, vali, optionally test) replace the config's
     data. ``deadline``: the time budget's (default: ``[run] time_budget_s`` from now)."""
-    from training.pipeline.warm import compile_clock
+    from training.pipeline.compile_clock import compile_clock
 
     deadline = deadline or Deadline.begin(cfg.run.time_budget_s, clock_for(cfg.run.backend))
     with compile_clock() as compiling:

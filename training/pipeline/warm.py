@@ -8,30 +8,31 @@ a fraction of a second afterwards, and nothing said so. ``warm()`` runs every ke
 small generated data, in one step that says what it does and how long it took, then leaves a
 stamp in the cache so that later runs know the cache is warm:
 
-- ``tunemix warm`` (``make serve`` and ``make test`` run it after installing);
+- ``tunemix warm`` (``make test`` runs it after installing);
 - ``tunemix train``/``demo`` and ``TuneMixRanker.fit(progress=True)`` run it first, with a
-  message, when the stamp is absent (``TUNEMIX_AUTO_WARM=0`` turns that off).
+  message, when the stamp is absent (``TUNEMIX_AUTO_WARM=0`` turns that off); ``tunemix demo``
+  (``make serve``'s step) fits inside it (``then``), once the kernels its fit calls are compiled.
 
-How: one small fit (``backend = "sequential"``, ``WARM_TABLES``) with every member type of
-``configs/mq2008.toml`` (AdaBoost.MH trees on the three views and products, every label grouping
-of 5-grade data, McRank multi-class and ordinal, LambdaMART, the linear SVM, the best single
-feature) and the default calibrator pool, the mixers compared, the relevance head, then the
-model's one-thread and parallel scoring paths (``EnsembleModel.warm_up``), the LETOR reader and
-``tunemix.warmup.warm_all``. numba compiles on one thread, so on a machine of two CPUs or more
-the fit is cut in two parts that share few kernels (``PART_MEMBERS``), compiled side by side
-in two child processes; between them they call every kernel the whole fit calls (the learners'
-part also runs the views' big-query pieces and the reference whitening of an explanation,
-which only a raw+white model needs). With one process (``warm_processes``,
-``TUNEMIX_WARM_PROCESSES``), or when a part failed, the whole fit runs in this process instead,
-loading what is cached. A fresh cache on a quiet 2-core machine: 100.5 s (the parts 89.4 and
-98.4 s side by side, 185 CPU-s), where one process took 210.5 s before (202 CPU-s, with the
-``parallel=True`` twins, ``training.threads``); the whole fit run after it compiled nothing.
-A kernel first called by a fit in a worker process
-(``backend = "loky"``) then loads from the disk cache there instead of compiling.
+How: one small fit (``backend = "sequential"``, ``training.pipeline.warm_tables``) with every
+member type of ``configs/mq2008.toml`` (AdaBoost.MH trees on the three views and products, each
+class count of 5-grade data, McRank multi-class and ordinal, LambdaMART, the linear SVM, the
+best single feature) and the default calibrator pool (optimisers cut short), the mixers
+compared, the relevance head, then the model's one-thread and parallel scoring paths
+(``EnsembleModel.warm_up``), the LETOR reader and ``tunemix.warmup.warm_all``. numba compiles on
+one thread, so on a machine of two CPUs or more the fit is cut in two parts that share few
+kernels (``PART_MEMBERS``): the learners' part in a child process, the serving part in this one,
+side by side; between them they call every kernel the whole fit calls. The serving part's fit
+reaches the kernels ``tunemix demo``'s fit calls first (its LightGBM runs compile nothing of
+ours), so that fit runs here right after it, beside the learners' part, instead of after the
+whole warm-up; the service's remaining paths (``warm_all``) come last and load what it compiled.
+With one process (``warm_processes``, ``TUNEMIX_WARM_PROCESSES``), or when a part failed, the
+whole fit runs in this process instead, loading what is cached. A kernel first called by a fit
+in a worker process (``backend = "loky"``) then loads from the disk cache there instead of
+compiling. Figures: docs/performance.md, "The first hour".
 
-``CompileClock`` measures the seconds this process holds numba's compiler lock (compiling, or
-loading a compiled kernel from the cache), so that the training record can separate compilation
-from work (``record["numba_compile"]``).
+``training.pipeline.compile_clock`` measures the seconds this process holds numba's compiler lock
+(compiling, or loading a compiled kernel from the cache), so that the training record can
+separate compilation from work (``record["numba_compile"]``).
 """
 
 from __future__ import annotations
@@ -42,62 +43,24 @@ import os
 import platform
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from numba.core import event
+from training.pipeline.compile_clock import (  # noqa: F401 - CompileClock: train.py's type, tests' name
+    CompileClock,
+    compile_clock,
+    dispatcher_counts,
+    kernel_compile_log,
+    kernel_specialisations,
+)
+from training.pipeline.warm_tables import PART_MEMBERS, WARM_TABLES, warm_calibrators
 
 log = logging.getLogger(__name__)
 
 STAMP = "tunemix-warm.json"
-_L = TypeVar("_L", bound=event.Listener)
-
-#: Every member type of configs/mq2008.toml at a few iterations (the kernels, not the model,
-#: matter) on 5-grade data with every label grouping: the boosting and scoring kernels take the
-#: class count K as a tuple's length, so each K in 1..5 is a specialisation of its own (grow_tree,
-#: fit_product, the forest pass: LambdaMART's K = 1, binary 2, three-level 3, four 4, five 5),
-#: and data of up to five grades meets no kernel the warm-up did not compile. One snapshot per run
-#: and a one-model relevance head: the calibrators' and the head's kernels, not their number.
-WARM_TABLES: dict[str, Any] = {
-    "name": "warm-up",
-    "seed": 0,
-    "data": {"synthetic": {"queries": [24, 10, 8], "docs_per_query": [6, 20], "features": 6, "levels": 5,
-                           "noise": 0.3, "seed": 0}},
-    "members": {
-        "views": ["raw"], "label_groupings": ["all"], "best_feature": True,
-        "adaboost": [{"base": "tree", "n_leaves": [8], "n_iterations": 4, "checkpoints": [4],
-                      "views": ["raw", "raw+std", "raw+white"]},
-                     {"base": "product", "n_terms": [3], "n_iterations": 4, "checkpoints": [4]}],
-        "mcrank": [{"variant": ["multiclass", "ordinal"], "n_leaves": [8], "learning_rate": 0.1, "n_iterations": 4,
-                    "checkpoints": [4], "label_groupings": ["original"]}],
-        "lambdamart": [{"n_leaves": [8], "learning_rate": 0.1, "n_iterations": 4, "checkpoints": [4]}],
-        "svm": [{"C": [1.0], "label_groupings": ["original"]}],
-    },
-    "mixer": {"name": "exp_forecaster", "measure": "ndcg@10", "convention": "yahoo", "snapshots": "tune",
-              "tune_on": "validation", "rescale": "zscore_query", "tie_tolerance": "one_se"},
-    "relevance": {"n_leaves": [4], "min_data_in_leaf": [20], "max_iterations": 20, "patience": 5},
-    "run": {"backend": "sequential", "n_jobs": 1, "report_plots": False},
-}
-
-
-#: The warm-up in two parts that share few kernels, compiled side by side in two processes (numba
-#: compiles on one thread): ``learners``, the AdaBoost.MH runs (trees on the three views, products;
-#: every label grouping, so every class count), the linear SVM, the best feature and the LETOR
-#: reader; ``serving``, the LightGBM runs (McRank, LambdaMART), whose fit compiles nothing of
-#: ours and so reaches the shared kernels first (the forest pass, the calibration step, the
-#: evaluation and mixing kernels, the relevance head), then every path the service warms before
-#: /ready (``tunemix.warmup.warm_all``: explanations, evaluation under every convention, fusion).
-#: A kernel one part saved is loaded by the other when it gets there; the final pass in the
-#: parent (the whole ``WARM_TABLES`` fit) then loads everything and compiles what both missed.
-PART_MEMBERS: dict[str, dict[str, Any]] = {
-    "learners": {**{k: v for k, v in WARM_TABLES["members"].items() if k not in ("mcrank", "lambdamart")}},
-    "serving": {"views": ["raw"], "label_groupings": ["all"], "best_feature": False,
-                "mcrank": WARM_TABLES["members"]["mcrank"], "lambdamart": WARM_TABLES["members"]["lambdamart"]},
-}
 
 
 def _stamp_key() -> dict[str, str]:
@@ -126,122 +89,51 @@ def is_warm() -> bool:
         return False
 
 
-class CompileClock(event.Listener):
-    """Seconds this process spends holding numba's compiler lock (compiling a kernel, or loading
-    it from the disk cache), counted once for nested acquisitions, over every thread."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seconds = 0.0
-        self._depth = 0
-        self._t0 = 0.0
-        self._lock = threading.Lock()
-
-    def on_start(self, event: Any) -> None:
-        with self._lock:
-            if self._depth == 0:
-                self._t0 = time.perf_counter()
-            self._depth += 1
-
-    def on_end(self, event: Any) -> None:
-        with self._lock:
-            self._depth -= 1
-            if self._depth == 0:
-                self.seconds += time.perf_counter() - self._t0
-
-
-class KernelCompileLog(event.Listener):
-    """Seconds of each compilation from scratch (numba's ``numba:compile`` events: not cache
-    loads), per ``module.kernel(signature)``; a kernel that calls others includes their time."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seconds: dict[str, float] = {}
-        self._open: dict[int, tuple[str, float]] = {}
-        self._lock = threading.Lock()
-
-    def on_start(self, ev: Any) -> None:
-        data = ev.data or {}
-        disp = data.get("dispatcher")
-        name = f"{getattr(disp, '__module__', '?')}.{getattr(disp, '__name__', '?')}"
-        key = f"{name}({', '.join(str(a) for a in data.get('args', ()))})"
-        with self._lock:
-            self._open[id(ev.data)] = (key, time.perf_counter())
-
-    def on_end(self, ev: Any) -> None:
-        with self._lock:
-            key, t0 = self._open.pop(id(ev.data), ("?", time.perf_counter()))
-            self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - t0
-
-
-@contextmanager
-def _listening(kind: str, listener: _L) -> Iterator[_L]:
-    """``listener`` registered for numba's ``kind`` events inside the block."""
-    event.register(kind, listener)
-    try:
-        yield listener
-    finally:
-        event.unregister(kind, listener)
-
-
-def compile_clock() -> AbstractContextManager[CompileClock]:
-    """``with compile_clock() as cc: ...`` then ``cc.seconds``."""
-    return _listening("numba:compiler_lock", CompileClock())
-
-
-def kernel_compile_log() -> AbstractContextManager[KernelCompileLog]:
-    """``with kernel_compile_log() as k: ...`` then ``k.seconds`` (per kernel and signature)."""
-    return _listening("numba:compile", KernelCompileLog())
-
-
-def kernel_specialisations() -> dict[str, dict[str, int]]:
-    """Per numba kernel of the loaded ``training`` modules (``module.function``): its type
-    signatures compiled in this process, compiled from scratch (``compiled``) and loaded from the
-    disk cache (``loaded``). Several signatures of one kernel are several compilations."""
-    from numba.core.dispatcher import Dispatcher
-
-    out: dict[str, dict[str, int]] = {}
-    for name, module in list(sys.modules.items()):
-        if not name.startswith("training.") or module is None:
-            continue
-        for attr, obj in list(vars(module).items()):
-            if isinstance(obj, Dispatcher) and obj.__module__ == name and obj.signatures:
-                stats = obj.stats
-                out[f"{name}.{attr}"] = {"signatures": len(obj.signatures),
-                                         "compiled": int(sum(stats.cache_misses.values())),
-                                         "loaded": int(sum(stats.cache_hits.values()))}
-    return out
-
-
-def _dispatcher_counts() -> tuple[int, int]:
-    """(specialisations compiled, specialisations loaded from the cache), every kernel."""
-    kernels = kernel_specialisations().values()
-    return sum(k["compiled"] for k in kernels), sum(k["loaded"] for k in kernels)
-
-
-def _warm_fit(tables: dict[str, Any], *, serving: bool) -> None:
-    """One small fit of ``tables``; with ``serving``, then the model's one-thread and parallel
-    scoring paths, the LETOR reader and every kernel the service warms before /ready."""
-    import numba
-
+def _warm_fit(tables: dict[str, Any], *, serving: bool, learners: bool, then: Callable[[], Any] | None = None) -> None:
+    """One small fit of ``tables``; with ``learners``, the LETOR reader first, then after the fit
+    the views' big-query pieces and the service's evaluation and fusion paths; with ``serving``,
+    the model's explanations; then ``then()``; with ``serving``, last, the model's one-thread and parallel
+    scoring paths and every kernel the service warms before /ready (``tunemix.warmup.warm_all``:
+    what ``then`` compiled, it loads)."""
     from training.data.svmlight import read_svmlight, write_svmlight
     from training.pipeline.config import load_config
     from training.pipeline.train import train
-    from training.scoring import forest
 
-    cfg = load_config(None, tables=tables)
+    members = {"calibrators": warm_calibrators(), **tables["members"]}
+    cfg = load_config(None, tables={**tables, "members": members})
+    if learners:  # the LETOR reader first: tunemix demo's fit, in the serving part, reads its files
+        with tempfile.TemporaryDirectory(prefix="tunemix-warm-") as tmp:
+            test = (cfg.data.synthetic.make() if cfg.data.synthetic is not None else {})["test"]
+            write_svmlight(test, Path(tmp) / "test.txt")
+            read_svmlight(Path(tmp) / "test.txt", n_features=test.features.shape[1])
     with _quiet_logs():  # a fit of four iterations: its log says nothing a user needs
         model = train(cfg, progress=False, save=False).model
-    if not serving:
+    if learners:
         _warm_views(model)
-        return
-    with tempfile.TemporaryDirectory(prefix="tunemix-warm-") as tmp:  # the LETOR reader
-        sets = cfg.data.synthetic.make() if cfg.data.synthetic is not None else {}
-        write_svmlight(sets["test"], Path(tmp) / "test.txt")
-        read_svmlight(Path(tmp) / "test.txt", n_features=model.n_features)
-    # the model's one-thread and parallel scoring paths (two threads) and every kernel the
-    # service compiles before /ready says 200 (explanations, evaluation under every convention,
-    # fusion): a service started after `tunemix warm` loads them all
+        if not serving:  # the service's paths that need no model (the serving part's last, else)
+            from tunemix.warmup import warm_evaluation, warm_fusion
+
+            with _quiet_logs():
+                warm_evaluation()
+                warm_fusion()
+    if serving:  # what tunemix demo's fit calls beyond a fit's: the report's explanations
+        from tunemix.warmup import warm_explanations
+
+        with _quiet_logs():
+            warm_explanations(model)
+    if then is not None:
+        then()
+    if serving:
+        _warm_service(model)
+
+
+def _warm_service(model: Any) -> None:
+    """The model's one-thread and parallel scoring paths (two threads) and every kernel the
+    service compiles before /ready says 200 (explanations, evaluation under every convention,
+    fusion): a service started after ``tunemix warm`` loads them all."""
+    import numba
+
+    from training.scoring import forest
     from tunemix.warmup import warm_all
 
     parallel = int(numba.config.NUMBA_NUM_THREADS) > 1  # type: ignore[attr-defined]
@@ -288,14 +180,21 @@ def _quiet_logs() -> Iterator[None]:
             lg.setLevel(level)
 
 
-def warm_part(name: str) -> dict[str, Any]:
-    """One part of ``PART_MEMBERS`` in this process (``python -m training.pipeline.warm --part``)."""
+def warm_part(name: str, then: Callable[[], Any] | None = None) -> dict[str, Any]:
+    """One part of ``PART_MEMBERS`` in this process (``python -m training.pipeline.warm --part``);
+    ``then()`` after its fit (``_warm_fit``), its time not counted."""
     t0 = time.perf_counter()
+    t0_parent = os.environ.get("TUNEMIX_WARM_T0")
+    started_s = round(time.time() - float(t0_parent), 2) if t0_parent else 0.0
+    before = dispatcher_counts()
     with compile_clock() as cc:
-        _warm_fit({**WARM_TABLES, "members": PART_MEMBERS[name]}, serving=name == "serving")
-    compiled, loaded = _dispatcher_counts()
-    return {"part": name, "seconds": round(time.perf_counter() - t0, 2), "compile_s": round(cc.seconds, 2),
-            "compiled": compiled, "loaded": loaded}
+        _warm_fit({**WARM_TABLES, "members": PART_MEMBERS[name]}, serving=name == "serving",
+                  learners=name == "learners", then=then)
+    after = dispatcher_counts()
+    then_s = float(getattr(then, "seconds", 0.0))  # a _Once
+    return {"part": name, "seconds": round(time.perf_counter() - t0 - then_s, 2),
+            "compile_s": round(cc.seconds, 2),
+            "compiled": after[0] - before[0], "loaded": after[1] - before[1], "started_s": started_s}
 
 
 def warm_processes() -> int:
@@ -313,39 +212,89 @@ def warm_processes() -> int:
     return 2 if (os.cpu_count() or 1) >= 2 else 1
 
 
-def _run_parts(out: Any) -> list[dict[str, Any]]:
-    """Both parts side by side, each in a child process on this cache; what each reported."""
+def _start_part(name: str) -> Any:
+    """``python -m training.pipeline.warm --part name`` in a child process on this cache."""
     import subprocess
 
-    # the children import this process's training package (numba caches a kernel under its
-    # source file's path: another copy of the code would fill another part of the cache)
+    # the child imports this process's training package (numba caches a kernel under its source
+    # file's path: another copy of the code would fill another part of the cache)
     root = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]))
-    procs = {name: subprocess.Popen([sys.executable, "-m", "training.pipeline.warm", "--part", name], cwd=root, env=env,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for name in PART_MEMBERS}
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]),
+               TUNEMIX_WARM_T0=repr(time.time()))
+    proc = subprocess.Popen([sys.executable, "-m", "training.pipeline.warm", "--part", name], cwd=root, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.started_at = float(env["TUNEMIX_WARM_T0"])  # type: ignore[attr-defined]
+    return proc
+
+
+def _said(out: Any, result: dict[str, Any]) -> dict[str, Any]:
+    out.write(f"tunemix warm: part {result['part']} done in {result['seconds']:.1f} s ({result['compiled']} kernel "
+              f"specialisations compiled, {result['loaded']} loaded)\n")
+    out.flush()
+    return result
+
+
+def _finish_part(name: str, proc: Any, out: Any) -> dict[str, Any] | None:
+    """What the child part reported; None (said on ``out``) when it failed."""
+    stdout, stderr = proc.communicate()
+    exited_s = round(time.time() - proc.started_at, 2)
+    if proc.returncode != 0:  # the final pass compiles what this part did not: say so, go on
+        out.write(f"tunemix warm: part {name} failed (exit {proc.returncode}); the final pass compiles its "
+                  f"kernels instead:\n{stderr[-2000:]}\n")
+        return None
+    # from the parent's start of the child: its start-up before the part, and its exit after
+    return _said(out, {**json.loads(stdout.strip().splitlines()[-1]), "exited_s": exited_s})
+
+
+def _run_parts(out: Any, then: Callable[[], Any] | None = None) -> list[dict[str, Any]]:
+    """The learners' part in a child process and the serving part here, side by side, with
+    ``then()`` here once the serving part's fit is done, while the child still compiles (what
+    ``then`` calls that neither part has saved yet it compiles itself). What each part reported
+    (a failed one left out)."""
+    child = _start_part("learners")
     done: list[dict[str, Any]] = []
-    for name, proc in procs.items():
-        stdout, stderr = proc.communicate()
-        if proc.returncode != 0:  # the final pass compiles what this part did not: say so, go on
-            out.write(f"tunemix warm: part {name} failed (exit {proc.returncode}); the final pass compiles its "
-                      f"kernels instead:\n{stderr[-2000:]}\n")
-            continue
-        result = json.loads(stdout.strip().splitlines()[-1])
-        out.write(f"tunemix warm: part {name} done in {result['seconds']:.1f} s ({result['compiled']} kernel "
-                  f"specialisations compiled, {result['loaded']} loaded)\n")
-        out.flush()
-        done.append(result)
-    return done
+    try:
+        try:
+            done.append(_said(out, warm_part("serving", then)))
+        except Exception as exc:  # the final pass compiles what it did not
+            out.write(f"tunemix warm: part serving failed ({type(exc).__name__}: {exc}); the final pass compiles "
+                      "its kernels instead\n")
+            log.debug("the serving part failed", exc_info=True)
+    finally:
+        learners = _finish_part("learners", child, out)
+    return [*([learners] if learners else []), *done]
 
 
-def warm(out: Any = None, *, processes: int | None = None) -> dict[str, Any]:
+class _Once:
+    """``then()`` run at most once, timed; its exception kept (the warm-up completes, then the
+    caller sees it) instead of failing the part it ran in."""
+
+    def __init__(self, then: Callable[[], Any] | None) -> None:
+        self.then, self.seconds = then, 0.0
+        self.error: Exception | None = None
+        self.ran = then is None
+
+    def __call__(self) -> None:
+        if self.ran:
+            return
+        self.ran = True
+        started = time.perf_counter()
+        try:
+            self.then()  # type: ignore[misc]
+        except Exception as exc:
+            self.error = exc
+        self.seconds = time.perf_counter() - started
+
+
+def warm(out: Any = None, *, processes: int | None = None, then: Callable[[], Any] | None = None) -> dict[str, Any]:
     """Compile (or load from the cache) every training and scoring kernel, and every kernel the
     service warms before ``/ready`` (``tunemix.warmup.warm_all``); say so on ``out`` (default
     stderr) with the seconds it took; leave the stamp. With two processes (``warm_processes``)
-    the two ``PART_MEMBERS`` compile side by side, and between them they call every kernel the
-    whole fit calls; with one, or when a part failed, the whole ``WARM_TABLES`` fit runs here
-    (loading what the parts saved). Returns what was done."""
+    the two ``PART_MEMBERS`` compile side by side (the learners' in a child process, the serving
+    part here), and between them they call every kernel the whole fit calls; with one, or when a
+    part failed, the whole ``WARM_TABLES`` fit runs here (loading what the parts saved).
+    ``then`` (``tunemix demo``'s fit) runs here once the serving part is done, beside the
+    learners' part, else after the whole fit. Returns what was done."""
     out = out or sys.stderr
     where = cache_dir()
     processes = warm_processes() if processes is None else processes
@@ -354,13 +303,15 @@ def warm(out: Any = None, *, processes: int | None = None) -> dict[str, Any]:
               f"a minute or two, a warm cache seconds) ...\n")
     out.flush()
     t0 = time.perf_counter()
-    parts = _run_parts(out) if processes > 1 else []
+    job = _Once(then)
+    parts = _run_parts(out, job) if processes > 1 else []
     final = len(parts) < len(PART_MEMBERS) if processes > 1 else True
+    before = dispatcher_counts()
     with compile_clock() as cc, kernel_compile_log() as kernels:
         if final:  # one process, or a part failed: the whole fit here
-            _warm_fit(WARM_TABLES, serving=True)
-    seconds = time.perf_counter() - t0
-    compiled, loaded = _dispatcher_counts()
+            _warm_fit(WARM_TABLES, serving=True, learners=True)
+    after = dispatcher_counts()
+    compiled, loaded = after[0] - before[0], after[1] - before[1]
     compiled_total = compiled + sum(p["compiled"] for p in parts)
     loaded_total = loaded + sum(p["loaded"] for p in parts)
     try:
@@ -368,23 +319,28 @@ def warm(out: Any = None, *, processes: int | None = None) -> dict[str, Any]:
         (where / STAMP).write_text(json.dumps(_stamp_key()))
     except OSError as exc:
         log.warning("could not write the warm-up stamp in %s: %s", where, exc)
+    job()  # when it has not run beside the learners' part: now
+    seconds = time.perf_counter() - t0
     how = (f"{processes} processes" if not final else
            f"{processes} process{'es' if processes > 1 else ''}; the whole fit here compiled {compiled}")
+    beside = f"; of that, {job.seconds:.1f} s the fit that waited for it" if then is not None else ""
     out.write(f"tunemix warm: done in {seconds:.1f} s: {compiled_total} kernel specialisations compiled, "
-              f"{loaded_total} loaded from the cache ({how})\n")
+              f"{loaded_total} loaded from the cache ({how}{beside})\n")
     out.flush()
     several = {k: v for k, v in kernel_specialisations().items() if v["signatures"] > 1}
     log.debug("kernels compiled for several signatures: %s", several)
     slowest = dict(sorted(kernels.seconds.items(), key=lambda kv: -kv[1])[:25])
-    return {"seconds": seconds, "compile_s": cc.seconds, "compiled": compiled_total, "final_pass": final,
-            "final_pass_compiled": compiled, "loaded": loaded_total, "processes": processes, "parts": parts,
-            "cache_dir": str(where),
-            "several_signatures": several, "slowest_compilations_s": slowest}
+    if job.error is not None:  # the caller's fit failed: its error, once the warm-up is complete
+        raise job.error
+    return {"seconds": seconds, "then_s": job.seconds, "compile_s": cc.seconds, "compiled": compiled_total,
+            "final_pass": final, "final_pass_compiled": compiled, "loaded": loaded_total, "processes": processes,
+            "parts": parts, "cache_dir": str(where), "several_signatures": several, "slowest_compilations_s": slowest}
 
 
-def ensure_warm(out: Any = None) -> dict[str, Any] | None:
+def ensure_warm(out: Any = None, *, then: Callable[[], Any] | None = None) -> dict[str, Any] | None:
     """``warm()`` when the cache is cold (no stamp) unless ``TUNEMIX_AUTO_WARM=0``; None when
-    nothing was done. The message says why the first run waits."""
+    nothing was done (and ``then`` not run: the caller runs its fit itself). The message says why
+    the first run waits."""
     if os.environ.get("TUNEMIX_AUTO_WARM", "1").strip() == "0" or is_warm():
         return None
     where = cache_dir()
@@ -395,7 +351,7 @@ def ensure_warm(out: Any = None) -> dict[str, Any] | None:
     out = out or sys.stderr
     out.write("tunemix: the numba cache is cold (first run of this install): compiling the kernels before the fit; "
               "`tunemix warm` does this ahead of time (TUNEMIX_AUTO_WARM=0 skips it)\n")
-    return warm(out)
+    return warm(out, then=then)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,98 @@
+"""What ``tunemix warm`` fits: a small configuration that calls every kernel of training and
+scoring (``WARM_TABLES``), cut in two parts compiled side by side (``PART_MEMBERS``).
+
+The warm-up needs each kernel called once for each type signature numba will meet, not a model:
+a few iterations on generated data, each class count once, one snapshot a run, the calibrators'
+optimisers cut short (``warm_calibrators``). ``training.pipeline.warm`` runs them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Every member type of configs/mq2008.toml at a few iterations (the kernels, not the model,
+#: matter) on 5-grade data with every label grouping: the boosting and scoring kernels take the
+#: class count K as a tuple's length, so each K in 1..5 is a specialisation of its own (grow_tree,
+#: fit_product, the forest pass: LambdaMART's K = 1, binary 2, three-level 3, four 4, five 5),
+#: and data of up to five grades meets no kernel the warm-up did not compile. Each K once, not each
+#: grouping (``K_GROUPINGS``: three-b is a second K = 3) nor each view times each grouping (the
+#: views change no kernel's types): every run's snapshot is calibrated with the whole default
+#: pool, about 1.7 CPU-s of L-BFGS a run that compiles nothing new: the learners' part with the
+#: cache warm took 71.0 s (46.9 CPU-s) for 22 runs, 17.8 s (20.8 CPU-s) for these 12, 6.1 s with
+#: the calibrators cut short too (``few_iterations``; shared machine, niced), and an empty cache
+#: filled by either holds the same 103 kernel signatures. One snapshot per run and a one-model
+#: relevance head: the calibrators' and the head's kernels, not their number.
+K_GROUPINGS = ["original", "binary", "three-a", "four"]
+
+
+def few_iterations(spec: str) -> str:
+    """``spec`` with its optimiser cut short (one start, ``WARM_ITERATIONS`` L-BFGS iterations
+    where the family has them: cpc, rbc's logistic and nn): the same kernels, a fraction of the
+    time (the warm-up compiles them, it does not need the fit)."""
+    family, _, rest = spec.partition(":")
+    if family == "cpc":
+        opts = f"n_starts=1,max_iter={WARM_ITERATIONS}"
+    elif family == "rbc" and rest.split(":")[0] in ("nn", "logistic"):
+        opts = f"max_iter={WARM_ITERATIONS}"
+    else:
+        return spec
+    head, _, tail = rest.partition(":")
+    head = f"{head[:-1]},{opts})" if head.endswith(")") else f"{head}({opts})"
+    return ":".join([family, head, *([tail] if tail else [])])
+
+
+#: L-BFGS iterations of the warm-up's calibrators (``_few_iterations``): every fit of the warm-up
+#: calibrates with the default pool, every family and target, each optimiser cut short
+WARM_ITERATIONS = 5
+WARM_TABLES: dict[str, Any] = {
+    "name": "warm-up",
+    "seed": 0,
+    "data": {"synthetic": {"queries": [24, 10, 8], "docs_per_query": [6, 20], "features": 6, "levels": 5,
+                           "noise": 0.3, "seed": 0}},
+    "members": {
+        "views": ["raw"], "label_groupings": ["all"], "best_feature": True,
+        "adaboost": [{"base": "tree", "n_leaves": [8], "n_iterations": 4, "checkpoints": [4],
+                      "label_groupings": K_GROUPINGS},
+                     {"base": "tree", "n_leaves": [8], "n_iterations": 4, "checkpoints": [4],
+                      "views": ["raw+std", "raw+white"], "label_groupings": ["original"]},
+                     {"base": "product", "n_terms": [3], "n_iterations": 4, "checkpoints": [4],
+                      "label_groupings": K_GROUPINGS}],
+        "mcrank": [{"variant": ["multiclass", "ordinal"], "n_leaves": [8], "learning_rate": 0.1, "n_iterations": 4,
+                    "checkpoints": [4], "label_groupings": ["original"]}],
+        "lambdamart": [{"n_leaves": [8], "learning_rate": 0.1, "n_iterations": 4, "checkpoints": [4]}],
+        "svm": [{"C": [1.0], "label_groupings": ["original"]}],
+    },
+    "mixer": {"name": "exp_forecaster", "measure": "ndcg@10", "convention": "yahoo", "snapshots": "tune",
+              "tune_on": "validation", "rescale": "zscore_query", "tie_tolerance": "one_se"},
+    "relevance": {"n_leaves": [4], "min_data_in_leaf": [20], "max_iterations": 20, "patience": 5},
+    "run": {"backend": "sequential", "n_jobs": 1, "report_plots": False},
+}
+
+
+#: The warm-up in two parts that share few kernels, compiled side by side in two processes (numba
+#: compiles on one thread): ``learners`` (a child process), the LETOR reader, the AdaBoost.MH runs
+#: (trees on the three views, products; every class count), McRank ordinal, the linear SVM and
+#: the best feature, then the views' big-query pieces and the service's evaluation and fusion
+#: paths; ``serving`` (``tunemix warm``'s own process), the LightGBM runs (McRank,
+#: LambdaMART), whose fit compiles nothing of ours and so reaches the shared kernels first (the
+#: forest pass, the calibration step, the evaluation and mixing kernels, the relevance head) and the explanations, then
+#: ``tunemix demo``'s fit when there is one, then every path the service warms before /ready
+#: (``tunemix.warmup.warm_all``). A kernel one part saved is loaded by the other when it gets
+#: there; when a part failed, the whole ``WARM_TABLES`` fit runs in the parent and compiles what
+#: it missed.
+PART_MEMBERS: dict[str, dict[str, Any]] = {
+    "learners": {**{k: v for k, v in WARM_TABLES["members"].items() if k not in ("mcrank", "lambdamart")},
+                 "mcrank": [{**WARM_TABLES["members"]["mcrank"][0], "variant": ["ordinal"]}]},
+    "serving": {"views": ["raw"], "label_groupings": ["all"], "best_feature": False,
+                "mcrank": [{**WARM_TABLES["members"]["mcrank"][0], "variant": ["multiclass"]}],
+                "lambdamart": WARM_TABLES["members"]["lambdamart"]},
+}
+
+
+
+def warm_calibrators() -> list[str]:
+    """The default calibrator pool, every family and target, each optimiser cut short
+    (``few_iterations``)."""
+    from training.calibration.registry import DEFAULT_CALIBRATORS
+
+    return [few_iterations(spec) for spec in DEFAULT_CALIBRATORS]
