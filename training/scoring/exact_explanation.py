@@ -60,7 +60,6 @@ import weakref
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 from numba import njit
 
 import training.numba_cache  # noqa: F401 - numba's cache written under a lock (training/numba_cache.py)
@@ -386,8 +385,3 @@ def _unwhiten_kernel(phi, x, r, white, out):  # pragma: no cover
                 for j in range(d):
                     out[i, j] += f * (abs(s[j]) / size)
 
-
-def attributions_for(model: EnsembleModel, xq: np.ndarray, r: np.ndarray) -> npt.NDArray[np.float64] | None:
-    """Every row's exact contributions (n, d) of one query (for global importances)."""
-    out = explain_query(model, xq, np.arange(xq.shape[0]), r)
-    return None if out is None else np.asarray(out["contributions"])
