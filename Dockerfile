@@ -9,7 +9,7 @@
 #   deps     the service's dependencies only: core + [serve] (a cached layer: changes to the code
 #            do not reinstall numpy/numba)
 #   builder  deps + libgomp1 + [train] (scipy, tqdm, matplotlib, dask, LightGBM); trains the default model into
-#            /opt/tunemix/models. Only training/ is copied in, so edits to app/ do not retrain.
+#            /opt/tunemix/models (tunemix demo, whose warm-up imports tunemix.warmup and app: the whole package).
 #   wheel    builds the tunemix wheel (training + app)
 #   runtime  deps + the wheel + the model from `builder`; non-root; numba cache warmed as that user
 #
@@ -47,6 +47,10 @@ RUN pip install -r /tmp/build/requirements-train.txt
 WORKDIR /srv/tunemix
 COPY pyproject.toml README.md /tmp/build/src/
 COPY training /tmp/build/src/training
+# tunemix demo runs the warm-up first on a cold cache, and its serving part compiles the service's
+# kernels through tunemix.warmup (which imports app): the whole package, not training/ alone
+COPY app /tmp/build/src/app
+COPY tunemix /tmp/build/src/tunemix
 RUN pip install "/tmp/build/src[train]" && rm -rf /tmp/build/src
 COPY configs ./configs
 # The default model's configuration (also packaged in the wheel) at a fixed path, for the compose
