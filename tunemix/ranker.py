@@ -93,9 +93,9 @@ class TuneMixRanker:
         ``feature_names`` (d distinct strings; default: the columns of a pandas DataFrame, else
         f1, f2, ...) are stored with the model and name the features of its explanations."""
         # the budget bounds the whole fit, the imports below included (seconds on a busy machine)
-        from training.pipeline.budget import Deadline, clock_for
+        from training.pipeline.budget import FitBudget, clock_for
 
-        deadline = Deadline.begin(self.time_budget_s)
+        deadline = FitBudget.begin(self.time_budget_s)
         from training.data.splits import split_by_query
         from training.pipeline.config import ConfigError, resolve_feature_names
         from training.pipeline.train import train
@@ -107,7 +107,7 @@ class TuneMixRanker:
             ensure_warm()
         cfg = self._config()
         clock = clock_for(cfg.run.backend)  # the budget as the config says, on its backend's clock
-        deadline = Deadline(start=deadline.start + clock() - deadline.clock(), budget_s=cfg.run.time_budget_s,
+        deadline = FitBudget(start=deadline.start + clock() - deadline.clock(), budget_s=cfg.run.time_budget_s,
                             clock=clock)
         if feature_names is None and hasattr(X, "columns") and all(isinstance(c, str) for c in X.columns):
             feature_names = list(X.columns)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from training.pipeline import train as train_module
-from training.pipeline.budget import MIN_RUN_S, STAGE_ENDS, Deadline, affordable_models
+from training.pipeline.budget import MIN_RUN_S, STAGE_ENDS, FitBudget, affordable_models
 from training.pipeline.config import load_config
 from training.pipeline.mixing import search_forecasters
 
@@ -32,7 +32,7 @@ class FakeClock:
 
 def test_deadline_ends_and_seconds_left() -> None:
     clock = FakeClock(100.0)
-    d = Deadline.begin(10.0, clock)
+    d = FitBudget.begin(10.0, clock)
     assert d.start == 100.0 and d.limited
     for stage, share in STAGE_ENDS.items():
         assert d.end(stage) == pytest.approx(100.0 + 10.0 * share)
@@ -43,11 +43,11 @@ def test_deadline_ends_and_seconds_left() -> None:
     assert d.passed("boosting") and not d.passed("calibration")
     assert d.run_seconds("boosting") == MIN_RUN_S  # a run starting late still trains one iteration
     assert d.record()["stage_ends_s"]["relevance_head"] == pytest.approx(9.7)
-    free = Deadline.begin(None, clock)
+    free = FitBudget.begin(None, clock)
     assert math.isinf(free.left("mixing")) and not free.passed("relevance_head")
     assert free.run_seconds("boosting") is None
     with pytest.raises(ValueError, match="positive"):
-        Deadline.begin(0.0)
+        FitBudget.begin(0.0)
     # stage ends are ordered: each stage ends after the one before and before the budget
     assert list(STAGE_ENDS.values()) == sorted(STAGE_ENDS.values()) and max(STAGE_ENDS.values()) < 1.0
 
@@ -96,7 +96,7 @@ def test_a_run_gets_the_seconds_left_when_it_starts(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(train_module, "fit_run", fake_fit_run)
     clock = FakeClock(0.0)
-    d = Deadline.begin(20.0, clock)
+    d = FitBudget.begin(20.0, clock)
     clock.now = 4.0
     train_module.run_within(d, "spec", "x", "y", "o", None, None, None, 3, 0, None)
     clock.now = 15.0  # a run of a later wave, past the boosting end (13 s)
@@ -107,7 +107,7 @@ def test_a_run_gets_the_seconds_left_when_it_starts(monkeypatch: pytest.MonkeyPa
 def test_calibration_keeps_the_last_snapshot_past_its_end(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(train_module, "calibrate_snapshot", lambda *args: args)
     clock = FakeClock(0.0)
-    d = Deadline.begin(10.0, clock)
+    d = FitBudget.begin(10.0, clock)
     assert train_module.calibrate_within(d, False, "a") == ("a",)
     clock.now = 8.0  # past the calibration end (7.5 s)
     assert train_module.calibrate_within(d, False, "a") is None
@@ -121,7 +121,7 @@ def test_the_mix_is_anytime() -> None:
     scores = labels[:, None] + rng.normal(0.0, 1.0, (200, 4))
     modes = ["none", "zscore_query", "minmax_query"]
     clock = FakeClock(0.0)
-    d = Deadline.begin(10.0, clock)
+    d = FitBudget.begin(10.0, clock)
     full = search_forecasters(scores, labels, offsets, modes=modes, sets=[(None, None)], measure="ndcg@10",
                               convention="yahoo", deadline=d)
     assert [m for m, _, _ in full.candidates] == modes
@@ -158,7 +158,7 @@ def _train(after_boosting: float, monkeypatch: pytest.MonkeyPatch) -> dict[str, 
     before every end (0) or past all of them (1e6)."""
     cfg = load_config(None, {}, tables=copy.deepcopy(CONFIG))
     clock = FakeClock(0.0)
-    deadline = Deadline.begin(1e6, clock)
+    deadline = FitBudget.begin(1e6, clock)
     fit_runs = train_module.fit_runs
 
     def runs_then_time_passes(*args: Any, **kwargs: Any) -> Any:

@@ -1,7 +1,7 @@
 """The time budget of one fit: a single deadline for everything ``train`` does, with a share of it
 for each stage (``[run] time_budget_s``, ``--time-budget``, ``TuneMixRanker(time_budget_s=)``).
 
-A budget of B seconds starts when the fit starts (``Deadline.begin``, at the entry of
+A budget of B seconds starts when the fit starts (``FitBudget.begin``, at the entry of
 ``training.pipeline.train.train`` or of ``TuneMixRanker.fit``) and every stage gets an absolute end
 time, a fraction of B from that start (``STAGE_ENDS``):
 
@@ -23,7 +23,7 @@ stage               ends   how it obeys
 ==================  =====  ==================================================================
 
 The last 3% is for what remains (the served scores, the record). Nothing here reads a clock
-but through ``Deadline.clock``: tests pass a fake one and check that each stage obeys its end
+but through ``FitBudget.clock``: tests pass a fake one and check that each stage obeys its end
 (tests/pipeline/test_budget.py); the real wall clock is measured by ``python -m bench.budget``.
 Without a budget every end is infinite and nothing is cut.
 """
@@ -44,8 +44,10 @@ MIN_RUN_S = 1e-3
 
 
 @dataclass(frozen=True)
-class Deadline:
-    """The budget's start (``clock()`` seconds) and size (None: no budget), and the clock read.
+class FitBudget:
+    """The budget's start (``clock()`` seconds) and size (None: no budget), and the clock read: a
+    whole fit's deadline with a share per stage. Not ``training.deadline.Deadline``, which is one
+    request's (or one library call's) deadline and row budget, checked inside the kernels' callers.
     Picklable (process pools ship it) as long as ``clock`` is: ``time.perf_counter`` (a system-wide
     monotonic clock on Linux, so the same in a worker process) or a test's fake clock."""
 
@@ -54,7 +56,7 @@ class Deadline:
     clock: Callable[[], float] = field(default=time.perf_counter, compare=False)
 
     @classmethod
-    def begin(cls, budget_s: float | None, clock: Callable[[], float] = time.perf_counter) -> Deadline:
+    def begin(cls, budget_s: float | None, clock: Callable[[], float] = time.perf_counter) -> FitBudget:
         if budget_s is not None and not budget_s > 0:
             raise ValueError(f"the time budget must be positive seconds or None, got {budget_s}")
         return cls(start=clock(), budget_s=budget_s, clock=clock)

@@ -17,7 +17,7 @@ from training.ensemble.base import member_qualities
 from training.ensemble.member_rescaling import RESCALE_MODES
 from training.ensemble.registry import compare_mixers, make_mixer
 from training.evaluation import mean_metric
-from training.pipeline.budget import Deadline
+from training.pipeline.budget import FitBudget
 from training.pipeline.config import TrainConfig
 from training.pipeline.member_types import RunResult
 from training.pipeline.prepared import Prepared
@@ -101,7 +101,7 @@ class ForecasterSearch:
 
 def search_forecasters(scores: np.ndarray, labels: np.ndarray, offsets: np.ndarray, *, modes: Sequence[str],
                        sets: Sequence[tuple[int | None, np.ndarray | None]], measure: str, convention: str,
-                       deadline: Deadline | None = None, **params: Any) -> ForecasterSearch:
+                       deadline: FitBudget | None = None, **params: Any) -> ForecasterSearch:
     """The exponential forecaster under each rescaling mode and eligible set (each T of
     ``snapshot_masks``, or ``(None, None)``: every member), omega and the duplicates computed
     once; the pick is the first candidate within the tolerance of the best tuning quality (the
@@ -126,7 +126,7 @@ def search_forecasters(scores: np.ndarray, labels: np.ndarray, offsets: np.ndarr
 
 
 def fit_mixer(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, out: Mixing,
-              runs: list[RunResult] | None = None, deadline: Deadline | None = None) -> None:
+              runs: list[RunResult] | None = None, deadline: FitBudget | None = None) -> None:
     """Fit the mixer and set it on the model. The forecaster is fitted under every member
     rescaling mode unless one is configured (method section 5) and, with ``[mixer] snapshots =
     "tune"``, on the members of each snapshot iteration count T (``snapshot_sets``); the

@@ -20,7 +20,7 @@ import joblib
 import numpy as np
 
 from training.data.dataset import RankingData
-from training.pipeline.budget import Deadline, affordable_models
+from training.pipeline.budget import FitBudget, affordable_models
 from training.pipeline.config import TrainConfig
 from training.pipeline.member_types import RunResult
 from training.pipeline.parallel import parallel_backend, run_parallel
@@ -54,7 +54,7 @@ def reusable_head_models(cfg: TrainConfig, prep: Prepared, runs: list[RunResult]
     return out
 
 
-def head_model_within(deadline: Deadline, train: RankingData, vali: RankingData, n_grades: int, n_leaves: int,
+def head_model_within(deadline: FitBudget, train: RankingData, vali: RankingData, n_grades: int, n_leaves: int,
                       min_data_in_leaf: int, settings: Any, seed: int) -> HeadModel | None:
     """``fit_head_model`` (arguments as ``head_jobs`` gives them) stopped at the
     ``relevance_head`` stage's end; None (not trained) when the task starts after it (a task of
@@ -69,7 +69,7 @@ def head_model_within(deadline: Deadline, train: RankingData, vali: RankingData,
 
 def fit_head(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, served: dict[str, np.ndarray],
              progress: bool = False, reused: list[HeadModel] | None = None,
-             deadline: Deadline | None = None) -> dict[str, Any]:
+             deadline: FitBudget | None = None) -> dict[str, Any]:
     """Train the relevance head (every model gets one unless ``[relevance] enabled = false``): its
     McRank models in parallel on the whole training set, each stopped early on the validation
     queries (and at the ``deadline``'s ``relevance_head`` end: module docstring); measure it on the
@@ -86,7 +86,7 @@ def fit_head(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, served: dic
         log.warning("no relevance head: LightGBM cannot be loaded (%s); install it (and libgomp1 on Debian) "
                     "for relevance estimates", exc)
         return {"error": f"LightGBM cannot be loaded: {exc}"}
-    deadline = deadline or Deadline.begin(None)
+    deadline = deadline or FitBudget.begin(None)
     t0 = time.perf_counter()
     h = cfg.relevance
     budget: dict[str, Any] = {}

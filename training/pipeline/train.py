@@ -36,7 +36,7 @@ from training.ensemble.registry import make_mixer
 from training.evaluation import CONVENTION_NAMES, evaluate, mean_metric
 from training.learners.label_groups import get_grouping, groupings_for
 from training.pipeline.auto import DataShape, apply_auto, small_validation
-from training.pipeline.budget import Deadline, clock_for
+from training.pipeline.budget import FitBudget, clock_for
 from training.pipeline.config import TrainConfig, missing_data_message, resolve_feature_names
 from training.pipeline.importance import explanation_summary
 from training.pipeline.member_types import (
@@ -246,7 +246,7 @@ def run_inputs(prep: Prepared, spec: RunSpec) -> RunInputs:
 LIGHTGBM_TYPES = ("lambdamart", "mcrank")
 
 
-def run_within(deadline: Deadline, spec: RunSpec, *args: Any) -> RunResult:
+def run_within(deadline: FitBudget, spec: RunSpec, *args: Any) -> RunResult:
     """``fit_run`` with the seconds left to the boosting stage's end when the run starts (a task of
     its own: a run of a later wave gets what is left then)."""
     features, labels, offsets, eval_features, eval_labels, eval_offsets, n_labels, seed, queue = args
@@ -255,11 +255,11 @@ def run_within(deadline: Deadline, spec: RunSpec, *args: Any) -> RunResult:
 
 
 def fit_runs(cfg: TrainConfig, prep: Prepared, specs: list[RunSpec], n_jobs: int, progress: bool,
-             deadline: Deadline | None = None) -> list[RunResult]:
+             deadline: FitBudget | None = None) -> list[RunResult]:
     """Every run on the fit part, in parallel (one job per run). On the threads backend up to
     ``THREAD_RUNS_PER_JOB`` runs per job go at once (the OS shares the cores among them). Each
     run stops at the ``deadline``'s boosting end (``training.pipeline.budget``)."""
-    deadline = deadline or Deadline.begin(None)
+    deadline = deadline or FitBudget.begin(None)
     if any(s.type in LIGHTGBM_TYPES for s in specs):
         # once, before the runs: its import (sklearn, scipy: seconds on a busy machine) would
         # otherwise happen in every run's thread at once, after its seconds were counted
@@ -278,7 +278,7 @@ def fit_runs(cfg: TrainConfig, prep: Prepared, specs: list[RunSpec], n_jobs: int
         )
 
 
-def calibrate_within(deadline: Deadline, last: bool, *args: Any) -> CalibrationResult | None:
+def calibrate_within(deadline: FitBudget, last: bool, *args: Any) -> CalibrationResult | None:
     """``calibrate_snapshot(*args)``, or None (skipped) for a snapshot that is not its run's last
     once the ``deadline``'s calibration end has passed (a task of its own)."""
     if not last and deadline.passed("calibration"):
@@ -287,14 +287,14 @@ def calibrate_within(deadline: Deadline, last: bool, *args: Any) -> CalibrationR
 
 
 def calibrate_runs(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], n_jobs: int,
-                   progress: bool, *, own_gains: bool = True, deadline: Deadline | None = None
+                   progress: bool, *, own_gains: bool = True, deadline: FitBudget | None = None
                    ) -> list[CalibrationResult]:
     """Every run's snapshots scored on the calibration part, then one calibration job per snapshot.
     Regression and SNDCG targets are the documents' own gains (``own_gains=False``: their class
     gains, the behaviour before the own-gain targets, kept for the before/after measurement).
     Under a time budget every run's last snapshot goes first and is always calibrated; the earlier
     snapshots only while the ``deadline``'s calibration end is not passed."""
-    deadline = deadline or Deadline.begin(None)
+    deadline = deadline or FitBudget.begin(None)
     cal_part = prep.cal_part
     doc_gains = np.exp2(cal_part.labels.astype(np.float64)) - 1.0 if own_gains else None
     tasks = []
@@ -406,13 +406,13 @@ def evaluate_model(prep: Prepared, model: EnsembleModel, mixing: Mixing,
 
 
 def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingData] | None = None,
-          save: bool = True, deadline: Deadline | None = None) -> TrainOutcome:
+          save: bool = True, deadline: FitBudget | None = None) -> TrainOutcome:
     """Train, mix, evaluate and (``save``) save a model as configured; return where it went (None
     when not saved) and the record. ``sets`` (train, vali, optionally test) replace the config's
     data. ``deadline``: the time budget's (default: ``[run] time_budget_s`` from now)."""
     from training.pipeline.compile_clock import compile_clock
 
-    deadline = deadline or Deadline.begin(cfg.run.time_budget_s, clock_for(cfg.run.backend))
+    deadline = deadline or FitBudget.begin(cfg.run.time_budget_s, clock_for(cfg.run.backend))
     with compile_clock() as compiling:
         clock = _Clock(compiling)
         outcome = _train(cfg, clock, progress, sets, save, deadline)
@@ -420,7 +420,7 @@ def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingDat
 
 
 def _train(cfg: TrainConfig, clock: _Clock, progress: bool, sets: dict[str, RankingData] | None,
-           save: bool, deadline: Deadline) -> TrainOutcome:
+           save: bool, deadline: FitBudget) -> TrainOutcome:
     records = None
     auto = not any(mt.blocks(cfg) for mt in member_types().values())
     auto_reasons: list[str] = []
