@@ -3,7 +3,7 @@
 (``json_lists_two_passes``: msgspec's decode, the checks, then the repeated-key pass), on fixed
 and generated bodies: the same structs and arrays for a body both take, the same status and
 message for one they refuse. Also: which bodies take which path, and the rows' conversion
-(``finite_rows``: ``np.fromiter``) against ``np.array``."""
+(``finite_rows``: ``struct`` packing, ``np.fromiter`` where it refuses) against ``np.array``."""
 
 from __future__ import annotations
 
@@ -277,6 +277,8 @@ def rows_verdict(rows: list[list[float]], d: int) -> np.ndarray | str:
 
 
 FIXED_ROWS = [[[0.1, 0.2, 0.3]], [[1e39, 0.0, 0.0]], [[-1e39, 0.0, 0.0]], [[3.4028235e38, -0.0, 1e-46]],
+              [[float("inf"), 0.0, 0.0]], [[0.0, 0.0, -float("inf")]], [[1.0, 2.0, 3.0], [3.4028236e38, 0.0, 0.0]],
+              [[3.4028235677973366e38, 3.4028235677973362e38, -3.4028235677973366e38]], [[5e-324, -5e-324, 1.4e-45]],
               [[0.1, 0.2]], [[0.1, 0.2, 0.3], [0.1]], [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]],
               [[float(np.nextafter(np.float32(1), np.float32(2))), 1.0000000596046448, 1.0000000596046449]]]
 floats = st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.floats(-1e39, 1e39), st.integers(-5, 5))
