@@ -253,7 +253,11 @@ class Explained(msgspec.Struct, omit_defaults=True):
     standard_error: float | None = None  # sampled: the largest standard error of a contribution
 
 
-class RankedDocument(msgspec.Struct, omit_defaults=True):
+class RankedDocument(msgspec.Struct, omit_defaults=True, gc=False):
+    """One ranked document of the answer. Not tracked by the cyclic collector (``gc=False``: it
+    holds an id, numbers, a list of numbers and an explanation, never a cycle): an answer of
+    1,000 of them would otherwise start a collection of its own."""
+
     id: Id
     score: float
     rank: int
