@@ -144,7 +144,7 @@ def _pack_rows(rows: Sequence[Sequence[float]], d: int, out: npt.NDArray[np.floa
     """Each row of ``d`` values packed as float32 into ``out`` (m, d), C-contiguous, in order."""
     fmt = struct.Struct(f"={d}f")
     pack, step = fmt.pack_into, fmt.size
-    buf = memoryview(out).cast("B")
+    buf = out.data.cast("B")
     at = 0
     for r in rows:
         pack(buf, at, *r)
