@@ -77,7 +77,7 @@ from app.deps import (
     scoring,
 )
 from app.errors import ServiceError, input_error, query_label
-from app.json_body import ONE_PASS_MAX_BYTES, check_repeated_keys, decode_json, one_pass
+from app.json_body import ONE_PASS_MAX_BYTES, check_repeated_keys, decode_json, gc_paused, one_pass
 from app.letor import letor_lists
 from app.observability import Metrics
 from app.openapi import msgspec_body_spec, query_parameters
@@ -253,7 +253,11 @@ class Explained(msgspec.Struct, omit_defaults=True):
     standard_error: float | None = None  # sampled: the largest standard error of a contribution
 
 
-class RankedDocument(msgspec.Struct, omit_defaults=True):
+class RankedDocument(msgspec.Struct, omit_defaults=True, gc=False):
+    """One ranked document of the answer. Not tracked by the cyclic collector (``gc=False``: it
+    holds an id, numbers, a list of numbers and an explanation, never a cycle): an answer of
+    1,000 of them would otherwise start a collection of its own."""
+
     id: Id
     score: float
     rank: int
@@ -511,9 +515,15 @@ async def rank_request(request: Request, registry: ModelRegistry, settings: Sett
             options = Options(top_k, relevance, min_relevance, min_probability, explain)
             lists = letor_lists(body, served.n_features, settings)
         else:
-            req, served, lists = json_lists(body, registry, settings, model, version)
-            options = Options(req.top_k or top_k, req.relevance, req.min_relevance, req.min_probability, req.explain)
-            pairs = [(q, query.explain_pair) for q, query in enumerate(req.queries) if query.explain_pair]
+            # the collector paused until the parsed request is freed: each list of features it holds
+            # is otherwise walked value by value by the collections its allocations start (two per
+            # 1,000-document request, about 0.9 ms each with 136 features), and freed then anyway
+            with gc_paused():
+                req, served, lists = json_lists(body, registry, settings, model, version)
+                options = Options(req.top_k or top_k, req.relevance, req.min_relevance, req.min_probability,
+                                  req.explain)
+                pairs = [(q, query.explain_pair) for q, query in enumerate(req.queries) if query.explain_pair]
+                del req
         if options.explain or pairs:
             options = explain_options(lists, pairs, options, settings)
         if options.needs_head and served.model.relevance_head is None:

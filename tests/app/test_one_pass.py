@@ -3,7 +3,7 @@
 (``json_lists_two_passes``: msgspec's decode, the checks, then the repeated-key pass), on fixed
 and generated bodies: the same structs and arrays for a body both take, the same status and
 message for one they refuse. Also: which bodies take which path, and the rows' conversion
-(``finite_rows``: ``np.fromiter``) against ``np.array``."""
+(``finite_rows``: ``struct`` packing, ``np.fromiter`` where it refuses) against ``np.array``."""
 
 from __future__ import annotations
 
@@ -277,6 +277,8 @@ def rows_verdict(rows: list[list[float]], d: int) -> np.ndarray | str:
 
 
 FIXED_ROWS = [[[0.1, 0.2, 0.3]], [[1e39, 0.0, 0.0]], [[-1e39, 0.0, 0.0]], [[3.4028235e38, -0.0, 1e-46]],
+              [[float("inf"), 0.0, 0.0]], [[0.0, 0.0, -float("inf")]], [[1.0, 2.0, 3.0], [3.4028236e38, 0.0, 0.0]],
+              [[3.4028235677973366e38, 3.4028235677973362e38, -3.4028235677973366e38]], [[5e-324, -5e-324, 1.4e-45]],
               [[0.1, 0.2]], [[0.1, 0.2, 0.3], [0.1]], [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]],
               [[float(np.nextafter(np.float32(1), np.float32(2))), 1.0000000596046448, 1.0000000596046449]]]
 floats = st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.floats(-1e39, 1e39), st.integers(-5, 5))
@@ -295,3 +297,43 @@ def test_rows_match_np_array_on_random_rows(rows: list[list[float]]) -> None:
     assert type(got) is type(want)
     if not isinstance(got, str):
         assert isinstance(want, np.ndarray) and got.tobytes() == want.tobytes() and got.shape == (len(rows), 3)
+
+
+# ---------------------------------------------------------------------------- the collector
+def test_the_collector_is_paused_until_the_parsed_request_is_freed(client: Any,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """/rank decodes, checks and stacks with Python's cyclic collector off, and the parsed request
+    (its lists of features) is freed before it is on again: a collection started by those
+    allocations would walk every value of every list (``app.routers.rank``). A 1,000-document
+    body makes more containers than start a collection, and none starts while it is parsed."""
+    import gc
+
+    seen: list[tuple[bool, int, list[int]]] = []
+    real = rank.json_lists
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        started: list[int] = []
+
+        def count(phase: str, info: dict[str, Any]) -> None:
+            if phase == "start":
+                started.append(info["generation"])
+
+        before = gc.get_count()[0]
+        gc.callbacks.append(count)
+        try:
+            out = real(*args, **kwargs)
+        finally:
+            gc.callbacks.remove(count)
+        seen.append((gc.isenabled(), gc.get_count()[0] - before, started))
+        return out
+
+    monkeypatch.setattr(rank, "json_lists", spy)
+    rows = np.random.default_rng(0).random((1000, N_FEATURES)).round(6).tolist()
+    body = {"queries": [{"qid": "q", "documents": [{"id": f"d{j}", "features": r} for j, r in enumerate(rows)]}]}
+    assert gc.isenabled()
+    got = client.post("/rank", json=body)
+    assert got.status_code == 200 and len(got.json()["results"][0]["ranking"]) == 1000
+    [(enabled, made, started)] = seen
+    assert enabled is False and started == []  # off while the body was parsed and its rows stacked
+    assert made > gc.get_threshold()[0]  # though the parse made more containers than start a collection
+    assert gc.isenabled()  # on again once the request was freed
