@@ -246,7 +246,7 @@ def _sources(kind, node_start, leaf_start, feat, thr, left, right, leaves, wide,
     n, n_src, k_max, n_p = at.shape
     k_out = leaves.shape[1]
     kf = min(k_out, k_max)
-    cks = np.zeros((n, checkpoints.shape[0], n_p, k_out))
+    cks = np.empty((n, checkpoints.shape[0], n_p, k_out))  # every checkpoint is written (they are <= n_base)
     if lo.shape[0]:
         r_dir = reference_sides(feat, thr, r_wide)
         documents(kind, node_start, leaf_start, feat, thr, left, right, leaves, wide, r_dir, group, checkpoints, plus,
