@@ -238,15 +238,15 @@ def _reference_sources(kind, node_start, leaf_start, feat, thr, left, right, lea
 def _sources(kind, node_start, leaf_start, feat, thr, left, right, leaves, wide, r_wide, group, checkpoints, plus,
              minus, lo, hi, w, linear, at, total, active, n_active):  # pragma: no cover
     """The forest's checkpoint attributions of every document (``tree_shap.documents``,
-    (n, C, P, K)), then per document i the sources' full (U, K, P): forest source u (the first
-    ``lo.size``) ``ck[hi[u], p, q] - ck[lo[u], p, q]``, linear source ``linear[j] = (u, c0, c1)``
+    (n, C, K, P)), then per document i the sources' full (U, K, P): forest source u (the first
+    ``lo.size``) ``ck[hi[u], q, p] - ck[lo[u], q, p]``, linear source ``linear[j] = (u, c0, c1)``
     ``sum over the columns c of player p of (wide[i, c] - r_wide[c]) w[c, c0 + q]``; the moved
     players into ``active[i]``, their columns of full into ``at[i]``, and total[i, u, q] the sum of
     each row (0 when cancelled)."""
     n, n_src, k_max, n_p = at.shape
     k_out = leaves.shape[1]
     kf = min(k_out, k_max)
-    cks = np.empty((n, checkpoints.shape[0], n_p, k_out))  # every checkpoint is written (they are <= n_base)
+    cks = np.empty((n, checkpoints.shape[0], k_out, n_p))  # every checkpoint is written (they are <= n_base)
     if lo.shape[0]:
         r_dir = reference_sides(feat, thr, r_wide)
         documents(kind, node_start, leaf_start, feat, thr, left, right, leaves, wide, r_dir, group, checkpoints, plus,
@@ -260,7 +260,7 @@ def _sources(kind, node_start, leaf_start, feat, thr, left, right, leaves, wide,
             hu, lu = hi[u], lo[u]
             for q in range(kf):
                 for p in range(n_p):
-                    v = ck[hu, p, q] - ck[lu, p, q]
+                    v = ck[hu, q, p] - ck[lu, q, p]
                     full[u, q, p] = v
                     moved[p] |= v != 0.0
             full[u, kf:, :] = 0.0
