@@ -13,11 +13,16 @@ contribution) in common. And /rank p50 with ``"explain": 10`` at 100 documents o
 same requests without it, the two kinds in turn on one connection.
 
     python -m bench.bench_explain [--model MQ2008_VERSION_DIR] [--mslr-model VERSION_DIR] [--quick]
-                                  [--part all|service|agreement]
+                                  [--part all|service|agreement] [--name NAME] [--app-dir DIR]
 
-Writes ``bench/results/explain.json``. Without ``--model`` the MQ2008 model is models/mq2008-fold1
-(trained from configs/mq2008.toml when absent); without ``--mslr-model`` the default model is
-trained on the MSLR sample's train file into a temporary directory.
+Writes ``bench/results/explain.json`` (``--name``: ``bench/results/NAME.json``, and the other part's
+figures, with ``--part``, are taken from that file when it exists, else from explain.json).
+``--app-dir``: the service part serves the app of another tree (a "before": its code on the path
+of the ``python -m app`` process), the rest of the run this tree's.
+
+Without ``--model`` the MQ2008 model is models/mq2008-fold1 (trained from configs/mq2008.toml when
+absent); without ``--mslr-model`` the default model is trained on the MSLR sample's train file
+into a temporary directory.
 """
 
 from __future__ import annotations
@@ -159,24 +164,28 @@ def interleaved(base: str, bodies: dict[str, list[bytes]], n: int) -> dict[str, 
                 "server_time_p50_ms": round(float(np.percentile(st[k], 50)), 3)} for k in bodies}
 
 
-def http_side(model_path: Path, test: Any, n: int, workdir: Path) -> dict[str, Any]:
+def http_side(model_path: Path, test: Any, n: int, workdir: Path, app_dir: Path | None = None) -> dict[str, Any]:
     """/rank p50 at 100 documents, top_k 10, with ``"explain": 10`` and without, requests of the two
-    kinds in turn (``interleaved``), one worker serving ``model_path``."""
+    kinds in turn (``interleaved``), one worker serving ``model_path`` (the app of ``app_dir`` when given)."""
     port = free_port()
-    env = {**os.environ, "TUNEMIX_MODELS_DIR": str(model_path.parent.parent),
+    env = {**os.environ, "TUNEMIX_MODELS_DIR": str(model_path.parent.parent.resolve()),
            "TUNEMIX_DEFAULT_MODEL": model_path.parent.name, "TUNEMIX_PORT": str(port), "TUNEMIX_HOST": "127.0.0.1",
            "TUNEMIX_WORKERS": "1", "TUNEMIX_LOG_LEVEL": "warning"}
     env.setdefault("NUMBA_CACHE_DIR", str(ROOT / ".venv" / "numba-cache"))
+    if app_dir is not None:
+        env["PYTHONPATH"] = str(app_dir.resolve())
     plain = make_bodies(test, N_DOCS, 8, seed=1)
     with_top = [json.dumps({**json.loads(b), "top_k": TOP}, separators=(",", ":")).encode() for b in plain]
     explained = [json.dumps({**json.loads(b), "top_k": TOP, "explain": EXPLAIN}, separators=(",", ":")).encode()
                  for b in plain]
-    server = Server("python -m app", [sys.executable, "-m", "app"], env, port, workdir / f"server-{port}.log")
+    server = Server("python -m app", [sys.executable, "-m", "app"], env, port, workdir / f"server-{port}.log",
+                    cwd=app_dir)
     try:
         ready_s = server.wait_ready(600)
         sequential(server.base, explained, 3, TOP)  # warm the explanation path
         sequential(server.base, with_top, 3, TOP)
-        out: dict[str, Any] = {"model": str(model_path), "ready_s": round(ready_s, 1), "documents": N_DOCS,
+        out: dict[str, Any] = {"model": str(model_path), "app": str(app_dir or ROOT), "ready_s": round(ready_s, 1),
+                           "documents": N_DOCS,
                                "top_k": TOP, "workers": 1, "explain": EXPLAIN, "order": "interleaved",
                                **interleaved(server.base, {"without_explain": with_top, "with_explain": explained}, n)}
     finally:
@@ -196,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--part", choices=PARTS, default="all",
                    help="all; or only the /rank service part (both models) or only the cost and agreement part, "
                         "the other part's figures kept from bench/results/explain.json")
+    p.add_argument("--name", default="explain", help="the result file, bench/results/NAME.json (default explain)")
+    p.add_argument("--app-dir", type=Path, help="serve the app of this tree in the service part (a before)")
     args = p.parse_args(argv)
     from training.data.splits import split_by_query
     from training.data.svmlight import read_svmlight
@@ -206,13 +217,16 @@ def main(argv: list[str] | None = None) -> int:
     repeat = 1 if args.quick else 3
     probe_before = machine_probe_ms()
     t0 = time.perf_counter()
-    previous = RESULTS / "explain.json"
+    previous = RESULTS / f"{args.name}.json"
+    previous = previous if previous.exists() else RESULTS / "explain.json"
     results: dict[str, Any] = (json.loads(previous.read_text()) if args.part != "all" and previous.exists() else {})
     for key in ("benchmark", "machine"):
         results.pop(key, None)
     command = ("python -m bench.bench_explain" + (f" --model {args.model}" if args.model else "")
                + (f" --mslr-model {args.mslr_model}" if args.mslr_model else "")
-               + (" --quick" if args.quick else "") + (f" --part {args.part}" if args.part != "all" else ""))
+               + (" --quick" if args.quick else "") + (f" --part {args.part}" if args.part != "all" else "")
+               + (f" --name {args.name}" if args.name != "explain" else "")
+               + (f" --app-dir {args.app_dir}" if args.app_dir else ""))
     with tempfile.TemporaryDirectory() as tmp:
         mq_path = args.model or ensure_model()
         test = read_svmlight(fold / "test.txt")
@@ -242,15 +256,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.part in ("all", "service"):
             n = 10 if args.quick else 30
             results.pop("rank_http_p50_ratio", None)
-            results["rank_http"] = {"mq2008": http_side(mq_path, test, n, Path(tmp)),
-                                    "mslr_sample_default": http_side(mslr_path, mtest, n, Path(tmp))}
+            results["rank_http"] = {"mq2008": http_side(mq_path, test, n, Path(tmp), args.app_dir),
+                                    "mslr_sample_default": http_side(mslr_path, mtest, n, Path(tmp), args.app_dir)}
             results["service_command"] = command
     result = {
         **results, "command": command, "threads": 1, "reference": "the list's per-feature median document",
         "machine_probe_ms": {"before": probe_before, "after": machine_probe_ms()},
         "seconds": round(time.perf_counter() - t0, 1),
     }
-    path = write_result("explain", result)
+    path = write_result(args.name, result)
     log(f"wrote {path}")
     return 0
 

@@ -148,11 +148,12 @@ def columnar(body: bytes) -> bytes:
 class Server:
     """A uvicorn process (its own process group) on 127.0.0.1:port, stopped on exit."""
 
-    def __init__(self, name: str, cmd: list[str], env: dict[str, str], port: int, log_path: Path) -> None:
+    def __init__(self, name: str, cmd: list[str], env: dict[str, str], port: int, log_path: Path,
+                 cwd: Path | None = None) -> None:
         self.name, self.port, self.log_path = name, port, log_path
         self.base = f"http://127.0.0.1:{port}"
         self._log = open(log_path, "wb")  # closed in stop()
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+        self.proc = subprocess.Popen(cmd, cwd=cwd or ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
 
     def wait_ready(self, timeout: float, streak: int = 1) -> float:

@@ -422,22 +422,24 @@ def _top(contributions: np.ndarray, k: int) -> list[int]:
 
 def explained_documents(e: Any, features: np.ndarray, k: int) -> dict[int, Explained]:
     """Each explained row's answer: baseline, its k largest contributions named, the rest (one
-    sort for all the rows; each row's values read in one go)."""
+    sort, one gather and one sum for all the rows, then one list of each per row: a row's NumPy
+    calls cost more than its ten values)."""
     c = e.contributions
-    rows = e.rows.tolist()
     order = np.argsort(-np.abs(c), axis=1, kind="stable")[:, :k]
     top_c = np.take_along_axis(c, order, axis=1)
+    keep = top_c != 0.0  # zero contributions are not listed (they sort last: a prefix is kept)
+    rest = c.sum(axis=1) - np.where(keep, top_c, 0.0).sum(axis=1)
     top_x = features[e.rows[:, None], order]
-    totals, baselines, exact = c.sum(axis=1).tolist(), e.baseline.tolist(), e.exact.tolist()
     names = e.feature_names
+    exact = e.exact.tolist()
     out = {}
-    for j, row in enumerate(rows):
-        keep = top_c[j] != 0.0  # zero contributions are not listed
-        top = order[j][keep]
+    for j, (row, base, r, n_kept, fs, vs, cs) in enumerate(zip(
+            e.rows.tolist(), e.baseline.tolist(), rest.tolist(), keep.sum(axis=1).tolist(), order.tolist(),
+            top_x.tolist(), top_c.tolist(), strict=True)):
         shown = [Contribution(feature=names[f], value=v, contribution=cf)
-                 for f, v, cf in zip(top.tolist(), top_x[j][keep].tolist(), top_c[j][keep].tolist(), strict=True)]
-        out[row] = Explained(baseline=baselines[j], contributions=shown, rest=totals[j] - float(c[j, top].sum()),
-                             exact=exact[j], standard_error=None if exact[j] else float(e.standard_error[j].max()))
+                 for f, v, cf in zip(fs[:n_kept], vs[:n_kept], cs[:n_kept], strict=True)]
+        out[row] = Explained(baseline=base, contributions=shown, rest=r, exact=exact[j],
+                             standard_error=None if exact[j] else float(e.standard_error[j].max()))
     return out
 
 

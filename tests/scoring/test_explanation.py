@@ -210,6 +210,19 @@ def test_pair_is_the_difference_of_two_explanations(models: dict[str, EnsembleMo
         explain_pair(model, x, off, 2, 12)
 
 
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 99, 100])
+def test_median_reference_equals_numpy_median(n: int) -> None:
+    """The median reference by one partition equals ``np.median`` of the float64 values bit for bit,
+    odd and even list sizes, ties and repeated values included."""
+    rng = np.random.default_rng(n)
+    x = rng.normal(size=(n, 7)).astype(np.float32)
+    x[:, 3] = rng.integers(0, 3, size=n)  # ties
+    x[:, 4] = 0.5  # a constant column
+    x[: n // 2, 5] = np.float32(1e30)  # large values: the mean of the two middle ones in float64
+    np.testing.assert_array_equal(reference_row(x, "median"),
+                                  np.median(x.astype(np.float64), axis=0).astype(np.float32))
+
+
 def test_reference_and_rows_are_checked(models: dict[str, EnsembleModel]) -> None:
     model = models["raw+std"]
     x = candidate_list(6, n=5)

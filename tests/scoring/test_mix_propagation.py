@@ -127,3 +127,31 @@ def test_vectorised_zscore_shares_equal_the_scalar_rule() -> None:
                            *got)
             for g, w in zip(got, want, strict=True):
                 np.testing.assert_array_equal(g, w[i])
+
+
+@pytest.mark.parametrize("rescale", ["zscore_query", "minmax_query", "none"])
+def test_kernels_own_scores_and_others_extremes_equal_numpy(rescale: str) -> None:
+    """``_others`` (the propagation's per-document scores and others' extremes, inside the kernel)
+    gives ``MixLayer.rows`` value for value, and its extremes are the other documents' (a loop over
+    them): ties at both extremes, a document alone at the smallest, a constant member, a list of two."""
+    from training.scoring.mix_propagation import MODES, _others
+
+    rng = np.random.default_rng(11)
+    for n_docs in (2, 9):
+        member = rng.integers(0, 4, size=(n_docs, 6)).astype(np.float64)
+        member[:, 5] = 2.0
+        member[n_docs - 1, 0] = -7.0
+        layer = mix_layer(mixer_from_params({"mixer": "uniform", "n_members": 6, "rescale": rescale,
+                                             "rescale_scale": np.zeros(0)}), member)
+        assert layer is not None
+        rows = np.arange(n_docs)
+        s_rows, omin, omax = layer.rows(rows)
+        for i in rows:
+            got = np.empty(6), np.empty(6), np.empty(6)
+            _others(layer.s[i], layer.stats, MODES.index(layer.mode), *got)
+            for g, w in zip(got, (s_rows[i], omin[i], omax[i]), strict=True):
+                np.testing.assert_array_equal(g, w)
+            if rescale != "none":
+                others = np.delete(member, i, axis=0)
+                np.testing.assert_array_equal(got[1], others.min(axis=0))
+                np.testing.assert_array_equal(got[2], others.max(axis=0))

@@ -285,9 +285,25 @@ def _zscore_value(n, w, centre, total, squares, d, flat, omin, v):  # pragma: no
 
 
 @njit(cache=True, nogil=True)
-def _propagate(ratio, at, src, active, n_active, mode, n, w, c, sh, st, s_rows, omin, omax, s_r, f0,
-               out):  # pragma: no cover
-    """Per document: one pass over the members for their attributions ``C[i, m, j]`` over document
+def _others(s, st, mode, s_row, omin, omax):  # pragma: no cover
+    """One document's ``MixLayer.rows``: s_row its own member scores s (M,), omin and omax the
+    smallest and largest among the list's other documents (``MixLayer.others``, the same selects;
+    in the linear mode its own scores, which the linear rule does not read)."""
+    for m in range(s.shape[0]):
+        v = s[m]
+        s_row[m] = v
+        if mode == 0:
+            omin[m] = v
+            omax[m] = v
+        else:
+            omin[m] = st[4, m] if v == st[3, m] and st[5, m] == 1 else st[3, m]
+            omax[m] = st[7, m] if v == st[6, m] and st[8, m] == 1 else st[6, m]
+
+
+@njit(cache=True, nogil=True)
+def _propagate(ratio, at, src, active, n_active, mode, n, w, c, sh, st, s, docs, s_r, f0, out):  # pragma: no cover
+    """Per document: its own member scores ``s[docs[i]]`` and the others' extremes (``_others``),
+    one pass over the members for their attributions ``C[i, m, j]`` over document
     i's ``n_active[i]`` players (``_member_row``; one document's (M, P) at a time, not (k, M, P))
     and their positive and negative parts, the mix layer's two-player shares of every member
     (``_zscore_shares``, or ``_member_shares`` one at a time), and a second pass adding
@@ -298,18 +314,20 @@ def _propagate(ratio, at, src, active, n_active, mode, n, w, c, sh, st, s_rows, 
     acc = np.empty(at.shape[3])
     pos, neg = np.empty(n_m), np.empty(n_m)
     kp, kn = np.empty(n_m), np.empty(n_m)
+    s_row, omin, omax = np.empty(n_m), np.empty(n_m), np.empty(n_m)
     for i in range(ratio.shape[0]):
         n_p = n_active[i]
+        _others(s[docs[i]], st, mode, s_row, omin, omax)
         for m in range(n_m):
             buf = rows[m]
             _member_row(ratio, at, i, m, src[m], n_p, buf)
             pos[m], neg[m] = _row_parts(buf, n_p)
         if mode == 1 and n > 1:
-            _zscore_shares(n, w, st, s_rows[i], omin[i], omax[i], s_r[i], pos, neg, f0[i], kp, kn)
+            _zscore_shares(n, w, st, s_row, omin, omax, s_r[i], pos, neg, f0[i], kp, kn)
         else:
             for m in range(n_m):
-                f0[i, m], kp[m], kn[m] = _member_shares(mode, n, w[m], c[m], sh[m], st, m, s_rows[i, m], omin[i, m],
-                                                        omax[i, m], s_r[i, m], pos[m], neg[m])
+                f0[i, m], kp[m], kn[m] = _member_shares(mode, n, w[m], c[m], sh[m], st, m, s_row[m], omin[m],
+                                                        omax[m], s_r[i, m], pos[m], neg[m])
         acc[:n_p] = 0.0
         for m in range(n_m):
             if kp[m] == 0.0 and kn[m] == 0.0:
@@ -345,9 +363,8 @@ def reveal_cancel_at(layer: MixLayer, rows: np.ndarray, s_r: np.ndarray, ratio: 
     src = np.ascontiguousarray(src, dtype=np.int64)
     k, m = ratio.shape[:2]
     f0, out = np.empty((k, m)), np.zeros((k, at.shape[3]))
-    s_rows, omin, omax = layer.rows(rows)
     _propagate(ratio, at, src, np.ascontiguousarray(active, dtype=np.int64),
                np.ascontiguousarray(n_active, dtype=np.int64), MODES.index(layer.mode), layer.n, layer.weights,
-               layer.coef, layer.shift, layer.stats, s_rows, omin, omax,
+               layer.coef, layer.shift, layer.stats, layer.s, np.ascontiguousarray(rows, dtype=np.int64),
                np.ascontiguousarray(np.broadcast_to(s_r, (k, m)), dtype=np.float64), f0, out)
     return out, f0.sum(axis=1)
