@@ -95,8 +95,9 @@ def is_warm() -> bool:
 
 def _warm_fit(tables: dict[str, Any], *, part: str, then: Callable[[], Any] | None = None) -> None:
     """One small fit of ``tables`` for ``part`` (``PART_MEMBERS``' names, or ``whole``: every
-    step): with ``learners``, the LETOR reader first and the service's evaluation and fusion
-    paths after the fit; with ``rest``, the views' big-query pieces after it; with ``serving``,
+    step): with ``learners``, first the service's evaluation and fusion paths (they need no
+    model; the serving part's fit meets some of them later and loads them), then the LETOR
+    reader; with ``rest``, the views' big-query pieces after it; with ``serving``,
     the model's explanations, then ``then()``, last the model's one-thread and parallel scoring
     paths and every kernel the service warms before /ready (``tunemix.warmup.warm_all``: what
     ``then`` compiled, it loads)."""
@@ -106,7 +107,13 @@ def _warm_fit(tables: dict[str, Any], *, part: str, then: Callable[[], Any] | No
 
     members = {"calibrators": warm_calibrators(), **tables["members"]}
     cfg = load_config(None, tables={**tables, "members": members})
-    if part in ("learners", "whole"):  # the LETOR reader first: tunemix demo's fit, in serving, reads its files
+    if part == "learners":  # first, the service's paths that need no model: the serving part's fit meets the
+        from tunemix.warmup import warm_evaluation, warm_fusion  # evaluation kernels later, warm_all all of them last
+
+        with _quiet_logs():
+            warm_evaluation()
+            warm_fusion()
+    if part in ("learners", "whole"):  # the LETOR reader: tunemix demo's fit, in serving, reads its files
         with tempfile.TemporaryDirectory(prefix="tunemix-warm-") as tmp:
             test = (cfg.data.synthetic.make() if cfg.data.synthetic is not None else {})["test"]
             write_svmlight(test, Path(tmp) / "test.txt")
@@ -115,13 +122,7 @@ def _warm_fit(tables: dict[str, Any], *, part: str, then: Callable[[], Any] | No
         model = train(cfg, progress=False, save=False).model
     if part in ("rest", "whole"):
         _warm_views(model)
-    if part == "learners":  # the service's paths that need no model (the serving part's last, else)
-        from tunemix.warmup import warm_evaluation, warm_fusion
-
-        with _quiet_logs():
-            warm_evaluation()
-            warm_fusion()
-    if part in ("learners", "whole"):  # what tunemix demo's fit calls beyond a fit's: the report's explanations
+    if part in ("serving", "whole"):  # what tunemix demo's fit calls beyond a fit's: the report's explanations
         from tunemix.warmup import warm_explanations
 
         with _quiet_logs():
@@ -314,7 +315,8 @@ def warm(out: Any = None, *, processes: int | None = None, then: Callable[[], An
     seconds = time.perf_counter() - t0
     how = (f"{processes} processes" if not final else
            f"{processes} process{'es' if processes > 1 else ''}; the whole fit here compiled {compiled}")
-    beside = f"; of that, {job.seconds:.1f} s the fit that waited for it" if then is not None else ""
+    beside = (f"; of that, {job.seconds:.1f} s ({job.cpu_s:.1f} CPU-s) the fit that waited for it" if then is not None
+              else "")
     what = "the service's and the default model's kernels" if behind else "every kernel"
     out.write(f"tunemix warm: done in {seconds:.1f} s ({what}): {compiled_total} kernel specialisations compiled, "
               f"{loaded_total} loaded from the cache ({how}{beside})\n")
