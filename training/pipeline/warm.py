@@ -11,7 +11,8 @@ stamp in the cache so that later runs know the cache is warm:
 - ``tunemix warm`` (``make test`` runs it after installing);
 - ``tunemix train``/``demo`` and ``TuneMixRanker.fit(progress=True)`` run it first, with a
   message, when the stamp is absent (``TUNEMIX_AUTO_WARM=0`` turns that off); ``tunemix demo``
-  (``make serve``'s step) fits inside it (``then``), once the kernels its fit calls are compiled.
+  (``make serve``'s step) fits inside it (``then``), once the kernels its fit calls are compiled,
+  and leaves the last part to the background.
 
 How: one small fit (``backend = "sequential"``, ``training.pipeline.warm_tables``) with every
 member type of ``configs/mq2008.toml`` (AdaBoost.MH trees on the three views and products, each
@@ -19,12 +20,17 @@ class count of 5-grade data, McRank multi-class and ordinal, LambdaMART, the lin
 best single feature) and the default calibrator pool (optimisers cut short), the mixers
 compared, the relevance head, then the model's one-thread and parallel scoring paths
 (``EnsembleModel.warm_up``), the LETOR reader and ``tunemix.warmup.warm_all``. numba compiles on
-one thread, so on a machine of two CPUs or more the fit is cut in two parts that share few
-kernels (``PART_MEMBERS``): the learners' part in a child process, the serving part in this one,
-side by side; between them they call every kernel the whole fit calls. The serving part's fit
-reaches the kernels ``tunemix demo``'s fit calls first (its LightGBM runs compile nothing of
-ours), so that fit runs here right after it, beside the learners' part, instead of after the
-whole warm-up; the service's remaining paths (``warm_all``) come last and load what it compiled.
+one thread, so on a machine of two CPUs or more the fit is cut in parts that share few kernels
+(``PART_MEMBERS``): ``serving`` in this process, ``learners`` then ``rest`` in a child process
+beside it (``training.pipeline.warm_child``); between them they call every kernel the whole fit
+calls. The serving part's fit reaches the kernels ``tunemix demo``'s fit calls first (its
+LightGBM runs compile nothing of ours), the learners' part those of the default model's
+AdaBoost.MH run (after the service's evaluation and fusion paths, which need no model), so that
+fit runs here right after the serving part's, beside the child, instead of after the whole
+warm-up; the service's remaining paths (``warm_all``) come last and load what was compiled.
+``tunemix demo`` (``background``) waits for ``serving`` and ``learners`` only: ``rest``, the
+other member types' kernels that only ``tunemix train`` needs, goes on in the child, niced,
+after the demo exits, and leaves the stamp; ``tunemix train`` waits for it.
 With one process (``warm_processes``, ``TUNEMIX_WARM_PROCESSES``), or when a part failed, the
 whole fit runs in this process instead, loading what is cached. A kernel first called by a fit
 in a worker process (``backend = "loky"``) then loads from the disk cache there instead of
