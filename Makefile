@@ -39,9 +39,10 @@ warm: $(VENV)/.stamp-train
 	$(VENV)/bin/tunemix warm --if-cold
 
 # tunemix demo compiles the kernels first when the cache is cold, as tunemix warm does, and fits
-# the demo in the same step once the kernels it needs are compiled, beside the last of the others
-# (training/pipeline/warm.py): make serve on a fresh clone no longer waits for the whole warm-up
-# and then for the demo
+# the demo in the same step once the kernels it needs are compiled (training/pipeline/warm.py);
+# it waits only for the service's and the default model's kernels: the other learners' (what
+# tunemix train needs) go on compiling in the background, niced, after it exits (their log in the
+# cache, tunemix-warm-background.log), and tunemix train or make warm waits for them
 train-default: $(VENV)/.stamp-train
 	$(VENV)/bin/tunemix demo --models-dir models --name $(MODEL)
 

@@ -10,11 +10,13 @@
    steps with this interpreter and the clone's code first on the path (the install is then not
    measured), then ``python -m app`` until ``/ready`` answers 200. The numba cache is the clone's
    ``.venv/numba-cache``, empty at the start.
-3. The first ``/rank``, ``/evaluate`` and ``/rank`` with explanations after ``/ready``.
+3. The first ``/rank``, ``/evaluate`` and ``/rank`` with explanations after ``/ready``; with
+   ``--skip-train``, then the end of the demo's background part (the other learners' kernels,
+   ``training.pipeline.warm_child``), awaited on its lock, and what it said.
 4. The first and the second ``tunemix train --config configs/mq2008.toml`` (MQ2008 Fold1 from
    ``../shared/data`` or ``TUNEMIX_SHARED_DATA``) with that cache, as a user does after ``make
-   serve``; ``--cold-train`` also measures a first train on another empty cache (it warms first,
-   saying so).
+   serve`` (the first waits for the demo's background part if it is still compiling);
+   ``--cold-train`` also measures a first train on another empty cache (it warms first, saying so).
 
 The machine's load is recorded (load averages and a fixed CPU probe before and after): on a shared
 machine the times are upper bounds of a quiet one's. JSON: bench/results/first_hour.json.
@@ -23,6 +25,7 @@ machine the times are upper bounds of a quiet one's. JSON: bench/results/first_h
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shutil
@@ -35,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import ROOT, SHARED_DATA, git, machine_probe_ms, write_result
+from training.pipeline.warm_child import BACKGROUND_LOG, wait_for_background
 
 
 def free_port() -> int:
@@ -149,15 +153,24 @@ def main(argv: list[str] | None = None) -> int:
         result["make_serve_steps"] = steps
         result["after_ready"] = served
         print(f"make serve to /ready: {result['make_serve_to_ready_s']} s {steps}; {served}", flush=True)
+        if args.skip_train:  # the demo's background part (the other learners' kernels): its end, then its log
+            waited = wait_for_background(cache, io.StringIO())
+            result["background_part_done_after_first_requests_s"] = round(waited or 0.0, 1)
+        background_log = cache / BACKGROUND_LOG
+        if background_log.is_file():
+            result["warm_said_background"] = [line for line in background_log.read_text().splitlines()
+                                              if line.startswith("tunemix warm: ")]
         if not args.skip_train:
             trains = []
             for k in range(2):
+                start = log.stat().st_size
                 out = timed([python, "-m", "training.cli", "train", "--config", "configs/mq2008.toml", "--models-dir",
                              str(work / "models"), "--no-progress"], clone, env, log)
                 version = sorted((work / "models" / "mq2008-fold1").glob("v*"), key=lambda p: int(p.name[1:]))[-1]
                 record = json.loads((version / "report.json").read_text())
                 out["numba_compile_s"] = round(record.get("numba_compile", {}).get("total_s", float("nan")), 1)
                 out["timings"] = {k2: round(v, 1) for k2, v in record["timings"].items()}
+                out["waited_for_the_background_part"] = b"background compilation is done" in log.read_bytes()[start:]
                 trains.append(out)
                 print(f"tunemix train MQ2008 Fold1 #{k + 1}: {out['seconds']} s (numba {out['numba_compile_s']} s)",
                       flush=True)

@@ -43,7 +43,8 @@ def test_ensure_warm_runs_once_on_a_cold_cache_and_says_so(monkeypatch: pytest.M
     monkeypatch.setattr(warm_module, "cache_dir", lambda: tmp_path)
     calls: list[int] = []
 
-    def fake_warm(out: Any = None, then: Any = None) -> dict[str, Any]:  # the real one: test_tunemix_warm
+    def fake_warm(out: Any = None, then: Any = None, background: bool = False) -> dict[str, Any]:  # the real one:
+        # test_tunemix_warm
         calls.append(1)
         (tmp_path / warm_module.STAMP).write_text(json.dumps(warm_module._stamp_key()))
         return {"seconds": 0.0}
@@ -111,7 +112,8 @@ def test_no_warm_up_where_numba_cannot_cache(monkeypatch: pytest.MonkeyPatch, tm
     monkeypatch.setattr(warm_module, "cache_dir", lambda: tmp_path / "cache")
     monkeypatch.setenv("TUNEMIX_AUTO_WARM", "1")
     monkeypatch.setattr(warm_module, "warm",
-                        lambda out=None, then=None: pytest.fail("warmed a cache numba cannot write"))
+                        lambda out=None, then=None, background=False: pytest.fail("warmed a cache numba cannot "
+                                                                                  "write"))
     monkeypatch.setattr(warm_module.os, "access", lambda path, mode: False)
     assert warm_module.ensure_warm(io.StringIO()) is None
 
@@ -134,16 +136,17 @@ def test_the_parts_import_this_processes_code(monkeypatch: pytest.MonkeyPatch) -
             started.append({"args": args, **kwargs})
 
         def communicate(self) -> tuple[str, str]:
-            return json.dumps({"part": "learners", "seconds": 0.0, "compiled": 0, "loaded": 0}), ""
+            return "\n".join(json.dumps({"part": n, "seconds": 0.0, "compiled": 0, "loaded": 0})
+                             for n in ("learners", "rest")), ""
 
     here: list[str] = []
     monkeypatch.setattr(subprocess, "Popen", FakeProc)
     monkeypatch.setattr(warm_module, "warm_part", lambda name, then=None: here.append(name) or
                         {"part": name, "seconds": 0.0, "compiled": 0, "loaded": 0})
     monkeypatch.setenv("PYTHONPATH", "/somewhere/else")
-    parts = warm_module._run_parts(io.StringIO())
+    parts, _ = warm_module._run_parts(io.StringIO())
     root = str(Path(training.__file__).resolve().parents[1])
-    assert [s["args"][-1] for s in started] == ["learners"] and here == ["serving"]
+    assert [s["args"][-3:] for s in started] == [["--part", "learners", "rest"]] and here == ["serving"]
     assert sorted(p["part"] for p in parts) == sorted(warm_module.PART_MEMBERS)
     for s in started:
         assert s["cwd"] == root and s["env"]["PYTHONPATH"].split(":")[0] == root
@@ -159,7 +162,13 @@ class _Learners:
 
     def communicate(self) -> tuple[str, str]:
         self.events.append("learners awaited")
-        return json.dumps({"part": "learners", "seconds": 1.0, "compiled": 2, "loaded": 3}), "boom"
+        if self.returncode:
+            return "", "boom"
+        return "\n".join(json.dumps({"part": n, "seconds": 1.0, "compiled": 1, "loaded": 3})
+                         for n in ("learners", "rest")), ""
+
+    def poll(self) -> int:
+        return self.returncode
 
 
 def test_then_runs_after_the_serving_part_beside_the_learners_part(monkeypatch: pytest.MonkeyPatch,
@@ -169,10 +178,10 @@ def test_then_runs_after_the_serving_part_beside_the_learners_part(monkeypatch: 
     both parts."""
     events: list[str] = []
     monkeypatch.setattr(warm_module, "cache_dir", lambda: tmp_path)
-    monkeypatch.setattr(warm_module, "_start_part", lambda name: _Learners(events))
+    monkeypatch.setattr(warm_module, "_start_part", lambda names, background=None: _Learners(events))
 
-    def fake_fit(tables: dict[str, Any], *, serving: bool, learners: bool, then: Any = None) -> None:
-        assert serving and not learners and tables["members"] == warm_module.PART_MEMBERS["serving"]
+    def fake_fit(tables: dict[str, Any], *, part: str, then: Any = None) -> None:
+        assert part == "serving" and tables["members"] == warm_module.PART_MEMBERS["serving"]
         events.append("serving fit")
         then()
         events.append("serving paths")
@@ -199,16 +208,16 @@ def test_then_runs_once_and_a_failed_part_leaves_the_whole_fit(
     ran before or after the whole fit; with one process, after the whole fit."""
     events: list[str] = []
     monkeypatch.setattr(warm_module, "cache_dir", lambda: tmp_path)
-    monkeypatch.setattr(warm_module, "_start_part", lambda name: _Learners(events, learners_exit))
+    monkeypatch.setattr(warm_module, "_start_part",
+                        lambda names, background=None: _Learners(events, learners_exit))
 
-    def fake_fit(tables: dict[str, Any], *, serving: bool, learners: bool, then: Any = None) -> None:
-        events.append("whole fit" if learners else "serving fit")
+    def fake_fit(tables: dict[str, Any], *, part: str, then: Any = None) -> None:
+        events.append(f"{part} fit")
         if then is not None:
             then()
-        if serving_fails and not learners:
+        if serving_fails and part == "serving":
             raise RuntimeError("serving part broke")
-        if serving:
-            events.append("serving paths")
+        events.append("serving paths")
 
     monkeypatch.setattr(warm_module, "_warm_fit", fake_fit)
     out = io.StringIO()
@@ -226,7 +235,7 @@ def test_an_error_of_then_reaches_the_caller_after_the_warm_up(monkeypatch: pyte
 
     monkeypatch.setattr(warm_module, "cache_dir", lambda: tmp_path)
     monkeypatch.setattr(warm_module, "_warm_fit", lambda tables, **kw: kw["then"] and kw["then"]())
-    monkeypatch.setattr(warm_module, "_start_part", lambda name: _Learners([]))
+    monkeypatch.setattr(warm_module, "_start_part", lambda names, background=None: _Learners([]))
     with pytest.raises(ValueError, match="the demo's own error"):
         warm_module.warm(io.StringIO(), processes=2, then=broken)
     assert warm_module.is_warm()  # the warm-up completed (its stamp) before the error was raised
@@ -250,9 +259,98 @@ def test_the_warm_tables_meet_each_class_count_once_and_cut_the_calibrators_shor
     assert warm_tables.few_iterations("cpc:ewls(C=2)") == "cpc:ewls(C=2,n_starts=1,max_iter=5)"
     assert warm_tables.few_iterations("rbc:nn:gain") == "rbc:nn(max_iter=5):gain"
     assert warm_tables.few_iterations("rbc:poly3:ndcg") == "rbc:poly3:ndcg"
-    # the two parts together fit every member block of the whole warm-up
+    # the parts together fit every member block of the whole warm-up, each once
     whole = warm_tables.WARM_TABLES["members"]
     for kind in ("adaboost", "svm", "lambdamart"):
-        assert [b for p in warm_tables.PART_MEMBERS.values() for b in p.get(kind, [])] == whole[kind]
+        blocks = [b for p in warm_tables.PART_MEMBERS.values() for b in p.get(kind, [])]
+        assert sorted(map(repr, blocks)) == sorted(map(repr, whole[kind]))
     variants = [v for p in warm_tables.PART_MEMBERS.values() for b in p.get("mcrank", []) for v in b["variant"]]
     assert sorted(variants) == sorted(whole["mcrank"][0]["variant"])
+
+
+def test_the_parts_before_ready_hold_the_default_models_members() -> None:
+    """``make serve`` waits for ``BEFORE_READY`` only: between them they fit the member types
+    the default model's fit trains on the demo's data (``training.pipeline.auto``), the
+    AdaBoost.MH run with the same base, view and label grouping, so that the demo's fit finds
+    its kernels compiled; ``rest`` holds the other member types."""
+    from training.pipeline import warm_tables
+    from training.pipeline.auto import DataShape, auto_members
+    from training.pipeline.cli import DEFAULT_CONFIG
+    from training.pipeline.config import load_config
+
+    syn = load_config(DEFAULT_CONFIG).data.synthetic
+    assert syn is not None
+    members, _ = auto_members(DataShape(n_docs=4800, n_features=syn.features, n_labels=syn.levels, n_queries=120,
+                                        vali_queries=40), None)
+    before = [warm_tables.PART_MEMBERS[p] for p in warm_tables.BEFORE_READY]
+    assert members["lambdamart"] and any(p.get("lambdamart") for p in before)
+    assert {m["variant"] for m in members["mcrank"]} <= {v for p in before for b in p.get("mcrank", [])
+                                                         for v in b["variant"]}
+    (ada,) = members["adaboost"]
+    blocks = [b for p in before for b in p.get("adaboost", [])]
+    assert any(b["base"] == ada["base"] and ada["n_leaves"] in b["n_leaves"] and b["views"] == ada["views"]
+               and b["label_groupings"] == members["label_groupings"] for b in blocks), (ada, blocks)
+    assert set(warm_tables.PART_MEMBERS) - set(warm_tables.BEFORE_READY) == {"rest"}
+    assert "svm" in warm_tables.PART_MEMBERS["rest"] and not any("svm" in p for p in before)
+
+
+def test_a_second_process_waits_for_the_background_part(tmp_path: Path) -> None:
+    """The background part holds the lock in the cache until it exits; ``wait_for_background``
+    says so and waits on the lock (no lock file, or a free one: returns None at once)."""
+    import os
+    import threading
+
+    from training.pipeline import warm_child
+
+    assert warm_child.wait_for_background(tmp_path, io.StringIO()) is None  # never ran here
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from pathlib import Path; "
+                               "from training.pipeline.warm_child import hold_lock; hold_lock(Path(sys.argv[1])); "
+                               "print('locked', flush=True); sys.stdin.readline()", str(tmp_path)],
+                              cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline().strip() == "locked"
+        said_waiting = threading.Event()
+
+        class Out(io.StringIO):
+            def write(self, text: str) -> int:
+                if "waiting for them" in text:
+                    said_waiting.set()
+                return super().write(text)
+
+        out, waited = Out(), []
+        waiter = threading.Thread(target=lambda: waited.append(warm_child.wait_for_background(tmp_path, out)))
+        waiter.start()
+        assert said_waiting.wait(timeout=600)  # it found the lock taken, said so, and blocks
+        assert waiter.is_alive() and not waited
+        holder.stdin.close()  # the holder exits: the lock is released
+        waiter.join(timeout=600)
+        assert not waiter.is_alive() and waited and isinstance(waited[0], float)
+        assert "still compiling in the background" in out.getvalue() and "background compilation is done" in \
+            out.getvalue()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert warm_child.wait_for_background(tmp_path, io.StringIO()) is None  # released: nothing to wait for
+
+
+@pytest.mark.parametrize("parent_said", ["serving done\n", ""])
+def test_the_background_child_leaves_the_stamp_only_when_its_parent_succeeded(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str], parent_said: str) -> None:
+    """``python -m training.pipeline.warm --part learners rest --background LOG``: the first part
+    reported on stdout, then (niced, output to LOG: stand-ins here) the rest, and the stamp only
+    when the parent wrote that its own parts succeeded (a parent that died wrote nothing)."""
+    from training.pipeline import warm_child
+
+    ran: list[str] = []
+    monkeypatch.setattr(warm_module, "cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(warm_module, "warm_part", lambda name: ran.append(name) or
+                        {"part": name, "seconds": 0.0, "compiled": 1, "loaded": 0})
+    monkeypatch.setattr(warm_child, "go_background", lambda log: ran.append(f"background {log.name}"))
+    monkeypatch.setattr(sys, "stdin", io.StringIO(parent_said))
+    code = warm_module.main(["--part", "learners", "rest", "--background", str(tmp_path / "log.txt")])
+    assert ran == ["learners", "background log.txt", "rest"]
+    first = capsys.readouterr().out.splitlines()[0]
+    assert json.loads(first)["part"] == "learners"
+    assert (code == 0) == bool(parent_said) and warm_module.is_warm() == bool(parent_said)

@@ -145,7 +145,9 @@ def run_train(args: argparse.Namespace) -> int:
 
 def run_warm(args: argparse.Namespace) -> int:
     from training.pipeline.warm import cache_dir, is_warm, warm
+    from training.pipeline.warm_child import wait_for_background
 
+    wait_for_background(cache_dir(), sys.stderr)  # tunemix demo's background part: not the same kernels twice
     if args.if_cold and is_warm():
         sys.stdout.write(f"tunemix warm: the kernels are compiled already (cache {cache_dir()})\n")
         return 0
@@ -178,8 +180,9 @@ def run_demo(args: argparse.Namespace) -> int:
     cfg.data.train, cfg.data.vali, cfg.data.test = (str(files[k]) for k in ("train", "vali", "test"))
     fitted: list[Any] = []
     # on a cold cache the fit runs inside the warm-up, once the kernels it needs are compiled,
-    # beside the learners' part still compiling the others (training.pipeline.warm)
-    ensure_warm(then=lambda: fitted.append(train(cfg, progress=not args.no_progress)))
+    # beside the learners' part; the other learners' kernels (what tunemix train needs, not the
+    # service or this fit) go on compiling in the background (training.pipeline.warm_child)
+    ensure_warm(then=lambda: fitted.append(train(cfg, progress=not args.no_progress)), background=True)
     outcome = fitted[0] if fitted else train(cfg, progress=not args.no_progress)
     sys.stdout.write(_summary(outcome))
     return 0

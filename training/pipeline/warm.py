@@ -11,7 +11,8 @@ stamp in the cache so that later runs know the cache is warm:
 - ``tunemix warm`` (``make test`` runs it after installing);
 - ``tunemix train``/``demo`` and ``TuneMixRanker.fit(progress=True)`` run it first, with a
   message, when the stamp is absent (``TUNEMIX_AUTO_WARM=0`` turns that off); ``tunemix demo``
-  (``make serve``'s step) fits inside it (``then``), once the kernels its fit calls are compiled.
+  (``make serve``'s step) fits inside it (``then``), once the kernels its fit calls are compiled,
+  and leaves the last part to the background.
 
 How: one small fit (``backend = "sequential"``, ``training.pipeline.warm_tables``) with every
 member type of ``configs/mq2008.toml`` (AdaBoost.MH trees on the three views and products, each
@@ -19,12 +20,17 @@ class count of 5-grade data, McRank multi-class and ordinal, LambdaMART, the lin
 best single feature) and the default calibrator pool (optimisers cut short), the mixers
 compared, the relevance head, then the model's one-thread and parallel scoring paths
 (``EnsembleModel.warm_up``), the LETOR reader and ``tunemix.warmup.warm_all``. numba compiles on
-one thread, so on a machine of two CPUs or more the fit is cut in two parts that share few
-kernels (``PART_MEMBERS``): the learners' part in a child process, the serving part in this one,
-side by side; between them they call every kernel the whole fit calls. The serving part's fit
-reaches the kernels ``tunemix demo``'s fit calls first (its LightGBM runs compile nothing of
-ours), so that fit runs here right after it, beside the learners' part, instead of after the
-whole warm-up; the service's remaining paths (``warm_all``) come last and load what it compiled.
+one thread, so on a machine of two CPUs or more the fit is cut in parts that share few kernels
+(``PART_MEMBERS``): ``serving`` in this process, ``learners`` then ``rest`` in a child process
+beside it (``training.pipeline.warm_child``); between them they call every kernel the whole fit
+calls. The serving part's fit reaches the kernels ``tunemix demo``'s fit calls first (its
+LightGBM runs compile nothing of ours), the learners' part those of the default model's
+AdaBoost.MH run (after the service's evaluation and fusion paths, which need no model), so that
+fit runs here right after the serving part's, beside the child, instead of after the whole
+warm-up; the service's remaining paths (``warm_all``) come last and load what was compiled.
+``tunemix demo`` (``background``) waits for ``serving`` and ``learners`` only: ``rest``, the
+other member types' kernels that only ``tunemix train`` needs, goes on in the child, niced,
+after the demo exits, and leaves the stamp; ``tunemix train`` waits for it.
 With one process (``warm_processes``, ``TUNEMIX_WARM_PROCESSES``), or when a part failed, the
 whole fit runs in this process instead, loading what is cached. A kernel first called by a fit
 in a worker process (``backend = "loky"``) then loads from the disk cache there instead of
@@ -49,6 +55,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from training.pipeline import warm_child
 from training.pipeline.compile_clock import (  # noqa: F401 - CompileClock: train.py's type, tests' name
     CompileClock,
     compile_clock,
@@ -56,7 +63,10 @@ from training.pipeline.compile_clock import (  # noqa: F401 - CompileClock: trai
     kernel_compile_log,
     kernel_specialisations,
 )
-from training.pipeline.warm_tables import PART_MEMBERS, WARM_TABLES, warm_calibrators
+from training.pipeline.warm_child import finish_parts as _finish_parts
+from training.pipeline.warm_child import said as _said
+from training.pipeline.warm_child import start_part as _start_part
+from training.pipeline.warm_tables import BEFORE_READY, PART_MEMBERS, WARM_TABLES, warm_calibrators
 
 log = logging.getLogger(__name__)
 
@@ -89,41 +99,43 @@ def is_warm() -> bool:
         return False
 
 
-def _warm_fit(tables: dict[str, Any], *, serving: bool, learners: bool, then: Callable[[], Any] | None = None) -> None:
-    """One small fit of ``tables``; with ``learners``, the LETOR reader first, then after the fit
-    the views' big-query pieces and the service's evaluation and fusion paths; with ``serving``,
-    the model's explanations; then ``then()``; with ``serving``, last, the model's one-thread and parallel
-    scoring paths and every kernel the service warms before /ready (``tunemix.warmup.warm_all``:
-    what ``then`` compiled, it loads)."""
+def _warm_fit(tables: dict[str, Any], *, part: str, then: Callable[[], Any] | None = None) -> None:
+    """One small fit of ``tables`` for ``part`` (``PART_MEMBERS``' names, or ``whole``: every
+    step): with ``learners``, first the service's evaluation and fusion paths (they need no
+    model; the serving part's fit meets some of them later and loads them), then the LETOR
+    reader; with ``rest``, the views' big-query pieces after it; with ``serving``,
+    the model's explanations, then ``then()``, last the model's one-thread and parallel scoring
+    paths and every kernel the service warms before /ready (``tunemix.warmup.warm_all``: what
+    ``then`` compiled, it loads)."""
     from training.data.svmlight import read_svmlight, write_svmlight
     from training.pipeline.config import load_config
     from training.pipeline.train import train
 
     members = {"calibrators": warm_calibrators(), **tables["members"]}
     cfg = load_config(None, tables={**tables, "members": members})
-    if learners:  # the LETOR reader first: tunemix demo's fit, in the serving part, reads its files
+    if part == "learners":  # first, the service's paths that need no model: the serving part's fit meets the
+        from tunemix.warmup import warm_evaluation, warm_fusion  # evaluation kernels later, warm_all all of them last
+
+        with _quiet_logs():
+            warm_evaluation()
+            warm_fusion()
+    if part in ("learners", "whole"):  # the LETOR reader: tunemix demo's fit, in serving, reads its files
         with tempfile.TemporaryDirectory(prefix="tunemix-warm-") as tmp:
             test = (cfg.data.synthetic.make() if cfg.data.synthetic is not None else {})["test"]
             write_svmlight(test, Path(tmp) / "test.txt")
             read_svmlight(Path(tmp) / "test.txt", n_features=test.features.shape[1])
     with _quiet_logs():  # a fit of four iterations: its log says nothing a user needs
         model = train(cfg, progress=False, save=False).model
-    if learners:
+    if part in ("rest", "whole"):
         _warm_views(model)
-        if not serving:  # the service's paths that need no model (the serving part's last, else)
-            from tunemix.warmup import warm_evaluation, warm_fusion
-
-            with _quiet_logs():
-                warm_evaluation()
-                warm_fusion()
-    if serving:  # what tunemix demo's fit calls beyond a fit's: the report's explanations
+    if part in ("serving", "whole"):  # what tunemix demo's fit calls beyond a fit's: the report's explanations
         from tunemix.warmup import warm_explanations
 
         with _quiet_logs():
             warm_explanations(model)
     if then is not None:
         then()
-    if serving:
+    if part in ("serving", "whole"):
         _warm_service(model)
 
 
@@ -186,15 +198,16 @@ def warm_part(name: str, then: Callable[[], Any] | None = None) -> dict[str, Any
     t0 = time.perf_counter()
     t0_parent = os.environ.get("TUNEMIX_WARM_T0")
     started_s = round(time.time() - float(t0_parent), 2) if t0_parent else 0.0
-    before = dispatcher_counts()
+    before, cpu = dispatcher_counts(), time.process_time()
     with compile_clock() as cc:
-        _warm_fit({**WARM_TABLES, "members": PART_MEMBERS[name]}, serving=name == "serving",
-                  learners=name == "learners", then=then)
+        _warm_fit({**WARM_TABLES, "members": PART_MEMBERS[name]}, part=name, then=then)
     after = dispatcher_counts()
-    then_s = float(getattr(then, "seconds", 0.0))  # a _Once
+    then_s, then_cpu = float(getattr(then, "seconds", 0.0)), float(getattr(then, "cpu_s", 0.0))  # a _Once
+    ended_s = round(time.time() - float(t0_parent), 2) if t0_parent else 0.0
     return {"part": name, "seconds": round(time.perf_counter() - t0 - then_s, 2),
-            "compile_s": round(cc.seconds, 2),
-            "compiled": after[0] - before[0], "loaded": after[1] - before[1], "started_s": started_s}
+            "cpu_s": round(time.process_time() - cpu - then_cpu, 2), "compile_s": round(cc.seconds, 2),
+            "compiled": after[0] - before[0], "loaded": after[1] - before[1], "started_s": started_s,
+            "ended_s": ended_s}
 
 
 def warm_processes() -> int:
@@ -212,46 +225,15 @@ def warm_processes() -> int:
     return 2 if (os.cpu_count() or 1) >= 2 else 1
 
 
-def _start_part(name: str) -> Any:
-    """``python -m training.pipeline.warm --part name`` in a child process on this cache."""
-    import subprocess
-
-    # the child imports this process's training package (numba caches a kernel under its source
-    # file's path: another copy of the code would fill another part of the cache)
-    root = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]),
-               TUNEMIX_WARM_T0=repr(time.time()))
-    proc = subprocess.Popen([sys.executable, "-m", "training.pipeline.warm", "--part", name], cwd=root, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    proc.started_at = float(env["TUNEMIX_WARM_T0"])  # type: ignore[attr-defined]
-    return proc
-
-
-def _said(out: Any, result: dict[str, Any]) -> dict[str, Any]:
-    out.write(f"tunemix warm: part {result['part']} done in {result['seconds']:.1f} s ({result['compiled']} kernel "
-              f"specialisations compiled, {result['loaded']} loaded)\n")
-    out.flush()
-    return result
-
-
-def _finish_part(name: str, proc: Any, out: Any) -> dict[str, Any] | None:
-    """What the child part reported; None (said on ``out``) when it failed."""
-    stdout, stderr = proc.communicate()
-    exited_s = round(time.time() - proc.started_at, 2)
-    if proc.returncode != 0:  # the final pass compiles what this part did not: say so, go on
-        out.write(f"tunemix warm: part {name} failed (exit {proc.returncode}); the final pass compiles its "
-                  f"kernels instead:\n{stderr[-2000:]}\n")
-        return None
-    # from the parent's start of the child: its start-up before the part, and its exit after
-    return _said(out, {**json.loads(stdout.strip().splitlines()[-1]), "exited_s": exited_s})
-
-
-def _run_parts(out: Any, then: Callable[[], Any] | None = None) -> list[dict[str, Any]]:
-    """The learners' part in a child process and the serving part here, side by side, with
-    ``then()`` here once the serving part's fit is done, while the child still compiles (what
-    ``then`` calls that neither part has saved yet it compiles itself). What each part reported
-    (a failed one left out)."""
-    child = _start_part("learners")
+def _run_parts(out: Any, then: Callable[[], Any] | None = None,
+               background: Path | None = None) -> tuple[list[dict[str, Any]], Any]:
+    """The ``learners`` and ``rest`` parts in a child process (one after the other) and the
+    serving part here, side by side, with ``then()`` here once the serving part's fit is done,
+    while the child still compiles (what ``then`` calls that neither part has saved yet it
+    compiles itself). With ``background``, only ``learners`` is awaited, ``rest`` goes on in the
+    child. What each awaited part reported (a failed one left out), and the child."""
+    names = [n for n in PART_MEMBERS if n != "serving"]
+    child = _start_part(names, background)
     done: list[dict[str, Any]] = []
     try:
         try:
@@ -261,8 +243,17 @@ def _run_parts(out: Any, then: Callable[[], Any] | None = None) -> list[dict[str
                       "its kernels instead\n")
             log.debug("the serving part failed", exc_info=True)
     finally:
-        learners = _finish_part("learners", child, out)
-    return [*([learners] if learners else []), *done]
+        children = _finish_parts(names, child, out, background)
+    return [*children, *done], child
+
+
+def write_stamp(where: Path) -> None:
+    """The stamp that says the cache holds every kernel of this install (``is_warm``)."""
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        (where / STAMP).write_text(json.dumps(_stamp_key()))
+    except OSError as exc:
+        log.warning("could not write the warm-up stamp in %s: %s", where, exc)
 
 
 class _Once:
@@ -270,7 +261,7 @@ class _Once:
     caller sees it) instead of failing the part it ran in."""
 
     def __init__(self, then: Callable[[], Any] | None) -> None:
-        self.then, self.seconds = then, 0.0
+        self.then, self.seconds, self.cpu_s = then, 0.0, 0.0
         self.error: Exception | None = None
         self.ran = then is None
 
@@ -278,54 +269,66 @@ class _Once:
         if self.ran:
             return
         self.ran = True
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         try:
             self.then()  # type: ignore[misc]
         except Exception as exc:
             self.error = exc
-        self.seconds = time.perf_counter() - started
+        self.seconds, self.cpu_s = time.perf_counter() - started, time.process_time() - cpu
 
 
-def warm(out: Any = None, *, processes: int | None = None, then: Callable[[], Any] | None = None) -> dict[str, Any]:
+def warm(out: Any = None, *, processes: int | None = None, then: Callable[[], Any] | None = None,
+         background: bool = False) -> dict[str, Any]:
     """Compile (or load from the cache) every training and scoring kernel, and every kernel the
     service warms before ``/ready`` (``tunemix.warmup.warm_all``); say so on ``out`` (default
     stderr) with the seconds it took; leave the stamp. With two processes (``warm_processes``)
-    the two ``PART_MEMBERS`` compile side by side (the learners' in a child process, the serving
-    part here), and between them they call every kernel the whole fit calls; with one, or when a
-    part failed, the whole ``WARM_TABLES`` fit runs here (loading what the parts saved).
-    ``then`` (``tunemix demo``'s fit) runs here once the serving part is done, beside the
-    learners' part, else after the whole fit. Returns what was done."""
+    the serving part compiles here and the ``learners`` and ``rest`` parts in a child beside it,
+    and between them they call every kernel the whole fit calls; with one, or when a part
+    failed, the whole ``WARM_TABLES`` fit runs here (loading what the parts saved). ``then``
+    (``tunemix demo``'s fit) runs here once the serving part's fit is done, beside the child,
+    else after the whole fit. With ``background`` (``tunemix demo``, two processes), this returns
+    once ``serving`` and ``learners`` are done and ``rest`` goes on in the child, which leaves the
+    stamp (``training.pipeline.warm_child``). Returns what was done."""
     out = out or sys.stderr
     where = cache_dir()
     processes = warm_processes() if processes is None else processes
+    log_path = where / warm_child.BACKGROUND_LOG if background and processes > 1 \
+        and warm_child.supported() else None
     out.write(f"tunemix warm: compiling the numba kernels of training and scoring once, or loading them from "
               f"the cache in {where}, in {processes} process{'es' if processes > 1 else ''} (a fresh install takes "
               f"a minute or two, a warm cache seconds) ...\n")
     out.flush()
     t0 = time.perf_counter()
     job = _Once(then)
-    parts = _run_parts(out, job) if processes > 1 else []
-    final = len(parts) < len(PART_MEMBERS) if processes > 1 else True
+    parts, child = _run_parts(out, job, log_path) if processes > 1 else ([], None)
+    pid = getattr(child, "pid", None)
+    expected = len(BEFORE_READY) if log_path is not None else len(PART_MEMBERS)
+    final = len(parts) < expected if processes > 1 else True
     before = dispatcher_counts()
     with compile_clock() as cc, kernel_compile_log() as kernels:
         if final:  # one process, or a part failed: the whole fit here
-            _warm_fit(WARM_TABLES, serving=True, learners=True)
+            _warm_fit(WARM_TABLES, part="whole")
     after = dispatcher_counts()
     compiled, loaded = after[0] - before[0], after[1] - before[1]
     compiled_total = compiled + sum(p["compiled"] for p in parts)
     loaded_total = loaded + sum(p["loaded"] for p in parts)
-    try:
-        where.mkdir(parents=True, exist_ok=True)
-        (where / STAMP).write_text(json.dumps(_stamp_key()))
-    except OSError as exc:
-        log.warning("could not write the warm-up stamp in %s: %s", where, exc)
-    job()  # when it has not run beside the learners' part: now
+    behind = log_path is not None and not final  # the rest compiles in the child, which leaves the stamp
+    if not behind:
+        write_stamp(where)
+    if log_path is not None:
+        warm_child.tell_child(child, ok=True)
+    job()  # when it has not run beside the child: now
     seconds = time.perf_counter() - t0
     how = (f"{processes} processes" if not final else
            f"{processes} process{'es' if processes > 1 else ''}; the whole fit here compiled {compiled}")
-    beside = f"; of that, {job.seconds:.1f} s the fit that waited for it" if then is not None else ""
-    out.write(f"tunemix warm: done in {seconds:.1f} s: {compiled_total} kernel specialisations compiled, "
+    beside = (f"; of that, {job.seconds:.1f} s ({job.cpu_s:.1f} CPU-s) the fit that waited for it" if then is not None
+              else "")
+    what = "the service's and the default model's kernels" if behind else "every kernel"
+    out.write(f"tunemix warm: done in {seconds:.1f} s ({what}): {compiled_total} kernel specialisations compiled, "
               f"{loaded_total} loaded from the cache ({how}{beside})\n")
+    if behind:
+        out.write(f"tunemix warm: part rest (the other learners' kernels, for tunemix train) goes on compiling in "
+                  f"the background, niced (pid {pid}; log {log_path}); tunemix train waits for it\n")
     out.flush()
     several = {k: v for k, v in kernel_specialisations().items() if v["signatures"] > 1}
     log.debug("kernels compiled for several signatures: %s", several)
@@ -334,35 +337,58 @@ def warm(out: Any = None, *, processes: int | None = None, then: Callable[[], An
         raise job.error
     return {"seconds": seconds, "then_s": job.seconds, "compile_s": cc.seconds, "compiled": compiled_total,
             "final_pass": final, "final_pass_compiled": compiled, "loaded": loaded_total, "processes": processes,
-            "parts": parts, "cache_dir": str(where), "several_signatures": several, "slowest_compilations_s": slowest}
+            "parts": parts, "cache_dir": str(where), "several_signatures": several, "slowest_compilations_s": slowest,
+            "background": {"pid": pid, "log": str(log_path)} if behind else None}
 
 
-def ensure_warm(out: Any = None, *, then: Callable[[], Any] | None = None) -> dict[str, Any] | None:
+def ensure_warm(out: Any = None, *, then: Callable[[], Any] | None = None,
+                background: bool = False) -> dict[str, Any] | None:
     """``warm()`` when the cache is cold (no stamp) unless ``TUNEMIX_AUTO_WARM=0``; None when
-    nothing was done (and ``then`` not run: the caller runs its fit itself). The message says why
-    the first run waits."""
+    nothing was done (and ``then`` not run: the caller runs its fit itself). A background part
+    still compiling is waited for first. The message says why the first run waits."""
     if os.environ.get("TUNEMIX_AUTO_WARM", "1").strip() == "0" or is_warm():
         return None
     where = cache_dir()
+    out = out or sys.stderr
+    if warm_child.wait_for_background(where, out) is not None and is_warm():
+        return None
     existing = next((p for p in (where, *where.parents) if p.exists()), None)
     if existing is None or not os.access(existing, os.W_OK):  # numba cannot cache here: warming buys nothing
         log.info("numba cache %s is not writable: no warm-up (each process compiles what it calls)", where)
         return None
-    out = out or sys.stderr
     out.write("tunemix: the numba cache is cold (first run of this install): compiling the kernels before the fit; "
               "`tunemix warm` does this ahead of time (TUNEMIX_AUTO_WARM=0 skips it)\n")
-    return warm(out, then=then)
+    return warm(out, then=then, background=background)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m training.pipeline.warm --part NAME``: one part, its result as a JSON line."""
+    """``python -m training.pipeline.warm --part NAME [NAME ...] [--background LOG]``: the parts
+    one after the other, each result as a JSON line; with ``--background``, the parts after the
+    first niced with their output in LOG, and the stamp written at the end when the parent
+    said that its own parts succeeded (``training.pipeline.warm_child``)."""
     import argparse
 
-    ap = argparse.ArgumentParser(description="One part of tunemix warm (run by tunemix warm itself).")
-    ap.add_argument("--part", choices=sorted(PART_MEMBERS), required=True)
+    ap = argparse.ArgumentParser(description="Parts of tunemix warm (run by tunemix warm itself).")
+    ap.add_argument("--part", nargs="+", choices=sorted(PART_MEMBERS), required=True)
+    ap.add_argument("--background", type=Path, default=None, help="the log of the parts after the first")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    print(json.dumps(warm_part(args.part)))  # noqa: T201 - the parent reads it
+    if args.background is not None:
+        warm_child.hold_lock(cache_dir())  # until this process exits: tunemix train waits on it
+    for k, name in enumerate(args.part):
+        if k and args.background is not None:
+            warm_child.go_background(args.background)
+        result = warm_part(name)
+        print(json.dumps(result), flush=True)  # noqa: T201 - the parent reads it
+        if k and args.background is not None:
+            _said(sys.stdout, result)
+    if args.background is not None:
+        if not warm_child.parent_succeeded():
+            print("tunemix warm: the parent's parts did not complete: no stamp (the next warm-up compiles "  # noqa: T201
+                  "what is missing)", flush=True)
+            return 1
+        write_stamp(cache_dir())
+        print(f"tunemix warm: every kernel compiled; stamp written in {cache_dir()}", flush=True)  # noqa: T201
     return 0
 
 

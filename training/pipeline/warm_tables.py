@@ -1,5 +1,6 @@
 """What ``tunemix warm`` fits: a small configuration that calls every kernel of training and
-scoring (``WARM_TABLES``), cut in two parts compiled side by side (``PART_MEMBERS``).
+scoring (``WARM_TABLES``), cut in three parts (``PART_MEMBERS``): two compiled side by side before
+a service's /ready, the third after.
 
 The warm-up needs each kernel called once for each type signature numba will meet, not a model:
 a few iterations on generated data, each class count once, one snapshot a run, the calibrators'
@@ -52,9 +53,11 @@ WARM_TABLES: dict[str, Any] = {
     "members": {
         "views": ["raw"], "label_groupings": ["all"], "best_feature": True,
         "adaboost": [{"base": "tree", "n_leaves": [8], "n_iterations": 4, "checkpoints": [4],
+                      "views": ["raw+std"], "label_groupings": ["original"]},  # the default model's (auto.py)
+                     {"base": "tree", "n_leaves": [8], "n_iterations": 4, "checkpoints": [4],
                       "label_groupings": K_GROUPINGS},
                      {"base": "tree", "n_leaves": [8], "n_iterations": 4, "checkpoints": [4],
-                      "views": ["raw+std", "raw+white"], "label_groupings": ["original"]},
+                      "views": ["raw+white"], "label_groupings": ["original"]},
                      {"base": "product", "n_terms": [3], "n_iterations": 4, "checkpoints": [4],
                       "label_groupings": K_GROUPINGS}],
         "mcrank": [{"variant": ["multiclass", "ordinal"], "n_leaves": [8], "learning_rate": 0.1, "n_iterations": 4,
@@ -69,25 +72,33 @@ WARM_TABLES: dict[str, Any] = {
 }
 
 
-#: The warm-up in two parts that share few kernels, compiled side by side in two processes (numba
-#: compiles on one thread): ``learners`` (a child process), the LETOR reader, the AdaBoost.MH runs
-#: (trees on the three views, products; every class count), McRank ordinal, the linear SVM and
-#: the best feature, then the views' big-query pieces and the service's evaluation and fusion
-#: paths; ``serving`` (``tunemix warm``'s own process), the LightGBM runs (McRank,
+#: The warm-up in three parts (numba compiles on one thread, so two processes compile side by
+#: side): ``serving`` (``tunemix warm``'s own process), the LightGBM runs (McRank multi-class,
 #: LambdaMART), whose fit compiles nothing of ours and so reaches the shared kernels first (the
-#: forest pass, the calibration step, the evaluation and mixing kernels, the relevance head) and the explanations, then
-#: ``tunemix demo``'s fit when there is one, then every path the service warms before /ready
-#: (``tunemix.warmup.warm_all``). A kernel one part saved is loaded by the other when it gets
-#: there; when a part failed, the whole ``WARM_TABLES`` fit runs in the parent and compiles what
-#: it missed.
+#: forest pass, the calibration step, the evaluation and mixing kernels, the relevance head) and
+#: the explanations, then ``tunemix demo``'s fit when there is one, then every path the service
+#: warms before /ready (``tunemix.warmup.warm_all``); ``learners`` (a child process, beside it),
+#: what the default model's fit calls beyond that: the LETOR reader, the default's AdaBoost.MH
+#: member (trees on ``raw+std``, the data's own grades: ``training.pipeline.auto``), then the
+#: service's evaluation and fusion paths; ``rest`` (the same child, after ``learners``), every
+#: other member type of configs/mq2008.toml: AdaBoost.MH trees and products at every class count,
+#: trees on ``raw+white``, McRank ordinal, the linear SVM, the best feature, the views' big-query
+#: pieces. ``serving`` and ``learners`` are what ``make serve`` needs before /ready; ``tunemix
+#: demo`` leaves ``rest`` compiling in the background, niced (``training.pipeline.warm_child``).
+#: A kernel one part saved is loaded by another when it gets there; when a part failed, the whole
+#: ``WARM_TABLES`` fit runs in the parent and compiles what it missed.
+_ADABOOST = WARM_TABLES["members"]["adaboost"]
 PART_MEMBERS: dict[str, dict[str, Any]] = {
-    "learners": {**{k: v for k, v in WARM_TABLES["members"].items() if k not in ("mcrank", "lambdamart")},
-                 "mcrank": [{**WARM_TABLES["members"]["mcrank"][0], "variant": ["ordinal"]}]},
+    "learners": {"views": ["raw"], "label_groupings": ["all"], "best_feature": False, "adaboost": _ADABOOST[:1]},
     "serving": {"views": ["raw"], "label_groupings": ["all"], "best_feature": False,
                 "mcrank": [{**WARM_TABLES["members"]["mcrank"][0], "variant": ["multiclass"]}],
                 "lambdamart": WARM_TABLES["members"]["lambdamart"]},
+    "rest": {**{k: v for k, v in WARM_TABLES["members"].items() if k not in ("mcrank", "lambdamart", "adaboost")},
+             "adaboost": _ADABOOST[1:],
+             "mcrank": [{**WARM_TABLES["members"]["mcrank"][0], "variant": ["ordinal"]}]},
 }
-
+#: the parts ``make serve`` needs before /ready; ``rest`` may come after
+BEFORE_READY = ("serving", "learners")
 
 
 def warm_calibrators() -> list[str]:
