@@ -385,7 +385,7 @@ def run_set(mset: ModelSet, args: argparse.Namespace, scenarios: list[tuple[str,
         for key, s in servers.items():
             secs = s.wait_ready(READY_TIMEOUT_S, streak=1 if workers == 1 else 10 * workers)
             log(f"{mset.key}: {s.name} ready on port {s.port} after {secs:.1f} s")
-            result["servers"][key] = {"command": " ".join(Path(a).name if a == sys.executable else a
+            result["servers"][key] = {"command": " ".join(Path(a).name if a == sys.executable else str(a)
                                                          for a in s.proc.args),  # type: ignore[union-attr]
                                       "ready_after_s": round(secs, 1)}
         result["servers"]["ours"]["env"] = {k: v for k, v in ours_env.items() if k.startswith("TUNEMIX_")}
