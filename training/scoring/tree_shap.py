@@ -73,7 +73,7 @@ def shapley_weights(max_players: int) -> tuple[npt.NDArray[np.float64], npt.NDAr
 @njit(cache=True, nogil=True, inline="always")
 def _tree(ns, ls, feat, thr, left, right, leaves, x, r_dir, group, plus, minus, acc,
           st_node, st_len, st_g, path_g, path_side, lv_a):  # pragma: no cover
-    """Add one tree's attributions for document x to ``acc`` (G, K) (module docstring). A depth
+    """Add one tree's attributions for document x to ``acc`` (K, G) (module docstring). A depth
     first walk that descends without the stack where x and r go the same way (or the player is
     already on the path, which fixes the side); where they part on a new player it goes on to r's
     child and leaves x's on the stack. The path holds one entry per player x and r part on (its
@@ -123,38 +123,38 @@ def _tree(ns, ls, feat, thr, left, right, leaves, x, r_dir, group, plus, minus, 
                 for p in range(cur):
                     g = path_g[p]
                     if path_side[p]:
-                        acc[g, 0] += wa * l0
-                        acc[g, 1] += wa * l1
-                        acc[g, 2] += wa * l2
+                        acc[0, g] += wa * l0
+                        acc[1, g] += wa * l1
+                        acc[2, g] += wa * l2
                     else:
-                        acc[g, 0] -= wb * l0
-                        acc[g, 1] -= wb * l1
-                        acc[g, 2] -= wb * l2
+                        acc[0, g] -= wb * l0
+                        acc[1, g] -= wb * l1
+                        acc[2, g] -= wb * l2
             elif k_out == 5:
                 l0, l1, l2, l3, l4 = leaves[row, 0], leaves[row, 1], leaves[row, 2], leaves[row, 3], leaves[row, 4]
                 for p in range(cur):
                     g = path_g[p]
                     if path_side[p]:
-                        acc[g, 0] += wa * l0
-                        acc[g, 1] += wa * l1
-                        acc[g, 2] += wa * l2
-                        acc[g, 3] += wa * l3
-                        acc[g, 4] += wa * l4
+                        acc[0, g] += wa * l0
+                        acc[1, g] += wa * l1
+                        acc[2, g] += wa * l2
+                        acc[3, g] += wa * l3
+                        acc[4, g] += wa * l4
                     else:
-                        acc[g, 0] -= wb * l0
-                        acc[g, 1] -= wb * l1
-                        acc[g, 2] -= wb * l2
-                        acc[g, 3] -= wb * l3
-                        acc[g, 4] -= wb * l4
+                        acc[0, g] -= wb * l0
+                        acc[1, g] -= wb * l1
+                        acc[2, g] -= wb * l2
+                        acc[3, g] -= wb * l3
+                        acc[4, g] -= wb * l4
             else:
                 for p in range(cur):
                     g = path_g[p]
                     if path_side[p]:
                         for k in range(k_out):
-                            acc[g, k] += wa * leaves[row, k]
+                            acc[k, g] += wa * leaves[row, k]
                     else:
                         for k in range(k_out):
-                            acc[g, k] -= wb * leaves[row, k]
+                            acc[k, g] -= wb * leaves[row, k]
         # (x and r both reaching a leaf: it changes nothing)
         if sp == 0:
             return
@@ -194,7 +194,7 @@ def _product(ns, ne, ls, feat, thr, leaves, x, r_dir, group, acc, parity, touche
             g = touched[j]
             if parity[g] & 1:
                 for k in range(leaves.shape[1]):
-                    acc[g, k] += w * leaves[ls, k]
+                    acc[k, g] += w * leaves[ls, k]
     for j in range(n_touched):
         parity[touched[j]] = 0
 
@@ -213,14 +213,14 @@ def reference_sides(feat, thr, r):  # pragma: no cover
 def workspace(node_start, n_groups, k_out):  # pragma: no cover
     """The scratch arrays of ``documents`` for a forest (sized by its largest base): the walk's
     stack (nodes, path lengths, players), its path (players, sides, x-side counts), a product's
-    per-player parities and touched players, and the running attributions (G, K)."""
+    per-player parities and touched players, and the running attributions (K, G)."""
     max_nodes = 1
     for b in range(node_start.shape[0] - 1):
         max_nodes = max(max_nodes, node_start[b + 1] - node_start[b])
     size = 2 * max_nodes + 2
     return (np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64),
             np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64), np.zeros(size + 1, dtype=np.int64),
-            np.zeros(n_groups, dtype=np.int64), np.empty(size, dtype=np.int64), np.zeros((n_groups, k_out)))
+            np.zeros(n_groups, dtype=np.int64), np.empty(size, dtype=np.int64), np.zeros((k_out, n_groups)))
 
 
 @njit(cache=True, nogil=True)
@@ -236,16 +236,14 @@ def documents(kind, node_start, leaf_start, feat, thr, left, right, leaves, x, r
     k_out = leaves.shape[1]
     n_g = out.shape[3]
     st_node, st_len, st_g, path_g, path_side, lv_a, parity, touched, _ = workspace(node_start, n_g, k_out)
-    acc = np.zeros((n, n_g, k_out))
+    acc = np.zeros((n, k_out, n_g))  # as ``out`` lays a checkpoint out: each copy is one contiguous block
     n_base = kind.shape[0]
     n_ck = checkpoints.shape[0]
     c = 0
     for b in range(n_base + 1):
         while c < n_ck and checkpoints[c] == b:
             for i in range(n):
-                for g in range(n_g):
-                    for k in range(k_out):
-                        out[i, c, k, g] = acc[i, g, k]
+                out[i, c] = acc[i]
             c += 1
         if b == n_base or c == n_ck:
             break
