@@ -212,7 +212,7 @@ def test_pair_is_the_difference_of_two_explanations(models: dict[str, EnsembleMo
 
 @pytest.mark.parametrize("n", [1, 2, 3, 8, 99, 100])
 def test_median_reference_equals_numpy_median(n: int) -> None:
-    """The median reference by one partition equals ``np.median`` of the float64 values bit for bit,
+    """The median reference by one sort of the columns equals ``np.median`` of the float64 values bit for bit,
     odd and even list sizes, ties and repeated values included."""
     rng = np.random.default_rng(n)
     x = rng.normal(size=(n, 7)).astype(np.float32)

@@ -147,8 +147,9 @@ def reference_row(xq: np.ndarray, reference: str | npt.ArrayLike) -> npt.NDArray
         n = xq.shape[0]
         if reference == "median" and n:
             # ``np.median`` of the float64 values, bit for bit: the middle one, or the mean of the two
-            # middle ones, selected in float32 (the same order) by one partition (2x faster)
-            part = np.partition(xq, [(n - 1) // 2, n // 2], axis=0)
+            # middle ones, selected in float32 (the same order) by one sort of the columns (a
+            # partition by two ranks costs 1.5-2.2x as much on 100 rows of 46 or 136 columns)
+            part = np.sort(xq, axis=0)
             middle = (part[(n - 1) // 2].astype(np.float64) + part[n // 2].astype(np.float64)) / 2
             return np.ascontiguousarray(middle, dtype=np.float32)
         stat = np.median if reference == "median" else np.mean
