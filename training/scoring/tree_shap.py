@@ -71,9 +71,10 @@ def shapley_weights(max_players: int) -> tuple[npt.NDArray[np.float64], npt.NDAr
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _tree(ns, ls, feat, thr, left, right, leaves, x, r_dir, group, plus, minus, acc,
+def _tree(ns, ls, feat, thr, left, right, leaves, x, i, r_dir, group, plus, minus, acc,
           st_node, st_len, st_g, path_g, path_side, lv_a):  # pragma: no cover
-    """Add one tree's attributions for document x to ``acc`` (K, G) (module docstring). A depth
+    """Add one tree's attributions for document ``x[i]`` to ``acc[i]`` (K, G) (module docstring; the
+    row given by its index, not a view: a view per tree and document costs a reference count each). A depth
     first walk that descends without the stack where x and r go the same way (or the player is
     already on the path, which fixes the side); where they part on a new player it goes on to r's
     child and leaves x's on the stack. The path holds one entry per player x and r part on (its
@@ -87,7 +88,7 @@ def _tree(ns, ls, feat, thr, left, right, leaves, x, r_dir, group, plus, minus, 
         while c >= 0:
             t = ns + c
             f = feat[t]
-            x_right = x[f] >= thr[t]
+            x_right = x[i, f] >= thr[t]
             r_right = r_dir[t]
             if x_right == r_right:  # both go one way: no entry
                 c = right[t] if x_right else left[t]
@@ -123,38 +124,38 @@ def _tree(ns, ls, feat, thr, left, right, leaves, x, r_dir, group, plus, minus, 
                 for p in range(cur):
                     g = path_g[p]
                     if path_side[p]:
-                        acc[0, g] += wa * l0
-                        acc[1, g] += wa * l1
-                        acc[2, g] += wa * l2
+                        acc[i, 0, g] += wa * l0
+                        acc[i, 1, g] += wa * l1
+                        acc[i, 2, g] += wa * l2
                     else:
-                        acc[0, g] -= wb * l0
-                        acc[1, g] -= wb * l1
-                        acc[2, g] -= wb * l2
+                        acc[i, 0, g] -= wb * l0
+                        acc[i, 1, g] -= wb * l1
+                        acc[i, 2, g] -= wb * l2
             elif k_out == 5:
                 l0, l1, l2, l3, l4 = leaves[row, 0], leaves[row, 1], leaves[row, 2], leaves[row, 3], leaves[row, 4]
                 for p in range(cur):
                     g = path_g[p]
                     if path_side[p]:
-                        acc[0, g] += wa * l0
-                        acc[1, g] += wa * l1
-                        acc[2, g] += wa * l2
-                        acc[3, g] += wa * l3
-                        acc[4, g] += wa * l4
+                        acc[i, 0, g] += wa * l0
+                        acc[i, 1, g] += wa * l1
+                        acc[i, 2, g] += wa * l2
+                        acc[i, 3, g] += wa * l3
+                        acc[i, 4, g] += wa * l4
                     else:
-                        acc[0, g] -= wb * l0
-                        acc[1, g] -= wb * l1
-                        acc[2, g] -= wb * l2
-                        acc[3, g] -= wb * l3
-                        acc[4, g] -= wb * l4
+                        acc[i, 0, g] -= wb * l0
+                        acc[i, 1, g] -= wb * l1
+                        acc[i, 2, g] -= wb * l2
+                        acc[i, 3, g] -= wb * l3
+                        acc[i, 4, g] -= wb * l4
             else:
                 for p in range(cur):
                     g = path_g[p]
                     if path_side[p]:
                         for k in range(k_out):
-                            acc[k, g] += wa * leaves[row, k]
+                            acc[i, k, g] += wa * leaves[row, k]
                     else:
                         for k in range(k_out):
-                            acc[k, g] -= wb * leaves[row, k]
+                            acc[i, k, g] -= wb * leaves[row, k]
         # (x and r both reaching a leaf: it changes nothing)
         if sp == 0:
             return
@@ -168,13 +169,13 @@ def _tree(ns, ls, feat, thr, left, right, leaves, x, r_dir, group, plus, minus, 
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _product(ns, ne, ls, feat, thr, leaves, x, r_dir, group, acc, parity, touched):  # pragma: no cover
-    """Add one product of stumps' attributions (closed form, module docstring) to ``acc``."""
+def _product(ns, ne, ls, feat, thr, leaves, x, i, r_dir, group, acc, parity, touched):  # pragma: no cover
+    """Add one product of stumps' attributions for ``x[i]`` (closed form, module docstring) to ``acc[i]``."""
     sign = 1.0
     n_touched = 0
     for t in range(ns, ne):
         f = feat[t]
-        px = x[f] >= thr[t]
+        px = x[i, f] >= thr[t]
         pr = r_dir[t]
         if not pr:
             sign = -sign
@@ -194,7 +195,7 @@ def _product(ns, ne, ls, feat, thr, leaves, x, r_dir, group, acc, parity, touche
             g = touched[j]
             if parity[g] & 1:
                 for k in range(leaves.shape[1]):
-                    acc[k, g] += w * leaves[ls, k]
+                    acc[i, k, g] += w * leaves[ls, k]
     for j in range(n_touched):
         parity[touched[j]] = 0
 
@@ -251,10 +252,10 @@ def documents(kind, node_start, leaf_start, feat, thr, left, right, leaves, x, r
         ne = node_start[b + 1]
         if kind[b] == KIND_PRODUCT:
             for i in range(n):
-                _product(ns, ne, leaf_start[b], feat, thr, leaves, x[i], r_dir, group, acc[i], parity, touched)
+                _product(ns, ne, leaf_start[b], feat, thr, leaves, x, i, r_dir, group, acc, parity, touched)
         elif ne > ns:
             for i in range(n):
-                _tree(ns, leaf_start[b], feat, thr, left, right, leaves, x[i], r_dir, group, plus, minus, acc[i],
+                _tree(ns, leaf_start[b], feat, thr, left, right, leaves, x, i, r_dir, group, plus, minus, acc,
                       st_node, st_len, st_g, path_g, path_side, lv_a)
 
 
