@@ -411,9 +411,10 @@ def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingDat
     when not saved) and the record. ``sets`` (train, vali, optionally test) replace the config's
     data. ``deadline``: the time budget's (default: ``[run] time_budget_s`` from now)."""
     from training.pipeline.compile_clock import compile_clock
+    from training.threads import one_blas_thread
 
     deadline = deadline or FitBudget.begin(cfg.run.time_budget_s, clock_for(cfg.run.backend))
-    with compile_clock() as compiling:
+    with one_blas_thread(), compile_clock() as compiling:
         clock = _Clock(compiling)
         outcome = _train(cfg, clock, progress, sets, save, deadline)
     return outcome
