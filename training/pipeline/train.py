@@ -35,6 +35,7 @@ from training.data.svmlight import read_svmlight
 from training.ensemble.registry import make_mixer
 from training.evaluation import CONVENTION_NAMES, evaluate, mean_metric
 from training.learners.label_groups import get_grouping, groupings_for
+from training.learners.lightgbm_data import sharing_datasets
 from training.pipeline.auto import DataShape, apply_auto, small_validation
 from training.pipeline.budget import FitBudget, clock_for
 from training.pipeline.config import TrainConfig, missing_data_message, resolve_feature_names
@@ -258,7 +259,8 @@ def fit_runs(cfg: TrainConfig, prep: Prepared, specs: list[RunSpec], n_jobs: int
              deadline: FitBudget | None = None) -> list[RunResult]:
     """Every run on the fit part, in parallel (one job per run). On the threads backend up to
     ``THREAD_RUNS_PER_JOB`` runs per job go at once (the OS shares the cores among them). Each
-    run stops at the ``deadline``'s boosting end (``training.pipeline.budget``)."""
+    run stops at the ``deadline``'s boosting end (``training.pipeline.budget``). The LightGBM runs
+    of one view share its Datasets (``training.learners.lightgbm_data.sharing_datasets``)."""
     deadline = deadline or FitBudget.begin(None)
     if any(s.type in LIGHTGBM_TYPES for s in specs):
         # once, before the runs: its import (sklearn, scipy: seconds on a busy machine) would
@@ -268,7 +270,7 @@ def fit_runs(cfg: TrainConfig, prep: Prepared, specs: list[RunSpec], n_jobs: int
     if cfg.run.backend == "threads":
         at_once = max(n_jobs, min(len(specs), THREAD_RUNS_PER_JOB * n_jobs))
     total_iterations = sum(get_member_type(s.type).iterations(s.params) for s in specs)
-    with iteration_bar(total_iterations, progress and total_iterations > 0
+    with sharing_datasets(cfg.seed), iteration_bar(total_iterations, progress and total_iterations > 0
                        and cfg.run.backend in ("loky", "threads", "sequential"),
                        processes=cfg.run.backend == "loky") as queue:
         return run_parallel(
