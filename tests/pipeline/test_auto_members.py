@@ -76,7 +76,7 @@ def test_the_choice_follows_the_data_and_the_budget() -> None:
     assert adaboost_iterations(_shape(100_000), 0.1) == 0
     assert 0 < adaboost_iterations(_shape(100_000), 3600.0) <= adaboost_iterations(_shape(100_000), None)
     assert any("time budget" in r for r in auto_members(_shape(100_000), 0.1)[1])
-    assert auto_relevance(_shape(10_000)) == {"n_leaves": [4, 15], "min_data_in_leaf": [50]}
+    assert auto_relevance(_shape(10_000)) == {"n_leaves": [4], "min_data_in_leaf": [50]}
     assert auto_relevance(_shape(30_000))["n_leaves"] == []
     assert small["lambdamart"][0]["early_stopping"] == 50
     assert auto_members(_shape(100_000), None)[0]["lambdamart"][0]["early_stopping"] == 25

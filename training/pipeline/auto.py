@@ -245,18 +245,22 @@ def auto_members(shape: DataShape, time_budget_s: float | None) -> tuple[dict[st
     return members, reasons
 
 
-#: the relevance head's own models on small data: 4 and 15 leaves of at least 50 documents
-SMALL_HEAD_GRID = {"n_leaves": [4, 15], "min_data_in_leaf": [50]}
+#: the relevance head's own model on small data: 4 leaves of at least 50 documents
+SMALL_HEAD_GRID = {"n_leaves": [4], "min_data_in_leaf": [50]}
 
 
 def auto_relevance(shape: DataShape) -> dict[str, Any]:
     """The relevance head's own grid (the default McRank member is always one of its models,
-    ``[relevance] reuse_members``): up to 20k documents two models of its own
-    (``SMALL_HEAD_GRID``), above them the McRank member alone. The whole default grid (12 models)
-    was the default's largest fixed cost on small data (27 of 36 s on MQ2008 Fold1, busy
-    machine) for little: test log loss of the head, mean of five folds, whole grid / these two /
-    the McRank member alone: MQ2008 0.5563 / 0.5570 / 0.5598, the MSLR sample (query folds 1-3)
-    0.9824 / 0.9830 / 0.9879 (docs/method.md). (On 30k synthetic MSLR-shaped documents the whole grid took 1.8 times as
+    ``[relevance] reuse_members``): up to 20k documents one model of its own
+    (``SMALL_HEAD_GRID``: 4 leaves), above them the McRank member alone. The whole default grid
+    (12 models) was the default's largest fixed cost on small data (27 of 36 s on MQ2008 Fold1,
+    busy machine) for little: test log loss of the head, mean of five folds, whole grid / 4 and 15
+    leaves / the McRank member alone: MQ2008 0.5563 / 0.5570 / 0.5598, the MSLR sample (query
+    folds 1-3) 0.9824 / 0.9830 / 0.9879 (docs/method.md). The 15-leaf model was then dropped:
+    the heads of ``TuneMixRanker()`` on MQ2008's five folds (test log loss, mean), McRank and 4
+    and 15 leaves 0.5351, McRank and 4 leaves 0.5349 (-0.0002 +- 0.0005 per fold), McRank alone
+    0.5365 (+0.0014 +- 0.0007), and the 15-leaf model was the dearer of the two
+    (bench/results/head_grid_mq2008.json). (On 30k synthetic MSLR-shaped documents the whole grid took 1.8 times as
     long as every member's boosting together, and one model of its own a quarter of the fit.)"""
     if shape.n_docs < SMALL_DOCUMENTS:
         return dict(SMALL_HEAD_GRID)
