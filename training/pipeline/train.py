@@ -258,7 +258,8 @@ def run_within(deadline: FitBudget, spec: RunSpec, *args: Any) -> RunResult:
 def fit_runs(cfg: TrainConfig, prep: Prepared, specs: list[RunSpec], n_jobs: int, progress: bool,
              deadline: FitBudget | None = None) -> list[RunResult]:
     """Every run on the fit part, in parallel (one job per run). On the threads backend up to
-    ``THREAD_RUNS_PER_JOB`` runs per job go at once (the OS shares the cores among them). Each
+    ``THREAD_RUNS_PER_JOB`` runs per job go at once (the OS shares the cores among them) when
+    there are several jobs; with one, one run at a time. Each
     run stops at the ``deadline``'s boosting end (``training.pipeline.budget``). The LightGBM runs
     of one view share its Datasets (``training.learners.lightgbm_data.sharing_datasets``)."""
     deadline = deadline or FitBudget.begin(None)
@@ -267,7 +268,7 @@ def fit_runs(cfg: TrainConfig, prep: Prepared, specs: list[RunSpec], n_jobs: int
         # otherwise happen in every run's thread at once, after its seconds were counted
         import lightgbm  # noqa: F401
     at_once = n_jobs
-    if cfg.run.backend == "threads":
+    if cfg.run.backend == "threads" and n_jobs > 1:  # n_jobs = 1: one run at a time, on one core
         at_once = max(n_jobs, min(len(specs), THREAD_RUNS_PER_JOB * n_jobs))
     total_iterations = sum(get_member_type(s.type).iterations(s.params) for s in specs)
     with sharing_datasets(cfg.seed), iteration_bar(total_iterations, progress and total_iterations > 0
