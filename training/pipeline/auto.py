@@ -62,6 +62,9 @@ from typing import Any
 
 import numpy as np
 
+from training.data.normalization import view_width
+from training.pipeline.budget import VIEW_S_PER_VALUE, VIEW_SHARE, affordable_views
+
 log = logging.getLogger(__name__)
 
 #: the small calibrator pool of the default AdaBoost.MH runs
@@ -230,7 +233,17 @@ def auto_members(shape: DataShape, time_budget_s: float | None) -> tuple[dict[st
                    f"whole training set, learning rate {rate:g} (McRank {mcrank_rate:g}), stopped early on validation "
                    f"(patience {ranking_patience}, McRank {patience}), min_data_in_leaf {min_leaf}, "
                    f"bagging {bagging:g}")
-    iterations = adaboost_iterations(shape, time_budget_s)
+    views = affordable_views(time_budget_s, shape.n_docs, [(v, view_width(shape.n_features, v))
+                                                            for v in members["views"]])
+    if views != members["views"]:  # the budget cannot pay for every view: runs of the others go
+        dropped = [v for v in members["views"] if v not in views]
+        members["views"] = views
+        members["lambdamart"] = [b for b in members["lambdamart"] if set(b["views"]) <= set(views)]
+        members["mcrank"] = [b for b in members["mcrank"] if set(b["views"]) <= set(views)]
+        reasons.append(f"time budget of {time_budget_s:g} s: no run on {', '.join(dropped)} (computing, binning and "
+                       f"LightGBM's Dataset of a view cost about {VIEW_S_PER_VALUE:g} s a document and column before "
+                       f"its first iteration; the views may take {VIEW_SHARE:g} of the budget)")
+    iterations = adaboost_iterations(shape, time_budget_s) if "raw+std" in views else 0
     if iterations:
         checkpoints = sorted({c for c in (iterations // 10, iterations // 3, iterations) if c >= 1})
         search = adaboost_search(shape)
