@@ -19,7 +19,8 @@ stage               ends   how it obeys
                            mixers, each member type alone) are skipped once it is reached
 ``relevance_head``  0.97 as many of the head's own models as fit the time left (each costs about
                            what the McRank member did), started only before this end and stopped
-                           at it; with none, the head is the McRank member alone
+                           at it; with none, the head is the McRank member alone; its
+                           recalibration is left out once this end is reached
 ==================  =====  ==================================================================
 
 The last 3% is for what remains (the served scores, the record). Nothing here reads a clock
