@@ -6,7 +6,8 @@ NDCG@10 (yahoo), the record's time-budget entry (stage ends, what was cut), with
 early-stopped LightGBM peer (``lgbm_es``) and the unbudgeted default measured in the same run.
 
 ``python -m bench.budget`` (JSON in ``bench/results/budget.json``); ``--budgets 10,60``,
-``--datasets mq2008-fold1,synthetic-120k``, ``--no-default`` (skip the unbudgeted fits).
+``--datasets mq2008-fold1,synthetic-120k``, ``--no-default`` (skip the unbudgeted fits), ``--no-peer``
+(skip the early-stopped LightGBM fit), ``--name NAME`` (bench/results/NAME.json).
 """
 
 from __future__ import annotations
@@ -53,13 +54,13 @@ def _row(res: dict[str, Any], sets: dict[str, RankingData], budget: float | None
     return row
 
 
-def run(datasets: list[str], budgets: list[float], default: bool) -> dict[str, Any]:
+def run(datasets: list[str], budgets: list[float], default: bool, peer: bool = True) -> dict[str, Any]:
     report: dict[str, Any] = {"commit": git("rev-parse", "--short", "HEAD"), "tolerance": TOLERANCE,
                               "probe_ms_start": machine_probe_ms(), "load_average_start": os.getloadavg(),
                               "warm_up": warm_up(), "datasets": {}}
     for name in datasets:
         sets = dataset(name)
-        rows = [_row(run_fit("lgbm_es", sets), sets, None)]
+        rows = [_row(run_fit("lgbm_es", sets), sets, None)] if peer else []
         for budget in budgets:
             rows.append(_row(run_fit("tunemix", sets, extra={"time_budget_s": budget}), sets, budget))
             rows[-1]["load_average"] = os.getloadavg()
@@ -78,9 +79,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--datasets", default=",".join(DATASETS))
     p.add_argument("--budgets", default="10,60")
     p.add_argument("--no-default", action="store_true", help="skip the unbudgeted tunemix fits")
+    p.add_argument("--no-peer", action="store_true",
+                   help="skip the early-stopped LightGBM fit (355 s at 120k documents on a busy machine)")
+    p.add_argument("--name", default="budget", help="bench/results/NAME.json")
     args = p.parse_args(argv)
-    report = run(args.datasets.split(","), [float(b) for b in args.budgets.split(",")], not args.no_default)
-    print(write_result("budget", {"command": "python -m bench.budget " + " ".join(argv or []), **report}))
+    report = run(args.datasets.split(","), [float(b) for b in args.budgets.split(",")], not args.no_default,
+                 not args.no_peer)
+    print(write_result(args.name, {"command": "python -m bench.budget " + " ".join(argv or []), **report}))
     return 0
 
 

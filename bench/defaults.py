@@ -22,7 +22,9 @@ Data:
   documents), one split.
 
 Systems (``bench.fitproc``): besides the peers above, ``lgbm_es1`` (the early-stopped peer on one
-LightGBM thread: the cost peer on small data) and ``lgbm_tuned`` (Optuna's TPE over LGBMRanker's
+LightGBM thread: the cost peer on small data), ``tunemix1`` (``TuneMixRanker(n_jobs=1)`` on one
+core, at ``--seeds``' first seed: the one-thread-each comparison; the summary's ``fit_ratios``
+give tunemix/lgbm_es1, tunemix1/lgbm_es1 and tunemix/lgbm_es) and ``lgbm_tuned`` (Optuna's TPE over LGBMRanker's
 parameters, every trial early-stopped, the best by validation NDCG@10) searching as many wall
 seconds as tunemix's seed-0 fit took on the same split (``--tuned-budget S`` when tunemix is not
 run); the summary gives tunemix's per-query difference to it too.
@@ -166,6 +168,21 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+#: the cost comparisons: (tunemix system, peer), one thread each or two each, and the default
+#: (two jobs) against the one-thread peer (issue 39's goal: at most 2)
+COST_PAIRS = (("tunemix", "lgbm_es1"), ("tunemix1", "lgbm_es1"), ("tunemix", "lgbm_es"))
+
+
+def fit_ratios(summary: dict[str, Any]) -> dict[str, float]:
+    """Fit seconds over the folds, each ``COST_PAIRS`` system's over its peer's (pairs measured)."""
+    out = {}
+    for ours, peer in COST_PAIRS:
+        a, b = summary.get(ours, {}).get("fit_s"), summary.get(peer, {}).get("fit_s")
+        if a is not None and b:
+            out[f"{ours}/{peer}"] = round(a / b, 2)
+    return out
+
+
 def per_query_difference(ours: list[np.ndarray], peer: list[np.ndarray]) -> dict[str, Any]:
     """Mean and SE of the pooled per-query test NDCG@10 differences (NaN queries left out)."""
     diff = np.concatenate(ours) - np.concatenate(peer)
@@ -213,6 +230,8 @@ def run(datasets: list[str], systems: list[str], config: str | None, seeds: list
             budget = tuned_budget
             for system, seed in fits:
                 options = {**extra, "random_state": seed} if system == "tunemix" else None
+                if system == "tunemix1":
+                    options = {**extra, "random_state": seeds[0]}
                 if system == "lgbm_tuned":
                     options = {"budget_s": budget, "seed": 0, "n_jobs": 1}
                 res = run_fit(system, sets, extra=options)
@@ -246,6 +265,7 @@ def run(datasets: list[str], systems: list[str], config: str | None, seeds: list
             if "tunemix" in systems and per_query["tunemix"] and per_query.get(peer):
                 summary[f"tunemix_minus_{peer}_per_query"] = per_query_difference(per_query["tunemix"],
                                                                                    per_query[peer])
+        summary["fit_ratios"] = fit_ratios(summary)
         if "tunemix" in systems and len(seeds) > 1:
             summary["tunemix_seeds"] = seed_summary(seed_rows, seed_pq, per_query.get("lgbm_es", []))
         report["datasets"][name] = {"folds": per_system, "tunemix_seed_folds": seed_rows if len(seeds) > 1 else None,
@@ -284,6 +304,10 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append(f"- {name}: {_plus_minus(r)} (per seed "
                          + ", ".join(f"{v:.4f}" for v in r["per_seed"]) + ")"
                          + (f"; {d['mean']:+.4f} ± {d['se']:.4f} over {d['queries']} queries" if d else ""))
+    ratios = [(name, d["summary"].get("fit_ratios")) for name, d in report["datasets"].items()]
+    if any(r for _, r in ratios):
+        lines += ["", "Fit seconds over the folds, tunemix against its peer in the same run:", ""]
+        lines += [f"- {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in r.items()) for name, r in ratios if r]
     return "\n".join(lines) + "\n"
 
 

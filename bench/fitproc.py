@@ -7,6 +7,8 @@ The systems (what a careful user would run on the same train / validation / test
 ==================  ==============================================================================
 ``tunemix``         ``TuneMixRanker(n_jobs=2).fit(X, y, group, eval_set=[(Xv, yv)], eval_group=[gv])``
                     (no config: the default, chosen from the data)
+``tunemix1``        the same on one core: ``TuneMixRanker(n_jobs=1)`` (one run at a time) with
+                    ``NUMBA_NUM_THREADS=1`` (the cost peer of ``lgbm_es1``)
 ``lgbm``            ``LGBMRanker()`` (LightGBM's defaults: 100 trees, 31 leaves, lr 0.1)
 ``lgbm_es``         ``LGBMRanker(n_estimators=2000, learning_rate=0.05)`` stopped early on the
                     validation queries' NDCG@10 (patience 100): the peer to beat
@@ -40,7 +42,7 @@ import numpy as np
 
 from training.data.dataset import RankingData
 
-SYSTEMS = ("tunemix", "lgbm", "lgbm_es", "xgb", "lgbm_es1", "lgbm_tuned")
+SYSTEMS = ("tunemix", "lgbm", "lgbm_es", "xgb", "lgbm_es1", "lgbm_tuned", "tunemix1")
 #: environment variables that cap native thread pools, removed from the child's environment
 THREAD_CAPS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
 #: the early-stopped LightGBM peer: at most this many trees at learning rate 0.05, patience 100
@@ -108,6 +110,8 @@ def run_fit(system: str, sets: dict[str, RankingData], *, timeout_s: float | Non
         # suite sets) would leave the LightGBM and XGBoost peers on one thread
         env = {k: v for k, v in os.environ.items() if k not in THREAD_CAPS}
         env["PYTHONWARNINGS"] = "ignore"
+        if system == "tunemix1":  # one core: numba's kernel threads too
+            env["NUMBA_NUM_THREADS"] = "1"
         cmd = [sys.executable, "-m", "bench.fitproc", system, str(data), str(out), json.dumps(extra or {})]
         proc = subprocess.Popen(cmd, env=env, cwd=Path(__file__).resolve().parents[1])
         peak = 0
@@ -156,10 +160,10 @@ def _fit_and_score(system: str, sets: dict[str, tuple[np.ndarray, np.ndarray, np
     g, gv = np.diff(o), np.diff(ov)
     info: dict[str, Any] = {}
     t0 = time.perf_counter()
-    if system == "tunemix":
+    if system in ("tunemix", "tunemix1"):
         import tunemix
 
-        ranker = tunemix.TuneMixRanker(n_jobs=2, progress=False, **extra)
+        ranker = tunemix.TuneMixRanker(n_jobs=1 if system == "tunemix1" else 2, progress=False, **extra)
         ranker.fit(x, y, group=g, eval_set=[(xv, yv)], eval_group=[gv])
         fit_s = time.perf_counter() - t0
 

@@ -71,3 +71,22 @@ def test_a_forked_child_gets_a_pool_of_its_own() -> None:
     assert parent.recv() == [0, 1]
     proc.join()
     assert proc.exitcode == 0
+
+
+
+def test_a_fit_holds_blas_to_one_thread_and_gives_the_threads_back() -> None:
+    """``one_blas_thread``: inside, every BLAS library loaded (numpy's, and scipy's, which it loads
+    first) runs one thread; after, each library loaded before has the threads it had."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    from training.threads import one_blas_thread
+
+    def blas() -> dict[str, int]:
+        return {i["filepath"]: i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"}
+
+    with threadpoolctl.threadpool_limits(limits=2, user_api="blas"):
+        before = blas()
+        with one_blas_thread():
+            inside = blas()
+            assert inside and set(inside.values()) == {1}  # scipy's own OpenBLAS too, when it has one
+        after = blas()
+        assert before and all(after[path] == before[path] for path in before)

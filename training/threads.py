@@ -18,9 +18,10 @@ not exist there.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
 _lock = threading.Lock()
@@ -65,3 +66,23 @@ def on_threads(fn: Callable[[int], object], parts: int) -> None:
             first = failed
     if first is not None:
         raise first
+
+
+@contextlib.contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """BLAS (numpy's and scipy's OpenBLAS) held to one thread while the block runs, then as before.
+
+    A fit calls BLAS only for small problems (L-BFGS-B's steps in the calibrators and the relevance
+    head's recalibration, least squares on a few columns, the views' small eigendecompositions);
+    its parallelism is the runs and the kernels' threads. An OpenBLAS pool of two threads made
+    each L-BFGS-B iteration of a 6-parameter problem take 5.1 ms instead of 0.18 ms on the shared
+    2-core machine (load average 5: its threads wake and wait for each call), which was most of
+    the calibration stage on MQ2008 (``python -m bench.defaults``; docs/method.md). scipy is
+    imported first when installed, so that its own OpenBLAS is loaded and capped too (threadpoolctl
+    caps only the libraries loaded when the block starts)."""
+    from threadpoolctl import threadpool_limits
+
+    with contextlib.suppress(ImportError):
+        import scipy.optimize  # noqa: F401 - loads scipy's OpenBLAS before the cap
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from bench.defaults import per_query_difference, seed_summary
+from bench.defaults import fit_ratios, per_query_difference, seed_summary
 
 
 def test_seed_summary_averages_each_fold_over_seeds_then_the_folds() -> None:
@@ -39,3 +39,10 @@ def test_the_table_says_the_seed_means_of_one_split_and_of_folds() -> None:
     text = markdown(report)
     assert "- synthetic: 0.3600 (per seed 0.3500, 0.3700); +0.0500 ± 0.0100 over 100 queries" in text
     assert "- mq2008: 0.7900 ± 0.0060 (per seed 0.7800, 0.8000)" in text
+
+
+def test_fit_ratios_divide_each_system_by_its_peer_when_both_ran() -> None:
+    summary = {"tunemix": {"fit_s": 30.0}, "tunemix1": {"fit_s": 40.0}, "lgbm_es1": {"fit_s": 20.0},
+               "lgbm_es": {"folds": 5, "folds_done": 0}}
+    assert fit_ratios(summary) == {"tunemix/lgbm_es1": 1.5, "tunemix1/lgbm_es1": 2.0}
+    assert fit_ratios({"tunemix": {"fit_s": 3.0}}) == {}

@@ -117,3 +117,66 @@ def test_codes_of_reordered_queries_without_a_float_copy(sets):
     b = bin_view(tr.features, tr.query_offsets, "raw+std", queries=order, chunk_documents=70)
     np.testing.assert_array_equal(
         b.codes, b.bins.transform_columns(apply_view(copy.features, copy.query_offsets, "raw+std")))
+
+
+def test_runs_of_one_view_share_its_lightgbm_datasets(sets):
+    """Inside ``sharing_datasets`` a LambdaMART and a McRank run on the same codes train and stop
+    early on one training and one validation Dataset (built once each), and their models are
+    exactly those trained on Datasets of their own; other labels get a Dataset of their own; a
+    ranking run does not take a Dataset built without query sizes; closed, nothing is shared."""
+    import threading
+
+    from training.learners import lightgbm_data
+    from training.learners.lambdamart import LambdaMART
+    from training.learners.mcrank import McRank
+
+    tr, va = sets["train"], sets["vali"]
+    b = bin_view(tr.features, tr.query_offsets, "raw")
+    bv = bin_view(va.features, va.query_offsets, "raw", bins=b.bins)
+    xv = apply_view(va.features, va.query_offsets, "raw")
+    sizes, vsizes = np.diff(tr.query_offsets), np.diff(va.query_offsets)
+
+    def fit_both():
+        lm = LambdaMART(n_leaves=7, n_iterations=40, min_data_in_leaf=5, seed=1).fit(
+            b, tr.labels, tr.query_offsets, eval_set=(bv, va.labels, va.query_offsets), early_stopping_rounds=10)
+        mc = McRank(n_leaves=7, n_iterations=30, min_data_in_leaf=5, seed=2).fit(
+            b, tr.labels, eval_set=(bv, va.labels), early_stopping_rounds=10, group=sizes, eval_group=vsizes)
+        return lm, mc
+
+    built = []
+    original = lightgbm_data._build_code_dataset
+
+    def counting(*args, **kwargs):
+        built.append(kwargs.get("reference") is None)
+        return original(*args, **kwargs)
+
+    lightgbm_data._build_code_dataset = counting
+    try:
+        own_lm, own_mc = fit_both()
+        assert built == [True, False, True, False]  # outside: a training and a validation Dataset per run
+        built.clear()
+        with lightgbm_data.sharing_datasets(seed=0):
+            results: list = []
+            threads = [threading.Thread(target=lambda: results.append(fit_both())) for _ in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert sorted(built) == [False, True]  # four runs on two threads: one Dataset of each kind
+            first = lightgbm_data.make_code_dataset(b, tr.labels, {}, group=sizes)
+            assert lightgbm_data.make_code_dataset(b, tr.labels, {}) is first  # a run without query sizes
+            other = lightgbm_data.make_code_dataset(b, (tr.labels > 0).astype(np.int64), {}, group=sizes)
+            assert other is not first
+            built.clear()
+        with lightgbm_data.sharing_datasets(seed=0):  # reopened: built anew
+            lightgbm_data.make_code_dataset(b, tr.labels, {})
+            assert built == [True]
+            assert lightgbm_data.make_code_dataset(b, tr.labels, {}, group=sizes) is not None
+            assert built == [True, True]  # the first had no query sizes: a ranking run builds its own
+    finally:
+        lightgbm_data._build_code_dataset = original
+    assert len(results) == 2
+    for lm, mc in results:
+        np.testing.assert_array_equal(score_forest(lm.to_forest(), xv), score_forest(own_lm.to_forest(), xv))
+        np.testing.assert_array_equal(score_forest(mc.to_forest(), xv), score_forest(own_mc.to_forest(), xv))
+        assert lm.best_iteration_ == own_lm.best_iteration_ and mc.best_iteration_ == own_mc.best_iteration_

@@ -76,7 +76,15 @@ def test_the_choice_follows_the_data_and_the_budget() -> None:
     assert adaboost_iterations(_shape(100_000), 0.1) == 0
     assert 0 < adaboost_iterations(_shape(100_000), 3600.0) <= adaboost_iterations(_shape(100_000), None)
     assert any("time budget" in r for r in auto_members(_shape(100_000), 0.1)[1])
-    assert auto_relevance(_shape(10_000)) == {"n_leaves": [4, 15], "min_data_in_leaf": [50]}
+    assert auto_relevance(_shape(10_000)) == {"n_leaves": [4], "min_data_in_leaf": [50]}
+    # a budget that cannot pay for the raw+std view (computing, binning, LightGBM's Dataset) drops
+    # its runs: at 120k documents of 136 features 10 s keeps raw alone, 60 s both
+    tight, reasons = auto_members(_shape(120_000), 10.0)
+    assert tight["views"] == ["raw"] and tight["adaboost"] == []
+    assert [b["views"] for b in tight["lambdamart"] + tight["mcrank"]] == [["raw"], ["raw"]]
+    assert any("no run on raw+std" in r for r in reasons)
+    assert auto_members(_shape(120_000), 60.0)[0]["views"] == ["raw", "raw+std"]
+    assert len(auto_members(_shape(10_000, 46), 10.0)[0]["lambdamart"]) == 3  # MQ2008's size: every view
     assert auto_relevance(_shape(30_000))["n_leaves"] == []
     assert small["lambdamart"][0]["early_stopping"] == 50
     assert auto_members(_shape(100_000), None)[0]["lambdamart"][0]["early_stopping"] == 25

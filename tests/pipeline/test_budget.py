@@ -13,7 +13,15 @@ import numpy as np
 import pytest
 
 from training.pipeline import train as train_module
-from training.pipeline.budget import MIN_RUN_S, STAGE_ENDS, FitBudget, affordable_models
+from training.pipeline.budget import (
+    MIN_RUN_S,
+    STAGE_ENDS,
+    VIEW_S_PER_VALUE,
+    VIEW_SHARE,
+    FitBudget,
+    affordable_models,
+    affordable_views,
+)
 from training.pipeline.config import load_config
 from training.pipeline.mixing import search_forecasters
 
@@ -67,6 +75,22 @@ def test_affordable_models() -> None:
     assert affordable_models(-1.0, 3.0, 2, 12) == 0       # the time is spent
     assert affordable_models(math.inf, 3.0, 2, 12) == 12  # no budget
     assert affordable_models(5.0, 0.0, 2, 12) == 12       # unknown cost: all, stopped at the deadline
+
+
+def test_affordable_views() -> None:
+    """Views kept in order while their estimated fixed work fits VIEW_SHARE of the budget; the
+    first always; every view without a budget."""
+    widths = [("raw", 136), ("raw+std", 272), ("raw+white", 272)]
+    assert affordable_views(None, 120_000, widths) == ["raw", "raw+std", "raw+white"]
+    raw = VIEW_S_PER_VALUE * 120_000 * 136  # the raw view's estimated seconds; raw+std costs twice it
+    assert affordable_views(3 * raw / VIEW_SHARE, 120_000, widths) == ["raw", "raw+std"]
+    assert affordable_views(3 * raw / VIEW_SHARE * 0.99, 120_000, widths) == ["raw"]
+    assert affordable_views(0.01, 120_000, widths) == ["raw"]  # the first even past the budget
+    assert affordable_views(5 * raw / VIEW_SHARE, 120_000, widths) == ["raw", "raw+std", "raw+white"]
+    # a cheaper later view is kept when a dearer one before it is not
+    assert affordable_views(2.5 * raw / VIEW_SHARE, 120_000, [("raw", 136), ("raw+std", 272), ("x", 68)]) == [
+        "raw", "x"]
+    assert affordable_views(10.0, 120_000, []) == []
 
 
 def test_lightgbm_runs_stop_at_the_iteration_that_reaches_the_deadline() -> None:

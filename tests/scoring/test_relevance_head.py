@@ -218,3 +218,14 @@ def test_recalibration_is_applied_only_when_it_pays_on_held_out_queries() -> Non
     assert after < before / 3, (before, after)
     right = recalibration_gain(p_true[:, None], events, off)
     assert not right["applied"], right
+    # the time budget's stop, asked before each fold's fit: reached after two folds, not applied;
+    # never reached, the same answer as without it
+    asked: list[int] = []
+
+    def stop() -> bool:
+        asked.append(1)
+        return len(asked) > 2
+
+    cut = recalibration_gain(cautious, events, off, stop=stop)
+    assert not cut["applied"] and "after 2 of 5 folds" in cut["reason"] and len(asked) == 3
+    assert recalibration_gain(cautious, events, off, stop=lambda: False) == gain

@@ -127,13 +127,16 @@ class McRank:
 
     def fit(self, features: npt.ArrayLike, labels: npt.ArrayLike, *, label_grouping: LabelGrouping | None = None,
             on_iteration: Callable[[int], None] | None = None,
-            eval_set: tuple[npt.ArrayLike, npt.ArrayLike] | None = None, early_stopping_rounds: int = 50) -> Self:
+            eval_set: tuple[npt.ArrayLike, npt.ArrayLike] | None = None, early_stopping_rounds: int = 50,
+            group: npt.ArrayLike | None = None, eval_group: npt.ArrayLike | None = None) -> Self:
         """Train on ``features`` (floats (n, d), or the shared codes: a ``BinnedView``, whose bins
         an eval set's codes must share) and ``labels``. With ``eval_set`` (features, labels; multiclass
         only) training stops once the eval set's log loss has not improved for
         ``early_stopping_rounds`` iterations; ``best_iteration_`` is the iteration of the lowest
         loss (``best_loss_``), the last one kept (``n_iterations_``; ``iterations_trained_``
-        counts every iteration trained)."""
+        counts every iteration trained). ``group`` and ``eval_group`` (query sizes) do not enter
+        the model: given, the Datasets carry them, so that LambdaMART runs of the same codes share
+        them (``training.learners.lightgbm_data.sharing_datasets``)."""
         import lightgbm as lgb
 
         if self.variant not in VARIANTS:
@@ -166,12 +169,13 @@ class McRank:
         self.iterations_trained_: int | None = None
         for target, p in zip(targets, params, strict=True):
             callbacks = budget_callback(budget, on_iteration if len(targets) == 1 else None)
-            ds = training_dataset(x, target, p)
+            ds = training_dataset(x, target, p, group=group)
             valid: dict[str, Any] = {}
             history: dict[str, Any] = {}
             if eval_set is not None:
                 ey = grouping.apply(np.asarray(eval_set[1], dtype=np.int64))
-                valid = {"valid_sets": [evaluation_dataset(eval_set[0], ey, x, ds)], "valid_names": ["eval"]}
+                valid = {"valid_sets": [evaluation_dataset(eval_set[0], ey, x, ds, group=eval_group)],
+                         "valid_names": ["eval"]}
                 callbacks += [lgb.early_stopping(int(early_stopping_rounds), first_metric_only=True, verbose=False),
                               lgb.record_evaluation(history)]
                 p = {**p, "metric": "multi_logloss"}

@@ -62,6 +62,9 @@ from typing import Any
 
 import numpy as np
 
+from training.data.normalization import view_width
+from training.pipeline.budget import VIEW_S_PER_VALUE, VIEW_SHARE, affordable_views
+
 log = logging.getLogger(__name__)
 
 #: the small calibrator pool of the default AdaBoost.MH runs
@@ -230,7 +233,17 @@ def auto_members(shape: DataShape, time_budget_s: float | None) -> tuple[dict[st
                    f"whole training set, learning rate {rate:g} (McRank {mcrank_rate:g}), stopped early on validation "
                    f"(patience {ranking_patience}, McRank {patience}), min_data_in_leaf {min_leaf}, "
                    f"bagging {bagging:g}")
-    iterations = adaboost_iterations(shape, time_budget_s)
+    views = affordable_views(time_budget_s, shape.n_docs, [(v, view_width(shape.n_features, v))
+                                                            for v in members["views"]])
+    if views != members["views"]:  # the budget cannot pay for every view: runs of the others go
+        dropped = [v for v in members["views"] if v not in views]
+        members["views"] = views
+        members["lambdamart"] = [b for b in members["lambdamart"] if set(b["views"]) <= set(views)]
+        members["mcrank"] = [b for b in members["mcrank"] if set(b["views"]) <= set(views)]
+        reasons.append(f"time budget of {time_budget_s:g} s: no run on {', '.join(dropped)} (computing, binning and "
+                       f"LightGBM's Dataset of a view cost about {VIEW_S_PER_VALUE:g} s a document and column before "
+                       f"its first iteration; the views may take {VIEW_SHARE:g} of the budget)")
+    iterations = adaboost_iterations(shape, time_budget_s) if "raw+std" in views else 0
     if iterations:
         checkpoints = sorted({c for c in (iterations // 10, iterations // 3, iterations) if c >= 1})
         search = adaboost_search(shape)
@@ -245,18 +258,22 @@ def auto_members(shape: DataShape, time_budget_s: float | None) -> tuple[dict[st
     return members, reasons
 
 
-#: the relevance head's own models on small data: 4 and 15 leaves of at least 50 documents
-SMALL_HEAD_GRID = {"n_leaves": [4, 15], "min_data_in_leaf": [50]}
+#: the relevance head's own model on small data: 4 leaves of at least 50 documents
+SMALL_HEAD_GRID = {"n_leaves": [4], "min_data_in_leaf": [50]}
 
 
 def auto_relevance(shape: DataShape) -> dict[str, Any]:
     """The relevance head's own grid (the default McRank member is always one of its models,
-    ``[relevance] reuse_members``): up to 20k documents two models of its own
-    (``SMALL_HEAD_GRID``), above them the McRank member alone. The whole default grid (12 models)
-    was the default's largest fixed cost on small data (27 of 36 s on MQ2008 Fold1, busy
-    machine) for little: test log loss of the head, mean of five folds, whole grid / these two /
-    the McRank member alone: MQ2008 0.5563 / 0.5570 / 0.5598, the MSLR sample (query folds 1-3)
-    0.9824 / 0.9830 / 0.9879 (docs/method.md). (On 30k synthetic MSLR-shaped documents the whole grid took 1.8 times as
+    ``[relevance] reuse_members``): up to 20k documents one model of its own
+    (``SMALL_HEAD_GRID``: 4 leaves), above them the McRank member alone. The whole default grid
+    (12 models) was the default's largest fixed cost on small data (27 of 36 s on MQ2008 Fold1,
+    busy machine) for little: test log loss of the head, mean of five folds, whole grid / 4 and 15
+    leaves / the McRank member alone: MQ2008 0.5563 / 0.5570 / 0.5598, the MSLR sample (query
+    folds 1-3) 0.9824 / 0.9830 / 0.9879 (docs/method.md). The 15-leaf model was then dropped:
+    the heads of ``TuneMixRanker()`` on MQ2008's five folds (test log loss, mean), McRank and 4
+    and 15 leaves 0.5351, McRank and 4 leaves 0.5349 (-0.0002 +- 0.0005 per fold), McRank alone
+    0.5365 (+0.0014 +- 0.0007), and the 15-leaf model was the dearer of the two
+    (bench/results/head_grid_mq2008.json). (On 30k synthetic MSLR-shaped documents the whole grid took 1.8 times as
     long as every member's boosting together, and one model of its own a quarter of the fit.)"""
     if shape.n_docs < SMALL_DOCUMENTS:
         return dict(SMALL_HEAD_GRID)

@@ -19,7 +19,8 @@ stage               ends   how it obeys
                            mixers, each member type alone) are skipped once it is reached
 ``relevance_head``  0.97 as many of the head's own models as fit the time left (each costs about
                            what the McRank member did), started only before this end and stopped
-                           at it; with none, the head is the McRank member alone
+                           at it; with none, the head is the McRank member alone; its
+                           recalibration is left out once this end is reached
 ==================  =====  ==================================================================
 
 The last 3% is for what remains (the served scores, the record). Nothing here reads a clock
@@ -102,6 +103,38 @@ def clock_for(backend: str) -> Callable[[], float]:
     ``time.time`` where workers may be on other machines (dask, ray: their monotonic clocks
     have other origins; wall clocks are kept in step by NTP)."""
     return time.time if backend in ("dask", "ray") else time.perf_counter
+
+
+#: CPU seconds per document and column of a feature view before its runs' first iteration:
+#: computing the view and its codes (``training.data.binned``: 1.47 CPU-s for 120k documents of
+#: 136 raw columns, 9.0e-8 s each) and LightGBM's Dataset of the codes, shared by the view's runs
+#: (2.7 CPU-s, 1.65e-7 s each; ``training.learners.lightgbm_data.sharing_datasets``), measured on
+#: this project's 2-core machine (cProfile and ``time.process_time``, load average 6)
+VIEW_S_PER_VALUE = 2.6e-7
+#: the share of the budget the views' fixed work may take: the rest is for the imports, the runs'
+#: iterations, calibration, mixing and the head
+VIEW_SHARE = 0.3
+
+
+def affordable_views(budget_s: float | None, n_docs: int, widths: list[tuple[str, int]]) -> list[str]:
+    """The views of ``widths`` ((view, columns), in order of preference) whose fixed work fits the
+    budget: a view costs about ``VIEW_S_PER_VALUE`` x documents x columns seconds before its runs
+    train a single iteration, and the views kept (always the first, without which nothing
+    trains) may cost together ``VIEW_SHARE`` x the budget. All of them without a budget. At 120k
+    documents of 136 features: raw 4.3 s, raw+std (272 columns) 8.5 s, so a budget of 10 s keeps
+    raw alone and one of 60 s both; on MQ2008's 9,630 documents of 46 features both cost 0.35 s."""
+    if budget_s is None or not widths:
+        return [v for v, _ in widths]
+    allowed = VIEW_SHARE * budget_s
+    kept: list[str] = []
+    spent = 0.0
+    for view, columns in widths:
+        cost = VIEW_S_PER_VALUE * max(n_docs, 0) * max(columns, 0)
+        if kept and spent + cost > allowed:
+            continue
+        kept.append(view)
+        spent += cost
+    return kept
 
 
 def affordable_models(seconds_left: float, seconds_per_model: float, n_jobs: int, wanted: int) -> int:

@@ -97,10 +97,12 @@ class McRankMember(MemberType):
         t0 = time.perf_counter()
         model = McRank(**_params(spec, seed), time_budget_s=time_budget_s)
         stopping = _stopping(spec, eval_set)
-        if stopping:  # McRank stops on the eval set's log loss: features and labels
+        if stopping:  # McRank stops on the eval set's log loss: features and labels (the query sizes
+            # only go into its Dataset, shared with the LambdaMART runs of the view)
+            stopping["eval_group"] = np.diff(np.asarray(stopping["eval_set"][2], dtype=np.int64))
             stopping["eval_set"] = stopping["eval_set"][:2]
         model.fit(features, labels, label_grouping=get_grouping(spec.grouping, n_labels), on_iteration=on_iteration,
-                  **stopping)
+                  group=np.diff(np.asarray(query_offsets, dtype=np.int64)), **stopping)
         if reporter is not None:
             reporter.flush(int(spec.params.get("n_iterations", model.n_iterations_)))
         model.free_datasets()  # the datasets' memory goes now, not when the cycle collector runs

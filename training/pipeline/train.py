@@ -35,6 +35,7 @@ from training.data.svmlight import read_svmlight
 from training.ensemble.registry import make_mixer
 from training.evaluation import CONVENTION_NAMES, evaluate, mean_metric
 from training.learners.label_groups import get_grouping, groupings_for
+from training.learners.lightgbm_data import sharing_datasets
 from training.pipeline.auto import DataShape, apply_auto, small_validation
 from training.pipeline.budget import FitBudget, clock_for
 from training.pipeline.config import TrainConfig, missing_data_message, resolve_feature_names
@@ -257,18 +258,20 @@ def run_within(deadline: FitBudget, spec: RunSpec, *args: Any) -> RunResult:
 def fit_runs(cfg: TrainConfig, prep: Prepared, specs: list[RunSpec], n_jobs: int, progress: bool,
              deadline: FitBudget | None = None) -> list[RunResult]:
     """Every run on the fit part, in parallel (one job per run). On the threads backend up to
-    ``THREAD_RUNS_PER_JOB`` runs per job go at once (the OS shares the cores among them). Each
-    run stops at the ``deadline``'s boosting end (``training.pipeline.budget``)."""
+    ``THREAD_RUNS_PER_JOB`` runs per job go at once (the OS shares the cores among them) when
+    there are several jobs; with one, one run at a time. Each
+    run stops at the ``deadline``'s boosting end (``training.pipeline.budget``). The LightGBM runs
+    of one view share its Datasets (``training.learners.lightgbm_data.sharing_datasets``)."""
     deadline = deadline or FitBudget.begin(None)
     if any(s.type in LIGHTGBM_TYPES for s in specs):
         # once, before the runs: its import (sklearn, scipy: seconds on a busy machine) would
         # otherwise happen in every run's thread at once, after its seconds were counted
         import lightgbm  # noqa: F401
     at_once = n_jobs
-    if cfg.run.backend == "threads":
+    if cfg.run.backend == "threads" and n_jobs > 1:  # n_jobs = 1: one run at a time, on one core
         at_once = max(n_jobs, min(len(specs), THREAD_RUNS_PER_JOB * n_jobs))
     total_iterations = sum(get_member_type(s.type).iterations(s.params) for s in specs)
-    with iteration_bar(total_iterations, progress and total_iterations > 0
+    with sharing_datasets(cfg.seed), iteration_bar(total_iterations, progress and total_iterations > 0
                        and cfg.run.backend in ("loky", "threads", "sequential"),
                        processes=cfg.run.backend == "loky") as queue:
         return run_parallel(
@@ -411,9 +414,10 @@ def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingDat
     when not saved) and the record. ``sets`` (train, vali, optionally test) replace the config's
     data. ``deadline``: the time budget's (default: ``[run] time_budget_s`` from now)."""
     from training.pipeline.compile_clock import compile_clock
+    from training.threads import one_blas_thread
 
     deadline = deadline or FitBudget.begin(cfg.run.time_budget_s, clock_for(cfg.run.backend))
-    with compile_clock() as compiling:
+    with one_blas_thread(), compile_clock() as compiling:
         clock = _Clock(compiling)
         outcome = _train(cfg, clock, progress, sets, save, deadline)
     return outcome
