@@ -31,6 +31,7 @@ from app.deps import PYTHON_LANES
 from app.errors import ServiceError, plain_errors, validation_message
 from app.observability import Metrics, MetricsMiddleware
 from app.openapi import install_openapi
+from app.rank_dispatch import RankShortcut
 from app.registry import ModelRegistry
 from app.routers import evaluate, fuse, health, models, rank
 from app.settings import Settings, get_settings
@@ -191,6 +192,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for module in (health, rank, evaluate, fuse, models):
         app.include_router(module.router)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.add_middleware(RankShortcut, fastapi_app=app, route=rank.ROUTE, metrics=metrics)  # outermost of ours
+    app.state.rank_shortcut = True
     install_openapi(app)
     return app
 

@@ -501,6 +501,10 @@ async def rank(request: Request) -> Response:
                                   query_model(request, RankParams))
 
 
+#: the route above, which ``app.rank_dispatch.RankShortcut`` calls past FastAPI's routing
+ROUTE = next(r for r in router.routes if getattr(r, "path", None) == "/rank")
+
+
 async def rank_request(request: Request, registry: ModelRegistry, settings: Settings, metrics: Metrics,
                        hold: BodyHold, params: RankParams) -> Response:
     """/rank's work, from reading the body to the answer."""
