@@ -58,6 +58,27 @@ def app_server(name: str, tree: Path, env: dict[str, str], port: int, workers: i
     return Server(f"{name} ({tree})", [sys.executable, "-m", "app"], side_env, port, log_path, cwd=tree)
 
 
+def same_answers(base_a: str, base_b: str, bodies: list[bytes]) -> bool:
+    """Whether the two servers answer every body with the same JSON, ``server_time_ms`` aside (the
+    scores are compared as the shortest repr of their float64: the same bits)."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    answers = []
+    for base in (base_a, base_b):
+        parts = urlsplit(base)
+        conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=30.0)
+        got = []
+        for body in bodies:
+            conn.request("POST", "/rank", body=body, headers={"Content-Type": "application/json"})
+            doc = json.loads(conn.getresponse().read())
+            doc.pop("server_time_ms", None)
+            got.append(doc)
+        conn.close()
+        answers.append(got)
+    return bool(answers[0] == answers[1])
+
+
 def side_summary(runs: list[dict[str, Any]], latencies: list[float]) -> dict[str, Any]:
     return {"runs_p50_ms": [r["p50_ms"] for r in runs], "runs_p99_ms": [r["p99_ms"] for r in runs],
             "median_run_p50_ms": rounded(statistics.median(r["p50_ms"] for r in runs)),
@@ -107,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         for key, s in servers.items():
             log(f"{key}: ready after {s.wait_ready(READY_TIMEOUT_S, streak=10 * workers):.1f} s")
             sequential(s.base, bodies, 20, args.docs)
+        out["answers_identical"] = same_answers(servers["before"].base, servers["after"].base, bodies)
+        log(f"before and after answer every body the same (server_time_ms aside): {out['answers_identical']}")
         keys = list(servers)
         runs: dict[str, list[dict[str, Any]]] = {k: [] for k in keys}
         pooled: dict[str, list[float]] = {k: [] for k in keys}
