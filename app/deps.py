@@ -127,6 +127,8 @@ HoldDep = Annotated[BodyHold, Depends(body_hold)]
 held_body = contextlib.asynccontextmanager(body_hold)
 
 M = TypeVar("M", bound=BaseModel)
+#: ``query_model``'s instance of each frozen model's defaults
+_DEFAULTS: dict[type[BaseModel], BaseModel] = {}
 
 
 def query_model(request: Request, model: type[M]) -> M:
@@ -137,9 +139,16 @@ def query_model(request: Request, model: type[M]) -> M:
     resolves each declared parameter and dependency on every request. A route that does nothing
     costs 0.48 ms CPU a request declaring /rank's eight parameters and four dependencies, 0.21
     reading them here, 0.21 declaring nothing (``route_overhead`` in
-    bench/results/service_breakdown.json); a request without a query string costs nothing here."""
+    bench/results/service_breakdown.json); a request without a query string costs nothing here: a
+    frozen ``model``'s defaults are one instance, made once (pydantic's constructor took about 10
+    us a request)."""
     if not request.scope.get("query_string"):
-        return model()
+        if not model.model_config.get("frozen"):
+            return model()
+        default = _DEFAULTS.get(model)
+        if default is None:
+            default = _DEFAULTS[model] = model()
+        return default  # type: ignore[return-value]
     try:
         return model.model_validate(dict(request.query_params))
     except ValidationError as exc:

@@ -122,3 +122,22 @@ def test_other_methods_and_paths_are_fastapis(shortcut_client: TestClient) -> No
     assert shortcut_client.post("/rank/", follow_redirects=False).status_code in (307, 404)  # FastAPI's answer
     assert shortcut_client.get("/health").json() == {"status": "ok"}
     assert "/rank" in shortcut_client.get("/openapi.json").json()["paths"]
+
+
+def test_query_parameters_defaults_are_one_frozen_instance() -> None:
+    """A /rank request without a query string gets the one instance of ``RankParams``' defaults
+    (frozen: no request can change it for the next); one with a query string its own."""
+    from pydantic import ValidationError
+    from starlette.requests import Request
+
+    from app.deps import query_model
+
+    def request(query: bytes) -> Request:
+        return Request({"type": "http", "method": "POST", "path": "/rank", "query_string": query, "headers": []})
+
+    a, b = query_model(request(b""), rank_module.RankParams), query_model(request(b""), rank_module.RankParams)
+    assert a is b and a == rank_module.RankParams()
+    with pytest.raises(ValidationError):
+        a.top_k = 3  # type: ignore[misc]
+    asked = query_model(request(b"top_k=3&relevance=true"), rank_module.RankParams)
+    assert asked is not a and asked.top_k == 3 and asked.relevance and a.top_k is None
