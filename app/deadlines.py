@@ -56,7 +56,8 @@ def request_seconds(request: Request, settings: Settings) -> float:
     asked = []
     if (header := request.headers.get(TIMEOUT_HEADER)) is not None:
         asked.append(_asked(header, f"header {TIMEOUT_HEADER}"))
-    if (param := request.query_params.get(TIMEOUT_PARAMETER)) is not None:
+    # (the query string parsed only when there is one: most requests have none)
+    if request.scope.get("query_string") and (param := request.query_params.get(TIMEOUT_PARAMETER)) is not None:
         asked.append(_asked(param, f"query parameter {TIMEOUT_PARAMETER}"))
     if asked:
         seconds = min(asked)

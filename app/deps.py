@@ -25,6 +25,7 @@ request ends: past ``TUNEMIX_MAX_INFLIGHT_BYTES`` a body is answered 503 with ``
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -127,6 +128,8 @@ HoldDep = Annotated[BodyHold, Depends(body_hold)]
 held_body = contextlib.asynccontextmanager(body_hold)
 
 M = TypeVar("M", bound=BaseModel)
+#: ``query_model``'s instance of each frozen model's defaults
+_DEFAULTS: dict[type[BaseModel], BaseModel] = {}
 
 
 def query_model(request: Request, model: type[M]) -> M:
@@ -137,9 +140,16 @@ def query_model(request: Request, model: type[M]) -> M:
     resolves each declared parameter and dependency on every request. A route that does nothing
     costs 0.48 ms CPU a request declaring /rank's eight parameters and four dependencies, 0.21
     reading them here, 0.21 declaring nothing (``route_overhead`` in
-    bench/results/service_breakdown.json); a request without a query string costs nothing here."""
+    bench/results/service_breakdown.json); a request without a query string costs nothing here: a
+    frozen ``model``'s defaults are one instance, made once (pydantic's constructor took about 10
+    us a request)."""
     if not request.scope.get("query_string"):
-        return model()
+        if not model.model_config.get("frozen"):
+            return model()
+        default = _DEFAULTS.get(model)
+        if default is None:
+            default = _DEFAULTS[model] = model()
+        return default  # type: ignore[return-value]
     try:
         return model.model_validate(dict(request.query_params))
     except ValidationError as exc:
@@ -170,7 +180,9 @@ async def read_body(request: Request, settings: Settings, limit: int | None = No
     chunks: list[bytes] = []
     size = 0
     try:
-        with anyio.fail_after(settings.body_timeout_s):
+        # asyncio's own timeout: one timer on the loop (anyio's fail_after first asks which async
+        # library runs, about 2% of a 100-document /rank's event-loop time in a py-spy profile)
+        async with asyncio.timeout(settings.body_timeout_s):
             async for chunk in request.stream():
                 size += len(chunk)
                 if size > limit:

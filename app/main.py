@@ -31,6 +31,7 @@ from app.deps import PYTHON_LANES
 from app.errors import ServiceError, plain_errors, validation_message
 from app.observability import Metrics, MetricsMiddleware
 from app.openapi import install_openapi
+from app.rank_dispatch import RankShortcut
 from app.registry import ModelRegistry
 from app.routers import evaluate, fuse, health, models, rank
 from app.settings import Settings, get_settings
@@ -73,9 +74,13 @@ def warm_in_background(registry: ModelRegistry) -> None:
 
 
 async def _follow_reloads(registry: ModelRegistry, period: float) -> None:
+    """Every ``period`` seconds, one ``stat`` of the pins file on the event loop; a thread hop (to
+    read it and load what it pins: never on the event loop) only when it changed. A hop a second
+    in each worker was a thread taking the GIL from a request being answered inline."""
     while True:
         await asyncio.sleep(period)
-        await anyio.to_thread.run_sync(registry.follow_state)
+        if registry.state_changed():
+            await anyio.to_thread.run_sync(registry.follow_state)
 
 
 @contextlib.asynccontextmanager
@@ -187,6 +192,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for module in (health, rank, evaluate, fuse, models):
         app.include_router(module.router)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.add_middleware(RankShortcut, fastapi_app=app, route=rank.ROUTE, metrics=metrics)  # outermost of ours
+    app.state.rank_shortcut = True
     install_openapi(app)
     return app
 

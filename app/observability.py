@@ -54,6 +54,9 @@ class Metrics:
         self.enabled = prom is not None
         #: set by the lifespan once the registry exists; model_info is empty until then
         self.served: ServedSource | None = None
+        #: each label set's children, as ``labels`` returns them (as many as the label sets seen)
+        self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self._document_children: dict[str, Any] = {}
         if prom is None:
             return
         multiproc_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
@@ -72,12 +75,20 @@ class Metrics:
 
     def observe_request(self, endpoint: str, method: str, status: int, seconds: float) -> None:
         if self.enabled:
-            self.requests.labels(endpoint, method, str(status)).inc()
-            self.latency.labels(endpoint).observe(seconds)
+            key = (endpoint, method, status)
+            children = self._request_children.get(key)
+            if children is None:  # the labels' children, found once (``labels`` checks and locks each call)
+                children = self._request_children[key] = (self.requests.labels(endpoint, method, str(status)),
+                                                          self.latency.labels(endpoint))
+            children[0].inc()
+            children[1].observe(seconds)
 
     def count_documents(self, model: str, n: int) -> None:
         if self.enabled:
-            self.documents.labels(model).inc(n)
+            child = self._document_children.get(model)
+            if child is None:
+                child = self._document_children[model] = self.documents.labels(model)
+            child.inc(n)
 
     def count_error(self, kind: str) -> None:
         if self.enabled:

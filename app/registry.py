@@ -397,8 +397,21 @@ class ModelRegistry:
                           + "".join(f"; worker {pid} failed to load it: {why}" for pid, why in sorted(failed.items())))
         return False, body
 
+    def state_changed(self) -> bool:
+        """Whether the pins file's mtime differs from the one this worker last read (one ``stat``
+        of a file in the worker's own state directory, cheap enough for the event loop): the
+        periodic poll hops to a thread for ``follow_state`` only then. A missing file is no
+        change (``follow_state`` would do nothing either)."""
+        if self.state_dir is None:
+            return False
+        try:
+            mtime = (self.state_dir / worker_state.STATE_FILE).stat().st_mtime
+        except OSError:
+            return False
+        return mtime != self._state_mtime
+
     def follow_state(self) -> None:
-        """Adopt versions another worker pinned (called periodically)."""
+        """Adopt versions another worker pinned (called periodically, when ``state_changed``)."""
         if self.state_dir is None:
             return
         state, mtime = worker_state.read_pins(self.state_dir)

@@ -58,7 +58,7 @@ import numpy as np
 import numpy.typing as npt
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.deadlines import start_deadline
 from app.deps import (
@@ -469,7 +469,10 @@ ERRORS = {408: {"model": ErrorResponse, "description": "the body did not arrive 
 
 class RankParams(BaseModel):
     """/rank's query parameters: a text body's options; for a JSON body, the model, version and
-    top_k where the body does not say them."""
+    top_k where the body does not say them. Frozen: a request without a query string gets the one
+    instance of the defaults (``app.deps.query_model``)."""
+
+    model_config = ConfigDict(frozen=True)
 
     model: str | None = Field(None, description="model name (text bodies; JSON bodies say it in the body)")
     version: str | None = Field(None, description="model version (text bodies)")
@@ -499,6 +502,10 @@ async def rank(request: Request) -> Response:
     async with held_body(request) as hold:
         return await rank_request(request, state.registry, state.settings, state.metrics, hold,
                                   query_model(request, RankParams))
+
+
+#: the route above, which ``app.rank_dispatch.RankShortcut`` calls past FastAPI's routing
+ROUTE = next(r for r in router.routes if getattr(r, "path", None) == "/rank")
 
 
 async def rank_request(request: Request, registry: ModelRegistry, settings: Settings, metrics: Metrics,

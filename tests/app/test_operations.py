@@ -4,6 +4,7 @@ service's imports."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -18,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import app.registry as registry_module
 from app.main import create_app
 from app.settings import Settings
-from app.worker_state import live_workers, publish_worker
+from app.worker_state import STATE_FILE, live_workers, publish_worker, write_pins
 from tests.app.conftest import N_FEATURES, WIDE_FEATURES, Store, rank_body, ready_client, wait_ready
 
 
@@ -324,3 +325,26 @@ def test_every_response_field_is_described(client: TestClient) -> None:
                  "FuseResponse", "ModelsResponse", "ModelSummary", "ReloadResponse", "ErrorResponse"):
         for field, spec in comps[name]["properties"].items():
             assert spec.get("description"), f"{name}.{field} has no description"
+
+
+def test_the_reload_poll_hops_to_a_thread_only_when_the_pins_change(served_dir: Path, tmp_path: Path) -> None:
+    """``state_changed`` (the event loop's one ``stat`` a poll) is true exactly when the pins file's
+    mtime is not the one last read: no file, the file as loaded, the file as followed are no
+    change; a new write (a reload in another worker) is one, until ``follow_state`` adopts it."""
+    state = tmp_path / "state"
+    state.mkdir()
+    registry = registry_module.ModelRegistry(served_dir, "default", state_dir=state)
+    assert not registry.state_changed()  # nothing pinned yet
+    registry.load_initial([])  # pins what it loaded
+    assert (state / STATE_FILE).is_file()
+    assert not registry.state_changed()
+    version = registry.current("default").version  # type: ignore[union-attr]
+    write_pins(state, {"default": version})
+    path = state / STATE_FILE
+    mtime = path.stat().st_mtime
+    os.utime(path, (mtime + 5, mtime + 5))  # another worker's write, whatever the clock's resolution
+    assert registry.state_changed()
+    registry.follow_state()
+    assert not registry.state_changed()
+    assert registry.current("default").version == version  # type: ignore[union-attr]
+    assert not registry_module.ModelRegistry(served_dir, "default").state_changed()  # no state directory

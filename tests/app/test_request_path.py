@@ -248,6 +248,8 @@ def test_the_asked_deadline_is_capped_and_the_default_documented(monkeypatch: py
         def __init__(self, header: str | None, param: str | None) -> None:
             self.headers = {TIMEOUT_HEADER: header} if header is not None else {}
             self.query_params = {"timeout_s": param} if param is not None else {}
+            # the query string is read only when there is one
+            self.scope = {"query_string": f"timeout_s={param}".encode() if param is not None else b""}
 
     settings = Settings(request_timeout_s=10, max_request_timeout_s=60)
     assert request_seconds(Asked(None, None), settings) == 10  # type: ignore[arg-type]

@@ -293,13 +293,19 @@ def standardise_by_query(features: np.ndarray, query_offsets: np.ndarray, *, par
     ``parts`` > 1: queries of ``PARALLEL_MIN_DOCUMENTS`` or more spread their features over
     threads (the caller sets how many); the result is the same to the last bit."""
     x = np.ascontiguousarray(features, dtype=np.float64)
-    off = validate_offsets(query_offsets, x.shape[0])
+    return standardised(x, validate_offsets(query_offsets, x.shape[0]), parts=parts).astype(np.float32)
+
+
+def standardised(x: np.ndarray, off: np.ndarray, *, parts: int = 1) -> np.ndarray:
+    """``standardise_by_query``'s values in float64, for a caller that holds the features as a
+    C-contiguous float64 (n, d) array and offsets it has validated (the scoring pass: one copy
+    of the features for both views, each view cast once, into the forest's input)."""
     out = np.empty_like(x)
     big, queries = _big_queries(off, parts)
     _standardise(x, off, out, big)
     for q in queries:
         _standardise_parallel(x, int(off[q]), int(off[q + 1]), out, parts)
-    return out.astype(np.float32)
+    return out
 
 
 def whiten_by_query(features: np.ndarray, query_offsets: np.ndarray, *, eps: float = WHITEN_EPS,
@@ -312,10 +318,17 @@ def whiten_by_query(features: np.ndarray, query_offsets: np.ndarray, *, eps: flo
     (an explanation's reference views reuse them instead of computing them again)."""
     x = np.ascontiguousarray(features, dtype=np.float64)
     off = validate_offsets(query_offsets, x.shape[0])
+    return whitened(x, off, eps=eps, parts=parts, keep=keep).astype(np.float32)
+
+
+def whitened(x: np.ndarray, off: np.ndarray, *, eps: float = WHITEN_EPS, parts: int = 1,
+             keep: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None) -> np.ndarray:
+    """``whiten_by_query``'s values in float64, for a caller that holds the features as a
+    C-contiguous float64 (n, d) array and offsets it has validated (see ``standardised``)."""
     out = np.zeros_like(x)
     n_queries, d = off.shape[0] - 1, x.shape[1]
     if d == 0:
-        return out.astype(np.float32)
+        return out
     big, queries = _big_queries(off, parts)
     if len(queries) < n_queries:
         step = max(1, _WHITEN_BATCH_VALUES // (d * d))
@@ -340,7 +353,7 @@ def whiten_by_query(features: np.ndarray, query_offsets: np.ndarray, *, eps: flo
                           NULL_SPACE, parts)
         if keep is not None:
             keep[q] = (mean, lam_q, vec_q)
-    return out.astype(np.float32)
+    return out
 
 
 def apply_view(features: np.ndarray, query_offsets: np.ndarray, view: str) -> np.ndarray:

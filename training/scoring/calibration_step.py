@@ -553,6 +553,7 @@ class CalibrationStep:
         self.n_members = len(calibrators)
         self._calibrators = list(calibrators)
         self._n_classes = [int(k) for k in n_classes]
+        self._k_need = max(self._n_classes, default=0)  # the columns a source must have (apply_plan)
         self.fallback: list[int] = []
         #: member m -> its family (None: its own transform)
         self.families: list[str | None] = []
@@ -659,7 +660,7 @@ class CalibrationStep:
     def apply_plan(self, sums: Float64Array, plan: SourcePlan) -> Float64Array:
         """Member scores (n, M) by ``plan`` from ``sums`` (n, plan's rows, >= K_max)."""
         sums = np.ascontiguousarray(sums, dtype=np.float64)
-        k_need = max(self._n_classes, default=0)
+        k_need = self._k_need
         if sums.ndim != 3 or sums.shape[1] != plan.n_rows or sums.shape[2] < k_need:
             raise ValueError(f"sums must have shape (n, {plan.n_rows}, >= {k_need}), got {sums.shape}")
         n = sums.shape[0]

@@ -58,7 +58,7 @@ from training.calibration.base import Calibrator
 from training.calibration.expected_relevance import OrdinalCalibrator, ordinal_probabilities
 from training.calibration.registry import calibrator_from_params
 from training.data.dataset import validate_offsets
-from training.data.normalization import PARALLEL_MIN_DOCUMENTS, VIEWS, standardise_by_query, whiten_by_query
+from training.data.normalization import PARALLEL_MIN_DOCUMENTS, VIEWS, standardised, whitened
 from training.deadline import charge_rows
 from training.ensemble.base import Mixer
 from training.ensemble.registry import mixer_from_params
@@ -331,18 +331,23 @@ class EnsembleModel:
               whitening: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None) -> np.ndarray:
         if not self.extra_views:
             return x
-        blocks = [x]
+        # the views' blocks written into the forest's input as they are made: one float64 copy of
+        # the features for every view, each block cast to float32 once (the cast ``astype`` makes)
+        d = x.shape[1]
+        wide = np.empty((x.shape[0], d * (1 + len(self.extra_views))), dtype=np.float32)
+        wide[:, :d] = x
+        x64 = x.astype(np.float64)
 
         def views(parts: int) -> None:
-            for view in self.extra_views:
-                blocks.append(standardise_by_query(x, off, parts=parts) if view == "raw+std"
-                              else whiten_by_query(x, off, parts=parts, keep=whitening))
+            for j, view in enumerate(self.extra_views, start=1):
+                wide[:, j * d:(j + 1) * d] = (standardised(x64, off, parts=parts) if view == "raw+std"
+                                              else whitened(x64, off, parts=parts, keep=whitening))
 
         # a long query's views on the scoring threads (the same bits as on one); lists of short
         # queries only stay off them
-        longest = int(np.diff(off).max(initial=0))
+        longest = int((off[1:] - off[:-1]).max(initial=0))
         run_on_threads(x.shape[0], longest >= PARALLEL_MIN_DOCUMENTS, lambda: views(1), views)
-        return np.hstack(blocks)
+        return wide
 
     def wide_features(self, features: npt.ArrayLike, query_offsets: npt.ArrayLike) -> np.ndarray:
         """The raw features followed by each extra view's block (the forest's input)."""
