@@ -66,7 +66,10 @@ def test_pair_explains_the_score_difference(client: TestClient) -> None:
 
 
 def test_explanations_are_capped_per_request(served_dir: Path) -> None:
-    settings = Settings(models_dir=served_dir, default_model="default", explain_max_documents=5)
+    # deadlines far above the work: this test is about the document cap, and a busy CI machine
+    # once took past the 5 s explain deadline on the first explained request
+    settings = Settings(models_dir=served_dir, default_model="default", explain_max_documents=5,
+                        explain_timeout_s=120.0, request_timeout_s=120.0, max_request_timeout_s=120.0)
     with ready_client(settings) as c:
         wait_ready(c)
         body = rank_body(_x(2), SIZES, explain=3)
