@@ -25,6 +25,7 @@ from training.pipeline.search import (
     search,
     search_lines,
     trained_iterations,
+    unit_seconds,
 )
 
 pytest.importorskip("lightgbm")
@@ -78,6 +79,7 @@ def test_cost_model_reads_the_default_runs() -> None:
     runs = _defaults()
     assert trained_iterations(runs[0]) == 150
     assert trained_iterations(_result(runs[0].spec, 80, 1.0, "time_budget")) == 80
+    assert trained_iterations(_result(runs[0].spec, 80, 1.0, "n_iterations")) == 2000  # it reached its cap
     assert leaf_cost(16) == 2.0 and leaf_cost(32) == 3.0
 
 
@@ -101,9 +103,10 @@ def test_the_search_ends_before_the_boosting_end() -> None:
     out, started = _search(clock, 100.0, 10.0)  # boosting ends at 65 s
     rec = out.record
     assert rec["enabled"] and len(out.runs) == len(started) == len(rec["runs"]) >= 6
-    for left, spec in started:  # every run started with time left and sized to it
-        per_iteration = (rec["seconds_per_iteration"] * leaf_cost(spec.params["n_leaves"])
-                         * spec.params["bagging_fraction"] ** 0.5)
+    for k, (left, spec) in enumerate(started):  # every run started with time left and sized to it
+        # the default runs' cost, then the median of the search's runs finished before this one
+        unit = np.median([unit_seconds(r) for r in out.runs[:k]]) if k else rec["seconds_per_iteration"]
+        per_iteration = unit * leaf_cost(spec.params["n_leaves"]) * spec.params["bagging_fraction"] ** 0.5
         assert left > 0 and spec.params["n_iterations"] >= MIN_ITERATIONS
         assert spec.params["n_iterations"] * per_iteration <= left * 1.001
         assert spec.params["early_stopping"] == 50 and spec.params["fit_on"] == "train"
@@ -116,6 +119,11 @@ def test_the_search_ends_before_the_boosting_end() -> None:
     # the seconds per iteration: 3 s / (150 x leaf_cost(31)) and 1.5 / (150 x leaf_cost(15)), their median
     expected = np.median([3.0 / (150 * leaf_cost(31)), 1.5 / (150 * leaf_cost(15))])
     assert rec["seconds_per_iteration"] == pytest.approx(expected, rel=1e-4)
+    # then the search's own runs: 10 s for the 40 + 50 iterations each trained (its best + patience,
+    # at most its cap)
+    own = np.median([10.0 / (min(90, r.spec.params["n_iterations"]) * leaf_cost(r.spec.params["n_leaves"])
+                             * r.spec.params["bagging_fraction"] ** 0.5) for r in out.runs])
+    assert rec["seconds_per_iteration_last"] == pytest.approx(own, rel=1e-4)
 
 
 def test_two_workers_train_two_runs_at_once() -> None:

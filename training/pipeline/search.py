@@ -30,14 +30,16 @@ same configurations in the same order (the first n of them, n set by the time). 
 (TPE-like) update: one was not measured better (docs/method.md, "Tune, then mix").
 
 Cost known before work: seconds per iteration are measured on the default LambdaMART runs
-(their fit seconds over the iterations they trained: the best one plus the patience), and a
-configuration's cost per iteration is that figure times ``leaf_cost(n_leaves) / leaf_cost(ref)``
-(``leaf_cost``: LightGBM's per-iteration time grows with the leaves, the histogram pass does not)
-times its bagging fraction's share. Its expected iterations are the default runs' (median)
-times their learning rate over its own. Each run's ``n_iterations`` is capped so that it ends
-before the boosting stage's end at that cost, and the deadline still stops it there; a run is
-started only while the time left buys at least ``MIN_ITERATIONS`` of it. Runs go ``workers`` at
-a time in threads of this process (LightGBM releases the GIL), a new one as soon as one ends.
+(their fit seconds over the iterations they trained: the best one plus the patience), then on
+the search's own runs as they finish (``measured_cost``: the default runs trained more at once,
+so their figure is high); a configuration's cost per iteration is that figure times
+``leaf_cost(n_leaves)`` (LightGBM's per-iteration time grows with the leaves; the gradients and
+the histogram pass do not) times the square root of its bagging fraction. Its expected
+iterations are the default runs' (median) times their learning rate over its own. Each run's
+``n_iterations`` is capped so that it ends before the boosting stage's end at that cost, and
+the deadline still stops it there; a run is started only while the time left buys at least
+``MIN_ITERATIONS`` of it. Runs go ``workers`` at a time in threads of this process (LightGBM
+releases the GIL), a new one as soon as one ends.
 """
 
 from __future__ import annotations
@@ -132,10 +134,13 @@ def sample_configs(n: int, seed: int, views: list[str], rule: bool) -> list[dict
 
 def trained_iterations(run: RunResult) -> int:
     """Iterations a finished LightGBM run trained: its best one plus the patience when it stopped
-    early, else what it kept."""
+    early, its cap when it reached it, else (stopped by the deadline) what it kept."""
     kept = int(run.n_iterations)
+    cap = int(run.spec.params.get("n_iterations", kept))
     if run.stop_reason == "early_stopping":
-        return min(kept + int(run.spec.params.get("early_stopping", 0)), int(run.spec.params.get("n_iterations", kept)))
+        return min(kept + int(run.spec.params.get("early_stopping", 0)), cap)
+    if run.stop_reason == "n_iterations":
+        return max(cap, 1)
     return max(kept, 1)
 
 
@@ -144,13 +149,26 @@ def make_plan(runs: list[RunResult], seed: int, rule: bool) -> SearchPlan | None
     lm = [r for r in runs if r.spec.type == "lambdamart" and int(r.spec.params.get("early_stopping", 0)) > 0]
     if not lm:
         return None
-    per_iter = [r.fit_seconds / (trained_iterations(r) * leaf_cost(r.spec.params.get("n_leaves", 16))
-                                 * float(r.spec.params.get("bagging_fraction", 1.0)) ** 0.5) for r in lm]
+    per_iter = [unit_seconds(r) for r in lm]
     at_rate = [trained_iterations(r) * float(r.spec.params.get("learning_rate", 0.1)) for r in lm]
     return SearchPlan(views=list(dict.fromkeys(r.spec.view for r in lm)),
                       patience=max(int(r.spec.params["early_stopping"]) for r in lm), rule=rule,
                       s_per_iteration=max(statistics.median(per_iter), 1e-6),
                       iterations_at_rate=statistics.median(at_rate), seed=seed)
+
+
+def unit_seconds(run: RunResult) -> float:
+    """A finished run's seconds per iteration per unit of ``leaf_cost`` and bagging share."""
+    return run.fit_seconds / (trained_iterations(run) * leaf_cost(run.spec.params.get("n_leaves", 16))
+                              * float(run.spec.params.get("bagging_fraction", 1.0)) ** 0.5)
+
+
+def measured_cost(search_runs: list[RunResult], prior: float) -> float:
+    """The cost per iteration the next runs are sized by: the median over the search's finished
+    runs (measured as they run: ``workers`` at a time, on the machine as loaded now), ``prior``
+    (the default runs', which trained more runs at once) until one has finished."""
+    seen = [unit_seconds(r) for r in search_runs if r.fit_seconds > 0]
+    return max(statistics.median(seen), 1e-6) if seen else prior
 
 
 def run_spec(plan: SearchPlan, config: dict[str, Any], index: int, seconds_left: float) -> tuple[RunSpec, float, int]:
@@ -215,6 +233,7 @@ def search(runs: list[RunResult], fit_one: Callable[[RunSpec], RunResult], deadl
                 row = pending.pop(fut)
                 result = fut.result()
                 out.runs.append(result)
+                plan.s_per_iteration = measured_cost(out.runs, plan.s_per_iteration)
                 row.update(tag=result.spec.tag, index=result.spec.index, iterations=int(result.n_iterations),
                            stop_reason=result.stop_reason, fit_seconds=round(result.fit_seconds, 3))
                 record["runs"].append(row)
@@ -225,6 +244,7 @@ def search(runs: list[RunResult], fit_one: Callable[[RunSpec], RunResult], deadl
                              type=r.spec.type)
             record["runs"][k]["index"] = len(runs) + k
     record["ended"] = ended
+    record["seconds_per_iteration_last"] = round(plan.s_per_iteration, 6)
     record["summary"] = (f"{len(out.runs)} LambdaMART runs of sampled configurations in the "
                          f"{record['left_at_start_s']:.1f} s left to the boosting end after the default runs, "
                          f"every one early-stopped on validation (patience {plan.patience}"
