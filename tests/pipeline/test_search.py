@@ -161,6 +161,8 @@ def test_no_budget_no_switch_no_search() -> None:
     free = search(_defaults(), lambda s: pytest.fail("no run without a budget"), FitBudget.begin(None),
                   seed=0, rule=False, workers=2, enabled=True)
     assert not free.runs and free.record["summary"] == "no search: no time budget"
+    assert search_lines(free.record) == []  # the report of a fit without a budget is as it was
+    assert "no search: [run] search = false" in "\n".join(search_lines(off.record))
     late, started = _search(FakeClock(0.0), 0.3, 10.0)  # 0.195 s buys too few iterations
     assert not late.runs and late.record["enabled"] and "fewer than" in late.record["ended"]
     assert len(_search(FakeClock(0.0), 1e9, 1.0)[0].runs) == MAX_RUNS  # the cap on the population

@@ -201,7 +201,7 @@ def search(runs: list[RunResult], fit_one: Callable[[RunSpec], RunResult], deadl
     if reason is None and plan is None:
         reason = "no default LambdaMART run stopped early on validation: nothing to size the runs by"
     if reason is not None or plan is None:
-        record["summary"] = f"no search: {reason}"
+        record.update(summary=f"no search: {reason}", reason=reason)
         return SearchOutcome(record=record)
     record.update(enabled=True, workers=workers, patience=plan.patience, tiny_validation_rule=rule,
                   seconds_per_iteration=round(plan.s_per_iteration, 6),
@@ -273,8 +273,8 @@ def add_weight_shares(record: dict[str, Any], member_runs: list[int], weights: l
 
 
 def search_lines(record: dict[str, Any] | None) -> list[str]:
-    """The report's section on the search."""
-    if not record:
+    """The report's section on the search (none without a time budget: nothing to say)."""
+    if not record or record.get("reason") == "no time budget":
         return []
     lines = ["## Search (tune, then mix)", "", record.get("summary", "") + "."]
     if not record.get("enabled") or not record["runs"]:
