@@ -25,7 +25,13 @@ Systems (``bench.fitproc``): besides the peers above, ``lgbm_es1`` (the early-st
 LightGBM thread: the cost peer on small data) and ``lgbm_tuned`` (Optuna's TPE over LGBMRanker's
 parameters, every trial early-stopped, the best by validation NDCG@10) searching as many wall
 seconds as tunemix's seed-0 fit took on the same split (``--tuned-budget S`` when tunemix is not
-run); the summary gives tunemix's per-query difference to it too.
+run; ``--tuned-at-once 2``: two trials at once, one thread each); the summary gives tunemix's
+per-query difference to it too. ``tunemix_budget`` is ``TuneMixRanker(time_budget_s=S)`` with
+S the ``--tuned-budget``: the default members, then the search of "tune, then mix" until the
+boosting end (docs/method.md); it is fitted at every seed like ``tunemix``, its summary
+``tunemix_budget_seeds`` gives its per-query differences to ``lgbm_es``, ``lgbm_es1`` and
+``lgbm_tuned``. Issue 39's comparison at one budget: ``--systems tunemix_budget,lgbm_tuned,lgbm_es1
+--seeds 0,1,2 --tuned-budget 60 --tuned-at-once 2``.
 
 ``--datasets mq2008,mslr-sample`` picks some; ``--systems`` some systems; ``--config FILE.toml``
 gives tunemix a configuration instead of the default (what-if runs; the JSON says so).
@@ -220,7 +226,7 @@ def run(datasets: list[str], systems: list[str], config: str | None, seeds: list
         for k, sets in enumerate(folds):
             budget = tuned_budget
             for system, seed in fits:
-                options = {**extra, "random_state": seed} if system in SEEDED else None
+                options: dict[str, Any] | None = {**extra, "random_state": seed} if system in SEEDED else None
                 if system == "tunemix_budget":
                     options = {**(options or {}), "budget_s": tuned_budget}
                 if system == "lgbm_tuned":
