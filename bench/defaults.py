@@ -27,7 +27,13 @@ core, at ``--seeds``' first seed: the one-thread-each comparison; the summary's 
 give tunemix/lgbm_es1, tunemix1/lgbm_es1 and tunemix/lgbm_es) and ``lgbm_tuned`` (Optuna's TPE over LGBMRanker's
 parameters, every trial early-stopped, the best by validation NDCG@10) searching as many wall
 seconds as tunemix's seed-0 fit took on the same split (``--tuned-budget S`` when tunemix is not
-run); the summary gives tunemix's per-query difference to it too.
+run; ``--tuned-at-once 2``: two trials at once, one thread each); the summary gives tunemix's
+per-query difference to it too. ``tunemix_budget`` is ``TuneMixRanker(time_budget_s=S)`` with
+S the ``--tuned-budget``: the default members, then the search of "tune, then mix" until the
+boosting end (docs/method.md); it is fitted at every seed like ``tunemix``, its summary
+``tunemix_budget_seeds`` gives its per-query differences to ``lgbm_es``, ``lgbm_es1`` and
+``lgbm_tuned``. Issue 39's comparison at one budget: ``--systems tunemix_budget,lgbm_tuned,lgbm_es1
+--seeds 0,1,2 --tuned-budget 60 --tuned-at-once 2``.
 
 ``--datasets mq2008,mslr-sample`` picks some; ``--systems`` some systems; ``--config FILE.toml``
 gives tunemix a configuration instead of the default (what-if runs; the JSON says so).
@@ -164,6 +170,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out["test_ndcg@10"], out["test_ndcg@10_se"] = mean_se([r["test_ndcg"] for r in ok])
     out["vali_ndcg@10"] = round(float(np.mean([r["vali_ndcg"] for r in ok])), 4)
     out["fit_s"] = round(float(sum(r["fit_s"] for r in ok)), 1)
+    out["fit_s_max"] = round(float(max(r["fit_s"] for r in ok)), 1)
     out["peak_mb"] = round(float(max(r["peak_mb"] for r in ok)), 1)
     return out
 
@@ -192,9 +199,10 @@ def per_query_difference(ours: list[np.ndarray], peer: list[np.ndarray]) -> dict
 
 
 def seed_summary(rows: dict[int, list[dict[str, Any]]], per_query: dict[int, list[np.ndarray]],
-                 peer: list[np.ndarray]) -> dict[str, Any]:
-    """tunemix over its seeds: each fold's test NDCG@10 averaged over the seeds, then the folds'
-    mean with its SE; the per-query scores averaged the same way against the peer's."""
+                 peers: dict[str, list[np.ndarray]]) -> dict[str, Any]:
+    """A seeded system over its seeds: each fold's test NDCG@10 averaged over the seeds, then the
+    folds' mean with its SE; the per-query scores averaged the same way against each peer's
+    (``minus_<peer>_per_query``)."""
     seeds = sorted(rows)
     folds = [[r.get("test_ndcg") for r in rows[s]] for s in seeds]
     if any(v is None for f in folds for v in f):
@@ -202,55 +210,63 @@ def seed_summary(rows: dict[int, list[dict[str, Any]]], per_query: dict[int, lis
     mean, se = mean_se(np.mean(np.array(folds, dtype=np.float64), axis=0))
     out: dict[str, Any] = {"seeds": seeds, "test_ndcg@10": mean, "test_ndcg@10_se": se,
                            "per_seed": [round(float(np.mean(f)), 4) for f in folds]}
-    if peer:
-        mean_pq = [np.mean([per_query[s][k] for s in seeds], axis=0) for k in range(len(peer))]
-        out["minus_lgbm_es_per_query"] = per_query_difference(mean_pq, peer)
+    for name, peer in peers.items():
+        if peer and all(len(per_query[s]) == len(peer) for s in seeds):
+            mean_pq = [np.mean([per_query[s][k] for s in seeds], axis=0) for k in range(len(peer))]
+            out[f"minus_{name}_per_query"] = per_query_difference(mean_pq, peer)
     return out
 
 
+#: systems fitted at every seed of ``--seeds`` (the peers once)
+SEEDED = ("tunemix", "tunemix_budget")
+
+
 def run(datasets: list[str], systems: list[str], config: str | None, seeds: list[int] | None = None,
-        tuned_budget: float = 30.0, warm: bool = True) -> dict[str, Any]:
+        tuned_budget: float = 30.0, warm: bool = True, tuned_at_once: int = 1) -> dict[str, Any]:
     extra = {"config": str(Path(config).resolve())} if config else {}
     seeds = seeds or [0]
     report: dict[str, Any] = {"machine": machine_info(), "measure": MEASURE, "convention": CONVENTION,
                               "tunemix_config": config or "default (chosen from the data)", "tunemix_seeds": seeds,
-                              "datasets": {}}
-    if "tunemix" in systems and warm:  # numba's first compilation is not the fit a user meets every time
+                              "tuned_budget_s": tuned_budget, "tuned_trials_at_once": tuned_at_once, "datasets": {}}
+    if any(s in SEEDED for s in systems) and warm:  # numba's first compilation is not the fit a user meets
         report["warm_up"] = warm_up()
-    # tunemix at every seed (the first is the row "tunemix"), the peers once
-    fits = [(s, seed) for s in systems for seed in (seeds if s == "tunemix" else [None])]
+    # the seeded systems at every seed (the first is their row), the peers once
+    fits = [(s, seed) for s in systems for seed in (seeds if s in SEEDED else [None])]
     fits.sort(key=lambda f: f[0] == "lgbm_tuned")  # after tunemix: its search gets tunemix's seconds
+    seeded = [s for s in systems if s in SEEDED]
     for name in datasets:
         folds = splits(name)
         per_system: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
         per_query: dict[str, list[np.ndarray]] = {s: [] for s in systems}
-        seed_rows: dict[int, list[dict[str, Any]]] = {s: [] for s in seeds}
-        seed_pq: dict[int, list[np.ndarray]] = {s: [] for s in seeds}
+        seed_rows: dict[str, dict[int, list[dict[str, Any]]]] = {s: {sd: [] for sd in seeds} for s in seeded}
+        seed_pq: dict[str, dict[int, list[np.ndarray]]] = {s: {sd: [] for sd in seeds} for s in seeded}
         for k, sets in enumerate(folds):
             budget = tuned_budget
             for system, seed in fits:
-                options = {**extra, "random_state": seed} if system == "tunemix" else None
+                options: dict[str, Any] | None = {**extra, "random_state": seed} if system in SEEDED else None
                 if system == "tunemix1":
                     options = {**extra, "random_state": seeds[0]}
+                if system == "tunemix_budget":
+                    options = {**(options or {}), "budget_s": tuned_budget}
                 if system == "lgbm_tuned":
-                    options = {"budget_s": budget, "seed": 0, "n_jobs": 1}
+                    options = {"budget_s": budget, "seed": 0, "n_jobs": 1, "trials_at_once": tuned_at_once}
                 res = run_fit(system, sets, extra=options)
                 row = {k2: v for k2, v in res.items() if k2 != "scores"}
                 row["fold"] = k + 1
                 row["train_docs"] = sets["train"].n_docs
-                headline = seed in (None, seeds[0])  # a peer, or tunemix's first seed
+                headline = seed in (None, seeds[0])  # a peer, or a seeded system's first seed
                 if "scores" in res:
                     row["vali_ndcg"], _ = ndcg(sets["vali"], res["scores"]["vali"])
                     row["test_ndcg"], pq = ndcg(sets["test"], res["scores"]["test"])
                     if seed is not None:
-                        seed_pq[seed].append(pq)
+                        seed_pq[system][seed].append(pq)
                     if headline:
                         per_query[system].append(pq)
                 if system == "tunemix" and seed == seeds[0] and "fit_s" in res:
                     budget = float(res["fit_s"])  # the tuned peer's search seconds on this split
                 if seed is not None:
                     row["seed"] = seed
-                    seed_rows[seed].append(row)
+                    seed_rows[system][seed].append(row)
                 if headline:
                     per_system[system].append(row)
                 label = system if seed is None else f"{system}@{seed}"
@@ -261,14 +277,17 @@ def run(datasets: list[str], systems: list[str], config: str | None, seeds: list
         if "tunemix" in systems and "lgbm_es" in systems and per_query["tunemix"] and per_query["lgbm_es"]:
             summary["tunemix_minus_lgbm_es_per_query"] = per_query_difference(per_query["tunemix"],
                                                                               per_query["lgbm_es"])
-        for peer in ("lgbm_tuned", "lgbm_es1"):
-            if "tunemix" in systems and per_query["tunemix"] and per_query.get(peer):
-                summary[f"tunemix_minus_{peer}_per_query"] = per_query_difference(per_query["tunemix"],
-                                                                                   per_query[peer])
+        for ours in seeded:
+            for peer in ("lgbm_tuned", "lgbm_es1"):
+                if per_query[ours] and per_query.get(peer):
+                    summary[f"{ours}_minus_{peer}_per_query"] = per_query_difference(per_query[ours],
+                                                                                    per_query[peer])
+            if len(seeds) > 1:
+                peers = {p: per_query[p] for p in ("lgbm_es", "lgbm_es1", "lgbm_tuned") if per_query.get(p)}
+                summary[f"{ours}_seeds"] = seed_summary(seed_rows[ours], seed_pq[ours], peers)
         summary["fit_ratios"] = fit_ratios(summary)
-        if "tunemix" in systems and len(seeds) > 1:
-            summary["tunemix_seeds"] = seed_summary(seed_rows, seed_pq, per_query.get("lgbm_es", []))
-        report["datasets"][name] = {"folds": per_system, "tunemix_seed_folds": seed_rows if len(seeds) > 1 else None,
+        report["datasets"][name] = {"folds": per_system,
+                                    "seed_folds": seed_rows if len(seeds) > 1 else None,
                                     "summary": summary}
     return report
 
@@ -293,17 +312,20 @@ def markdown(report: dict[str, Any]) -> str:
                 continue
             cells.append(f"{_plus_minus(r)}; {r['fit_s']:.0f} s; {r['peak_mb']:.0f} MB")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    seeded = [(name, d["summary"]["tunemix_seeds"]) for name, d in report["datasets"].items()
-              if "test_ndcg@10" in d["summary"].get("tunemix_seeds", {})]
-    if seeded:
-        lines += ["", "tunemix over seeds " + ", ".join(str(s) for s in report["tunemix_seeds"])
+    for system in SEEDED:
+        seeded = [(name, d["summary"][f"{system}_seeds"]) for name, d in report["datasets"].items()
+                  if "test_ndcg@10" in d["summary"].get(f"{system}_seeds", {})]
+        if not seeded:
+            continue
+        lines += ["", f"{system} over seeds " + ", ".join(str(s) for s in report["tunemix_seeds"])
                   + " (each fold's mean over the seeds, then the folds' mean ± SE; per-query difference to "
-                  "lgbm_es ± SE):", ""]
+                  "each peer ± SE):", ""]
         for name, r in seeded:
-            d = r.get("minus_lgbm_es_per_query", {})
+            diffs = [(p, r[f"minus_{p}_per_query"]) for p in ("lgbm_es", "lgbm_es1", "lgbm_tuned")
+                     if f"minus_{p}_per_query" in r]
             lines.append(f"- {name}: {_plus_minus(r)} (per seed "
                          + ", ".join(f"{v:.4f}" for v in r["per_seed"]) + ")"
-                         + (f"; {d['mean']:+.4f} ± {d['se']:.4f} over {d['queries']} queries" if d else ""))
+                         + "".join(f"; - {p} {d['mean']:+.4f} ± {d['se']:.4f} ({d['queries']} q)" for p, d in diffs))
     ratios = [(name, d["summary"].get("fit_ratios")) for name, d in report["datasets"].items()]
     if any(r for _, r in ratios):
         lines += ["", "Fit seconds over the folds, tunemix against its peer in the same run:", ""]
@@ -318,7 +340,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", default=None, help="a tunemix TOML to measure instead of the default")
     ap.add_argument("--seeds", default="0,1,2,3,4", help="tunemix's random_state values (the first: row 'tunemix')")
     ap.add_argument("--tuned-budget", type=float, default=30.0,
-                    help="lgbm_tuned's search seconds when tunemix is not run (else tunemix's fit seconds)")
+                    help="tunemix_budget's time budget, and lgbm_tuned's search seconds when tunemix is not run "
+                         "(else tunemix's fit seconds)")
+    ap.add_argument("--tuned-at-once", type=int, default=1,
+                    help="lgbm_tuned's trials at once, each on one thread (2: the peer of tunemix's two threads)")
     ap.add_argument("--no-warm-up", action="store_true",
                     help="skip the warm-up fit (numba's cache already filled, e.g. by the previous run)")
     ap.add_argument("--out", default=str(RESULTS / "defaults.json"))
@@ -326,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     check_data(args.datasets.split(","))
     t0 = time.perf_counter()
     report = run(args.datasets.split(","), args.systems.split(","), args.config,
-                 [int(s) for s in args.seeds.split(",")], args.tuned_budget, not args.no_warm_up)
+                 [int(s) for s in args.seeds.split(",")], args.tuned_budget, not args.no_warm_up,
+                 args.tuned_at_once)
     report["seconds"] = round(time.perf_counter() - t0, 1)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,11 @@ The systems (what a careful user would run on the same train / validation / test
                     size, learning rate, feature and bagging fractions, L2; every trial
                     ``lgbm_es``'s recipe (early-stopped on the validation queries' NDCG@10), the
                     best trial by it; trials start until ``budget_s`` (``extra``) wall seconds
-                    have passed: tunemix's fit seconds on the same split
+                    have passed: tunemix's fit seconds on the same split (``trials_at_once``
+                    in ``extra``: that many trials at once, each on ``n_jobs`` threads)
+``tunemix_budget``  ``TuneMixRanker(n_jobs=2, time_budget_s=B)`` (``budget_s`` in ``extra``): the
+                    default members, then the search of "tune, then mix" until the boosting end
+                    (``training.pipeline.search``)
 ==================  ==============================================================================
 
 Every peer uses every core (LightGBM and XGBoost threads, tunemix's two worker processes).
@@ -42,7 +46,7 @@ import numpy as np
 
 from training.data.dataset import RankingData
 
-SYSTEMS = ("tunemix", "lgbm", "lgbm_es", "xgb", "lgbm_es1", "lgbm_tuned", "tunemix1")
+SYSTEMS = ("tunemix", "lgbm", "lgbm_es", "xgb", "lgbm_es1", "lgbm_tuned", "tunemix1", "tunemix_budget")
 #: environment variables that cap native thread pools, removed from the child's environment
 THREAD_CAPS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
 #: the early-stopped LightGBM peer: at most this many trees at learning rate 0.05, patience 100
@@ -160,10 +164,13 @@ def _fit_and_score(system: str, sets: dict[str, tuple[np.ndarray, np.ndarray, np
     g, gv = np.diff(o), np.diff(ov)
     info: dict[str, Any] = {}
     t0 = time.perf_counter()
-    if system in ("tunemix", "tunemix1"):
+    if system in ("tunemix", "tunemix1", "tunemix_budget"):
         import tunemix
 
-        ranker = tunemix.TuneMixRanker(n_jobs=1 if system == "tunemix1" else 2, progress=False, **extra)
+        options = dict(extra)
+        if system == "tunemix_budget":
+            options["time_budget_s"] = float(options.pop("budget_s"))
+        ranker = tunemix.TuneMixRanker(n_jobs=1 if system == "tunemix1" else 2, progress=False, **options)
         ranker.fit(x, y, group=g, eval_set=[(xv, yv)], eval_group=[gv])
         fit_s = time.perf_counter() - t0
 
@@ -181,9 +188,15 @@ def _fit_and_score(system: str, sets: dict[str, tuple[np.ndarray, np.ndarray, np
         info["mixer"] = {k: rec["mixer"].get(k) for k in ("c", "omega_min", "rescale", "choice")}
         info["time_budget"] = {**rec.get("time_budget", {}),
                                "relevance_head": rec["relevance_head"].get("time_budget")}
+        search = rec.get("search") or {}
+        info["search"] = {k: search.get(k) for k in ("enabled", "summary", "weight_share", "seconds_per_iteration",
+                                                     "left_at_start_s", "ended")}
+        info["search"]["runs"] = [{k: r.get(k) for k in ("config", "iterations", "n_iterations_cap", "stop_reason",
+                                                         "expected_s", "fit_seconds", "weight_share")}
+                                  for r in search.get("runs", [])]
     elif system == "lgbm_tuned":
         model, info = tuned_lgbm(sets, float(extra["budget_s"]), int(extra.get("seed", 0)),
-                                 int(extra.get("n_jobs", 1)))
+                                 int(extra.get("n_jobs", 1)), at_once=int(extra.get("trials_at_once", 1)))
         fit_s = time.perf_counter() - t0
 
         def predict(name: str) -> np.ndarray:
@@ -221,14 +234,17 @@ def _fit_and_score(system: str, sets: dict[str, tuple[np.ndarray, np.ndarray, np
 
 
 def tuned_lgbm(sets: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], budget_s: float, seed: int,
-               n_jobs: int, clock: Callable[[], float] = time.perf_counter) -> tuple[Any, dict[str, Any]]:
+               n_jobs: int, clock: Callable[[], float] = time.perf_counter, at_once: int = 1
+               ) -> tuple[Any, dict[str, Any]]:
     """LightGBM's ranker tuned by Optuna's TPE (seeded): trials of ``lgbm_es``'s recipe (at most
     ``ES_TREES`` trees, patience ``ES_PATIENCE`` on the validation queries' NDCG@10) with num_leaves
     7-255 (log), min_child_samples 5-200 (log), learning_rate 0.01-0.3 (log), colsample_bytree
     0.5-1, subsample 0.5-1 (every iteration), reg_lambda 1e-3-10 (log); a trial starts while less
     than ``budget_s`` seconds have passed (the last one may run past: the seconds reported are
     the whole search's; ``clock``: what is read for them). The model of the best trial by
-    validation NDCG@10 and the search's record."""
+    validation NDCG@10 and the search's record. ``at_once`` > 1: that many trials at once
+    (Optuna's ``n_jobs``, threads; LightGBM releases the GIL), each LightGBM on ``n_jobs``
+    threads: the peer of a tunemix fit that trains two runs at once on two threads."""
     import lightgbm as lgb
     import optuna
 
@@ -238,6 +254,7 @@ def tuned_lgbm(sets: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], budge
     g, gv = np.diff(o), np.diff(ov)
     t0 = clock()
     best: dict[str, Any] = {}
+    lock = threading.Lock()
 
     def objective(trial: Any) -> float:
         params = {"num_leaves": trial.suggest_int("num_leaves", 7, 255, log=True),
@@ -250,16 +267,17 @@ def tuned_lgbm(sets: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], budge
         model.fit(x, y, group=g, eval_set=[(xv, yv)], eval_group=[gv], eval_at=[10],
                   callbacks=[lgb.early_stopping(ES_PATIENCE, verbose=False)])
         score = float(model.best_score_["valid_0"]["ndcg@10"])
-        if not best or score > best["score"]:
-            best.update(score=score, model=model, params=params, trial=trial.number)
+        with lock:
+            if not best or score > best["score"]:
+                best.update(score=score, model=model, params=params, trial=trial.number)
         return score
 
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed))
     while not best or clock() - t0 < budget_s:
-        study.optimize(objective, n_trials=1)
+        study.optimize(objective, n_trials=at_once, n_jobs=at_once)
     info = {"trials": len(study.trials), "values": [t.value for t in study.trials], "best_trial": best["trial"],
             "best_vali_ndcg@10": round(best["score"], 4),
-            "best_params": best["params"], "budget_s": budget_s}
+            "best_params": best["params"], "budget_s": budget_s, "trials_at_once": at_once}
     return best["model"], info
 
 

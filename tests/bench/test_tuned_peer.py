@@ -39,3 +39,13 @@ def test_the_kept_trial_is_the_best_on_validation() -> None:
     values = info["values"]
     assert info["trials"] == len(values) == 4 and len(set(values)) > 1  # the trials differ
     assert info["best_trial"] == int(np.argmax(values)) and info["best_vali_ndcg@10"] == round(max(values), 4)
+
+
+def test_two_trials_at_once() -> None:
+    from bench.fitproc import tuned_lgbm
+
+    # no time at all: the first two trials run together (the peer of tunemix's two threads)
+    model, info = tuned_lgbm(_sets(2), budget_s=0.0, seed=0, n_jobs=1, at_once=2)
+    assert info["trials"] == 2 and info["trials_at_once"] == 2
+    assert info["best_trial"] == int(np.argmax(info["values"]))
+    assert model.get_params()["num_leaves"] == info["best_params"]["num_leaves"]

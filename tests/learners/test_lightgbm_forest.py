@@ -190,6 +190,28 @@ def test_lambdamart_stopped_early_equals_lightgbm_at_its_best_iteration() -> Non
     np.testing.assert_array_equal(again.to_forest().leaf_values, forest.leaf_values)
 
 
+
+def test_lambdamart_l2_is_lightgbm_lambda_l2() -> None:
+    """``lambda_l2`` (the search's L2 axis) is LightGBM's: the converted forest equals a booster
+    trained with it; it shrinks the leaf values; a negative one is refused."""
+    import lightgbm as lgb
+
+    from training.learners.lambdamart import LambdaMART
+
+    X, y = _data(9, n=600, levels=3)
+    off = np.arange(0, 601, 20)
+    plain = LambdaMART(n_leaves=6, n_iterations=5, min_data_in_leaf=5).fit(X, y, off)
+    l2 = LambdaMART(n_leaves=6, n_iterations=5, min_data_in_leaf=5, lambda_l2=50.0).fit(X, y, off)
+    params = {"objective": "lambdarank", "num_leaves": 6, "learning_rate": 0.1, "min_data_in_leaf": 5,
+              "lambda_l2": 50.0, "deterministic": True, "force_row_wise": True, "verbose": -1, "seed": 0,
+              "num_threads": 1, "zero_as_missing": False}
+    booster = lgb.train(params, lgb.Dataset(X.astype(np.float32), y, group=np.diff(off)), num_boost_round=5)
+    np.testing.assert_allclose(score_forest(l2.to_forest(), X)[:, 0, 0], booster.predict(X.astype(np.float32)),
+                               atol=1e-9, rtol=0)
+    assert np.abs(l2.to_forest().leaf_values).max() < np.abs(plain.to_forest().leaf_values).max()
+    with pytest.raises(ValueError, match="lambda_l2"):
+        LambdaMART(lambda_l2=-1.0).fit(X, y, off)
+
 @pytest.mark.shared_data
 @pytest.mark.slow
 @pytest.mark.parametrize("leaves", [4, 16, 64])

@@ -170,6 +170,7 @@ compare = ["uniform"]
 backend = "sequential"
 report_plots = false
 time_budget_s = 10.0
+search = false  # the stages after boosting; the search's own test: tests/pipeline/test_search.py
 [relevance]
 n_leaves = [4, 7]
 min_data_in_leaf = [5]

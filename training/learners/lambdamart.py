@@ -30,7 +30,7 @@ class LambdaMART:
     def __init__(self, *, n_leaves: int = 16, learning_rate: float = 0.1, n_iterations: int = 100,
                  checkpoints: list[int] | None = None, min_data_in_leaf: int = 20, n_bins: int = 255,
                  seed: int = 0, n_threads: int = 1, time_budget_s: float | None = None,
-                 feature_fraction: float = 1.0, bagging_fraction: float = 1.0) -> None:
+                 feature_fraction: float = 1.0, bagging_fraction: float = 1.0, lambda_l2: float = 0.0) -> None:
         self.n_leaves = n_leaves
         self.learning_rate = learning_rate
         self.n_iterations = n_iterations
@@ -42,6 +42,7 @@ class LambdaMART:
         self.time_budget_s = time_budget_s
         self.feature_fraction = feature_fraction
         self.bagging_fraction = bagging_fraction
+        self.lambda_l2 = lambda_l2
 
     def fit(self, features: npt.ArrayLike, labels: npt.ArrayLike, query_offsets: npt.ArrayLike, *,
             on_iteration: Callable[[int], None] | None = None,
@@ -60,6 +61,10 @@ class LambdaMART:
         lab = np.asarray(labels, dtype=np.int64)
         sizes = np.diff(np.asarray(query_offsets, dtype=np.int64))
         extra = sampling_params(self.feature_fraction, self.bagging_fraction)
+        if self.lambda_l2 < 0:
+            raise ValueError(f"lambda_l2 must be >= 0, got {self.lambda_l2}")
+        if self.lambda_l2 > 0:  # L2 on the leaf values (LightGBM's lambda_l2); 0: LightGBM's default
+            extra["lambda_l2"] = float(self.lambda_l2)
         params = lightgbm_params(objective="lambdarank", n_leaves=self.n_leaves, learning_rate=self.learning_rate,
                                  min_data_in_leaf=self.min_data_in_leaf, n_bins=self.n_bins, seed=self.seed,
                                  n_threads=self.n_threads, **extra)

@@ -59,6 +59,8 @@ def _add_overrides(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-jobs", type=int, help="parallel jobs")
     p.add_argument("--time-budget", type=float, help="seconds; boosting runs stop early to fit in it")
     p.add_argument("--seed", type=int, help="random seed")
+    p.add_argument("--no-search", action="store_true",
+                   help="under a time budget, no search of extra LambdaMART runs ([run] search = false)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -67,6 +69,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "data.train": args.train, "data.vali": args.vali, "data.test": args.test, "name": args.name,
         "run.models_dir": args.models_dir, "run.backend": args.backend, "run.scheduler": args.scheduler,
         "run.n_jobs": args.n_jobs, "run.time_budget_s": args.time_budget, "seed": args.seed,
+        "run.search": False if args.no_search else None,
     }
     return over
 

@@ -195,6 +195,9 @@ class RunConfig:
     n_jobs: int = 2
     scheduler: str | None = None
     time_budget_s: float | None = None
+    # under a time budget, the default members' boosting time left goes to a search of
+    # LambdaMART runs, all kept as members (training.pipeline.search); false: no search
+    search: bool = True
     models_dir: str = "models"
     calibration_fraction: float = 0.2
     report_plots: bool = True

@@ -17,7 +17,8 @@ trees in the one wide :class:`~training.scoring.forest.FlatForest`.
   McRank's expected relevance (``er:<link>:linear`` and ``er:<link>:gain``, T(k) = k and
   2^k - 1) and the configured pool; an ordinal member's pool calibrators see its class
   probabilities (``ordinal+<spec>``). ``shift`` uses R = max |f| on the calibration part.
-- ``[[members.lambdamart]]``: the same keys without ``variant``; one real score f. Its raw vector
+- ``[[members.lambdamart]]``: the same keys without ``variant``, and ``lambda_l2`` (L2 on the leaf
+  values; 0, LightGBM's default, when absent); one real score f. Its raw vector
   is (f, 0, ..., 0), padded with zero columns to the number of labels, so that it goes through
   the regression calibrators of the pool (``rbc:*``: gains regressed on f; the zero columns are
   constant and drop out) as well as used as it is (``identity``, column 0; the forecaster's
@@ -131,7 +132,7 @@ class LambdaMARTMember(MemberType):
     """``[[members.lambdamart]]`` (module docstring)."""
 
     name: ClassVar[str] = "lambdamart"
-    keys: ClassVar[frozenset[str]] = BOOSTING_KEYS
+    keys: ClassVar[frozenset[str]] = BOOSTING_KEYS | {"lambda_l2"}
     default_iterations: ClassVar[int] = 100
     reads_codes: ClassVar[bool] = True
 
@@ -139,7 +140,10 @@ class LambdaMARTMember(MemberType):
         return ["original"]
 
     def learner_tag(self, params: dict[str, Any]) -> str:
-        return f"lambdamart{params.get('n_leaves', 16)}-lr{params.get('learning_rate', 0.1):g}"
+        # a run that sets its seed (the search's, training.pipeline.search) says it: two sampled
+        # runs may share leaves and rate, never the seed
+        seed = f"-s{params['seed']}" if "seed" in params else ""
+        return f"lambdamart{params.get('n_leaves', 16)}-lr{params.get('learning_rate', 0.1):g}{seed}"
 
     def fit(self, spec: RunSpec, features: np.ndarray, labels: np.ndarray, query_offsets: np.ndarray,
             n_labels: int, seed: int, time_budget_s: float | None, progress_queue: Any = None,

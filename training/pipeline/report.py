@@ -28,6 +28,7 @@ from training.pipeline.report_remarks import (
     train_error_cell,
     without_float32_noise,
 )
+from training.pipeline.search import search_lines
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,7 @@ def render_markdown(record: dict[str, Any]) -> str:
             label = row["rescale"] + ("" if row.get("snapshot_T") is None else f", T = {row['snapshot_T']}")
             lines.append(f"| {label} | {_fmt(row.get(f'val_{m}'))} | {_fmt(row.get(f'test_{m}'))} |")
         lines.append("")
+    lines += search_lines(record.get("search"))
     lines += relevance_lines(record)
     lines += quote_lines(record)
     for split, by_model in record["evaluation"].items():

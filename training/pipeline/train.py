@@ -62,6 +62,7 @@ from training.pipeline.mixing import (
 from training.pipeline.parallel import iteration_bar, parallel_backend, run_parallel
 from training.pipeline.prepared import Prepared
 from training.pipeline.relevance_stage import fit_head, reusable_head_models
+from training.pipeline.search import add_weight_shares, search
 from training.scoring.ensemble_model import EXTRA_VIEWS, EnsembleModel, Member, RunInfo, prune, remap_forest
 from training.scoring.forest import FlatForest, concatenate
 
@@ -281,6 +282,20 @@ def fit_runs(cfg: TrainConfig, prep: Prepared, specs: list[RunSpec], n_jobs: int
         )
 
 
+def search_runs(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], auto: bool, n_jobs: int,
+                deadline: FitBudget) -> tuple[list[RunResult], dict[str, Any]]:
+    """The runs, and those of the search that spends the boosting time left after them
+    (``training.pipeline.search``: default members under a time budget only), and its record."""
+
+    def fit_one(spec: RunSpec) -> RunResult:
+        return run_within(deadline, spec, *run_inputs(prep, spec), prep.n_labels, cfg.seed, None)
+
+    rule = auto and bool(small_validation(data_shape(prep.sets))["applied"])
+    out = search(runs, fit_one, deadline, seed=cfg.seed, rule=rule, workers=n_jobs, enabled=cfg.run.search,
+                 why_not=None if auto else "members configured: the search adds to the default members only")
+    return [*runs, *out.runs], out.record
+
+
 def calibrate_within(deadline: FitBudget, last: bool, *args: Any) -> CalibrationResult | None:
     """``calibrate_snapshot(*args)``, or None (skipped) for a snapshot that is not its run's last
     once the ``deadline``'s calibration end has passed (a task of its own)."""
@@ -447,6 +462,8 @@ def _train(cfg: TrainConfig, clock: _Clock, progress: bool, sets: dict[str, Rank
     with parallel_backend(cfg.run.backend, cfg.run.n_jobs, cfg.run.scheduler) as n_jobs:
         with clock("boosting_s"):
             runs = fit_runs(cfg, prep, specs, n_jobs, progress, deadline)
+        with clock("search_s"):
+            runs, searched = search_runs(cfg, prep, runs, auto, n_jobs, deadline)
         with clock("calibration_s"):
             cals = calibrate_runs(cfg, prep, runs, n_jobs, progress, deadline=deadline)
     with clock("member_scoring_s"):
@@ -488,6 +505,8 @@ def _train(cfg: TrainConfig, clock: _Clock, progress: bool, sets: dict[str, Rank
     numba_compile = clock.compile_record()
     record = build_record(cfg, prep, runs, members, failures, model, full_size, mixing, evaluation, clock.timings)
     record["relevance_head"] = relevance
+    record["search"] = searched
+    add_weight_shares(searched, [m.run for m in members], record["mixer"].get("weights"))
     record["time_budget"] = {**deadline.record(), "elapsed_s": round(deadline.elapsed(), 3), "skipped": skipped,
                              "runs_stopped": [r.spec.tag for r in runs if r.stop_reason == "time_budget"],
                              "snapshots_calibrated": len(cals), "mixing_candidates": len(mixing.rescaling)}
