@@ -169,17 +169,27 @@ class MetricsMiddleware:
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
-        status = 500
-
-        async def send_wrapper(message: Any) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
-
+        sender = StatusRecorder(send)
         try:
-            await self.app(scope, receive, send_wrapper)
+            await self.app(scope, receive, sender)
         finally:
             route = scope.get("route")
             endpoint = getattr(route, "path", None) or "unmatched"
-            self.metrics.observe_request(endpoint, scope.get("method", ""), status, time.perf_counter() - start)
+            self.metrics.observe_request(endpoint, scope.get("method", ""), sender.status,
+                                         time.perf_counter() - start)
+
+
+class StatusRecorder:
+    """An ASGI ``send`` that passes every message on and keeps the response's status (500 until
+    ``http.response.start`` is sent: a request that fails before answering counts as a 500)."""
+
+    __slots__ = ("send", "status")
+
+    def __init__(self, send: Any) -> None:
+        self.send = send
+        self.status = 500
+
+    async def __call__(self, message: Any) -> None:
+        if message["type"] == "http.response.start":
+            self.status = int(message["status"])
+        await self.send(message)

@@ -34,7 +34,7 @@ from typing import Any
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
-from app.observability import Metrics
+from app.observability import Metrics, StatusRecorder
 
 #: the path and method taken past the routing
 PATH, METHOD = "/rank", "POST"
@@ -55,14 +55,7 @@ class RankShortcut:
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
-        status = 500
-
-        async def sender(message: Any) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
-
+        sender = StatusRecorder(send)
         route = self.route
         scope["app"] = self.fastapi_app
         scope["route"] = route
@@ -80,7 +73,7 @@ class RankShortcut:
                 exc.__traceback__ = None  # as Starlette: a reused exception keeps no traceback
             await response(scope, receive, sender)
         finally:
-            self.metrics.observe_request(PATH, METHOD, status, time.perf_counter() - start)
+            self.metrics.observe_request(PATH, METHOD, sender.status, time.perf_counter() - start)
 
     def handler(self, exc: Exception) -> Any:
         """The application's handler of ``exc`` as ``ExceptionMiddleware`` finds it, or None
