@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
@@ -68,21 +70,35 @@ def on_threads(fn: Callable[[int], object], parts: int) -> None:
         raise first
 
 
-@contextlib.contextmanager
-def one_blas_thread() -> Iterator[None]:
-    """BLAS (numpy's and scipy's OpenBLAS) held to one thread while the block runs, then as before.
+#: threadpoolctl's controllers of the loaded BLAS libraries, one made per state of scipy's linear
+#: algebra (loaded or not: it brings its own OpenBLAS); making one scans every loaded library (about
+#: 14 ms), reading or limiting its threads afterwards costs microseconds
+_blas_controllers: dict[bool, Any] = {}
+
+
+def one_blas_thread(*, load_scipy: bool = True) -> contextlib.AbstractContextManager[Any]:
+    """A context holding BLAS (numpy's and scipy's OpenBLAS) at one thread while the block runs,
+    then as before; nothing to do where every library is at one thread already, as in the service
+    (``training.scoring.runtime``: a check of 4 us, not a limit of 100 us).
 
     A fit calls BLAS only for small problems (L-BFGS-B's steps in the calibrators and the relevance
     head's recalibration, least squares on a few columns, the views' small eigendecompositions);
     its parallelism is the runs and the kernels' threads. An OpenBLAS pool of two threads made
     each L-BFGS-B iteration of a 6-parameter problem take 5.1 ms instead of 0.18 ms on the shared
     2-core machine (load average 5: its threads wake and wait for each call), which was most of
-    the calibration stage on MQ2008 (``python -m bench.defaults``; docs/method.md). scipy is
-    imported first when installed, so that its own OpenBLAS is loaded and capped too (threadpoolctl
-    caps only the libraries loaded when the block starts)."""
-    from threadpoolctl import threadpool_limits
+    the calibration stage on MQ2008 (``python -m bench.defaults``; docs/method.md). With
+    ``load_scipy`` (a fit) scipy is imported first when installed, so that its own OpenBLAS is
+    loaded and capped too (only the libraries loaded when the controller is made are capped); an
+    explanation, which needs no scipy, passes False."""
+    if load_scipy:
+        with contextlib.suppress(ImportError):
+            import scipy.optimize  # noqa: F401 - loads scipy's OpenBLAS before the cap
+    key = "scipy.linalg" in sys.modules
+    controller = _blas_controllers.get(key)
+    if controller is None:
+        from threadpoolctl import ThreadpoolController
 
-    with contextlib.suppress(ImportError):
-        import scipy.optimize  # noqa: F401 - loads scipy's OpenBLAS before the cap
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
+        controller = _blas_controllers[key] = ThreadpoolController().select(user_api="blas")
+    if all(lib.num_threads == 1 for lib in controller.lib_controllers):
+        return contextlib.nullcontext()
+    return controller.limit(limits=1)

@@ -26,14 +26,12 @@ A model whose mixer is not linear in the member scores (rank fusion) is explaine
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from threadpoolctl import ThreadpoolController
 
 from training.artifact.store import ArtifactError
 from training.data.dataset import validate_offsets
@@ -41,6 +39,7 @@ from training.deadline import check_deadline
 from training.scoring import exact_explanation, whole_model_shapley
 from training.scoring.ensemble_model import EnsembleModel, ScoringPass
 from training.scoring.whole_model_shapley import DEFAULT_BUDGET, EXACT_MAX_FEATURES
+from training.threads import one_blas_thread
 
 __all__ = ["DEFAULT_BUDGET", "EXACT_MAX_FEATURES", "METHODS", "REFERENCES", "REST_OF_LIST", "Explanation",
            "PairExplanation", "default_feature_names", "explain_pair", "explain_rows", "manifest_feature_names",
@@ -50,20 +49,6 @@ REFERENCES = ("median", "mean")
 METHODS = ("exact", "shapley")
 #: what a report calls the part of a score the list sets (the baseline; a pair's baseline difference)
 REST_OF_LIST = "the rest of the list"
-
-_blas: list[ThreadpoolController] = []
-
-
-def _one_blas_thread() -> Any:
-    """A context holding the BLAS libraries at one thread (the controller, which scans the loaded
-    libraries, is made once: 14 ms a call otherwise); nothing to do where they are at one thread
-    already, as in the service (``training.scoring.runtime``: a check of 4 us, not a limit of 100 us)."""
-    if not _blas:
-        _blas.append(ThreadpoolController().select(user_api="blas"))
-    if all(lib.num_threads == 1 for lib in _blas[0].lib_controllers):
-        return contextlib.nullcontext()
-    return _blas[0].limit(limits=1)
-
 
 def default_feature_names(d: int) -> list[str]:
     """``f1 .. fd``: the names of LETOR columns (feature 1 is the first column)."""
@@ -201,7 +186,7 @@ def explain_rows(model: EnsembleModel, features: npt.ArrayLike, query_offsets: n
     used = method
     # the small linear algebra (a whitened view's d x d eigendecompositions, the linear members'
     # products): one BLAS thread, as scoring uses (several cost 50 times more on a busy machine)
-    with _one_blas_thread():
+    with one_blas_thread(load_scipy=False):
         for q in np.unique(query):
             check_deadline(f"explanations, before query {int(q)}")  # the service's deadline, if any
             lo, hi = int(off[q]), int(off[q + 1])
