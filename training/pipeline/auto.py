@@ -185,8 +185,10 @@ def adaboost_iterations(shape: DataShape, time_budget_s: float | None) -> int:
     return iterations if iterations >= 20 else 0
 
 
-def auto_members(shape: DataShape, time_budget_s: float | None) -> tuple[dict[str, Any], list[str]]:
-    """The ``[members]`` table of the default, and the reasons (one line each) for the record."""
+def auto_members(shape: DataShape, time_budget_s: float | None, fixed_s: float = 0.0
+                 ) -> tuple[dict[str, Any], list[str]]:
+    """The ``[members]`` table of the default, and the reasons (one line each) for the record
+    (``fixed_s``: as :func:`apply_auto`)."""
     reasons = [f"training data: {shape.n_docs} documents, {shape.n_features} features, {shape.n_labels} levels, "
                f"{shape.n_queries} queries ({shape.vali_queries} validation queries)"]
     # patience: on small data the validation curve is noisy and a run is cheap; on large data the
@@ -234,7 +236,7 @@ def auto_members(shape: DataShape, time_budget_s: float | None) -> tuple[dict[st
                    f"(patience {ranking_patience}, McRank {patience}), min_data_in_leaf {min_leaf}, "
                    f"bagging {bagging:g}")
     views = affordable_views(time_budget_s, shape.n_docs, [(v, view_width(shape.n_features, v))
-                                                            for v in members["views"]])
+                                                            for v in members["views"]], fixed_s)
     if views != members["views"]:  # the budget cannot pay for every view: runs of the others go
         dropped = [v for v in members["views"] if v not in views]
         members["views"] = views
@@ -280,14 +282,15 @@ def auto_relevance(shape: DataShape) -> dict[str, Any]:
     return {"n_leaves": [], "min_data_in_leaf": []}
 
 
-def apply_auto(cfg: Any, shape: DataShape) -> tuple[Any, list[str]]:
+def apply_auto(cfg: Any, shape: DataShape, fixed_s: float = 0.0) -> tuple[Any, list[str]]:
     """``cfg`` with the default members (and, on large data, a smaller relevance grid), and the
     reasons. Settings the user gave in ``[members]`` (views, label groupings, calibrators other
-    than the defaults) are kept."""
+    than the defaults) are kept. ``fixed_s``: seconds of the views' share of a time budget spent
+    before any view (``training.pipeline.budget.fixed_seconds``)."""
     from training.calibration.registry import DEFAULT_CALIBRATORS
     from training.pipeline.config import MembersConfig
 
-    table, reasons = auto_members(shape, cfg.run.time_budget_s)
+    table, reasons = auto_members(shape, cfg.run.time_budget_s, fixed_s)
     given = cfg.members
     defaults = MembersConfig()
     members = dataclasses.replace(

@@ -38,6 +38,7 @@ from training.learners.label_groups import get_grouping, groupings_for
 from training.learners.lightgbm_data import sharing_datasets
 from training.pipeline.auto import DataShape, apply_auto, small_validation
 from training.pipeline.budget import FitBudget, clock_for
+from training.pipeline.budget_sample import budget_sample, lightgbm_import_s
 from training.pipeline.config import TrainConfig, missing_data_message, resolve_feature_names
 from training.pipeline.importance import explanation_summary
 from training.pipeline.member_types import (
@@ -256,6 +257,22 @@ def run_within(deadline: FitBudget, spec: RunSpec, *args: Any) -> RunResult:
                    deadline.run_seconds("boosting"), queue)
 
 
+def import_lightgbm_first(specs: list[RunSpec], backend: str, at_once: int, deadline: FitBudget) -> bool:
+    """Whether LightGBM is imported before the runs start (else by the first LightGBM run's
+    thread, the others of this process waiting on Python's import lock). Before, always, when
+    some run needs it. Not when runs go at once on threads of this process, one of them does not
+    train with LightGBM (AdaBoost.MH, whose numba kernels release the GIL) and the fit has no time
+    budget: the import (1.6-2 s, mostly scikit-learn and SciPy, which LightGBM's Python package
+    loads) then runs on one core while AdaBoost.MH trains on the other. Under a budget it stays
+    first: a run's seconds are counted from its start, so an import inside a run would be counted
+    against it."""
+    needs = [s.type in LIGHTGBM_TYPES for s in specs]
+    if not any(needs):
+        return False
+    overlap = backend == "threads" and at_once > 1 and not all(needs) and not deadline.limited
+    return not overlap
+
+
 def fit_runs(cfg: TrainConfig, prep: Prepared, specs: list[RunSpec], n_jobs: int, progress: bool,
              deadline: FitBudget | None = None) -> list[RunResult]:
     """Every run on the fit part, in parallel (one job per run). On the threads backend up to
@@ -264,13 +281,13 @@ def fit_runs(cfg: TrainConfig, prep: Prepared, specs: list[RunSpec], n_jobs: int
     run stops at the ``deadline``'s boosting end (``training.pipeline.budget``). The LightGBM runs
     of one view share its Datasets (``training.learners.lightgbm_data.sharing_datasets``)."""
     deadline = deadline or FitBudget.begin(None)
-    if any(s.type in LIGHTGBM_TYPES for s in specs):
-        # once, before the runs: its import (sklearn, scipy: seconds on a busy machine) would
-        # otherwise happen in every run's thread at once, after its seconds were counted
-        import lightgbm  # noqa: F401
     at_once = n_jobs
     if cfg.run.backend == "threads" and n_jobs > 1:  # n_jobs = 1: one run at a time, on one core
         at_once = max(n_jobs, min(len(specs), THREAD_RUNS_PER_JOB * n_jobs))
+    if import_lightgbm_first(specs, cfg.run.backend, at_once, deadline):
+        # once, before the runs: its import (sklearn, scipy: seconds on a busy machine) would
+        # otherwise happen in every run's thread at once, after its seconds were counted
+        import lightgbm  # noqa: F401
     total_iterations = sum(get_member_type(s.type).iterations(s.params) for s in specs)
     with sharing_datasets(cfg.seed), iteration_bar(total_iterations, progress and total_iterations > 0
                        and cfg.run.backend in ("loky", "threads", "sequential"),
@@ -447,9 +464,15 @@ def _train(cfg: TrainConfig, clock: _Clock, progress: bool, sets: dict[str, Rank
         with clock("read_and_split_s"):
             if sets is None:
                 sets, records = load_data(cfg)
+    subsample: dict[str, Any] | None = None
+    if deadline.limited:  # cost known before work: train on the queries the budget can pay for
+        if sets is None:
+            with clock("read_and_split_s"):
+                sets, records = load_data(cfg)
+        sets, subsample = budget_sample(cfg, sets, deadline, auto)
     if auto:
         assert sets is not None
-        cfg, auto_reasons = apply_auto(cfg, data_shape(sets))
+        cfg, auto_reasons = apply_auto(cfg, data_shape(sets), lightgbm_import_s(cfg, auto))
     if "all" in cfg.members.label_groupings:
         assert sets is not None
         n_labels = label_count(sets["train"])
@@ -508,6 +531,9 @@ def _train(cfg: TrainConfig, clock: _Clock, progress: bool, sets: dict[str, Rank
     record["search"] = searched
     add_weight_shares(searched, [m.run for m in members], record["mixer"].get("weights"))
     record["time_budget"] = {**deadline.record(), "elapsed_s": round(deadline.elapsed(), 3), "skipped": skipped,
+                             "before_train_s": (round(clock.start - deadline.start, 3)
+                                                if deadline.clock is time.perf_counter else None),
+                             "subsample": subsample,
                              "runs_stopped": [r.spec.tag for r in runs if r.stop_reason == "time_budget"],
                              "snapshots_calibrated": len(cals), "mixing_candidates": len(mixing.rescaling)}
     record["auto_members"] = auto_reasons or None
