@@ -257,22 +257,6 @@ def run_within(deadline: FitBudget, spec: RunSpec, *args: Any) -> RunResult:
                    deadline.run_seconds("boosting"), queue)
 
 
-def import_lightgbm_first(specs: list[RunSpec], backend: str, at_once: int, deadline: FitBudget) -> bool:
-    """Whether LightGBM is imported before the runs start (else by the first LightGBM run's
-    thread, the others of this process waiting on Python's import lock). Before, always, when
-    some run needs it. Not when runs go at once on threads of this process, one of them does not
-    train with LightGBM (AdaBoost.MH, whose numba kernels release the GIL) and the fit has no time
-    budget: the import (1.6-2 s, mostly scikit-learn and SciPy, which LightGBM's Python package
-    loads) then runs on one core while AdaBoost.MH trains on the other. Under a budget it stays
-    first: a run's seconds are counted from its start, so an import inside a run would be counted
-    against it."""
-    needs = [s.type in LIGHTGBM_TYPES for s in specs]
-    if not any(needs):
-        return False
-    overlap = backend == "threads" and at_once > 1 and not all(needs) and not deadline.limited
-    return not overlap
-
-
 def fit_runs(cfg: TrainConfig, prep: Prepared, specs: list[RunSpec], n_jobs: int, progress: bool,
              deadline: FitBudget | None = None) -> list[RunResult]:
     """Every run on the fit part, in parallel (one job per run). On the threads backend up to
@@ -281,13 +265,15 @@ def fit_runs(cfg: TrainConfig, prep: Prepared, specs: list[RunSpec], n_jobs: int
     run stops at the ``deadline``'s boosting end (``training.pipeline.budget``). The LightGBM runs
     of one view share its Datasets (``training.learners.lightgbm_data.sharing_datasets``)."""
     deadline = deadline or FitBudget.begin(None)
+    if any(s.type in LIGHTGBM_TYPES for s in specs):
+        # once, before the runs: its import (sklearn, scipy: seconds on a busy machine) would
+        # otherwise happen in every run's thread at once, after its seconds were counted. Tried and
+        # not kept: importing it inside the first LightGBM run while AdaBoost.MH trains on the
+        # other core (bench/results/ab_cost39g_overlap_mq2008.json: no faster on a shared machine)
+        import lightgbm  # noqa: F401
     at_once = n_jobs
     if cfg.run.backend == "threads" and n_jobs > 1:  # n_jobs = 1: one run at a time, on one core
         at_once = max(n_jobs, min(len(specs), THREAD_RUNS_PER_JOB * n_jobs))
-    if import_lightgbm_first(specs, cfg.run.backend, at_once, deadline):
-        # once, before the runs: its import (sklearn, scipy: seconds on a busy machine) would
-        # otherwise happen in every run's thread at once, after its seconds were counted
-        import lightgbm  # noqa: F401
     total_iterations = sum(get_member_type(s.type).iterations(s.params) for s in specs)
     with sharing_datasets(cfg.seed), iteration_bar(total_iterations, progress and total_iterations > 0
                        and cfg.run.backend in ("loky", "threads", "sequential"),
