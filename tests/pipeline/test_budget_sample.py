@@ -136,3 +136,8 @@ def test_a_budgeted_fit_trains_on_the_sample_and_says_so(monkeypatch: pytest.Mon
     assert half["split"]["fit_queries"] + half["split"]["calibration_queries"] == 60
     assert whole["split"]["fit_queries"] + whole["split"]["calibration_queries"] == 120
     assert half["evaluation"]["test"]["ensemble"]["yahoo"]["ndcg@10"] is not None
+    # the report says it under "Data"; a fit on every query says nothing of it
+    from training.pipeline.report import render_markdown
+
+    assert "trained on 60 of 120 training queries" in render_markdown(half)
+    assert "training queries (" not in render_markdown(whole)
