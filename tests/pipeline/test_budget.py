@@ -225,3 +225,48 @@ def test_every_stage_obeys_its_end(monkeypatch: pytest.MonkeyPatch) -> None:
 
     text = render_report(late, plots=False)["report.md"].decode()
     assert "under the `yahoo` convention" in text
+
+
+def test_the_recalibration_starts_a_fit_only_while_one_fits() -> None:
+    """Asked before each fit: True once the time left to the head's end is no more than the last
+    fit took (before the first fit, once the end is passed)."""
+    from training.pipeline.relevance_stage import recalibration_stop
+
+    clock = FakeClock(0.0)
+    stop = recalibration_stop(FitBudget.begin(10.0, clock))  # the head's end: 9.7 s
+    assert stop is not None and stop() is False  # before the first fit, 9.7 s left
+    clock.now = 3.0
+    assert stop() is False  # the first fit took 3 s, 6.7 s left
+    clock.now = 6.5
+    assert stop() is True  # the second took 3.5 s, 3.2 s left: a third would end past the end
+    assert recalibration_stop(FitBudget.begin(None, clock)) is None
+    late = recalibration_stop(FitBudget.begin(10.0, clock))
+    clock.now = 6.5 + 9.7
+    assert late is not None and late() is True  # past the end before any fit
+
+
+def test_the_head_stops_its_recalibration_at_its_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a fit: each L-BFGS fit of the recalibration takes 4 (fake) seconds and the stage starts
+    5 s before the head's end, so one fold is fitted and the cross-validation stops there."""
+    from training.calibration import relevance_fit
+
+    cfg = load_config(None, {}, tables=copy.deepcopy(CONFIG))
+    clock = FakeClock(0.0)
+    budget = 1e6
+    deadline = FitBudget.begin(budget, clock)
+    fit_runs, fit_recalibration = train_module.fit_runs, relevance_fit.fit_recalibration
+
+    def runs_then_time_passes(*args: Any, **kwargs: Any) -> Any:
+        out = fit_runs(*args, **kwargs)
+        clock.now = STAGE_ENDS["relevance_head"] * budget - 5.0
+        return out
+
+    def four_seconds(*args: Any) -> Any:
+        clock.now += 4.0
+        return fit_recalibration(*args)
+
+    monkeypatch.setattr(train_module, "fit_runs", runs_then_time_passes)
+    monkeypatch.setattr(relevance_fit, "fit_recalibration", four_seconds)
+    record = train_module.train(cfg, progress=False, save=False, deadline=deadline).record
+    recal = record["relevance_head"]["recalibration"]
+    assert recal["applied"] is False and recal["reason"] == "stopped by the time budget after 1 of 5 folds"

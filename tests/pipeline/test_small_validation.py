@@ -12,6 +12,7 @@ import pytest
 
 from tests.pipeline.test_auto_members import DATA_ONLY
 from training.pipeline.auto import (
+    SMALL_MCRANK_PATIENCE,
     SMALL_VALIDATION_PATIENCE,
     SMALL_VALIDATION_QUERIES,
     DataShape,
@@ -38,18 +39,18 @@ def test_the_rule_changes_the_runs_below_the_threshold_only() -> None:
     assert small_validation(_shape(9))["applied"]
     for run in tiny["lambdamart"]:
         assert run["early_stopping"] == SMALL_VALIDATION_PATIENCE == 100
-    assert tiny["mcrank"][0]["early_stopping"] == 50  # it stops on the documents' log loss
+    assert tiny["mcrank"][0]["early_stopping"] == SMALL_MCRANK_PATIENCE == 20  # on the documents' log loss
     for run in _lightgbm_runs(tiny):
         assert run["bagging_fraction"] == 1.0 and run["feature_fraction"] == 1.0
     assert any(r.startswith("validation set of 9 queries is small") for r in reasons)
-    assert any("patience 100, McRank 50" in r and "bagging 1" in r for r in reasons)
+    assert any("patience 100, McRank 20" in r and "bagging 1" in r for r in reasons)
     # from the threshold up the default is what it was: patience 50, 80% of documents and features
     at, reasons_at = auto_members(_shape(SMALL_VALIDATION_QUERIES), None)
     large, _ = auto_members(_shape(157), None)
     assert at == large
     assert not small_validation(_shape(SMALL_VALIDATION_QUERIES))["applied"]
     for run in _lightgbm_runs(large):
-        assert run["early_stopping"] == 50
+        assert run["early_stopping"] == (SMALL_MCRANK_PATIENCE if run in large["mcrank"] else 50)
         assert run["bagging_fraction"] == 0.8 and run["feature_fraction"] == 0.8
     assert not any("is small" in r for r in reasons_at)
     # the rule touches nothing but the LightGBM runs' patience and sampling
@@ -80,7 +81,7 @@ def test_the_record_and_report_say_whether_the_rule_was_used() -> None:
     assert 0.0 <= rule["vali_measure_se"] < 1.0
     for run in small["runs"]:  # the runs trained as the rule says
         if run["type"] in ("lambdamart", "mcrank"):
-            assert run["params"]["early_stopping"] == (100 if run["type"] == "lambdamart" else 50)
+            assert run["params"]["early_stopping"] == (100 if run["type"] == "lambdamart" else SMALL_MCRANK_PATIENCE)
             assert run["params"]["bagging_fraction"] == run["params"]["feature_fraction"] == 1.0
     report = render_markdown(small)
     assert "validation set of 12 queries is small" in report and "standard error of" in report
@@ -91,7 +92,8 @@ def test_the_record_and_report_say_whether_the_rule_was_used() -> None:
     assert "large enough" in rule["summary"]
     for run in large["runs"]:
         if run["type"] in ("lambdamart", "mcrank"):
-            assert run["params"]["early_stopping"] == 50 and run["params"]["bagging_fraction"] == 0.8
+            assert run["params"]["early_stopping"] == (50 if run["type"] == "lambdamart" else SMALL_MCRANK_PATIENCE)
+            assert run["params"]["bagging_fraction"] == 0.8
     assert "large enough" in render_markdown(large)
     # five times the validation queries: a smaller standard error of the validation measure
     assert np.isfinite(rule["vali_measure_se"])

@@ -116,16 +116,51 @@ VIEW_S_PER_VALUE = 2.6e-7
 VIEW_SHARE = 0.3
 
 
-def affordable_views(budget_s: float | None, n_docs: int, widths: list[tuple[str, int]]) -> list[str]:
+#: seconds importing LightGBM takes before the first LightGBM run can start, when this process has
+#: not loaded it yet: its Python package loads scikit-learn, SciPy's statistics and pandas (1.6-2.0 s
+#: on this project's 2-core machine, quiet, ``python -X importtime -c "import lightgbm"``)
+LIGHTGBM_IMPORT_S = 2.0
+#: the fewest training queries a budget's subsample keeps (``affordable_fraction``)
+MIN_SUBSAMPLE_QUERIES = 50
+
+
+def fixed_seconds(lightgbm_needed: bool, lightgbm_loaded: bool) -> float:
+    """Seconds of the views' share a fit spends before any view is computed: LightGBM's import
+    (``LIGHTGBM_IMPORT_S``) when a run needs it and the process has not loaded it."""
+    return LIGHTGBM_IMPORT_S if lightgbm_needed and not lightgbm_loaded else 0.0
+
+
+def affordable_fraction(budget_s: float | None, n_docs: int, columns: int, fixed_s: float = 0.0) -> float:
+    """The share of the training queries a budget of ``budget_s`` seconds can train on: 1 when the
+    first view of all ``n_docs`` documents (``columns`` wide) costs at most what is left of the
+    views' share, ``VIEW_SHARE`` x B - ``fixed_s`` (seconds spent first: ``fixed_seconds``),
+    else that share over the view's cost, ``VIEW_S_PER_VALUE`` x documents x columns (0 when
+    nothing is left: the caller keeps ``MIN_SUBSAMPLE_QUERIES``). Cost known before work: the
+    views, their codes and LightGBM's Dataset scale with the documents, so the runs train on a
+    sample of the queries whose first view fits, instead of spending the budget before their first
+    iteration. At 120k documents of 136 features a budget of 10 s keeps (3 - 2) / 4.25 = 0.235
+    of them (LightGBM not loaded), one of 60 s all; MQ2008 (9,630 x 46: 0.12 s) all from 7 s."""
+    if budget_s is None:
+        return 1.0
+    allowed = VIEW_SHARE * budget_s - max(fixed_s, 0.0)
+    cost = VIEW_S_PER_VALUE * max(n_docs, 0) * max(columns, 0)
+    if cost <= allowed:
+        return 1.0
+    return max(allowed, 0.0) / cost
+
+
+def affordable_views(budget_s: float | None, n_docs: int, widths: list[tuple[str, int]],
+                     fixed_s: float = 0.0) -> list[str]:
     """The views of ``widths`` ((view, columns), in order of preference) whose fixed work fits the
     budget: a view costs about ``VIEW_S_PER_VALUE`` x documents x columns seconds before its runs
     train a single iteration, and the views kept (always the first, without which nothing
-    trains) may cost together ``VIEW_SHARE`` x the budget. All of them without a budget. At 120k
-    documents of 136 features: raw 4.3 s, raw+std (272 columns) 8.5 s, so a budget of 10 s keeps
-    raw alone and one of 60 s both; on MQ2008's 9,630 documents of 46 features both cost 0.35 s."""
+    trains) may cost together ``VIEW_SHARE`` x the budget less ``fixed_s`` (LightGBM's import,
+    ``fixed_seconds``). All of them without a budget. At 120k documents of 136 features: raw
+    4.3 s, raw+std (272 columns) 8.5 s, so a budget of 10 s keeps raw alone and one of 60 s both;
+    on MQ2008's 9,630 documents of 46 features both cost 0.35 s."""
     if budget_s is None or not widths:
         return [v for v, _ in widths]
-    allowed = VIEW_SHARE * budget_s
+    allowed = VIEW_SHARE * budget_s - max(fixed_s, 0.0)
     kept: list[str] = []
     spent = 0.0
     for view, columns in widths:

@@ -52,6 +52,9 @@ def render_markdown(record: dict[str, Any]) -> str:
     sp = record["split"]
     lines += [f"- fit / calibration split of train by query: {sp['fit_queries']} / {sp['calibration_queries']}"
               f" queries (seed {sp['seed']})"]
+    sample = (record.get("time_budget") or {}).get("subsample") or {}
+    if sample.get("applied"):  # the time budget could not pay for every training query
+        lines.append(f"- {sample['summary']}")
     rule = record.get("small_validation")
     if rule:
         se = rule.get("vali_measure_se")

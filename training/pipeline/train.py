@@ -38,6 +38,7 @@ from training.learners.label_groups import get_grouping, groupings_for
 from training.learners.lightgbm_data import sharing_datasets
 from training.pipeline.auto import DataShape, apply_auto, small_validation
 from training.pipeline.budget import FitBudget, clock_for
+from training.pipeline.budget_sample import budget_sample, lightgbm_import_s
 from training.pipeline.config import TrainConfig, missing_data_message, resolve_feature_names
 from training.pipeline.importance import explanation_summary
 from training.pipeline.member_types import (
@@ -266,7 +267,9 @@ def fit_runs(cfg: TrainConfig, prep: Prepared, specs: list[RunSpec], n_jobs: int
     deadline = deadline or FitBudget.begin(None)
     if any(s.type in LIGHTGBM_TYPES for s in specs):
         # once, before the runs: its import (sklearn, scipy: seconds on a busy machine) would
-        # otherwise happen in every run's thread at once, after its seconds were counted
+        # otherwise happen in every run's thread at once, after its seconds were counted. Tried and
+        # not kept: importing it inside the first LightGBM run while AdaBoost.MH trains on the
+        # other core (bench/results/ab_cost39g_overlap_mq2008.json: no faster on a shared machine)
         import lightgbm  # noqa: F401
     at_once = n_jobs
     if cfg.run.backend == "threads" and n_jobs > 1:  # n_jobs = 1: one run at a time, on one core
@@ -447,9 +450,15 @@ def _train(cfg: TrainConfig, clock: _Clock, progress: bool, sets: dict[str, Rank
         with clock("read_and_split_s"):
             if sets is None:
                 sets, records = load_data(cfg)
+    subsample: dict[str, Any] | None = None
+    if deadline.limited:  # cost known before work: train on the queries the budget can pay for
+        if sets is None:
+            with clock("read_and_split_s"):
+                sets, records = load_data(cfg)
+        sets, subsample = budget_sample(cfg, sets, deadline, auto)
     if auto:
         assert sets is not None
-        cfg, auto_reasons = apply_auto(cfg, data_shape(sets))
+        cfg, auto_reasons = apply_auto(cfg, data_shape(sets), lightgbm_import_s(cfg, auto))
     if "all" in cfg.members.label_groupings:
         assert sets is not None
         n_labels = label_count(sets["train"])
@@ -508,6 +517,9 @@ def _train(cfg: TrainConfig, clock: _Clock, progress: bool, sets: dict[str, Rank
     record["search"] = searched
     add_weight_shares(searched, [m.run for m in members], record["mixer"].get("weights"))
     record["time_budget"] = {**deadline.record(), "elapsed_s": round(deadline.elapsed(), 3), "skipped": skipped,
+                             "before_train_s": (round(clock.start - deadline.start, 3)
+                                                if deadline.clock is time.perf_counter else None),
+                             "subsample": subsample,
                              "runs_stopped": [r.spec.tag for r in runs if r.stop_reason == "time_budget"],
                              "snapshots_calibrated": len(cals), "mixing_candidates": len(mixing.rescaling)}
     record["auto_members"] = auto_reasons or None
