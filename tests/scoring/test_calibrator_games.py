@@ -85,6 +85,30 @@ def test_games_equal_their_twin(model: EnsembleModel, seed: int) -> None:
     assert np.abs(phi[0, :, 1:]).max() <= 1e-12 and np.abs(phi[1, games.src == 0]).max() <= 1e-12
 
 
+@pytest.mark.parametrize("seed", range(2))
+def test_ratios_are_the_values_over_their_inputs_change(model: EnsembleModel, seed: int) -> None:
+    """``ratios`` (the rescale rule's factors, divided inside the game kernel) equal ``shapley``'s
+    values divided by their input's change in NumPy, bit for bit, 0 where it did not move and for
+    the inputs a smaller game does not have."""
+    games = calibrator_games(model)
+    rng = np.random.default_rng(10 + seed)
+    n, u_n = 4, len(games.keys)
+    lo = rng.normal(size=(u_n, games.k_max))
+    delta = rng.normal(size=(n, u_n, games.k_max))
+    delta[0, :, 1:] = 0.0
+    delta[1, 0] = 0.0
+    full = rng.normal(size=(n, model.n_members))
+    g_lo, phi = games.shapley(lo, delta, full)
+    g_lo2, ratio = games.ratios(lo, delta, full)
+    t = delta[:, games.src, :]
+    sizes = np.array([model.runs[m.run].n_classes for m in model.members])
+    inside = (np.arange(games.k_max)[None, None, :] < sizes[None, :, None]) & (t != 0.0)
+    want = np.where(inside, phi / np.where(inside, t, 1.0), 0.0)
+    np.testing.assert_array_equal(g_lo2, g_lo)
+    np.testing.assert_array_equal(ratio, want)
+    assert np.count_nonzero(ratio) > ratio.size // 3  # most inputs moved: the division was exercised
+
+
 def test_sources_attributions_equal_checkpoint_differences(model: EnsembleModel) -> None:
     games = calibrator_games(model)
     x = candidate_list(5, n=8)
