@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from tests.scoring.test_explanation import MEMBERS, OTHER_TYPES, candidate_list, trained
-from training.scoring.calibrator_games import calibrator_games
+from training.calibration.expected_relevance import ordinal_probabilities
+from training.scoring.calibrator_games import _ordinal_slabs, calibrator_games
 from training.scoring.ensemble_model import EnsembleModel
 from training.scoring.exact_explanation import (
     _moved_attributions,
@@ -107,6 +108,22 @@ def test_ratios_are_the_values_over_their_inputs_change(model: EnsembleModel, se
     np.testing.assert_array_equal(g_lo2, g_lo)
     np.testing.assert_array_equal(ratio, want)
     assert np.count_nonzero(ratio) > ratio.size // 3  # most inputs moved: the division was exercised
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_ordinal_slabs_equal_the_class_probabilities(k: int) -> None:
+    """The games' in-place ordinal kernel (``_ordinal_slabs``) against ``ordinal_probabilities`` on
+    random and extreme cumulative logits (crossing ones clipped; saturated ones without overflow)."""
+    rng = np.random.default_rng(k)
+    hybrid = rng.normal(scale=3.0, size=(7, 3 + 2, k + 1))
+    hybrid[0, 0, :k] = [800.0, -800.0, 30.0, -30.0][:k]
+    hybrid[1, 2, :k] = 0.0
+    ordinal = np.array([2, 0], dtype=np.int64)
+    want = np.stack([ordinal_probabilities(hybrid[:, u, :k]) for u in ordinal], axis=1)
+    before = hybrid[:, :3].copy()
+    _ordinal_slabs(hybrid, ordinal, 3, k)
+    np.testing.assert_allclose(hybrid[:, 3:, : k + 1], want, rtol=1e-15, atol=1e-300)
+    np.testing.assert_array_equal(hybrid[:, :3], before)  # the sources' slabs are read, not written
 
 
 def test_sources_attributions_equal_checkpoint_differences(model: EnsembleModel) -> None:

@@ -45,7 +45,7 @@ import numpy.typing as npt
 from numba import njit
 
 import training.numba_cache  # noqa: F401 - numba's cache written under a lock (training/numba_cache.py)
-from training.calibration.expected_relevance import OrdinalCalibrator, ordinal_probabilities
+from training.calibration.expected_relevance import OrdinalCalibrator
 from training.scoring.calibration_step import CalibrationStep, SourcePlan
 from training.scoring.ensemble_model import EnsembleModel
 
@@ -154,10 +154,8 @@ class CalibratorGames:
         k, n_src = group.k, group.sources.size
         hybrid = np.zeros((1 + delta.shape[0] * group.interior.shape[0], n_src + group.ordinal.size, group.width))
         _hybrids(lo, delta, group.sources, group.interior, hybrid)
-        if group.ordinal.size:  # every ordinal source's class probabilities at once
-            block = hybrid[:, group.ordinal, :k]
-            probs = ordinal_probabilities(block.reshape(-1, k))
-            hybrid[:, n_src:, : k + 1] = probs.reshape(block.shape[0], block.shape[1], k + 1)
+        if group.ordinal.size:  # every ordinal source's class probabilities, in place
+            _ordinal_slabs(hybrid, group.ordinal, n_src, k)
         return group.step.apply_plan(hybrid, group.plan)
 
 
@@ -176,6 +174,30 @@ def _hybrids(lo, delta, sources, interior, hybrid):  # pragma: no cover
                 s = sources[u]
                 for j in range(k):
                     hybrid[row, u, j] = lo[s, j] + delta[i, s, j] if interior[t, j] else lo[s, j]
+
+
+@njit(cache=True, nogil=True)
+def _ordinal_slabs(hybrid, ordinal, n_src, k):  # pragma: no cover
+    """hybrid[r, n_src + o, :k + 1] = ``ordinal_probabilities(hybrid[r, ordinal[o], :k])`` for every
+    row r: the K + 1 class probabilities of the cumulative logits G, P(l <= j) = s(G_j) =
+    exp(-logaddexp(0, -G_j)), p_l = max(P(l) - P(l - 1), 0) renormalised (``training.calibration.
+    expected_relevance``), the same operations one row at a time instead of NumPy's calls on a
+    gathered block (three of them cost more than the arithmetic of a few dozen rows)."""
+    cdf = np.empty(k + 2)
+    p = np.empty(k + 1)
+    for row in range(hybrid.shape[0]):
+        for o in range(ordinal.size):
+            u = ordinal[o]
+            cdf[0] = 0.0
+            cdf[k + 1] = 1.0
+            for j in range(k):
+                cdf[j + 1] = np.exp(-np.logaddexp(0.0, -hybrid[row, u, j]))
+            total = 0.0
+            for j in range(k + 1):
+                p[j] = max(cdf[j + 1] - cdf[j], 0.0)
+                total += p[j]
+            for j in range(k + 1):
+                hybrid[row, n_src + o, j] = p[j] / total
 
 
 @njit(cache=True, nogil=True)
