@@ -72,14 +72,13 @@ def shapley_weights(max_players: int) -> tuple[npt.NDArray[np.float64], npt.NDAr
 
 @njit(cache=True, nogil=True, inline="always")
 def _tree(ns, ls, feat, thr, left, right, leaves, x, i, r_dir, group, plus, minus, acc,
-          st_node, st_len, st_g, path_g, path_side, lv_a, xm, rm):  # pragma: no cover
+          st_node, st_len, st_g, path_g, path_side, lv_a):  # pragma: no cover
     """Add one tree's attributions for document ``x[i]`` to ``acc[i]`` (K, G) (module docstring; the
     row given by its index, not a view: a view per tree and document costs a reference count each). A depth
     first walk that descends without the stack where x and r go the same way (or the player is
     already on the path, which fixes the side); where they part on a new player it goes on to r's
     child and leaves x's on the stack. The path holds one entry per player x and r part on (its
-    side: 1 for x's, 0 for r's), ``lv_a[c]`` the x-side entries among the first c. ``xm``, ``rm``:
-    bit c set where x (r) goes right at the tree's node c, for its first 64 nodes (``documents``)."""
+    side: 1 for x's, 0 for r's), ``lv_a[c]`` the x-side entries among the first c."""
     k_out = leaves.shape[1]
     sp = 0
     cur = 0
@@ -88,17 +87,13 @@ def _tree(ns, ls, feat, thr, left, right, leaves, x, i, r_dir, group, plus, minu
     while True:
         while c >= 0:
             t = ns + c
-            if c < 64:  # the sides from the tree's masks (``documents``): no loads of x or thresholds
-                bit = np.uint64(1) << np.uint64(c)
-                x_right = (xm & bit) != 0
-                r_right = (rm & bit) != 0
-            else:
-                x_right = x[i, feat[t]] >= thr[t]
-                r_right = r_dir[t]
+            f = feat[t]
+            x_right = x[i, f] >= thr[t]
+            r_right = r_dir[t]
             if x_right == r_right:  # both go one way: no entry
                 c = right[t] if x_right else left[t]
                 continue
-            gg = group[feat[t]]
+            gg = group[f]
             seen = -1
             for p in range(cur):
                 if path_g[p] == gg:
@@ -259,21 +254,9 @@ def documents(kind, node_start, leaf_start, feat, thr, left, right, leaves, x, r
             for i in range(n):
                 _product(ns, ne, leaf_start[b], feat, thr, leaves, x, i, r_dir, group, acc, parity, touched)
         elif ne > ns:
-            # the sides x and r take at the tree's first 64 nodes as the bits of two masks: x's
-            # comparisons, independent of each other, made before the walk and not in its chain of
-            # dependent loads (the walk reads a bit where it compared a loaded value)
-            top = min(ne, ns + 64)
-            rm = np.uint64(0)
-            for t in range(ns, top):
-                rm |= np.uint64(r_dir[t]) << np.uint64(t - ns)
             for i in range(n):
-                xm = np.uint64(0)
-                for t in range(ns, top):
-                    xm |= np.uint64(x[i, feat[t]] >= thr[t]) << np.uint64(t - ns)
-                if xm == rm and top == ne:  # x goes r's way at every node: r's leaf, nothing to add
-                    continue
                 _tree(ns, leaf_start[b], feat, thr, left, right, leaves, x, i, r_dir, group, plus, minus, acc,
-                      st_node, st_len, st_g, path_g, path_side, lv_a, xm, rm)
+                      st_node, st_len, st_g, path_g, path_side, lv_a)
 
 
 @njit(cache=True, nogil=True)
