@@ -149,9 +149,9 @@ def test_kernel_equals_its_twin_on_random_forests(seed: int) -> None:
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_trees_past_the_masks_64_nodes_equal_the_twin(seed: int) -> None:
-    """Trees of 65 to 149 nodes: the walk reads the sides of the first 64 nodes from the tree's
-    masks and compares the rows below them (``documents``); both against the twin."""
+def test_trees_of_65_to_149_nodes_equal_the_twin(seed: int) -> None:
+    """Trees of 65 to 149 nodes, deeper than the other tests' (their walks' stacks and paths longer,
+    features repeated further down), against the twin."""
     rng = np.random.default_rng(100 + seed)
     cols, n_groups, k = 7, 4, 3
     forest = random_forest(rng, cols, k, 6, leaves=(66, 150))
