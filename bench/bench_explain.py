@@ -10,10 +10,12 @@ the two: the mean Spearman rank correlation of the documents' contributions over
 either method gives a non-zero value, and the mean number of top-3 features (by absolute
 contribution) in common. And /rank p50 with ``"explain": 10`` at 100 documents over real HTTP
 (a ``python -m app`` process, one worker; the MQ2008 model and the MSLR default model), beside the
-same requests without it, the two kinds in turn on one connection.
+same requests without it, the two kinds in turn on one connection (``--requests`` of each, 150 by
+default: 30 until 2026-11-27, whose p50s moved by 10-20% between back-to-back runs).
 
     python -m bench.bench_explain [--model MQ2008_VERSION_DIR] [--mslr-model VERSION_DIR] [--quick]
                                   [--part all|service|agreement] [--name NAME] [--app-dir DIR]
+                                  [--requests N]
 
 Writes ``bench/results/explain.json`` (``--name``: ``bench/results/NAME.json``, and the other part's
 figures, with ``--part``, are taken from that file when it exists, else from explain.json).
@@ -57,6 +59,9 @@ TOP = 10
 EXPLAIN = 10
 SHAPLEY_DOCS = 10
 PARTS = ("all", "service", "agreement")
+#: /rank requests of each kind per model in the service part: 30 gave p50s that moved by 10-20%
+#: between back-to-back runs on the shared 2-core machine; 150 cost about 5 s more per model
+REQUESTS = 150
 
 
 def log(msg: str) -> None:
@@ -207,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
                         "the other part's figures kept from bench/results/explain.json")
     p.add_argument("--name", default="explain", help="the result file, bench/results/NAME.json (default explain)")
     p.add_argument("--app-dir", type=Path, help="serve the app of this tree in the service part (a before)")
+    p.add_argument("--requests", type=int, default=REQUESTS,
+                   help=f"requests of each kind in the service part, interleaved (default {REQUESTS}; --quick: 10)")
     args = p.parse_args(argv)
     from training.data.splits import split_by_query
     from training.data.svmlight import read_svmlight
@@ -226,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
                + (f" --mslr-model {args.mslr_model}" if args.mslr_model else "")
                + (" --quick" if args.quick else "") + (f" --part {args.part}" if args.part != "all" else "")
                + (f" --name {args.name}" if args.name != "explain" else "")
-               + (f" --app-dir {args.app_dir}" if args.app_dir else ""))
+               + (f" --app-dir {args.app_dir}" if args.app_dir else "")
+               + (f" --requests {args.requests}" if args.requests != REQUESTS else ""))
     with tempfile.TemporaryDirectory() as tmp:
         mq_path = args.model or ensure_model()
         test = read_svmlight(fold / "test.txt")
@@ -254,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"{name}: exact / pred_contrib per document = {r['ratio_to_lightgbm_per_document']}")
             results["agreement_command"] = command
         if args.part in ("all", "service"):
-            n = 10 if args.quick else 30
+            n = 10 if args.quick else args.requests
             results.pop("rank_http_p50_ratio", None)
             results["rank_http"] = {"mq2008": http_side(mq_path, test, n, Path(tmp), args.app_dir),
                                     "mslr_sample_default": http_side(mslr_path, mtest, n, Path(tmp), args.app_dir)}

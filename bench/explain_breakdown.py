@@ -76,7 +76,7 @@ async def _run(model_path: Path, bodies: dict[str, list[bytes]], rounds: int) ->
         (exact_explanation, "mix_layer", "explain.mix_layer_list_statistics"),
         (exact_explanation, "_reference_sources", "explain.reference_sources"),
         (exact_explanation, "_moved_attributions", "explain.tree_shap_and_linear_sources"),
-        (CalibratorGames, "shapley", "explain.calibrator_games"),
+        (CalibratorGames, "ratios", "explain.calibrator_games"),
         (exact_explanation, "reveal_cancel_at", "explain.mix_propagation"),
         (exact_explanation, "_unwhiten", "explain.unwhiten"))]
     lane_work = rank.explain_work

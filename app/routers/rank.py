@@ -46,9 +46,12 @@ candidate list of a query, not pages of it.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import itertools
 import math
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -357,15 +360,15 @@ def explain_options(lists: CandidateLists, pairs: list[tuple[int, Any]], options
                                   "the query")
             found.append(by_text[str(doc)])
         rows.append((q, found[0], found[1]))
-    sizes = np.diff(lists.offsets)
-    longest = int(sizes.max(initial=0))
+    sizes = [b - a for a, b in itertools.pairwise(off)]  # Python ints: a request has few queries
+    longest = max(sizes, default=0)
     top_k = longest if options.top_k is None else min(options.top_k, longest)  # top_k may exceed 64 bits
-    n = (int(np.minimum(sizes, top_k).sum()) if options.explain else 0) + 2 * len(rows)
+    n = (sum(min(size, top_k) for size in sizes) if options.explain else 0) + 2 * len(rows)
     if n > settings.explain_max_documents:
         raise input_error(f"explain: the request asks to explain {n} documents (each query's returned top_k, and 2 per "
                           f"explain_pair); the limit is {settings.explain_max_documents} "
                           "(TUNEMIX_EXPLAIN_MAX_DOCUMENTS): ask for a smaller top_k")
-    return dataclasses.replace(options, pairs=tuple(rows))
+    return dataclasses.replace(options, pairs=tuple(rows)) if rows else options
 
 
 def with_explanations(served: ServedModel, options: Options, settings: Settings) -> Callable[..., Any]:
@@ -375,7 +378,7 @@ def with_explanations(served: ServedModel, options: Options, settings: Settings)
     (``explain_work``), on one thread; the explanations run under a deadline of their own
     (``TUNEMIX_EXPLAIN_TIMEOUT_S``, within the request's) and a budget of forest rows counted as
     they are scored (``explain_row_budget``)."""
-    names = manifest_feature_names(served.manifest, served.n_features)
+    names = feature_names(served)
     budget = settings.explain_budget
 
     def scored_and_explained(features: np.ndarray, offsets: np.ndarray) -> tuple[Any, Any, list[Any]]:
@@ -409,10 +412,25 @@ def explain_row_budget(offsets: npt.NDArray[np.int64], rows: npt.NDArray[np.int6
     """Forest rows a request's explanations may score: per explained document (each pair counts
     two) ``budget`` for its coalitions and two passes over its query's list (the posted scores and
     the members' scores the coalitions start from)."""
-    sizes = np.diff(offsets)
-    explained = np.concatenate([rows, np.array([r for _, a, b in pairs for r in (a, b)], dtype=np.int64)])
-    query = np.searchsorted(offsets, explained, side="right") - 1
-    return int(explained.size * budget + 2 * sizes[query].sum())
+    off = offsets.tolist()
+    explained = rows.tolist() + [r for _, a, b in pairs for r in (a, b)]
+    # each explained row's query size, by bisection in Python ints (at most
+    # TUNEMIX_EXPLAIN_MAX_DOCUMENTS rows: NumPy's calls cost more than the search)
+    sizes = [off[q + 1] - off[q] for q in (bisect.bisect_right(off, r) - 1 for r in explained)]
+    return len(explained) * budget + 2 * sum(sizes)
+
+
+#: each served model's feature names (``manifest_feature_names``), checked once per loaded model
+_NAMES: weakref.WeakKeyDictionary[Any, tuple[str, ...]] = weakref.WeakKeyDictionary()
+
+
+def feature_names(served: ServedModel) -> tuple[str, ...]:
+    """``manifest_feature_names`` of the served model's manifest, once per loaded model (a manifest
+    is read with its model and never changes after)."""
+    names = _NAMES.get(served.model)
+    if names is None:
+        names = _NAMES[served.model] = manifest_feature_names(served.manifest, served.n_features)
+    return names
 
 
 def _top(contributions: np.ndarray, k: int) -> list[int]:

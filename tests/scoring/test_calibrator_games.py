@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from tests.scoring.test_explanation import MEMBERS, OTHER_TYPES, candidate_list, trained
-from training.scoring.calibrator_games import calibrator_games
+from training.calibration.expected_relevance import ordinal_probabilities
+from training.scoring.calibrator_games import _ordinal_slabs, calibrator_games
 from training.scoring.ensemble_model import EnsembleModel
 from training.scoring.exact_explanation import (
     _moved_attributions,
@@ -83,6 +84,46 @@ def test_games_equal_their_twin(model: EnsembleModel, seed: int) -> None:
     np.testing.assert_allclose(phi.sum(axis=2), full - g_lo, rtol=0, atol=1e-10)
     # inputs that do not move get nothing (to the rounding of v(all), the calibrators' own transform)
     assert np.abs(phi[0, :, 1:]).max() <= 1e-12 and np.abs(phi[1, games.src == 0]).max() <= 1e-12
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_ratios_are_the_values_over_their_inputs_change(model: EnsembleModel, seed: int) -> None:
+    """``ratios`` (the rescale rule's factors, divided inside the game kernel) equal ``shapley``'s
+    values divided by their input's change in NumPy, bit for bit, 0 where it did not move and for
+    the inputs a smaller game does not have."""
+    games = calibrator_games(model)
+    rng = np.random.default_rng(10 + seed)
+    n, u_n = 4, len(games.keys)
+    lo = rng.normal(size=(u_n, games.k_max))
+    delta = rng.normal(size=(n, u_n, games.k_max))
+    delta[0, :, 1:] = 0.0
+    delta[1, 0] = 0.0
+    full = rng.normal(size=(n, model.n_members))
+    g_lo, phi = games.shapley(lo, delta, full)
+    g_lo2, ratio = games.ratios(lo, delta, full)
+    t = delta[:, games.src, :]
+    sizes = np.array([model.runs[m.run].n_classes for m in model.members])
+    inside = (np.arange(games.k_max)[None, None, :] < sizes[None, :, None]) & (t != 0.0)
+    want = np.where(inside, phi / np.where(inside, t, 1.0), 0.0)
+    np.testing.assert_array_equal(g_lo2, g_lo)
+    np.testing.assert_array_equal(ratio, want)
+    assert np.count_nonzero(ratio) > ratio.size // 3  # most inputs moved: the division was exercised
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_ordinal_slabs_equal_the_class_probabilities(k: int) -> None:
+    """The games' in-place ordinal kernel (``_ordinal_slabs``) against ``ordinal_probabilities`` on
+    random and extreme cumulative logits (crossing ones clipped; saturated ones without overflow)."""
+    rng = np.random.default_rng(k)
+    hybrid = rng.normal(scale=3.0, size=(7, 3 + 2, k + 1))
+    hybrid[0, 0, :k] = [800.0, -800.0, 30.0, -30.0][:k]
+    hybrid[1, 2, :k] = 0.0
+    ordinal = np.array([2, 0], dtype=np.int64)
+    want = np.stack([ordinal_probabilities(hybrid[:, u, :k]) for u in ordinal], axis=1)
+    before = hybrid[:, :3].copy()
+    _ordinal_slabs(hybrid, ordinal, 3, k)
+    np.testing.assert_allclose(hybrid[:, 3:, : k + 1], want, rtol=1e-15, atol=1e-300)
+    np.testing.assert_array_equal(hybrid[:, :3], before)  # the sources' slabs are read, not written
 
 
 def test_sources_attributions_equal_checkpoint_differences(model: EnsembleModel) -> None:

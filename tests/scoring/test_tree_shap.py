@@ -42,7 +42,8 @@ def random_tree(rng: np.random.Generator, cols: int, n_leaves: int) -> tuple[lis
     return feats, thrs, left, right
 
 
-def random_forest(rng: np.random.Generator, cols: int, k: int, n_base: int) -> FlatForest:
+def random_forest(rng: np.random.Generator, cols: int, k: int, n_base: int, leaves: tuple[int, int] = (1, 9)
+                  ) -> FlatForest:
     kind, ns, ls = [], [0], [0]
     feat: list[int] = []
     thr: list[float] = []
@@ -59,7 +60,7 @@ def random_forest(rng: np.random.Generator, cols: int, k: int, n_base: int) -> F
             right += [-1] * terms
             n_rows += 1
         else:
-            n_leaves = int(rng.integers(1, 9))
+            n_leaves = int(rng.integers(*leaves))
             f, t, lft, rgt = random_tree(rng, cols, n_leaves)
             kind.append(KIND_TREE)
             feat += f
@@ -145,6 +146,24 @@ def test_kernel_equals_its_twin_on_random_forests(seed: int) -> None:
     # additivity: the players' attributions sum to S_c(x) - S_c(r)
     delta = score_forest(forest, x, checkpoints) - score_forest(forest, r[None], checkpoints)
     np.testing.assert_allclose(got.sum(axis=2), delta, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_trees_of_65_to_149_nodes_equal_the_twin(seed: int) -> None:
+    """Trees of 65 to 149 nodes, deeper than the other tests' (their walks' stacks and paths longer,
+    features repeated further down), against the twin."""
+    rng = np.random.default_rng(100 + seed)
+    cols, n_groups, k = 7, 4, 3
+    forest = random_forest(rng, cols, k, 6, leaves=(66, 150))
+    assert np.diff(forest.base_node_start).max() > 64
+    group = rng.integers(n_groups, size=cols)
+    x = rng.choice([-1.0, -0.25, 0.25, 1.0], size=(4, cols)).astype(np.float32)
+    r = rng.choice([-1.0, -0.25, 0.25, 1.0], size=cols).astype(np.float32)
+    x[0] = r
+    checkpoints = np.array([0, 2, 6])
+    got = forest_attributions(forest, x, r, group, n_groups, checkpoints)
+    np.testing.assert_allclose(got, twin(forest, x, r, group, n_groups, checkpoints), atol=1e-12)
+    assert np.all(got[0] == 0.0)
 
 
 @pytest.mark.parametrize("k", [1, 2, 4, 5])

@@ -45,7 +45,7 @@ import numpy.typing as npt
 from numba import njit
 
 import training.numba_cache  # noqa: F401 - numba's cache written under a lock (training/numba_cache.py)
-from training.calibration.expected_relevance import OrdinalCalibrator, ordinal_probabilities
+from training.calibration.expected_relevance import OrdinalCalibrator
 from training.scoring.calibration_step import CalibrationStep, SourcePlan
 from training.scoring.ensemble_model import EnsembleModel
 
@@ -94,6 +94,8 @@ class GameGroup:
     width: int
     step: CalibrationStep
     plan: SourcePlan
+    #: the 2^K - 2 interior coalitions' bits, (2^K - 2, K) (``coalition_masks(k)[1:-1]``, contiguous)
+    interior: npt.NDArray[np.bool_]
 
 
 @dataclass(frozen=True, eq=False)
@@ -125,17 +127,36 @@ class CalibratorGames:
         delta = np.ascontiguousarray(delta, dtype=np.float64)
         full = np.ascontiguousarray(full, dtype=np.float64)
         for group in self.groups:
-            k, n_src = group.k, group.sources.size
-            interior = np.ascontiguousarray(coalition_masks(k)[1:-1])            # (2^K - 2, K)
-            hybrid = np.zeros((1 + n * interior.shape[0], n_src + group.ordinal.size, group.width))
-            _hybrids(lo, delta, group.sources, interior, hybrid)
-            if group.ordinal.size:  # every ordinal source's class probabilities at once
-                block = hybrid[:, group.ordinal, :k]
-                probs = ordinal_probabilities(block.reshape(-1, k))
-                hybrid[:, n_src:, : k + 1] = probs.reshape(block.shape[0], block.shape[1], k + 1)
-            values = group.step.apply_plan(hybrid, group.plan)                   # (rows, M_g)
-            _game_values(values, full, group.members, shapley_matrix(k), g_lo, phi)
+            _game_values(self._values(group, lo, delta), full, group.members, shapley_matrix(group.k), g_lo, phi)
         return g_lo, phi
+
+    def ratios(self, lo: Float64Array, delta: Float64Array, full: Float64Array
+               ) -> tuple[Float64Array, Float64Array]:
+        """(v(empty) (M,), phi_mk / delta_{src(m), k} (k, M, k_max)): ``shapley``'s values divided by
+        their input's change in the same kernel (``_game_ratios``; 0 where the input has not
+        moved, ``delta`` 0), the rescale rule's factors (``exact_explanation``, step 3). The same
+        arguments and the same bits as ``shapley`` followed by that division."""
+        n = delta.shape[0]
+        g_lo = np.empty(self.src.shape[0])
+        ratio = np.empty((n, self.src.shape[0], self.k_max))
+        lo = np.ascontiguousarray(lo, dtype=np.float64)
+        delta = np.ascontiguousarray(delta, dtype=np.float64)
+        full = np.ascontiguousarray(full, dtype=np.float64)
+        for group in self.groups:
+            _game_ratios(self._values(group, lo, delta), full, group.members, shapley_matrix(group.k), delta,
+                         self.src, g_lo, ratio)
+        return g_lo, ratio
+
+    @staticmethod
+    def _values(group: GameGroup, lo: Float64Array, delta: Float64Array) -> Float64Array:
+        """(1 + n (2^K - 2), M_g): the group's calibrators on the empty coalition's vector (row 0)
+        and on each document's interior coalitions' hybrid vectors."""
+        k, n_src = group.k, group.sources.size
+        hybrid = np.zeros((1 + delta.shape[0] * group.interior.shape[0], n_src + group.ordinal.size, group.width))
+        _hybrids(lo, delta, group.sources, group.interior, hybrid)
+        if group.ordinal.size:  # every ordinal source's class probabilities, in place
+            _ordinal_slabs(hybrid, group.ordinal, n_src, k)
+        return group.step.apply_plan(hybrid, group.plan)
 
 
 @njit(cache=True, nogil=True)
@@ -153,6 +174,30 @@ def _hybrids(lo, delta, sources, interior, hybrid):  # pragma: no cover
                 s = sources[u]
                 for j in range(k):
                     hybrid[row, u, j] = lo[s, j] + delta[i, s, j] if interior[t, j] else lo[s, j]
+
+
+@njit(cache=True, nogil=True)
+def _ordinal_slabs(hybrid, ordinal, n_src, k):  # pragma: no cover
+    """hybrid[r, n_src + o, :k + 1] = ``ordinal_probabilities(hybrid[r, ordinal[o], :k])`` for every
+    row r: the K + 1 class probabilities of the cumulative logits G, P(l <= j) = s(G_j) =
+    exp(-logaddexp(0, -G_j)), p_l = max(P(l) - P(l - 1), 0) renormalised (``training.calibration.
+    expected_relevance``), the same operations one row at a time instead of NumPy's calls on a
+    gathered block (three of them cost more than the arithmetic of a few dozen rows)."""
+    cdf = np.empty(k + 2)
+    p = np.empty(k + 1)
+    for row in range(hybrid.shape[0]):
+        for o in range(ordinal.size):
+            u = ordinal[o]
+            cdf[0] = 0.0
+            cdf[k + 1] = 1.0
+            for j in range(k):
+                cdf[j + 1] = np.exp(-np.logaddexp(0.0, -hybrid[row, u, j]))
+            total = 0.0
+            for j in range(k + 1):
+                p[j] = max(cdf[j + 1] - cdf[j], 0.0)
+                total += p[j]
+            for j in range(k + 1):
+                hybrid[row, n_src + o, j] = p[j] / total
 
 
 @njit(cache=True, nogil=True)
@@ -181,6 +226,38 @@ def _game_values(values, full, members, coef, g_lo, phi):  # pragma: no cover
             m = members[g]
             for j in range(k):
                 phi[i, m, j] = acc[j, g] + coef[n_t + 1, j] * full[i, m]
+
+
+@njit(cache=True, nogil=True)
+def _game_ratios(values, full, members, coef, delta, src, g_lo, ratio):  # pragma: no cover
+    """``_game_values`` with each value divided by its input's change: ratio[i, m, j] = phi[i, m, j] /
+    delta[i, src[m], j] (the same phi, summed in the same order), 0 where delta is 0 and for the
+    inputs j >= K a smaller game does not have."""
+    n_t = coef.shape[0] - 2
+    k = coef.shape[1]
+    n_g = members.size
+    acc = np.empty((k, n_g))
+    for g in range(n_g):
+        g_lo[members[g]] = values[0, g]
+    for i in range(full.shape[0]):
+        for j in range(k):
+            c0 = coef[0, j]
+            for g in range(n_g):
+                acc[j, g] = c0 * values[0, g]
+        for t in range(n_t):
+            row = 1 + i * n_t + t
+            for j in range(k):
+                ct = coef[1 + t, j]
+                for g in range(n_g):
+                    acc[j, g] += ct * values[row, g]
+        for g in range(n_g):
+            m = members[g]
+            u = src[m]
+            for j in range(k):
+                d = delta[i, u, j]
+                ratio[i, m, j] = (acc[j, g] + coef[n_t + 1, j] * full[i, m]) / d if d != 0.0 else 0.0
+            for j in range(k, ratio.shape[2]):
+                ratio[i, m, j] = 0.0
 
 
 _GAMES: weakref.WeakKeyDictionary[EnsembleModel, CalibratorGames] = weakref.WeakKeyDictionary()
@@ -224,7 +301,8 @@ def _build(model: EnsembleModel) -> CalibratorGames:
         plan = step.plan(np.full(members.size, -1, dtype=np.int64), slab, n_rows=sources.size + ordinal_src.size)
         groups.append(GameGroup(k=k, members=members, sources=sources,
                                 ordinal=np.array([where[int(u)] for u in ordinal_src], dtype=np.int64),
-                                width=max(n_classes[i] for i in members), step=step, plan=plan))
+                                width=max(n_classes[i] for i in members), step=step, plan=plan,
+                                interior=np.ascontiguousarray(coalition_masks(k)[1:-1])))
     keys = list(index)
     forest = [key for key in keys if key[0] == "forest"]
     linear = []

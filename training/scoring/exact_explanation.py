@@ -176,16 +176,6 @@ def _moved_attributions(model: EnsembleModel, games: CalibratorGames, wide: np.n
 
 
 @njit(cache=True, nogil=True)
-def _ratio(phi, total, src, out):  # pragma: no cover
-    """out[i, m, q] = phi[i, m, q] / total[i, src[m], q], 0 where the input has not moved."""
-    for i in range(phi.shape[0]):
-        for m in range(phi.shape[1]):
-            for q in range(phi.shape[2]):
-                t = total[i, src[m], q]
-                out[i, m, q] = phi[i, m, q] / t if t != 0.0 else 0.0
-
-
-@njit(cache=True, nogil=True)
 def _reference_sources(kind, node_start, leaf_start, feat, thr, left, right, leaves, r, checkpoints, lo, hi, w, b,
                        linear, out):  # pragma: no cover
     """The sources' raw K-vectors for the reference row r (``EnsembleModel._raw_block`` of one row
@@ -333,10 +323,8 @@ def explain_query(model: EnsembleModel, xq: np.ndarray, rows: np.ndarray, r: np.
         # (k, U, K, P) and (k, U, K): an input whose attributions cancel to within rounding of their
         # sizes has not moved (its share would be rounding noise divided by rounding noise)
         at, total, active, n_active = _moved_attributions(model, games, wide[chunk], r_wide, group, players)
-        g_lo, phi = games.shapley(lo, total, member[chunk])
         # the rescale rule: input k's share phi_mk over the players in proportion to A_m[., k]
-        ratio = np.empty_like(phi)
-        _ratio(phi, total, games.src, ratio)
+        g_lo, ratio = games.ratios(lo, total, member[chunk])
         s_r = np.broadcast_to(g_lo, (chunk.size, mm))
         contrib[s : s + step], baseline[s : s + step] = reveal_cancel_at(layer, chunk, s_r, ratio, at, games.src,
                                                                          active, n_active)

@@ -173,7 +173,7 @@ def explain_rows(model: EnsembleModel, features: npt.ArrayLike, query_offsets: n
         raise ValueError(f"row {bad} is outside the {x.shape[0]} rows")
     if budget < 1:
         raise ValueError(f"budget must be at least 1, got {budget}")
-    if scoring is not None and (not np.array_equal(scoring.offsets, off)
+    if scoring is not None and ((scoring.offsets is not off and not np.array_equal(scoring.offsets, off))
                                 or (scoring.x is not x and not np.array_equal(scoring.x, x))):
         raise ValueError("scoring is a scoring pass of other features or query offsets")
     k = picked.size
@@ -181,32 +181,37 @@ def explain_rows(model: EnsembleModel, features: npt.ArrayLike, query_offsets: n
            "standard_error": np.zeros((k, d)), "exact": np.ones(k, dtype=bool),
            "n_relevant": np.zeros(k, dtype=np.int64), "n_permutations": np.zeros(k, dtype=np.int64),
            "reference": np.zeros((k, d), dtype=np.float32)}
-    query = np.searchsorted(off, picked, side="right") - 1
+    # one query (a /rank request's usual list): every row is its slot, no search
+    query = np.zeros(k, dtype=np.int64) if off.size == 2 else np.searchsorted(off, picked, side="right") - 1
     rng: np.random.Generator | None = None  # made when a query needs the sampled method
     used = method
     # the small linear algebra (a whitened view's d x d eigendecompositions, the linear members'
     # products): one BLAS thread, as scoring uses (several cost 50 times more on a busy machine)
     with one_blas_thread(load_scipy=False):
-        for q in np.unique(query):
-            check_deadline(f"explanations, before query {int(q)}")  # the service's deadline, if any
+        for q in sorted(set(query.tolist())):
+            check_deadline(f"explanations, before query {q}")  # the service's deadline, if any
             lo, hi = int(off[q]), int(off[q + 1])
             xq = x[lo:hi]
             r = reference_row(xq, reference)
-            slots = np.flatnonzero(query == q)
+            slots = slice(None) if off.size == 2 else np.flatnonzero(query == q)
             part = None if scoring is None else (scoring.wide[lo:hi], scoring.member[lo:hi], scoring.scores[lo:hi])
-            kept = None if scoring is None or scoring.whitening is None else scoring.whitening.get(int(q))
+            kept = None if scoring is None or scoring.whitening is None else scoring.whitening.get(q)
             exact = (exact_explanation.explain_query(model, xq, picked[slots] - lo, r, part, kept) if method == "exact"
                      else None)
             if exact is None:
                 used = "shapley"
                 rng = np.random.default_rng(seed) if rng is None else rng
-                whole_model_shapley.explain_query(model, xq, r, picked[slots] - lo, slots, budget, exact_max_features,
-                                                  rng, res)
+                whole_model_shapley.explain_query(model, xq, r, picked[slots] - lo, np.flatnonzero(query == q),
+                                                  budget, exact_max_features, rng, res)
                 continue
-            res["scores"][slots] = exact["scores"]
-            res["baseline"][slots] = exact["baseline"]
-            res["contributions"][slots] = exact["contributions"]
-            res["reference"][slots] = r
+            if off.size == 2:  # the query's arrays are the answer's (no copy into zeros)
+                res.update(scores=exact["scores"], baseline=exact["baseline"], contributions=exact["contributions"])
+                res["reference"][:] = r
+            else:
+                res["scores"][slots] = exact["scores"]
+                res["baseline"][slots] = exact["baseline"]
+                res["contributions"][slots] = exact["contributions"]
+                res["reference"][slots] = r
             res["n_relevant"][slots] = np.count_nonzero(exact["contributions"], axis=1)
     return Explanation(rows=picked, feature_names=names, method=used, **res)
 
