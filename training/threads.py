@@ -79,7 +79,8 @@ _blas_controllers: dict[bool, Any] = {}
 def one_blas_thread(*, load_scipy: bool = True) -> contextlib.AbstractContextManager[Any]:
     """A context holding BLAS (numpy's and scipy's OpenBLAS) at one thread while the block runs,
     then as before; nothing to do where every library is at one thread already, as in the service
-    (``training.scoring.runtime``: a check of 4 us, not a limit of 100 us).
+    (``training.scoring.runtime``: a check of the libraries' thread counts, 20-40 us a call on the
+    shared 2-core machine (helper 38f, load 4-6), not a limit of about 100 us).
 
     A fit calls BLAS only for small problems (L-BFGS-B's steps in the calibrators and the relevance
     head's recalibration, least squares on a few columns, the views' small eigendecompositions);
