@@ -201,6 +201,26 @@ def _ordinal_slabs(hybrid, ordinal, n_src, k):  # pragma: no cover
 
 
 @njit(cache=True, nogil=True)
+def _coalition_sums(values, coef, i, acc):  # pragma: no cover
+    """acc[j, g] = sum over the coalitions T but the full one of coef[T, j] v_i(T) for every member g
+    of the group: v(empty) from row 0 of ``values``, the interior coalitions from document i's rows,
+    summed in that order, a row of ``values`` at a time (``_game_values`` and ``_game_ratios``)."""
+    n_t = coef.shape[0] - 2
+    k = coef.shape[1]
+    n_g = acc.shape[1]
+    for j in range(k):
+        c0 = coef[0, j]
+        for g in range(n_g):
+            acc[j, g] = c0 * values[0, g]
+    for t in range(n_t):
+        row = 1 + i * n_t + t
+        for j in range(k):
+            ct = coef[1 + t, j]
+            for g in range(n_g):
+                acc[j, g] += ct * values[row, g]
+
+
+@njit(cache=True, nogil=True)
 def _game_values(values, full, members, coef, g_lo, phi):  # pragma: no cover
     """g_lo[m] = v(empty); phi[i, m, j] = sum_T coef[T, j] v_i(T) over the 2^K coalitions, v(empty)
     from row 0 of ``values``, the interior ones from document i's rows, v(all) = full[i, m]; summed
@@ -212,16 +232,7 @@ def _game_values(values, full, members, coef, g_lo, phi):  # pragma: no cover
     for g in range(n_g):
         g_lo[members[g]] = values[0, g]
     for i in range(full.shape[0]):
-        for j in range(k):
-            c0 = coef[0, j]
-            for g in range(n_g):
-                acc[j, g] = c0 * values[0, g]
-        for t in range(n_t):
-            row = 1 + i * n_t + t
-            for j in range(k):
-                ct = coef[1 + t, j]
-                for g in range(n_g):
-                    acc[j, g] += ct * values[row, g]
+        _coalition_sums(values, coef, i, acc)
         for g in range(n_g):
             m = members[g]
             for j in range(k):
@@ -240,16 +251,7 @@ def _game_ratios(values, full, members, coef, delta, src, g_lo, ratio):  # pragm
     for g in range(n_g):
         g_lo[members[g]] = values[0, g]
     for i in range(full.shape[0]):
-        for j in range(k):
-            c0 = coef[0, j]
-            for g in range(n_g):
-                acc[j, g] = c0 * values[0, g]
-        for t in range(n_t):
-            row = 1 + i * n_t + t
-            for j in range(k):
-                ct = coef[1 + t, j]
-                for g in range(n_g):
-                    acc[j, g] += ct * values[row, g]
+        _coalition_sums(values, coef, i, acc)
         for g in range(n_g):
             m = members[g]
             u = src[m]
