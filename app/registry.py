@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -37,6 +38,7 @@ from tunemix.serving import (
     check_version,
     list_versions,
     load_model,
+    manifest_feature_names,
     versions_on_disk,
 )
 
@@ -72,6 +74,12 @@ class ServedModel:
     @property
     def n_features(self) -> int:
         return self.model.n_features
+
+    @functools.cached_property
+    def feature_names(self) -> tuple[str, ...]:
+        """The manifest's feature names, checked against the model's width
+        (``manifest_feature_names``): once per loaded model, as the manifest never changes after."""
+        return manifest_feature_names(self.manifest, self.n_features)
 
     def summary(self, *, detail: bool = False) -> dict[str, Any]:
         """What ``GET /models`` shows: identity, shape, mixer, training metrics."""

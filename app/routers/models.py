@@ -14,7 +14,7 @@ from app.errors import ServiceError
 from app.json_body import check_repeated_keys, decode_json
 from app.openapi import msgspec_body_spec
 from app.schemas import ErrorResponse, ModelsResponse, ReloadResponse
-from tunemix.serving import manifest_feature_names, versions_on_disk
+from tunemix.serving import versions_on_disk
 
 router = APIRouter(prefix="/models", tags=["models"])
 
@@ -62,7 +62,7 @@ async def get_model(name: str, registry: RegistryDep) -> dict[str, Any]:
     served = await in_thread(registry.get, name, None)
     # the names explanations use (the manifest's feature_names; f1, f2, ... for older models)
     return {**served.summary(detail=True),
-            "feature_names": list(manifest_feature_names(served.manifest, served.n_features))}
+            "feature_names": list(served.feature_names)}
 
 
 @router.post(

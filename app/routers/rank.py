@@ -51,7 +51,6 @@ import dataclasses
 import itertools
 import math
 import time
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -94,7 +93,6 @@ from tunemix.serving import (
     current_deadline,
     explain_pair,
     explain_rows,
-    manifest_feature_names,
     single_threaded,
 )
 
@@ -378,7 +376,7 @@ def with_explanations(served: ServedModel, options: Options, settings: Settings)
     (``explain_work``), on one thread; the explanations run under a deadline of their own
     (``TUNEMIX_EXPLAIN_TIMEOUT_S``, within the request's) and a budget of forest rows counted as
     they are scored (``explain_row_budget``)."""
-    names = feature_names(served)
+    names = served.feature_names
     budget = settings.explain_budget
 
     def scored_and_explained(features: np.ndarray, offsets: np.ndarray) -> tuple[Any, Any, list[Any]]:
@@ -418,19 +416,6 @@ def explain_row_budget(offsets: npt.NDArray[np.int64], rows: npt.NDArray[np.int6
     # TUNEMIX_EXPLAIN_MAX_DOCUMENTS rows: NumPy's calls cost more than the search)
     sizes = [off[q + 1] - off[q] for q in (bisect.bisect_right(off, r) - 1 for r in explained)]
     return len(explained) * budget + 2 * sum(sizes)
-
-
-#: each served model's feature names (``manifest_feature_names``), checked once per loaded model
-_NAMES: weakref.WeakKeyDictionary[Any, tuple[str, ...]] = weakref.WeakKeyDictionary()
-
-
-def feature_names(served: ServedModel) -> tuple[str, ...]:
-    """``manifest_feature_names`` of the served model's manifest, once per loaded model (a manifest
-    is read with its model and never changes after)."""
-    names = _NAMES.get(served.model)
-    if names is None:
-        names = _NAMES[served.model] = manifest_feature_names(served.manifest, served.n_features)
-    return names
 
 
 def _top(contributions: np.ndarray, k: int) -> list[int]:

@@ -87,12 +87,11 @@ def lightgbm_import_s(cfg: TrainConfig, auto: bool) -> float:
     return fixed_seconds(needed, "lightgbm" in sys.modules)
 
 
-def budget_sample(cfg: TrainConfig, sets: dict[str, RankingData], deadline: FitBudget, auto: bool
+def budget_sample(sets: dict[str, RankingData], deadline: FitBudget, import_s: float, seed: int
                   ) -> tuple[dict[str, RankingData], dict[str, Any]]:
     """``sets`` with the training queries the time budget can pay for
-    (``training.pipeline.budget_sample``), and the record of it."""
-    train_set, record = budget_subsample(sets["train"], deadline.budget_s, fixed_s=lightgbm_import_s(cfg, auto),
-                                         seed=cfg.seed)
+    (``training.pipeline.budget_sample``; ``import_s``: ``lightgbm_import_s``), and the record of it."""
+    train_set, record = budget_subsample(sets["train"], deadline.budget_s, fixed_s=import_s, seed=seed)
     if record["applied"]:
         log.info("%s", record["summary"])
         sets = {**sets, "train": train_set}

@@ -451,14 +451,15 @@ def _train(cfg: TrainConfig, clock: _Clock, progress: bool, sets: dict[str, Rank
             if sets is None:
                 sets, records = load_data(cfg)
     subsample: dict[str, Any] | None = None
+    import_s = lightgbm_import_s(cfg, auto)  # seconds of LightGBM's import still to come
     if deadline.limited:  # cost known before work: train on the queries the budget can pay for
         if sets is None:
             with clock("read_and_split_s"):
                 sets, records = load_data(cfg)
-        sets, subsample = budget_sample(cfg, sets, deadline, auto)
+        sets, subsample = budget_sample(sets, deadline, import_s, cfg.seed)
     if auto:
         assert sets is not None
-        cfg, auto_reasons = apply_auto(cfg, data_shape(sets), lightgbm_import_s(cfg, auto))
+        cfg, auto_reasons = apply_auto(cfg, data_shape(sets), import_s)
     if "all" in cfg.members.label_groupings:
         assert sets is not None
         n_labels = label_count(sets["train"])

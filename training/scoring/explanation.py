@@ -204,14 +204,10 @@ def explain_rows(model: EnsembleModel, features: npt.ArrayLike, query_offsets: n
                 whole_model_shapley.explain_query(model, xq, r, picked[slots] - lo, np.flatnonzero(query == q),
                                                   budget, exact_max_features, rng, res)
                 continue
-            if off.size == 2:  # the query's arrays are the answer's (no copy into zeros)
-                res.update(scores=exact["scores"], baseline=exact["baseline"], contributions=exact["contributions"])
-                res["reference"][:] = r
-            else:
-                res["scores"][slots] = exact["scores"]
-                res["baseline"][slots] = exact["baseline"]
-                res["contributions"][slots] = exact["contributions"]
-                res["reference"][slots] = r
+            res["scores"][slots] = exact["scores"]
+            res["baseline"][slots] = exact["baseline"]
+            res["contributions"][slots] = exact["contributions"]
+            res["reference"][slots] = r
             res["n_relevant"][slots] = np.count_nonzero(exact["contributions"], axis=1)
     return Explanation(rows=picked, feature_names=names, method=used, **res)
 
