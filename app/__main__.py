@@ -1,4 +1,6 @@
-"""``python -m app``: serve with uvicorn using ``Settings`` (``TUNEMIX_*`` environment variables).
+"""``python -m app``: serve with uvicorn using ``Settings`` (``TUNEMIX_*`` environment variables;
+``--host``, ``--port``, ``--workers``, ``--models-dir`` and ``--model`` set theirs, ``app.serve_options``;
+``--help`` lists them; any other argument is refused).
 
 It starts ``TUNEMIX_WORKERS`` workers (default: one per usable core) and passes the count on to
 them. With several it prepares what the processes share before uvicorn forks: a fresh
@@ -28,6 +30,7 @@ import uvicorn
 
 from app import worker_state
 from app.observability import bury_process
+from app.serve_options import parser, to_environment
 from app.settings import Settings
 from app.supervisor import serve_workers
 
@@ -59,7 +62,9 @@ def worker_exited(metrics_dir: Path, state_dir: Path) -> Callable[[int], None]:
     return bury
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """Serve; ``argv``: the options (default: the command line's)."""
+    to_environment(parser().parse_args(argv))
     settings = Settings()
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     tmp: str | None = None

@@ -231,7 +231,7 @@ def test_serve_listens_on_loopback_unless_told(monkeypatch: pytest.MonkeyPatch, 
     assert Settings().host == "127.0.0.1"
     assert 'TUNEMIX_HOST=0.0.0.0' in (ROOT / "Dockerfile").read_text()
     seen: list[str] = []
-    monkeypatch.setattr(app.__main__, "main", lambda: seen.append(Settings().host))
+    monkeypatch.setattr(app.__main__, "main", lambda argv=None: seen.append(Settings().host))
     for name in ("default", "other"):
         (tmp_path / name / "v1").mkdir(parents=True)
         (tmp_path / name / "v1" / "manifest.json").write_text("{}")

@@ -11,7 +11,6 @@ directory.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -76,13 +75,10 @@ def add_parser(subparsers: Any) -> None:
     i.add_argument("--top", type=int, default=20, help="features shown (default: 20; 0: all)")
     i.set_defaults(func=run_importance)
 
-    s = subparsers.add_parser("serve", help="serve the models over HTTP (what `python -m app` does)")
-    s.add_argument("--models-dir", help="directory of <name>/vN versions (TUNEMIX_MODELS_DIR)")
-    s.add_argument("--model", help="the default model (TUNEMIX_DEFAULT_MODEL)")
-    s.add_argument("--host", help="address to listen on (TUNEMIX_HOST; default 127.0.0.1, this machine only: "
-                                  "0.0.0.0 serves every interface, with nothing in front to authenticate)")
-    s.add_argument("--port", type=int, help="port (TUNEMIX_PORT)")
-    s.add_argument("--workers", type=int, help="worker processes (TUNEMIX_WORKERS)")
+    from app.serve_options import DESCRIPTION, add_arguments  # the standard library only
+
+    s = add_arguments(subparsers.add_parser("serve", help="serve the models over HTTP (what `python -m app` does)",
+                                            description=DESCRIPTION))
     s.set_defaults(func=run_serve)
 
     m = subparsers.add_parser("models", help="list the trained models and their versions")
@@ -133,21 +129,19 @@ def run_predict(args: argparse.Namespace) -> int:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    for key, value in (("TUNEMIX_MODELS_DIR", args.models_dir), ("TUNEMIX_DEFAULT_MODEL", args.model),
-                       ("TUNEMIX_HOST", args.host), ("TUNEMIX_PORT", args.port), ("TUNEMIX_WORKERS", args.workers)):
-        if value is not None:
-            os.environ[key] = str(value)
     from app.__main__ import main
+    from app.serve_options import to_environment
     from app.settings import Settings
     from training.artifact.store import list_versions, versions_on_disk
 
+    to_environment(args)
     settings = Settings()
     name, root = settings.default_model, settings.models_dir
     if not list_versions(root, name):  # a clear error now, not a service that never gets ready
         known = ", ".join(versions_on_disk(root)) or "none"
         raise FileNotFoundError(f"model {name!r} has no trained version under {root} (models there: {known}); "
                                 "train one (tunemix demo, tunemix train) or name another with --model")
-    main()
+    main([])  # the options are in the environment now; main's own parser sees none
     return 0
 
 
