@@ -27,7 +27,7 @@ from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.deadlines import budget_answer, deadline_answer
-from app.deps import PYTHON_LANES
+from app.deps import PYTHON_LANES, explain_lane
 from app.errors import ServiceError, plain_errors, validation_message
 from app.observability import Metrics, MetricsMiddleware
 from app.openapi import install_openapi
@@ -97,7 +97,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     # not be shared by two event loops), once per application
     app.state.python_lanes = anyio.CapacityLimiter(PYTHON_LANES)
     app.state.scoring_slots = anyio.CapacityLimiter(settings.scoring_concurrency())
-    app.state.explain_lane = anyio.CapacityLimiter(settings.explain_concurrency)
+    app.state.explain_lane = explain_lane(settings.explain_concurrency)  # its own threads, shut down below
     app.state.scoring_requests = 0  # requests scoring or waiting to (app.deps.scoring)
     metrics: Metrics = app.state.metrics
     metrics.served = registry.served_by_worker
@@ -137,6 +137,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         for t in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+        app.state.explain_lane.shutdown(wait=False, cancel_futures=True)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -68,7 +68,8 @@ from training.scoring.calibrator_games import CalibratorGames, calibrator_games
 from training.scoring.ensemble_model import EnsembleModel
 from training.scoring.forest import KIND_PRODUCT
 from training.scoring.mix_propagation import mix_layer, reveal_cancel_at
-from training.scoring.tree_shap import documents, reference_sides, shapley_weights
+from training.scoring.tree_shap import reference_sides, shapley_weights
+from training.scoring.tree_shap_sets import documents_sets
 
 _NEVER = np.iinfo(np.int64).max
 #: elements of one batch's largest arrays (documents x members x coalitions x inputs), to bound memory
@@ -227,9 +228,10 @@ def _reference_sources(kind, node_start, leaf_start, feat, thr, left, right, lea
 @njit(cache=True, nogil=True)
 def _sources(kind, node_start, leaf_start, feat, thr, left, right, leaves, wide, r_wide, group, checkpoints, plus,
              minus, lo, hi, w, linear, at, total, active, n_active):  # pragma: no cover
-    """The forest's checkpoint attributions of every document (``tree_shap.documents``,
-    (n, C, K, P)), then per document i the sources' full (U, K, P): forest source u (the first
-    ``lo.size``) ``ck[hi[u], q, p] - ck[lo[u], q, p]``, linear source ``linear[j] = (u, c0, c1)``
+    """The forest's checkpoint attributions of every document (``tree_shap_sets.documents_sets``:
+    ``tree_shap.documents``'s (n, C, K, P) bit for bit, the documents walked as one set), then per
+    document i the sources' full (U, K, P): forest source u (the first ``lo.size``)
+    ``ck[hi[u], q, p] - ck[lo[u], q, p]``, linear source ``linear[j] = (u, c0, c1)``
     ``sum over the columns c of player p of (wide[i, c] - r_wide[c]) w[c, c0 + q]``; the moved
     players into ``active[i]``, their columns of full into ``at[i]``, and total[i, u, q] the sum of
     each row (0 when cancelled)."""
@@ -239,8 +241,8 @@ def _sources(kind, node_start, leaf_start, feat, thr, left, right, leaves, wide,
     cks = np.empty((n, checkpoints.shape[0], k_out, n_p))  # every checkpoint is written (they are <= n_base)
     if lo.shape[0]:
         r_dir = reference_sides(feat, thr, r_wide)
-        documents(kind, node_start, leaf_start, feat, thr, left, right, leaves, wide, r_dir, group, checkpoints, plus,
-                  minus, cks)
+        documents_sets(kind, node_start, leaf_start, feat, thr, left, right, leaves, wide, r_dir, group, checkpoints,
+                       plus, minus, cks)
     full = np.zeros((n_src, k_max, n_p))
     moved = np.zeros(n_p, dtype=np.bool_)
     for i in range(n):
