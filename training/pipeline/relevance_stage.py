@@ -11,6 +11,9 @@ that end the recalibration is not tried either, and before it each of the recali
 L-BFGS fits starts only while the time left exceeds what the fit before it took
 (:func:`recalibration_stop`: 3 s for the six on 24k validation documents, 13.6 s on a busy
 machine, when this stop was not yet passed to it).
+
+Without a budget the head's own models are trained beside the member runs, in the boosting
+stage's pool (``training.pipeline.head_beside``), and this stage assembles the head from them.
 """
 
 from __future__ import annotations
