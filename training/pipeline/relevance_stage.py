@@ -11,6 +11,9 @@ that end the recalibration is not tried either, and before it each of the recali
 L-BFGS fits starts only while the time left exceeds what the fit before it took
 (:func:`recalibration_stop`: 3 s for the six on 24k validation documents, 13.6 s on a busy
 machine, when this stop was not yet passed to it).
+
+Without a budget the head's own models are trained beside the member runs, in the boosting
+stage's pool (``training.pipeline.head_beside``), and this stage assembles the head from them.
 """
 
 from __future__ import annotations
@@ -92,13 +95,15 @@ def head_model_within(deadline: FitBudget, train: RankingData, vali: RankingData
 
 def fit_head(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, served: dict[str, np.ndarray],
              progress: bool = False, reused: list[HeadModel] | None = None,
-             deadline: FitBudget | None = None) -> dict[str, Any]:
+             deadline: FitBudget | None = None, pretrained: list[Any] | None = None) -> dict[str, Any]:
     """Train the relevance head (every model gets one unless ``[relevance] enabled = false``): its
     McRank models in parallel on the whole training set, each stopped early on the validation
     queries (and at the ``deadline``'s ``relevance_head`` end: module docstring); measure it on the
     test queries when there are some, else on validation (``served``: the model's scores of both,
     ``served_scores``). A fit that fails is logged and recorded; the model then has no head and
-    ranks as before."""
+    ranks as before. ``pretrained``: the head's own models, already trained beside the runs
+    (``training.pipeline.head_beside``: ``fit_head_model``'s results in grid order, or the
+    ValueError one raised), used instead of training them here."""
     from training.calibration.relevance_fit import assemble_head, head_jobs, relevance_metrics
 
     if not cfg.relevance.enabled:
@@ -125,11 +130,16 @@ def fit_head(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, served: dic
         if not jobs and not fitted:
             raise ValueError("the relevance head has no models: [relevance] n_leaves is empty (or the time budget "
                              "left none) and no McRank member can be reused")
-        # one LightGBM thread per model, as the McRank members train (processes run them side by side)
-        reused_note = f", {len(fitted)} McRank members reused: {len(jobs) + len(fitted)} in all" if fitted else ""
-        with parallel_backend(cfg.run.backend, cfg.run.n_jobs, cfg.run.scheduler) as n_jobs:
-            own = run_parallel([joblib.delayed(head_model_within)(deadline, *args) for args in jobs], n_jobs,
-                               f"relevance head: {len(jobs)} models to train{reused_note}", progress)
+        if pretrained is not None:  # trained beside the runs (training.pipeline.head_beside): the same models
+            own = list(pretrained)
+            failed = next((m for m in own if isinstance(m, ValueError)), None)
+            if failed is not None:
+                raise failed
+        else:  # one LightGBM thread per model, as the McRank members train (processes run them side by side)
+            reused_note = f", {len(fitted)} McRank members reused: {len(jobs) + len(fitted)} in all" if fitted else ""
+            with parallel_backend(cfg.run.backend, cfg.run.n_jobs, cfg.run.scheduler) as n_jobs:
+                own = run_parallel([joblib.delayed(head_model_within)(deadline, *args) for args in jobs], n_jobs,
+                                   f"relevance head: {len(jobs)} models to train{reused_note}", progress)
         if budget:
             budget["trained"] = sum(m is not None for m in own)
         fitted += [m for m in own if m is not None]
@@ -143,6 +153,7 @@ def fit_head(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, served: dic
     data, split = (prep.test, "test") if prep.test is not None and prep.test.n_docs else (prep.vali, "vali")
     probs, _ = model.relevance_head.estimate(data.features, served[split], data.query_offsets)
     out = {"trained_on": "train", "stopped_on": "vali", "measured_on": split,
+           "own_models_trained": "beside the runs" if pretrained is not None else "in this stage",
            "models": model.relevance_head.models, "recalibration": recalibration,
            "seconds": round(time.perf_counter() - t0, 3), **relevance_metrics(probs, data.labels)}
     if budget:

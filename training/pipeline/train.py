@@ -40,6 +40,7 @@ from training.pipeline.auto import DataShape, apply_auto, small_validation
 from training.pipeline.budget import FitBudget, clock_for
 from training.pipeline.budget_sample import budget_sample, lightgbm_import_s
 from training.pipeline.config import TrainConfig, missing_data_message, resolve_feature_names
+from training.pipeline.head_beside import HeadBeside, head_beside, head_model_task
 from training.pipeline.importance import explanation_summary
 from training.pipeline.member_types import (
     CalibrationResult,
@@ -258,12 +259,14 @@ def run_within(deadline: FitBudget, spec: RunSpec, *args: Any) -> RunResult:
 
 
 def fit_runs(cfg: TrainConfig, prep: Prepared, specs: list[RunSpec], n_jobs: int, progress: bool,
-             deadline: FitBudget | None = None) -> list[RunResult]:
+             deadline: FitBudget | None = None, head: HeadBeside | None = None) -> list[RunResult]:
     """Every run on the fit part, in parallel (one job per run). On the threads backend up to
     ``THREAD_RUNS_PER_JOB`` runs per job go at once (the OS shares the cores among them) when
     there are several jobs; with one, one run at a time. Each
     run stops at the ``deadline``'s boosting end (``training.pipeline.budget``). The LightGBM runs
-    of one view share its Datasets (``training.learners.lightgbm_data.sharing_datasets``)."""
+    of one view share its Datasets (``training.learners.lightgbm_data.sharing_datasets``).
+    ``head``: the relevance head's own models, trained in the same pool after the runs
+    (``training.pipeline.head_beside``); their results go to ``head.models``."""
     deadline = deadline or FitBudget.begin(None)
     if any(s.type in LIGHTGBM_TYPES for s in specs):
         # once, before the runs: its import (sklearn, scipy: seconds on a busy machine) would
@@ -271,18 +274,22 @@ def fit_runs(cfg: TrainConfig, prep: Prepared, specs: list[RunSpec], n_jobs: int
         # not kept: importing it inside the first LightGBM run while AdaBoost.MH trains on the
         # other core (bench/results/ab_cost39g_overlap_mq2008.json: no faster on a shared machine)
         import lightgbm  # noqa: F401
+    head_jobs = head.jobs if head is not None else []
     at_once = n_jobs
     if cfg.run.backend == "threads" and n_jobs > 1:  # n_jobs = 1: one run at a time, on one core
-        at_once = max(n_jobs, min(len(specs), THREAD_RUNS_PER_JOB * n_jobs))
+        at_once = max(n_jobs, min(len(specs) + len(head_jobs), THREAD_RUNS_PER_JOB * n_jobs))
     total_iterations = sum(get_member_type(s.type).iterations(s.params) for s in specs)
     with sharing_datasets(cfg.seed), iteration_bar(total_iterations, progress and total_iterations > 0
                        and cfg.run.backend in ("loky", "threads", "sequential"),
                        processes=cfg.run.backend == "loky") as queue:
-        return run_parallel(
-            [joblib.delayed(run_within)(deadline, s, *run_inputs(prep, s), prep.n_labels, cfg.seed, queue)
-             for s in specs],
-            at_once, f"boosting {len(specs)} runs", progress,
-        )
+        tasks = [joblib.delayed(run_within)(deadline, s, *run_inputs(prep, s), prep.n_labels, cfg.seed, queue)
+                 for s in specs]
+        tasks += [joblib.delayed(head_model_task)(*args) for args in head_jobs]  # last: they fill the tail
+        besides = f" and the relevance head's {len(head_jobs)} models" if head_jobs else ""
+        done = run_parallel(tasks, at_once, f"boosting {len(specs)} runs{besides}", progress)
+    if head is not None:
+        head.models = done[len(specs):]
+    return done[:len(specs)]
 
 
 def search_runs(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], auto: bool, n_jobs: int,
@@ -469,9 +476,10 @@ def _train(cfg: TrainConfig, clock: _Clock, progress: bool, sets: dict[str, Rank
     specs = run_specs(cfg)
     prep = prepare(cfg, clock, specs, sets, records)
     feature_names = resolve_feature_names(cfg.data, prep.sets["train"].n_features)  # checked before any fit
+    head = head_beside(cfg, prep, specs, deadline)  # the head's own models beside the runs (no budget)
     with parallel_backend(cfg.run.backend, cfg.run.n_jobs, cfg.run.scheduler) as n_jobs:
         with clock("boosting_s"):
-            runs = fit_runs(cfg, prep, specs, n_jobs, progress, deadline)
+            runs = fit_runs(cfg, prep, specs, n_jobs, progress, deadline, head=head)
         with clock("search_s"):
             runs, searched = search_runs(cfg, prep, runs, auto, n_jobs, deadline)
         with clock("calibration_s"):
@@ -510,7 +518,8 @@ def _train(cfg: TrainConfig, clock: _Clock, progress: bool, sets: dict[str, Rank
                         else {"skipped": "the time budget was spent" if late
                               else "the report computes them only when `tunemix train` saves the model"})
     with clock("relevance_head_s"):
-        relevance = fit_head(cfg, prep, model, served, progress, reusable_head_models(cfg, prep, runs), deadline)
+        relevance = fit_head(cfg, prep, model, served, progress, reusable_head_models(cfg, prep, runs), deadline,
+                             pretrained=head.models if head is not None else None)
     clock.timings["total_s"] = time.perf_counter() - clock.start
     numba_compile = clock.compile_record()
     record = build_record(cfg, prep, runs, members, failures, model, full_size, mixing, evaluation, clock.timings)
