@@ -346,7 +346,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="lgbm_tuned's trials at once, each on one thread (2: the peer of tunemix's two threads)")
     ap.add_argument("--no-warm-up", action="store_true",
                     help="skip the warm-up fit (numba's cache already filled, e.g. by the previous run)")
-    ap.add_argument("--out", default=str(RESULTS / "defaults.json"))
+    where = ap.add_mutually_exclusive_group()
+    where.add_argument("--name", help="results as bench/results/<name>.json and .md, as the other benchmarks take "
+                                      "it (default: defaults)")
+    where.add_argument("--out", help="results at this path instead (and the same path with .md)")
     args = ap.parse_args(argv)
     check_data(args.datasets.split(","))
     t0 = time.perf_counter()
@@ -354,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
                  [int(s) for s in args.seeds.split(",")], args.tuned_budget, not args.no_warm_up,
                  args.tuned_at_once)
     report["seconds"] = round(time.perf_counter() - t0, 1)
-    out = Path(args.out)
+    out = Path(args.out) if args.out else RESULTS / f"{args.name or 'defaults'}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1))
     out.with_suffix(".md").write_text(markdown(report))

@@ -53,3 +53,15 @@ def test_fit_ratios_divide_each_system_by_its_peer_when_both_ran() -> None:
                "lgbm_es": {"folds": 5, "folds_done": 0}}
     assert fit_ratios(summary) == {"tunemix/lgbm_es1": 1.5, "tunemix1/lgbm_es1": 2.0}
     assert fit_ratios({"tunemix": {"fit_s": 3.0}}) == {}
+
+
+def test_name_and_out_are_one_or_the_other(capsys) -> None:
+    """``--name`` (into bench/results, as every other benchmark) or ``--out`` (a path), not both."""
+    import pytest
+
+    from bench.defaults import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--name", "x", "--out", "/tmp/x.json"])
+    assert exc.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
