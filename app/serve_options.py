@@ -41,7 +41,7 @@ def parser(prog: str = "python -m app") -> argparse.ArgumentParser:
 def to_environment(args: argparse.Namespace) -> dict[str, str]:
     """Set each given option's variable in ``os.environ`` (read by ``Settings`` here and in every
     worker); returns what was set."""
-    given = {var: str(getattr(args, flag[2:].replace("-", "_"))) for flag, var, _, _ in OPTIONS
-             if getattr(args, flag[2:].replace("-", "_")) is not None}
+    values = {var: getattr(args, flag[2:].replace("-", "_")) for flag, var, _, _ in OPTIONS}
+    given = {var: str(value) for var, value in values.items() if value is not None}
     os.environ.update(given)
     return given

@@ -22,15 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from training.pipeline.budget import FitBudget
+from training.pipeline.member_types import LIGHTGBM_TYPES
+
 if TYPE_CHECKING:
-    from training.calibration.relevance_fit import HeadSettings
-    from training.pipeline.budget import FitBudget
     from training.pipeline.config import TrainConfig
     from training.pipeline.member_types import RunSpec
     from training.pipeline.prepared import Prepared
-
-#: member types whose runs load LightGBM (as ``training.pipeline.train.LIGHTGBM_TYPES``)
-_LIGHTGBM_TYPES = ("lambdamart", "mcrank")
 
 
 @dataclass
@@ -50,7 +48,7 @@ def head_beside(cfg: TrainConfig, prep: Prepared, specs: list[RunSpec], deadline
     from training.calibration.relevance_fit import head_jobs
 
     h = cfg.relevance
-    if not h.enabled or deadline.limited or not any(s.type in _LIGHTGBM_TYPES for s in specs):
+    if not h.enabled or deadline.limited or not any(s.type in LIGHTGBM_TYPES for s in specs):
         return None
     try:
         jobs = head_jobs(prep.train, prep.vali, prep.n_labels, h, cfg.seed)
@@ -59,13 +57,13 @@ def head_beside(cfg: TrainConfig, prep: Prepared, specs: list[RunSpec], deadline
     return HeadBeside(jobs=jobs) if jobs else None
 
 
-def head_model_task(train: Any, vali: Any, n_grades: int, n_leaves: int, min_data_in_leaf: int,
-                    settings: HeadSettings, seed: int) -> Any:
-    """``fit_head_model`` (``head_jobs``' arguments) as a task of the boosting pool: its result,
-    or the ValueError it raised (returned, for the relevance stage to record)."""
-    from training.calibration.relevance_fit import fit_head_model
+def head_model_task(*job: Any) -> Any:
+    """``training.pipeline.relevance_stage.head_model_within`` without a budget, on one of
+    ``head_jobs``' argument tuples, as a task of the boosting pool: its result, or the ValueError
+    it raised (returned, for the relevance stage to record)."""
+    from training.pipeline.relevance_stage import head_model_within
 
     try:
-        return fit_head_model(train, vali, n_grades, n_leaves, min_data_in_leaf, settings, seed)
+        return head_model_within(FitBudget.begin(None), *job)
     except ValueError as exc:
         return exc

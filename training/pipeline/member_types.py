@@ -44,6 +44,10 @@ class TrainConfig(Protocol):
 
 log = logging.getLogger(__name__)
 
+#: member types whose runs train with LightGBM (its import comes before their runs; the
+#: relevance head's own models train beside them: ``training.pipeline.head_beside``)
+LIGHTGBM_TYPES = ("lambdamart", "mcrank")
+
 
 @dataclass(frozen=True)
 class RunSpec:

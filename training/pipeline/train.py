@@ -43,6 +43,7 @@ from training.pipeline.config import TrainConfig, missing_data_message, resolve_
 from training.pipeline.head_beside import HeadBeside, head_beside, head_model_task
 from training.pipeline.importance import explanation_summary
 from training.pipeline.member_types import (
+    LIGHTGBM_TYPES,
     CalibrationResult,
     RunResult,
     RunSpec,
@@ -246,8 +247,6 @@ def run_inputs(prep: Prepared, spec: RunSpec) -> RunInputs:
 
 
 # ---------------------------------------------------------------------------------- runs
-#: member types whose runs train with LightGBM
-LIGHTGBM_TYPES = ("lambdamart", "mcrank")
 
 
 def run_within(deadline: FitBudget, spec: RunSpec, *args: Any) -> RunResult:
