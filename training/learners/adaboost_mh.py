@@ -49,7 +49,7 @@ import numpy.typing as npt
 from training.data.binned import BinnedView
 from training.data.binning import FeatureBins, fit_bins
 from training.learners.bandits import FeatureBandit, FullSearch, make_bandit
-from training.learners.hamming_tree import HammingTreeSearch
+from training.learners.hamming_tree import HammingTreeSearch, boost_trees
 from training.learners.label_groups import LabelGrouping, get_grouping, identity_grouping
 from training.learners.stump_product import StumpProductSearch
 from training.learners.stump_search import (
@@ -57,10 +57,19 @@ from training.learners.stump_search import (
     PERFECT_EDGE_TOL,
     base_edge,
     boost_update,
+    class_lanes,
 )
 from training.scoring.forest import KIND_PRODUCT, KIND_TREE, FlatForest, score_forest
 
 logger = logging.getLogger(__name__)
+
+#: Hamming trees on a full search are boosted in chunks of iterations, one GIL-free numba call a
+#: chunk (``AdaBoostMH._boost_in_chunks``); False: one Python iteration at a time (the reference
+#: the tests compare the chunks with)
+CHUNKED_FULL_SEARCH = True
+#: a chunk's iterations are sized to take about this long (the time budget is checked between chunks)
+CHUNK_SECONDS = 0.05
+CHUNK_MAX = 256
 
 DEFAULT_CHECKPOINTS = (10, 30, 100, 300, 1000, 3000, 10000, 30000, 100000, 300000, 1000000)
 
@@ -264,6 +273,10 @@ class AdaBoostMH:
                        if self.base == "tree" else None)
         prod_search = (StumpProductSearch(codes, K, 1 if self.base == "stump" else self.n_terms,
                                           max_bins) if self.base != "tree" else None)
+        if tree_search is not None and isinstance(bandit, FullSearch) and CHUNKED_FULL_SEARCH:
+            self._boost_in_chunks(tree_search, s, F, classes, usable, nbins_all[usable], T,
+                                  bases, alphas, edges, errors, callback, t0)
+            T = 0  # the loop below was done in chunks without the GIL
         for t in range(T):
             arms = bandit.select()
             fitted = self._fit_base(codes, s, usable[arms], nbins_all[usable[arms]],
@@ -310,6 +323,58 @@ class AdaBoostMH:
                     self.n_iterations_, self.stop_reason_, self.fit_time_s_,
                     errors[-1] if errors else float("nan"))
         return self
+
+    def _boost_in_chunks(self, search: HammingTreeSearch, s: npt.NDArray[np.float64], F: npt.NDArray[np.float64],
+                         classes: npt.NDArray[np.int64], feats: npt.NDArray[np.int64],
+                         feat_nbins: npt.NDArray[np.int64], T: int, bases: list[_Base], alphas: list[float],
+                         edges: list[float], errors: list[float],
+                         callback: Callable[[FitProgress], None] | None, t0: float) -> None:
+        """The loop of ``fit`` for Hamming trees on a full search, a chunk of iterations a call to
+        ``boost_trees`` (one numba call that holds no GIL: the run trains beside threads that run
+        Python, LightGBM's import among them, without waiting for the GIL every iteration). The
+        trees, weights and records are the loop's to the last bit; the callback is called for each
+        iteration after its chunk, and the time budget is checked after each chunk (a chunk is
+        sized to take about ``CHUNK_SECONDS``)."""
+        N, K, k = search.n_leaves, search.n_classes, feats.shape[0]
+        shape = (N, k, search.max_bins, K)
+        if search._pool.shape != shape:
+            search._pool = np.empty(shape, dtype=np.float64)
+        lanes = class_lanes(K)
+        size, t = 1, 0
+        while t < T:
+            m = min(size, T - t)
+            feat, nbin, left, right = (np.zeros((m, N - 1), dtype=np.int32) for _ in range(4))
+            n_nodes, n_leaves = np.zeros(m, dtype=np.int64), np.zeros(m, dtype=np.int64)
+            votes = np.zeros((m, N, K))
+            edge, alpha, error = np.zeros(m), np.zeros(m), np.zeros(m)
+            started = time.perf_counter()
+            done, stop = boost_trees(search.codes, s, F, classes, feats, feat_nbins, N, search._order, search._tmp,
+                                     search._pool, search._row_leaf, lanes, m, 1.0 - PERFECT_EDGE_TOL, ALPHA_MAX,
+                                     feat, nbin, left, right, n_nodes, votes, n_leaves, edge, alpha, error)
+            took = time.perf_counter() - started
+            elapsed = time.perf_counter() - t0
+            edges_of = self.bins_.edges
+            for j in range(done):
+                nn, nl = int(n_nodes[j]), int(n_leaves[j])
+                f = feat[j, :nn].copy()
+                bases.append(_Base(kind=KIND_TREE, feature=f,
+                                   threshold=edges_of[f, nbin[j, :nn] - 1].astype(np.float32),
+                                   left=left[j, :nn].copy(), right=right[j, :nn].copy(),
+                                   leaf_values=votes[j, :nl] * alpha[j]))
+                alphas.append(float(alpha[j]))
+                edges.append(float(edge[j]))
+                errors.append(float(error[j]))
+                if callback is not None:
+                    callback(FitProgress(iteration=t + j + 1, edge=float(edge[j]), alpha=float(alpha[j]),
+                                         training_error=float(error[j]), elapsed_s=elapsed))
+            t += done
+            if stop:
+                self.stop_reason_ = {1: "no_split", 2: "no_edge", 3: "perfect"}[int(stop)]
+                return
+            if self.time_budget_s is not None and elapsed >= self.time_budget_s:
+                self.stop_reason_ = "time_budget"
+                return
+            size = max(1, min(CHUNK_MAX, int(CHUNK_SECONDS * done / max(took, 1e-9))))
 
     def _fit_base(self, codes: npt.NDArray[np.uint8], s: npt.NDArray[np.float64],
                   feats: npt.NDArray[np.int64], feat_nbins: npt.NDArray[np.int64],

@@ -27,7 +27,15 @@ import numpy.typing as npt
 from numba import njit
 
 import training.numba_cache  # noqa: F401 - numba's cache written under a lock (training/numba_cache.py)
-from training.learners.stump_search import TREE, accumulate_histogram, best_split, class_lanes, split_score
+from training.learners.stump_search import (
+    TREE,
+    accumulate_histogram,
+    base_edge,
+    best_split,
+    boost_update,
+    class_lanes,
+    split_score,
+)
 
 #: A split must raise the edge by more than this to be taken (except the root split).
 MIN_GAIN = 1e-14
@@ -176,6 +184,62 @@ def grow_tree(
     return n_nodes, n_leaves, edge
 
 
+@njit(cache=True, nogil=True)
+def boost_trees(
+    codes, s, F, classes, feats, feat_nbins, n_leaves_max, order, tmp, hist_pool, row_leaf, k_lanes,
+    n_iterations, perfect_edge, alpha_max,
+    out_feat, out_bin, out_left, out_right, out_nodes, out_votes, out_leaves, out_edge, out_alpha, out_error,
+):  # pragma: no cover
+    """Up to ``n_iterations`` AdaBoost.MH iterations with Hamming trees searched on every feature of
+    ``feats``, in one call that holds no GIL: ``AdaBoostMH.fit``'s loop for a full search, step for
+    step (``grow_tree``, the votes, ``base_edge``, alpha, ``boost_update``), so the trees and the
+    weights are the same to the last bit (tests/learners/test_boost_trees.py checks it against the
+    loop). Returns ``(done, stop)``: iterations kept in the ``out_*`` rows ``0..done-1`` (tree t:
+    ``out_nodes[t]`` inner nodes, ``out_leaves[t]`` leaves, unit votes), and why it stopped early:
+    0 not early, 1 no split (every feature constant), 2 no edge (an edge <= 0: that tree is not
+    kept), 3 perfect (alpha capped at ``alpha_max``: that tree is kept)."""
+    K = s.shape[1]
+    k = feats.shape[0]
+    N = n_leaves_max
+    leaf_sums = np.zeros((N, K))
+    per_feature = np.empty(k)
+    node_gains = np.empty((N - 1, k))
+    for t in range(n_iterations):
+        leaf_sums[:, :] = 0.0
+        node_gains[:, :] = -np.inf
+        out_feat[t, :] = 0
+        out_bin[t, :] = 0
+        out_left[t, :] = 0
+        out_right[t, :] = 0
+        n_nodes, n_leaves, _ = grow_tree(
+            codes, s, feats, feat_nbins, N, order, tmp, hist_pool, row_leaf, out_feat[t], out_bin[t],
+            out_left[t], out_right[t], leaf_sums, per_feature, node_gains, k_lanes,
+        )
+        if n_nodes == 0:
+            return t, 1
+        votes = np.empty((n_leaves, K))
+        for q in range(n_leaves):
+            for l in range(K):
+                votes[q, l] = 1.0 if leaf_sums[q, l] >= 0.0 else -1.0
+        edge = base_edge(s, row_leaf, votes)
+        if edge <= 0.0:
+            return t, 2
+        if edge >= perfect_edge:
+            alpha = alpha_max
+        else:
+            alpha = 0.5 * np.log((1.0 + edge) / (1.0 - edge))
+        err = boost_update(s, F, classes, row_leaf, votes, alpha)
+        out_nodes[t] = n_nodes
+        out_leaves[t] = n_leaves
+        out_votes[t, :n_leaves, :] = votes
+        out_edge[t] = edge
+        out_alpha[t] = alpha
+        out_error[t] = err
+        if alpha >= alpha_max:
+            return t + 1, 3
+    return n_iterations, 0
+
+
 @dataclass
 class TreeFit:
     """A fitted Hamming tree in bin space (thresholds as bins; see ``AdaBoostMH.to_forest``)."""
@@ -245,4 +309,4 @@ class HammingTreeSearch:
         )
 
 
-__all__ = ["HammingTreeSearch", "TreeFit", "grow_tree", "split_score"]
+__all__ = ["HammingTreeSearch", "TreeFit", "boost_trees", "grow_tree", "split_score"]

@@ -147,11 +147,12 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def run_warm(args: argparse.Namespace) -> int:
-    from training.pipeline.warm import cache_dir, is_warm, warm
+    from training.pipeline.warm import cache_dir, compile_bytecode, is_warm, warm
     from training.pipeline.warm_child import wait_for_background
 
     wait_for_background(cache_dir(), sys.stderr)  # tunemix demo's background part: not the same kernels twice
     if args.if_cold and is_warm():
+        compile_bytecode()  # the modules' bytecode: source edited since, or never written
         sys.stdout.write(f"tunemix warm: the kernels are compiled already (cache {cache_dir()})\n")
         return 0
     warm()

@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import logging
 import platform
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -267,11 +268,16 @@ def fit_runs(cfg: TrainConfig, prep: Prepared, specs: list[RunSpec], n_jobs: int
     ``head``: the relevance head's own models, trained in the same pool after the runs
     (``training.pipeline.head_beside``); their results go to ``head.models``."""
     deadline = deadline or FitBudget.begin(None)
-    if any(s.type in LIGHTGBM_TYPES for s in specs):
-        # once, before the runs: its import (sklearn, scipy: seconds on a busy machine) would
-        # otherwise happen in every run's thread at once, after its seconds were counted. Tried and
-        # not kept: importing it inside the first LightGBM run while AdaBoost.MH trains on the
-        # other core (bench/results/ab_cost39g_overlap_mq2008.json: no faster on a shared machine)
+    order = list(range(len(specs)))
+    overlap = import_beside_runs(cfg, specs, n_jobs, deadline)
+    if overlap:
+        # the runs that need no LightGBM first: AdaBoost.MH's trees on a full search train in
+        # GIL-free chunks on one core while the first LightGBM run's thread imports it (scikit-learn,
+        # SciPy: 1.2-1.7 s of Python) on the other; the other LightGBM runs wait for that import
+        order.sort(key=lambda i: specs[i].type in LIGHTGBM_TYPES)
+        specs = [specs[i] for i in order]
+    elif any(s.type in LIGHTGBM_TYPES for s in specs):
+        # once, before the runs: under a time budget its seconds must not count in a run's budget
         import lightgbm  # noqa: F401
     head_jobs = head.jobs if head is not None else []
     at_once = n_jobs
@@ -288,7 +294,24 @@ def fit_runs(cfg: TrainConfig, prep: Prepared, specs: list[RunSpec], n_jobs: int
         done = run_parallel(tasks, at_once, f"boosting {len(specs)} runs{besides}", progress)
     if head is not None:
         head.models = done[len(specs):]
-    return done[:len(specs)]
+    runs: list[RunResult] = [None] * len(specs)  # type: ignore[list-item]
+    for i, run in zip(order, done[:len(specs)], strict=True):  # in the order of the specs given
+        runs[i] = run
+    return runs
+
+
+def import_beside_runs(cfg: TrainConfig, specs: list[RunSpec], n_jobs: int, deadline: FitBudget) -> bool:
+    """Whether LightGBM's import goes into the first LightGBM run's thread, beside the runs that do
+    not need it, instead of before every run: without a time budget, on the threads backend with
+    two jobs or more, when a run holds no GIL while it trains (AdaBoost.MH's Hamming trees on a
+    full search, ``AdaBoostMH._boost_in_chunks``) and LightGBM is not imported yet."""
+    from training.learners import adaboost_mh
+
+    gil_free = [s for s in specs if s.type == "adaboost" and s.params.get("base", "tree") == "tree"
+                and s.params.get("search", "full") == "full"]
+    return (not deadline.limited and cfg.run.backend == "threads" and n_jobs > 1 and bool(gil_free)
+            and adaboost_mh.CHUNKED_FULL_SEARCH and "lightgbm" not in sys.modules
+            and any(s.type in LIGHTGBM_TYPES for s in specs))
 
 
 def search_runs(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], auto: bool, n_jobs: int,
@@ -441,14 +464,18 @@ def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingDat
     from training.threads import one_blas_thread
 
     deadline = deadline or FitBudget.begin(cfg.run.time_budget_s, clock_for(cfg.run.backend))
-    with one_blas_thread(), compile_clock() as compiling:
+    # BLAS at one thread: numpy's from here, scipy's (its own OpenBLAS) once the runs are done (its
+    # import, about 0.5 s of Python, then comes with LightGBM's, beside the runs: ``fit_runs``)
+    with one_blas_thread(load_scipy=False), compile_clock() as compiling, contextlib.ExitStack() as after_runs:
         clock = _Clock(compiling)
-        outcome = _train(cfg, clock, progress, sets, save, deadline)
+        outcome = _train(cfg, clock, progress, sets, save, deadline, after_runs)
     return outcome
 
 
 def _train(cfg: TrainConfig, clock: _Clock, progress: bool, sets: dict[str, RankingData] | None,
-           save: bool, deadline: FitBudget) -> TrainOutcome:
+           save: bool, deadline: FitBudget, after_runs: contextlib.ExitStack) -> TrainOutcome:
+    from training.threads import one_blas_thread
+
     records = None
     auto = not any(mt.blocks(cfg) for mt in member_types().values())
     auto_reasons: list[str] = []
@@ -479,6 +506,7 @@ def _train(cfg: TrainConfig, clock: _Clock, progress: bool, sets: dict[str, Rank
     with parallel_backend(cfg.run.backend, cfg.run.n_jobs, cfg.run.scheduler) as n_jobs:
         with clock("boosting_s"):
             runs = fit_runs(cfg, prep, specs, n_jobs, progress, deadline, head=head)
+        after_runs.enter_context(one_blas_thread())  # scipy's OpenBLAS too, for the calibrators' L-BFGS-B
         with clock("search_s"):
             runs, searched = search_runs(cfg, prep, runs, auto, n_jobs, deadline)
         with clock("calibration_s"):
