@@ -68,7 +68,7 @@ logger = logging.getLogger(__name__)
 #: the tests compare the chunks with)
 CHUNKED_FULL_SEARCH = True
 #: a chunk's iterations are sized to take about this long (the time budget is checked between chunks)
-CHUNK_SECONDS = 0.05
+CHUNK_SECONDS = 0.2
 CHUNK_MAX = 256
 
 DEFAULT_CHECKPOINTS = (10, 30, 100, 300, 1000, 3000, 10000, 30000, 100000, 300000, 1000000)
