@@ -354,3 +354,20 @@ def test_the_background_child_leaves_the_stamp_only_when_its_parent_succeeded(
     first = capsys.readouterr().out.splitlines()[0]
     assert json.loads(first)["part"] == "learners"
     assert (code == 0) == bool(parent_said) and warm_module.is_warm() == bool(parent_said)
+
+
+def test_compile_bytecode_writes_what_imports_would_compile() -> None:
+    """``compile_bytecode`` leaves every module of the project's packages with bytecode no older
+    than its source (what ``PYTHONDONTWRITEBYTECODE`` machines otherwise compile at every start),
+    and a second call finds nothing to write."""
+    import importlib.util
+
+    warm_module.compile_bytecode()
+    root = Path(warm_module.__file__).resolve().parents[2]
+    for package in warm_module.PACKAGES:
+        sources = list((root / package).rglob("*.py"))
+        assert sources, package
+        for source in sources:
+            cached = Path(importlib.util.cache_from_source(str(source)))
+            assert cached.exists() and cached.stat().st_mtime >= source.stat().st_mtime, source
+    assert warm_module.compile_bytecode() == 0
