@@ -88,12 +88,15 @@ def one_blas_thread(*, load_scipy: bool = True) -> contextlib.AbstractContextMan
     each L-BFGS-B iteration of a 6-parameter problem take 5.1 ms instead of 0.18 ms on the shared
     2-core machine (load average 5: its threads wake and wait for each call), which was most of
     the calibration stage on MQ2008 (``python -m bench.defaults``; docs/method.md). With
-    ``load_scipy`` (a fit) scipy is imported first when installed, so that its own OpenBLAS is
-    loaded and capped too (only the libraries loaded when the controller is made are capped); an
-    explanation, which needs no scipy, passes False."""
+    ``load_scipy`` (a fit) scipy's linear algebra is imported first when installed, so that its own
+    OpenBLAS is loaded and capped too (only the libraries loaded when the controller is made are
+    capped; numba's first kernel imports it too, for the BLAS of ``np.dot`` in kernels:
+    ``numba.np.linalg.ensure_blas``); its optimiser (0.1-0.3 s more of Python) comes later, with
+    LightGBM's import beside the runs or at the calibration stage; an explanation, which needs no
+    scipy, passes False."""
     if load_scipy:
         with contextlib.suppress(ImportError):
-            import scipy.optimize  # noqa: F401 - loads scipy's OpenBLAS before the cap
+            import scipy.linalg  # noqa: F401 - loads scipy's OpenBLAS before the cap
     key = "scipy.linalg" in sys.modules
     controller = _blas_controllers.get(key)
     if controller is None:

@@ -464,18 +464,14 @@ def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingDat
     from training.threads import one_blas_thread
 
     deadline = deadline or FitBudget.begin(cfg.run.time_budget_s, clock_for(cfg.run.backend))
-    # BLAS at one thread: numpy's from here, scipy's (its own OpenBLAS) once the runs are done (its
-    # import, about 0.5 s of Python, then comes with LightGBM's, beside the runs: ``fit_runs``)
-    with one_blas_thread(load_scipy=False), compile_clock() as compiling, contextlib.ExitStack() as after_runs:
+    with one_blas_thread(), compile_clock() as compiling:
         clock = _Clock(compiling)
-        outcome = _train(cfg, clock, progress, sets, save, deadline, after_runs)
+        outcome = _train(cfg, clock, progress, sets, save, deadline)
     return outcome
 
 
 def _train(cfg: TrainConfig, clock: _Clock, progress: bool, sets: dict[str, RankingData] | None,
-           save: bool, deadline: FitBudget, after_runs: contextlib.ExitStack) -> TrainOutcome:
-    from training.threads import one_blas_thread
-
+           save: bool, deadline: FitBudget) -> TrainOutcome:
     records = None
     auto = not any(mt.blocks(cfg) for mt in member_types().values())
     auto_reasons: list[str] = []
@@ -506,7 +502,6 @@ def _train(cfg: TrainConfig, clock: _Clock, progress: bool, sets: dict[str, Rank
     with parallel_backend(cfg.run.backend, cfg.run.n_jobs, cfg.run.scheduler) as n_jobs:
         with clock("boosting_s"):
             runs = fit_runs(cfg, prep, specs, n_jobs, progress, deadline, head=head)
-        after_runs.enter_context(one_blas_thread())  # scipy's OpenBLAS too, for the calibrators' L-BFGS-B
         with clock("search_s"):
             runs, searched = search_runs(cfg, prep, runs, auto, n_jobs, deadline)
         with clock("calibration_s"):
