@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from training.learners import AdaBoostMH, FitProgress, adaboost_mh
+from training.learners import AdaBoostMH, FitProgress, adaboost_mh, hamming_tree
 from training.learners.stump_search import ALPHA_MAX
 
 
@@ -68,13 +68,13 @@ def test_the_chunk_path_is_taken_and_holds_no_gil(monkeypatch: pytest.MonkeyPatc
     """With the chunks on, ``grow_tree`` is never called from Python (one ``boost_trees`` call a
     chunk), and a thread that runs Python all along does not stop the run from finishing."""
     calls: list[int] = []
-    real = adaboost_mh.boost_trees
+    real = hamming_tree.boost_trees
 
     def counting(*args: Any) -> Any:
         calls.append(int(args[12]))
         return real(*args)
 
-    monkeypatch.setattr(adaboost_mh, "boost_trees", counting)
+    monkeypatch.setattr(hamming_tree, "boost_trees", counting)
     X, y = _data(400, 6, 3, seed=3)
     stop = threading.Event()
 
@@ -94,7 +94,7 @@ def test_the_chunk_path_is_taken_and_holds_no_gil(monkeypatch: pytest.MonkeyPatc
 
 
 def test_bandit_search_keeps_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(adaboost_mh, "boost_trees", None)  # would fail if called
+    monkeypatch.setattr(hamming_tree, "boost_trees", None)  # would fail if called
     X, y = _data(300, 6, 3, seed=4)
     m = AdaBoostMH(base="tree", search="ucb1", n_iterations=10).fit(X, y)
     assert m.n_iterations_ == 10

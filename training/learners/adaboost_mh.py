@@ -49,15 +49,14 @@ import numpy.typing as npt
 from training.data.binned import BinnedView
 from training.data.binning import FeatureBins, fit_bins
 from training.learners.bandits import FeatureBandit, FullSearch, make_bandit
-from training.learners.hamming_tree import HammingTreeSearch, boost_trees
+from training.learners.hamming_tree import HammingTreeSearch
 from training.learners.label_groups import LabelGrouping, get_grouping, identity_grouping
 from training.learners.stump_product import StumpProductSearch
 from training.learners.stump_search import (
     ALPHA_MAX,
-    PERFECT_EDGE_TOL,
+    alpha_of_edge,
     base_edge,
     boost_update,
-    class_lanes,
 )
 from training.scoring.forest import KIND_PRODUCT, KIND_TREE, FlatForest, score_forest
 
@@ -96,10 +95,23 @@ class _Base:
 
 
 def alpha_from_edge(edge: float) -> float:
-    """``0.5 ln((1 + gamma) / (1 - gamma))``, capped at ``ALPHA_MAX`` for a perfect edge."""
-    if edge >= 1.0 - PERFECT_EDGE_TOL:
-        return ALPHA_MAX
-    return 0.5 * math.log((1.0 + edge) / (1.0 - edge))
+    """``0.5 ln((1 + gamma) / (1 - gamma))``, capped at ``ALPHA_MAX`` for a perfect edge
+    (``stump_search.alpha_of_edge``, the kernel ``boost_trees`` calls too)."""
+    return float(alpha_of_edge(edge))
+
+
+def boosts_in_chunks(base: str, search: str) -> bool:
+    """Whether ``fit`` boosts in GIL-free chunks (``AdaBoostMH._boost_in_chunks``): Hamming trees
+    on a full search, while ``CHUNKED_FULL_SEARCH``."""
+    return CHUNKED_FULL_SEARCH and base == "tree" and search == "full"
+
+
+def _tree_base(edges: npt.NDArray[np.float32], feature: npt.NDArray[np.int32], bins: npt.NDArray[np.int32],
+               left: npt.NDArray[np.int32], right: npt.NDArray[np.int32],
+               leaf_values: npt.NDArray[np.float64]) -> _Base:
+    """A Hamming tree found in bin space as a base: its thresholds the real bin edges (float32)."""
+    return _Base(kind=KIND_TREE, feature=feature, threshold=edges[feature, bins - 1].astype(np.float32),
+                 left=left, right=right, leaf_values=leaf_values)
 
 
 def initial_signed_weights(labels: npt.NDArray[np.int64], classes: npt.NDArray[np.int64],
@@ -273,7 +285,7 @@ class AdaBoostMH:
                        if self.base == "tree" else None)
         prod_search = (StumpProductSearch(codes, K, 1 if self.base == "stump" else self.n_terms,
                                           max_bins) if self.base != "tree" else None)
-        if tree_search is not None and isinstance(bandit, FullSearch) and CHUNKED_FULL_SEARCH:
+        if tree_search is not None and boosts_in_chunks(self.base, self.search):
             self._boost_in_chunks(tree_search, s, F, classes, usable, nbins_all[usable], T,
                                   bases, alphas, edges, errors, callback, t0)
             T = 0  # the loop below was done in chunks without the GIL
@@ -335,46 +347,31 @@ class AdaBoostMH:
         trees, weights and records are the loop's to the last bit; the callback is called for each
         iteration after its chunk, and the time budget is checked after each chunk (a chunk is
         sized to take about ``CHUNK_SECONDS``)."""
-        N, K, k = search.n_leaves, search.n_classes, feats.shape[0]
-        shape = (N, k, search.max_bins, K)
-        if search._pool.shape != shape:
-            search._pool = np.empty(shape, dtype=np.float64)
-        lanes = class_lanes(K)
+        edges_of = self.bins_.edges
         size, t = 1, 0
         while t < T:
-            m = min(size, T - t)
-            feat, nbin, left, right = (np.zeros((m, N - 1), dtype=np.int32) for _ in range(4))
-            n_nodes, n_leaves = np.zeros(m, dtype=np.int64), np.zeros(m, dtype=np.int64)
-            votes = np.zeros((m, N, K))
-            edge, alpha, error = np.zeros(m), np.zeros(m), np.zeros(m)
             started = time.perf_counter()
-            done, stop = boost_trees(search.codes, s, F, classes, feats, feat_nbins, N, search._order, search._tmp,
-                                     search._pool, search._row_leaf, lanes, m, 1.0 - PERFECT_EDGE_TOL, ALPHA_MAX,
-                                     feat, nbin, left, right, n_nodes, votes, n_leaves, edge, alpha, error)
+            c = search.boost(s, F, classes, feats, feat_nbins, min(size, T - t))
             took = time.perf_counter() - started
             elapsed = time.perf_counter() - t0
-            edges_of = self.bins_.edges
-            for j in range(done):
-                nn, nl = int(n_nodes[j]), int(n_leaves[j])
-                f = feat[j, :nn].copy()
-                bases.append(_Base(kind=KIND_TREE, feature=f,
-                                   threshold=edges_of[f, nbin[j, :nn] - 1].astype(np.float32),
-                                   left=left[j, :nn].copy(), right=right[j, :nn].copy(),
-                                   leaf_values=votes[j, :nl] * alpha[j]))
-                alphas.append(float(alpha[j]))
-                edges.append(float(edge[j]))
-                errors.append(float(error[j]))
+            for j in range(c.done):
+                nn = int(c.n_nodes[j])
+                bases.append(_tree_base(edges_of, c.feature[j, :nn].copy(), c.bin[j, :nn], c.left[j, :nn].copy(),
+                                        c.right[j, :nn].copy(), c.votes[j, :int(c.n_leaves[j])] * c.alpha[j]))
+                alphas.append(float(c.alpha[j]))
+                edges.append(float(c.edge[j]))
+                errors.append(float(c.error[j]))
                 if callback is not None:
-                    callback(FitProgress(iteration=t + j + 1, edge=float(edge[j]), alpha=float(alpha[j]),
-                                         training_error=float(error[j]), elapsed_s=elapsed))
-            t += done
-            if stop:
-                self.stop_reason_ = {1: "no_split", 2: "no_edge", 3: "perfect"}[int(stop)]
+                    callback(FitProgress(iteration=t + j + 1, edge=edges[-1], alpha=alphas[-1],
+                                         training_error=errors[-1], elapsed_s=elapsed))
+            t += c.done
+            if c.stop:
+                self.stop_reason_ = {1: "no_split", 2: "no_edge", 3: "perfect"}[int(c.stop)]
                 return
             if self.time_budget_s is not None and elapsed >= self.time_budget_s:
                 self.stop_reason_ = "time_budget"
                 return
-            size = max(1, min(CHUNK_MAX, int(CHUNK_SECONDS * done / max(took, 1e-9))))
+            size = max(1, min(CHUNK_MAX, int(CHUNK_SECONDS * c.done / max(took, 1e-9))))
 
     def _fit_base(self, codes: npt.NDArray[np.uint8], s: npt.NDArray[np.float64],
                   feats: npt.NDArray[np.int64], feat_nbins: npt.NDArray[np.int64],
@@ -393,11 +390,8 @@ class AdaBoostMH:
             tf = tree_search.fit(s, feats, feat_nbins)
             if tf.node_feature.shape[0] == 0:
                 return None
-            base = _Base(
-                kind=KIND_TREE, feature=tf.node_feature.copy(),
-                threshold=edges[tf.node_feature, tf.node_bin - 1].astype(np.float32),
-                left=tf.node_left, right=tf.node_right, leaf_values=tf.votes.copy(),
-            )
+            base = _tree_base(edges, tf.node_feature.copy(), tf.node_bin, tf.node_left, tf.node_right,
+                              tf.votes.copy())
             # bandit rewards: every inner node's search, not only the root's
             row_leaf, votes, arm_edges = tf.row_leaf, tf.votes, tf.node_gains
         else:

@@ -28,8 +28,10 @@ from numba import njit
 
 import training.numba_cache  # noqa: F401 - numba's cache written under a lock (training/numba_cache.py)
 from training.learners.stump_search import (
+    ALPHA_MAX,
     TREE,
     accumulate_histogram,
+    alpha_of_edge,
     base_edge,
     best_split,
     boost_update,
@@ -187,17 +189,18 @@ def grow_tree(
 @njit(cache=True, nogil=True)
 def boost_trees(
     codes, s, F, classes, feats, feat_nbins, n_leaves_max, order, tmp, hist_pool, row_leaf, k_lanes,
-    n_iterations, perfect_edge, alpha_max,
-    out_feat, out_bin, out_left, out_right, out_nodes, out_votes, out_leaves, out_edge, out_alpha, out_error,
+    n_iterations, out_feat, out_bin, out_left, out_right, out_nodes, out_votes, out_leaves, out_edge, out_alpha,
+    out_error,
 ):  # pragma: no cover
     """Up to ``n_iterations`` AdaBoost.MH iterations with Hamming trees searched on every feature of
     ``feats``, in one call that holds no GIL: ``AdaBoostMH.fit``'s loop for a full search, step for
     step (``grow_tree``, the votes, ``base_edge``, alpha, ``boost_update``), so the trees and the
     weights are the same to the last bit (tests/learners/test_boost_trees.py checks it against the
     loop). Returns ``(done, stop)``: iterations kept in the ``out_*`` rows ``0..done-1`` (tree t:
-    ``out_nodes[t]`` inner nodes, ``out_leaves[t]`` leaves, unit votes), and why it stopped early:
-    0 not early, 1 no split (every feature constant), 2 no edge (an edge <= 0: that tree is not
-    kept), 3 perfect (alpha capped at ``alpha_max``: that tree is kept)."""
+    ``out_nodes[t]`` inner nodes, ``out_leaves[t]`` leaves, unit votes; the node rows are written up
+    to their node count only), and why it stopped early: 0 not early, 1 no split (every feature
+    constant), 2 no edge (an edge <= 0: that tree is not kept), 3 perfect (alpha capped at
+    ``ALPHA_MAX``: that tree is kept). ``HammingTreeSearch.boost`` allocates the rows."""
     K = s.shape[1]
     k = feats.shape[0]
     N = n_leaves_max
@@ -207,10 +210,6 @@ def boost_trees(
     for t in range(n_iterations):
         leaf_sums[:, :] = 0.0
         node_gains[:, :] = -np.inf
-        out_feat[t, :] = 0
-        out_bin[t, :] = 0
-        out_left[t, :] = 0
-        out_right[t, :] = 0
         n_nodes, n_leaves, _ = grow_tree(
             codes, s, feats, feat_nbins, N, order, tmp, hist_pool, row_leaf, out_feat[t], out_bin[t],
             out_left[t], out_right[t], leaf_sums, per_feature, node_gains, k_lanes,
@@ -224,10 +223,7 @@ def boost_trees(
         edge = base_edge(s, row_leaf, votes)
         if edge <= 0.0:
             return t, 2
-        if edge >= perfect_edge:
-            alpha = alpha_max
-        else:
-            alpha = 0.5 * np.log((1.0 + edge) / (1.0 - edge))
+        alpha = alpha_of_edge(edge)
         err = boost_update(s, F, classes, row_leaf, votes, alpha)
         out_nodes[t] = n_nodes
         out_leaves[t] = n_leaves
@@ -235,7 +231,7 @@ def boost_trees(
         out_edge[t] = edge
         out_alpha[t] = alpha
         out_error[t] = err
-        if alpha >= alpha_max:
+        if alpha >= ALPHA_MAX:
             return t + 1, 3
     return n_iterations, 0
 
@@ -256,6 +252,26 @@ class TreeFit:
     node_gains: npt.NDArray[np.float64]
 
 
+@dataclass
+class TreeChunk:
+    """``HammingTreeSearch.boost``'s iterations: rows ``0..done-1`` of each array, tree t with
+    ``n_nodes[t]`` inner nodes (``feature``, ``bin``, ``left``, ``right``: FlatForest convention,
+    thresholds as bins) and ``n_leaves[t]`` unit ``votes``; ``stop`` as ``boost_trees`` returns it."""
+
+    feature: npt.NDArray[np.int32]
+    bin: npt.NDArray[np.int32]
+    left: npt.NDArray[np.int32]
+    right: npt.NDArray[np.int32]
+    votes: npt.NDArray[np.float64]
+    n_nodes: npt.NDArray[np.int64]
+    n_leaves: npt.NDArray[np.int64]
+    edge: npt.NDArray[np.float64]
+    alpha: npt.NDArray[np.float64]
+    error: npt.NDArray[np.float64]
+    done: int = 0
+    stop: int = 0
+
+
 class HammingTreeSearch:
     """Reusable scratch space for growing trees with ``n_leaves`` leaves on fixed ``codes``."""
 
@@ -274,15 +290,36 @@ class HammingTreeSearch:
         self._row_leaf = np.empty(n, dtype=np.int32)
         self._pool: npt.NDArray[np.float64] = np.empty((0, 0, 0, 0))
 
+    def _hist_pool(self, k: int) -> npt.NDArray[np.float64]:
+        """The (N, k, B, K) histogram scratch for ``k`` searched features (kept between calls)."""
+        shape = (self.n_leaves, k, self.max_bins, self.n_classes)
+        if self._pool.shape != shape:
+            self._pool = np.empty(shape, dtype=np.float64)
+        return self._pool
+
+    def boost(self, s: npt.NDArray[np.float64], F: npt.NDArray[np.float64], classes: npt.NDArray[np.int64],
+              feats: npt.NDArray[np.int64], feat_nbins: npt.NDArray[np.int64], n_iterations: int) -> TreeChunk:
+        """Up to ``n_iterations`` boosting iterations on ``feats`` (every one searched), in one
+        GIL-free ``boost_trees`` call: ``s`` (signed weights) and ``F`` (scores) are updated in place."""
+        N, K, m = self.n_leaves, self.n_classes, int(n_iterations)
+        def nodes() -> npt.NDArray[np.int32]:
+            return np.zeros((m, N - 1), dtype=np.int32)
+
+        c = TreeChunk(feature=nodes(), bin=nodes(), left=nodes(), right=nodes(), votes=np.zeros((m, N, K)),
+                      n_nodes=np.zeros(m, dtype=np.int64), n_leaves=np.zeros(m, dtype=np.int64),
+                      edge=np.zeros(m), alpha=np.zeros(m), error=np.zeros(m))
+        c.done, c.stop = boost_trees(self.codes, s, F, classes, feats, feat_nbins, N, self._order, self._tmp,
+                                     self._hist_pool(feats.shape[0]), self._row_leaf, class_lanes(K), m,
+                                     c.feature, c.bin, c.left, c.right, c.n_nodes, c.votes, c.n_leaves, c.edge,
+                                     c.alpha, c.error)
+        return c
+
     def fit(self, s: npt.NDArray[np.float64], feats: npt.NDArray[np.int64],
             feat_nbins: npt.NDArray[np.int64]) -> TreeFit:
         """Grow one tree on signed weights ``s`` searching only features ``feats``."""
         N = self.n_leaves
         K = self.n_classes
         k = feats.shape[0]
-        shape = (N, k, self.max_bins, K)
-        if self._pool.shape != shape:
-            self._pool = np.empty(shape, dtype=np.float64)
         node_feat = np.zeros(N - 1, dtype=np.int32)
         node_bin = np.zeros(N - 1, dtype=np.int32)
         node_left = np.zeros(N - 1, dtype=np.int32)
@@ -291,7 +328,7 @@ class HammingTreeSearch:
         per_feature = np.empty(k)
         node_gains = np.full((N - 1, k), -np.inf)
         n_nodes, n_leaves, edge = grow_tree(
-            self.codes, s, feats, feat_nbins, N, self._order, self._tmp, self._pool,
+            self.codes, s, feats, feat_nbins, N, self._order, self._tmp, self._hist_pool(k),
             self._row_leaf, node_feat, node_bin, node_left, node_right, leaf_sums, per_feature,
             node_gains, class_lanes(K),
         )
@@ -309,4 +346,4 @@ class HammingTreeSearch:
         )
 
 
-__all__ = ["HammingTreeSearch", "TreeFit", "boost_trees", "grow_tree", "split_score"]
+__all__ = ["HammingTreeSearch", "TreeChunk", "TreeFit", "boost_trees", "grow_tree", "split_score"]

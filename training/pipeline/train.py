@@ -303,15 +303,11 @@ def fit_runs(cfg: TrainConfig, prep: Prepared, specs: list[RunSpec], n_jobs: int
 def import_beside_runs(cfg: TrainConfig, specs: list[RunSpec], n_jobs: int, deadline: FitBudget) -> bool:
     """Whether LightGBM's import goes into the first LightGBM run's thread, beside the runs that do
     not need it, instead of before every run: without a time budget, on the threads backend with
-    two jobs or more, when a run holds no GIL while it trains (AdaBoost.MH's Hamming trees on a
-    full search, ``AdaBoostMH._boost_in_chunks``) and LightGBM is not imported yet."""
-    from training.learners import adaboost_mh
-
-    gil_free = [s for s in specs if s.type == "adaboost" and s.params.get("base", "tree") == "tree"
-                and s.params.get("search", "full") == "full"]
-    return (not deadline.limited and cfg.run.backend == "threads" and n_jobs > 1 and bool(gil_free)
-            and adaboost_mh.CHUNKED_FULL_SEARCH and "lightgbm" not in sys.modules
-            and any(s.type in LIGHTGBM_TYPES for s in specs))
+    two jobs or more, when a run holds no GIL while it trains (``MemberType.trains_without_gil``:
+    AdaBoost.MH's Hamming trees on a full search) and LightGBM is not imported yet."""
+    return (not deadline.limited and cfg.run.backend == "threads" and n_jobs > 1 and "lightgbm" not in sys.modules
+            and any(s.type in LIGHTGBM_TYPES for s in specs)
+            and any(get_member_type(s.type).trains_without_gil(s.params) for s in specs))
 
 
 def search_runs(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], auto: bool, n_jobs: int,
