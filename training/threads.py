@@ -91,8 +91,9 @@ def one_blas_thread(*, load_scipy: bool = True) -> contextlib.AbstractContextMan
     ``load_scipy`` (a fit) scipy's linear algebra is imported first when installed, so that its own
     OpenBLAS is loaded and capped too (only the libraries loaded when the controller is made are
     capped; numba's first kernel imports it too, for the BLAS of ``np.dot`` in kernels:
-    ``numba.np.linalg.ensure_blas``); its optimiser (0.1-0.3 s more of Python) comes later, with
-    LightGBM's import beside the runs or at the calibration stage; an explanation, which needs no
+    ``numba.np.linalg.ensure_blas``); its optimiser (0.1-0.3 s more of Python) comes later, on a
+    thread beside the runs (``training.pipeline.train.optimiser_beside_runs``) or at the
+    calibration stage; an explanation, which needs no
     scipy, passes False."""
     if load_scipy:
         with contextlib.suppress(ImportError):

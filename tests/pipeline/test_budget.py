@@ -94,21 +94,20 @@ def test_affordable_views() -> None:
 
 
 def test_lightgbm_runs_stop_at_the_iteration_that_reaches_the_deadline() -> None:
-    from training.learners.mcrank import budget_callback
+    from training.learners.mcrank import IterationBudget
 
     clock = FakeClock(0.0)
     seen: list[int] = []
-    [callback] = budget_callback(5.0, seen.append, clock)
+    budget = IterationBudget(5.0, seen.append, clock)
     for it in range(3):  # 0, 2, 4 seconds: under the budget
         clock.now = 2.0 * it
-        callback(type("Env", (), {"iteration": it, "evaluation_result_list": []})())
+        assert budget(it + 1) is False
     clock.now = 5.0
-    with pytest.raises(lgb.callback.EarlyStopException):
-        callback(type("Env", (), {"iteration": 3, "evaluation_result_list": []})())
-    assert seen == [1, 2, 3, 4] and callback.stopped == {"time_budget": True}  # type: ignore[attr-defined]
-    [free] = budget_callback(None, None, clock)
+    assert budget(4) is True
+    assert seen == [1, 2, 3, 4] and budget.stopped
+    free = IterationBudget(None, None, clock)
     clock.now = 1e9
-    free(type("Env", (), {"iteration": 0, "evaluation_result_list": []})())  # no budget: never stops
+    assert free(1) is False and not free.stopped  # no budget: never stops
 
 
 def test_a_run_gets_the_seconds_left_when_it_starts(monkeypatch: pytest.MonkeyPatch) -> None:

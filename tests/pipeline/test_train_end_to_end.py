@@ -298,7 +298,8 @@ def test_a_model_without_a_relevance_head_still_trains_and_ranks(tmp_path: Path,
     if why == "disabled":
         overrides["relevance.enabled"] = False
     else:
-        monkeypatch.setitem(sys.modules, "lightgbm", None)  # import lightgbm raises ImportError
+        monkeypatch.setitem(sys.modules, "lightgbm", None)  # not installed: its library is not found
+        monkeypatch.setattr("training.learners.lightgbm_capi._lib", None)  # nor loaded yet
     outcome = train(load_config(cfg_path, overrides), progress=False)
     model = outcome.model
     assert model.relevance_head is None

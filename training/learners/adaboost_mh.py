@@ -343,7 +343,7 @@ class AdaBoostMH:
                          callback: Callable[[FitProgress], None] | None, t0: float) -> None:
         """The loop of ``fit`` for Hamming trees on a full search, a chunk of iterations a call to
         ``boost_trees`` (one numba call that holds no GIL: the run trains beside threads that run
-        Python, LightGBM's import among them, without waiting for the GIL every iteration). The
+        Python, SciPy's import among them, without waiting for the GIL every iteration). The
         trees, weights and records are the loop's to the last bit; the callback is called for each
         iteration after its chunk, and the time budget is checked after each chunk (a chunk is
         sized to take about ``CHUNK_SECONDS``)."""

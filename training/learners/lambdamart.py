@@ -17,9 +17,10 @@ import numpy as np
 import numpy.typing as npt
 
 from training.data.binned import BinnedView
+from training.learners import lightgbm_capi as capi
 from training.learners.lightgbm_data import evaluation_dataset, model_input, training_dataset
 from training.learners.lightgbm_forest import lightgbm_to_forest
-from training.learners.mcrank import budget_callback, lightgbm_params, sampling_params, snapshot_list
+from training.learners.mcrank import IterationBudget, lightgbm_params, sampling_params, snapshot_list
 from training.scoring.forest import FlatForest
 
 
@@ -55,8 +56,6 @@ class LambdaMART:
         without relevant documents counts 1, as the yahoo convention) has not improved for
         ``early_stopping_rounds`` iterations; the trees up to the best iteration
         (``best_iteration_``, its NDCG ``best_score_``) are kept."""
-        import lightgbm as lgb
-
         x = features if isinstance(features, BinnedView) else np.ascontiguousarray(features, dtype=np.float32)
         lab = np.asarray(labels, dtype=np.int64)
         sizes = np.diff(np.asarray(query_offsets, dtype=np.int64))
@@ -69,49 +68,46 @@ class LambdaMART:
                                  min_data_in_leaf=self.min_data_in_leaf, n_bins=self.n_bins, seed=self.seed,
                                  n_threads=self.n_threads, **extra)
         t0 = time.perf_counter()
-        callbacks = budget_callback(self.time_budget_s, on_iteration)
-        ds = training_dataset(x, lab, params, group=sizes)
-        valid: dict[str, Any] = {}
-        history: dict[str, Any] = {}
+        stop = IterationBudget(self.time_budget_s, on_iteration)
+        if eval_set is not None:
+            params = {**params, "metric": "ndcg", "eval_at": [10]}
+        ds = training_dataset(x, lab, {**params, "num_iterations": int(self.n_iterations)}, group=sizes)
+        valid = None
         if eval_set is not None:
             ey = np.asarray(eval_set[1], dtype=np.int64)
             eg = np.diff(np.asarray(eval_set[2], dtype=np.int64))
-            valid = {"valid_sets": [evaluation_dataset(eval_set[0], ey, x, ds, group=eg)], "valid_names": ["eval"]}
-            callbacks += [lgb.early_stopping(int(early_stopping_rounds), first_metric_only=True, verbose=False),
-                          lgb.record_evaluation(history)]
-            params = {**params, "metric": "ndcg", "eval_at": [10]}
-        self.booster_ = lgb.train(params, ds, num_boost_round=int(self.n_iterations), callbacks=callbacks, **valid)
-        self.stop_reason_ = "time_budget" if callbacks[0].stopped else "n_iterations"
+            valid = evaluation_dataset(eval_set[0], ey, x, ds, group=eg)
+        run = capi.train(params, ds, int(self.n_iterations), valid=valid, higher_better=True,
+                         patience=int(early_stopping_rounds) if valid is not None else 0, after_iteration=stop)
+        self.model_ = run.model
+        self.stop_reason_ = "time_budget" if stop.stopped else "n_iterations"
         self.best_iteration_: int | None = None
         self.best_score_: float | None = None
-        self.iterations_trained_ = int(self.booster_.current_iteration())
+        self.iterations_trained_ = run.trained
         if eval_set is not None:
-            self.iterations_trained_ = len(history["eval"]["ndcg@10"])
-            self.best_iteration_ = int(self.booster_.best_iteration) or self.iterations_trained_
-            self.best_score_ = float(self.booster_.best_score["eval"]["ndcg@10"])
-            if self.iterations_trained_ < int(self.n_iterations) and not callbacks[0].stopped:
+            self.best_iteration_ = run.best_iteration or run.trained
+            self.best_score_ = float(run.best_score)
+            if self.iterations_trained_ < int(self.n_iterations) and not stop.stopped:
                 self.stop_reason_ = "early_stopping"
         self.n_features_in_ = x.width if isinstance(x, BinnedView) else x.shape[1]
         self.bins_ = x.bins if isinstance(x, BinnedView) else None
-        self.n_iterations_ = self.best_iteration_ or int(self.booster_.current_iteration())
+        self.n_iterations_ = self.best_iteration_ or run.kept
         self.checkpoints_ = snapshot_list(self.checkpoints, self.n_iterations_)
         self.fit_time_s_ = time.perf_counter() - t0
         return self
 
     def free_datasets(self) -> None:
-        """Drop LightGBM's training and evaluation datasets (the booster still predicts)."""
-        if hasattr(self, "booster_"):
-            self.booster_.free_dataset()
+        """Nothing to drop: a fitted model holds its trees as LightGBM's text only (the training
+        and evaluation Datasets went with the run's booster)."""
 
     def to_forest(self) -> FlatForest:
         """The model as a one-output ``FlatForest``, one base per iteration."""
-        if not hasattr(self, "booster_"):
+        if not hasattr(self, "model_"):
             raise ValueError("LambdaMART is not fitted yet: call fit() first")
-        forest = lightgbm_to_forest(self.booster_, n_features=self.n_features_in_, bins=self.bins_)
+        forest = lightgbm_to_forest(capi.Booster.from_string(self.model_).dump(), n_features=self.n_features_in_, bins=self.bins_)
         return forest if self.best_iteration_ is None else forest.truncate(self.best_iteration_)
 
     def decision_function(self, features: npt.ArrayLike, num_iteration: int | None = None) -> np.ndarray:
         """LightGBM's own raw scores, (n, 1) (of the codes of ``features`` when trained on codes)."""
         x = model_input(features, self.bins_)
-        return np.asarray(self.booster_.predict(x, raw_score=True, num_iteration=num_iteration),
-                          dtype=np.float64).reshape(-1, 1)
+        return capi.Booster.from_string(self.model_).predict_raw(x, num_iteration or 0).reshape(-1, 1)

@@ -1,8 +1,8 @@
 """LightGBM datasets read from the shared codes (``training.data.binned``), and the conversion of
 their trees' thresholds back to real features.
 
-LightGBM is given each document's codes as float64 rows (``CodeRows``, a
-``lightgbm.Sequence``: a batch of rows at a time, never the whole float matrix) with
+LightGBM is given each document's codes as float64 rows (a batch of rows at a time, never the
+whole float matrix: ``training.learners.lightgbm_capi.code_dataset``) with
 ``max_bin = 255`` and ``min_data_in_bin = 1``, so every code value it samples gets a bin of its
 own and it splits between codes. A split ``code <= t`` (any real t) is ``code <= floor(t)``,
 i.e. ``code < b`` with ``b = floor(t) + 1``, i.e. ``x < edges[j, b - 1]`` on the real feature
@@ -25,11 +25,11 @@ import numpy.typing as npt
 
 from training.data.binned import MAX_SHARED_BINS, BinnedView
 from training.data.binning import FeatureBins
+from training.learners import lightgbm_capi as capi
 
-#: rows a ``CodeRows`` batch converts to float64 at a time
-BATCH_ROWS = 8192
-#: held while a dataset is built: runs on threads build theirs one after the other (LightGBM's
-#: Python side holds its row sample twice as float64 while it builds; two at once doubled the peak)
+#: held while a dataset is built: runs on threads build theirs one after the other (the row
+#: sample is held twice as float64 while it builds: ``lightgbm_capi.code_dataset``; two at once
+#: doubled the peak)
 _CONSTRUCTING = threading.Lock()
 
 
@@ -147,8 +147,8 @@ def sharing_datasets(seed: int = 0) -> Iterator[None]:
 
 
 def make_code_dataset(binned: BinnedView, label: npt.ArrayLike, params: dict[str, Any], *,
-                      group: npt.ArrayLike | None = None, reference: Any = None) -> Any:
-    """A LightGBM ``Dataset`` of ``binned``'s codes (``reference``: the training set's, for an
+                      group: npt.ArrayLike | None = None, reference: capi.Dataset | None = None) -> capi.Dataset:
+    """A LightGBM Dataset of ``binned``'s codes (``reference``: the training set's, for an
     evaluation set); inside :func:`sharing_datasets`, the one already built for the same codes,
     labels, query sizes and reference."""
     shared = _shared
@@ -165,50 +165,31 @@ def make_code_dataset(binned: BinnedView, label: npt.ArrayLike, params: dict[str
 
 
 def _build_code_dataset(binned: BinnedView, label: npt.ArrayLike, params: dict[str, Any], *,
-                        group: npt.ArrayLike | None = None, reference: Any = None) -> Any:
-    import lightgbm as lgb
-
-    class CodeRows(lgb.Sequence):
-        """Rows of a feature-major code matrix as float64 batches (what LightGBM samples and pushes)."""
-
-        batch_size = BATCH_ROWS
-
-        def __init__(self, codes: npt.NDArray[np.uint8]) -> None:
-            self.codes = codes
-
-        def __len__(self) -> int:
-            return int(self.codes.shape[1])
-
-        def __getitem__(self, idx: Any) -> np.ndarray:
-            if isinstance(idx, int | np.integer):
-                return self.codes[:, int(idx)].astype(np.float64)
-            return np.ascontiguousarray(self.codes[:, idx].T, dtype=np.float64)
-
-    ds = lgb.Dataset(CodeRows(binned.codes), label=np.asarray(label), group=group, reference=reference,
-                     params=dict(reference.params) if reference is not None
-                     else code_dataset_params(params, binned.n_docs), free_raw_data=True)
+                        group: npt.ArrayLike | None = None, reference: capi.Dataset | None = None) -> capi.Dataset:
     with _CONSTRUCTING:  # one construction at a time: its float64 row sample is the transient peak
-        return ds.construct()
+        if reference is None:
+            ds = capi.code_dataset(binned.codes, code_dataset_params(params, binned.n_docs))
+        else:
+            ds = capi.code_dataset_like(binned.codes, reference)
+    return ds.set_fields(label, group)
 
 
 def training_dataset(features: np.ndarray | BinnedView, label: npt.ArrayLike, params: dict[str, Any], *,
-                     group: npt.ArrayLike | None = None) -> Any:
-    """A LightGBM training ``Dataset`` of float features (binned by LightGBM with ``params``'
-    ``max_bin``) or of the shared codes (:func:`make_code_dataset`)."""
-    import lightgbm as lgb
-
+                     group: npt.ArrayLike | None = None) -> capi.Dataset:
+    """A LightGBM training Dataset of float features (binned by LightGBM with the training
+    parameters ``params``, as the package bins a Dataset inside ``train``) or of the shared codes
+    (:func:`make_code_dataset`)."""
     if isinstance(features, BinnedView):
         return make_code_dataset(features, label, params, group=group)
-    return lgb.Dataset(features, label, group=group, params={"max_bin": params["max_bin"], "verbose": -1},
-                       free_raw_data=True)
+    own = {"max_bin": params["max_bin"], "verbose": -1, **params}
+    return capi.matrix_dataset(np.ascontiguousarray(features, dtype=np.float32), own).set_fields(label, group)
 
 
-def evaluation_dataset(features: Any, label: npt.ArrayLike, trained_on: np.ndarray | BinnedView, reference: Any,
-                       *, group: npt.ArrayLike | None = None) -> Any:
-    """The evaluation ``Dataset`` of early stopping, in the kind of input the training set was
+def evaluation_dataset(features: Any, label: npt.ArrayLike, trained_on: np.ndarray | BinnedView,
+                       reference: capi.Dataset, *, group: npt.ArrayLike | None = None) -> capi.Dataset:
+    """The evaluation Dataset of early stopping, in the kind of input the training set was
     (``trained_on``: its features; codes must be under the same bins), binned as ``reference``."""
-    import lightgbm as lgb
-
     if isinstance(trained_on, BinnedView):
         return make_code_dataset(same_bins(features, trained_on), label, {}, group=group, reference=reference)
-    return lgb.Dataset(np.ascontiguousarray(features, dtype=np.float32), label, group=group, reference=reference)
+    x = np.ascontiguousarray(features, dtype=np.float32)
+    return capi.matrix_dataset(x, reference.params, reference=reference).set_fields(label, group)

@@ -34,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from training.data.binned import BinnedView
+from training.learners import lightgbm_capi as capi
 from training.learners.label_groups import LabelGrouping, identity_grouping
 from training.learners.lightgbm_data import evaluation_dataset, model_input, training_dataset
 from training.learners.lightgbm_forest import lightgbm_to_forest
@@ -66,27 +67,28 @@ def sampling_params(feature_fraction: float, bagging_fraction: float) -> dict[st
     return out
 
 
-def budget_callback(time_budget_s: float | None, on_iteration: Callable[[int], None] | None,
-                    clock: Callable[[], float] = time.perf_counter) -> list[Any]:
-    """LightGBM callbacks: report finished iterations, stop after the iteration that exceeds the
-    budget (LightGBM's ``EarlyStopException``: the trees so far are kept). The budget counts from
-    this call (before the run's Dataset is built: its construction is part of the run's time);
-    ``clock`` is read for the time (a test's fake clock)."""
-    import lightgbm as lgb
+class IterationBudget:
+    """Called after each iteration of a LightGBM run (``lightgbm_capi.train``'s ``after_iteration``):
+    reports the iteration (``on_iteration``, 1-based) and says whether the run stops there, at the
+    iteration that exceeds the budget (the trees so far are kept). The budget counts from the
+    object's creation (before the run's Dataset is built: its construction is part of the run's
+    time); ``clock`` is read for the time (a test's fake clock). ``stopped``: whether it stopped
+    the run."""
 
-    t0 = clock()
-    stopped: dict[str, bool] = {}
+    def __init__(self, time_budget_s: float | None, on_iteration: Callable[[int], None] | None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.time_budget_s = time_budget_s
+        self.on_iteration = on_iteration
+        self.clock = clock
+        self.t0 = clock()
+        self.stopped = False
 
-    def callback(env: Any) -> None:
-        if on_iteration is not None:
-            on_iteration(env.iteration + 1)
-        if time_budget_s is not None and clock() - t0 >= time_budget_s:
-            stopped["time_budget"] = True
-            raise lgb.callback.EarlyStopException(env.iteration, env.evaluation_result_list or [])
-
-    callback.order = 30  # type: ignore[attr-defined]
-    callback.stopped = stopped  # type: ignore[attr-defined]
-    return [callback]
+    def __call__(self, iteration: int) -> bool:
+        if self.on_iteration is not None:
+            self.on_iteration(iteration)
+        if self.time_budget_s is not None and self.clock() - self.t0 >= self.time_budget_s:
+            self.stopped = True
+        return self.stopped
 
 
 def snapshot_list(requested: list[int] | None, n_iterations: int) -> list[int]:
@@ -137,8 +139,6 @@ class McRank:
         counts every iteration trained). ``group`` and ``eval_group`` (query sizes) do not enter
         the model: given, the Datasets carry them, so that LambdaMART runs of the same codes share
         them (``training.learners.lightgbm_data.sharing_datasets``)."""
-        import lightgbm as lgb
-
         if self.variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
         if int(self.n_iterations) < 1:
@@ -163,31 +163,32 @@ class McRank:
         if eval_set is not None and self.variant != "multiclass":
             raise ValueError("early stopping on an eval set needs the multiclass variant")
         budget = None if self.time_budget_s is None else self.time_budget_s / len(targets)
-        self.boosters_ = []
+        self.models_: list[str] = []
         self.best_iteration_: int | None = None
         self.best_loss_: float | None = None
         self.iterations_trained_: int | None = None
+        kept = []
         for target, p in zip(targets, params, strict=True):
-            callbacks = budget_callback(budget, on_iteration if len(targets) == 1 else None)
-            ds = training_dataset(x, target, p, group=group)
-            valid: dict[str, Any] = {}
-            history: dict[str, Any] = {}
+            stop = IterationBudget(budget, on_iteration if len(targets) == 1 else None)
+            if eval_set is not None:
+                p = {**p, "metric": "multi_logloss"}
+            run_params = {**p, "num_iterations": int(self.n_iterations)}
+            ds = training_dataset(x, target, run_params, group=group)
+            valid = None
             if eval_set is not None:
                 ey = grouping.apply(np.asarray(eval_set[1], dtype=np.int64))
-                valid = {"valid_sets": [evaluation_dataset(eval_set[0], ey, x, ds, group=eval_group)],
-                         "valid_names": ["eval"]}
-                callbacks += [lgb.early_stopping(int(early_stopping_rounds), first_metric_only=True, verbose=False),
-                              lgb.record_evaluation(history)]
-                p = {**p, "metric": "multi_logloss"}
-            booster = lgb.train(p, ds, num_boost_round=int(self.n_iterations), callbacks=callbacks, **valid)
-            self.boosters_.append(booster)
-            if eval_set is not None:  # LightGBM keeps the trees up to the best iteration
-                self.best_iteration_ = int(booster.best_iteration) or booster.current_iteration()
-                self.best_loss_ = float(booster.best_score["eval"]["multi_logloss"])
-                self.iterations_trained_ = len(history["eval"]["multi_logloss"])
+                valid = evaluation_dataset(eval_set[0], ey, x, ds, group=eval_group)
+            run = capi.train(p, ds, int(self.n_iterations), valid=valid, higher_better=False,
+                             patience=int(early_stopping_rounds) if valid is not None else 0, after_iteration=stop)
+            self.models_.append(run.model)
+            kept.append(run.kept)
+            if eval_set is not None:  # the trees up to the best iteration are kept
+                self.best_iteration_ = run.best_iteration or run.trained
+                self.best_loss_ = float(run.best_score)
+                self.iterations_trained_ = run.trained
                 if self.iterations_trained_ < int(self.n_iterations):
                     self.stop_reason_ = "early_stopping"
-            if callbacks[0].stopped:
+            if stop.stopped:
                 self.stop_reason_ = "time_budget"
         if on_iteration is not None and len(targets) > 1:
             on_iteration(int(self.n_iterations))
@@ -197,7 +198,7 @@ class McRank:
         self.n_outputs_ = k if self.variant == "multiclass" else k - 1
         self.label_grouping_ = grouping
         self.class_gains_ = grouping.class_gains(lab)
-        self.n_iterations_ = max(b.current_iteration() for b in self.boosters_)
+        self.n_iterations_ = max(kept)
         self.checkpoints_ = snapshot_list(self.checkpoints, self.n_iterations_)
         self.fit_time_s_ = time.perf_counter() - t0
         return self
@@ -205,9 +206,9 @@ class McRank:
     def _dump(self) -> dict[str, Any]:
         """One LightGBM dump of every booster's trees, iteration-major (a booster that stopped
         early is padded with constant-zero trees), ``num_tree_per_iteration = n_outputs_``."""
-        if not hasattr(self, "boosters_"):
+        if not hasattr(self, "models_"):
             raise ValueError("McRank is not fitted yet: call fit() first")
-        dumps = [b.dump_model() for b in self.boosters_]
+        dumps = [capi.Booster.from_string(m).dump() for m in self.models_]
         if len(dumps) == 1:
             return dumps[0]
         zero = {"tree_structure": {"leaf_value": 0.0}}
@@ -218,9 +219,8 @@ class McRank:
         return {"num_tree_per_iteration": len(dumps), "tree_info": trees, "max_feature_idx": self.n_features_in_ - 1}
 
     def free_datasets(self) -> None:
-        """Drop LightGBM's training and evaluation datasets (the boosters still predict)."""
-        for booster in getattr(self, "boosters_", []):
-            booster.free_dataset()
+        """Nothing to drop: a fitted model holds its trees as LightGBM's text only (the training
+        and evaluation Datasets went with the run's booster)."""
 
     def to_forest(self) -> FlatForest:
         """The model as a ``FlatForest`` with ``n_outputs_`` outputs and ``n_outputs_`` bases per
@@ -234,6 +234,5 @@ class McRank:
         """LightGBM's own raw scores, (n, n_outputs_) (the reference the forest must reproduce); a
         model trained on codes scores the codes of ``features``."""
         x = model_input(features, self.bins_)
-        cols = [np.asarray(b.predict(x, raw_score=True, num_iteration=num_iteration), dtype=np.float64)
-                for b in self.boosters_]
-        return np.ascontiguousarray(cols[0].reshape(x.shape[0], -1) if len(cols) == 1 else np.column_stack(cols))
+        cols = [capi.Booster.from_string(m).predict_raw(x, num_iteration or 0) for m in self.models_]
+        return np.ascontiguousarray(cols[0] if len(cols) == 1 else np.column_stack([c[:, 0] for c in cols]))

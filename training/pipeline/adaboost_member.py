@@ -26,11 +26,6 @@ class AdaBoostMember(MemberType):
     default_iterations: ClassVar[int] = 100
     reads_codes: ClassVar[bool] = True
 
-    def trains_without_gil(self, params: dict[str, Any]) -> bool:
-        from training.learners.adaboost_mh import boosts_in_chunks
-
-        return boosts_in_chunks(params.get("base", "tree"), params.get("search", "full"))
-
     def learner_tag(self, params: dict[str, Any]) -> str:
         base = params.get("base", "tree")
         if base == "tree":

@@ -116,17 +116,18 @@ VIEW_S_PER_VALUE = 2.6e-7
 VIEW_SHARE = 0.3
 
 
-#: seconds importing LightGBM takes before the first LightGBM run can start, when this process has
-#: not loaded it yet: its Python package loads scikit-learn, SciPy's statistics and pandas (1.6-2.0 s
-#: on this project's 2-core machine, quiet, ``python -X importtime -c "import lightgbm"``)
-LIGHTGBM_IMPORT_S = 2.0
+#: seconds loading LightGBM takes before the first LightGBM run can start, when this process has
+#: not loaded it yet: its library only (``training.learners.lightgbm_capi``: 4-7 ms on this
+#: project's 2-core machine, quiet; its Python package, which loads scikit-learn, SciPy's
+#: statistics and pandas, took 1.6-2.0 s and is not imported)
+LIGHTGBM_IMPORT_S = 0.05
 #: the fewest training queries a budget's subsample keeps (``affordable_fraction``)
 MIN_SUBSAMPLE_QUERIES = 50
 
 
 def fixed_seconds(lightgbm_needed: bool, lightgbm_loaded: bool) -> float:
-    """Seconds of the views' share a fit spends before any view is computed: LightGBM's import
-    (``LIGHTGBM_IMPORT_S``) when a run needs it and the process has not loaded it."""
+    """Seconds of the views' share a fit spends before any view is computed: loading LightGBM's
+    library (``LIGHTGBM_IMPORT_S``) when a run needs it and the process has not loaded it."""
     return LIGHTGBM_IMPORT_S if lightgbm_needed and not lightgbm_loaded else 0.0
 
 
@@ -154,7 +155,7 @@ def affordable_views(budget_s: float | None, n_docs: int, widths: list[tuple[str
     """The views of ``widths`` ((view, columns), in order of preference) whose fixed work fits the
     budget: a view costs about ``VIEW_S_PER_VALUE`` x documents x columns seconds before its runs
     train a single iteration, and the views kept (always the first, without which nothing
-    trains) may cost together ``VIEW_SHARE`` x the budget less ``fixed_s`` (LightGBM's import,
+    trains) may cost together ``VIEW_SHARE`` x the budget less ``fixed_s`` (loading LightGBM,
     ``fixed_seconds``). All of them without a budget. At 120k documents of 136 features: raw
     4.3 s, raw+std (272 columns) 8.5 s, so a budget of 10 s keeps raw alone and one of 60 s both;
     on MQ2008's 9,630 documents of 46 features both cost 0.35 s."""

@@ -2,12 +2,12 @@
 
 Before the first iteration of any run a fit pays for its first feature view of the training
 documents, their codes and LightGBM's Dataset of them (``training.pipeline.budget``:
-``VIEW_S_PER_VALUE`` seconds a document and column) and, once per process, LightGBM's import
-(``LIGHTGBM_IMPORT_S``). Under a time budget B these fixed costs must fit the views' share of it,
-``VIEW_SHARE`` x B; when the whole training set's do not (120k documents of 136 features cost
-about 4.3 s, plus 2 s of import, against 3 s of a 10 s budget), the fit trains on a random sample
+``VIEW_S_PER_VALUE`` seconds a document and column) and, once per process, loading LightGBM's
+library (``LIGHTGBM_IMPORT_S``). Under a time budget B these fixed costs must fit the views' share
+of it, ``VIEW_SHARE`` x B; when the whole training set's do not (120k documents of 136 features
+cost about 4.3 s against 3 s of a 10 s budget), the fit trains on a random sample
 of the training queries (whole queries: a ranking's documents stay together) whose cost fits:
-a fraction f = (VIEW_SHARE x B - import) / (VIEW_S_PER_VALUE x documents x columns) of them
+a fraction f = (VIEW_SHARE x B - loading) / (VIEW_S_PER_VALUE x documents x columns) of them
 (``budget.affordable_fraction``), at least ``MIN_SUBSAMPLE_QUERIES`` queries. The validation
 queries stay whole (early stopping and the mix read them; they are not binned from scratch, only
 coded under the training bins). The default members are then chosen for the sample
@@ -23,7 +23,6 @@ would otherwise be spent before the first tree.
 from __future__ import annotations
 
 import logging
-import sys
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -70,7 +69,7 @@ def budget_subsample(train: RankingData, budget_s: float | None, *, fixed_s: flo
     sample = train.subset_queries(chosen)
     record.update(applied=True, queries=sample.n_queries, documents=sample.n_docs, fraction=round(fraction, 4),
                   seed=seed)
-    import_note = f" after LightGBM's import ({LIGHTGBM_IMPORT_S:g} s)" if fixed_s > 0 else ""
+    import_note = f" after loading LightGBM ({LIGHTGBM_IMPORT_S:g} s)" if fixed_s > 0 else ""
     record["summary"] = (
         f"time budget of {budget_s:g} s: trained on {sample.n_queries} of {train.n_queries} training queries "
         f"({sample.n_docs} of {train.n_docs} documents, drawn at random with seed {seed}): the first view of all "
@@ -81,10 +80,12 @@ def budget_subsample(train: RankingData, budget_s: float | None, *, fixed_s: flo
 
 
 def lightgbm_import_s(cfg: TrainConfig, auto: bool) -> float:
-    """Seconds LightGBM's import will take before the first run (0 when loaded, or when no
+    """Seconds loading LightGBM will take before the first run (0 when loaded, or when no
     configured run uses it; the default members always do)."""
+    from training.learners.lightgbm_capi import loaded
+
     needed = auto or bool(cfg.members.lambdamart or cfg.members.mcrank)
-    return fixed_seconds(needed, "lightgbm" in sys.modules)
+    return fixed_seconds(needed, loaded())
 
 
 def budget_sample(sets: dict[str, RankingData], deadline: FitBudget, import_s: float, seed: int

@@ -116,11 +116,6 @@ class MemberType(ABC):
         """Whether ``spec``'s run trains on the shared codes of its view."""
         return self.reads_codes and "n_bins" not in spec.params
 
-    def trains_without_gil(self, params: dict[str, Any]) -> bool:
-        """Whether a run of these parameters holds no GIL while it trains, so that it can train
-        beside a thread that runs Python (LightGBM's import: ``training.pipeline.train.fit_runs``)."""
-        return False
-
     def blocks(self, cfg: TrainConfig) -> list[dict[str, Any]]:
         """The type's ``[[members.<name>]]`` blocks."""
         return list(getattr(cfg.members, self.name))

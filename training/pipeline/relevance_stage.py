@@ -109,7 +109,9 @@ def fit_head(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, served: dic
     if not cfg.relevance.enabled:
         return {"error": "disabled in the configuration ([relevance] enabled = false)"}
     try:  # the head's models are LightGBM's: a machine without it (or without its OpenMP) gets no head
-        import lightgbm  # noqa: F401
+        from training.learners.lightgbm_capi import library
+
+        library()
     except (ImportError, OSError) as exc:
         log.warning("no relevance head: LightGBM cannot be loaded (%s); install it (and libgomp1 on Debian) "
                     "for relevance estimates", exc)

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
 import logging
 import platform
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,6 +37,7 @@ from training.data.splits import query_split
 from training.data.svmlight import read_svmlight
 from training.ensemble.registry import make_mixer
 from training.evaluation import CONVENTION_NAMES, evaluate, mean_metric
+from training.learners import lightgbm_capi as capi
 from training.learners.label_groups import get_grouping, groupings_for
 from training.learners.lightgbm_data import sharing_datasets
 from training.pipeline.auto import DataShape, apply_auto, small_validation
@@ -268,17 +271,9 @@ def fit_runs(cfg: TrainConfig, prep: Prepared, specs: list[RunSpec], n_jobs: int
     ``head``: the relevance head's own models, trained in the same pool after the runs
     (``training.pipeline.head_beside``); their results go to ``head.models``."""
     deadline = deadline or FitBudget.begin(None)
-    order = list(range(len(specs)))
-    overlap = import_beside_runs(cfg, specs, n_jobs, deadline)
-    if overlap:
-        # the runs that need no LightGBM first: AdaBoost.MH's trees on a full search train in
-        # GIL-free chunks on one core while the first LightGBM run's thread imports it (scikit-learn,
-        # SciPy: 1.2-1.7 s of Python) on the other; the other LightGBM runs wait for that import
-        order.sort(key=lambda i: specs[i].type in LIGHTGBM_TYPES)
-        specs = [specs[i] for i in order]
-    elif any(s.type in LIGHTGBM_TYPES for s in specs):
-        # once, before the runs: under a time budget its seconds must not count in a run's budget
-        import lightgbm  # noqa: F401
+    if any(s.type in LIGHTGBM_TYPES for s in specs):
+        capi.library()  # a few milliseconds, once per process: before the runs and their budgets
+    beside = optimiser_beside_runs()
     head_jobs = head.jobs if head is not None else []
     at_once = n_jobs
     if cfg.run.backend == "threads" and n_jobs > 1:  # n_jobs = 1: one run at a time, on one core
@@ -292,22 +287,29 @@ def fit_runs(cfg: TrainConfig, prep: Prepared, specs: list[RunSpec], n_jobs: int
         tasks += [joblib.delayed(head_model_task)(*args) for args in head_jobs]  # last: they fill the tail
         besides = f" and the relevance head's {len(head_jobs)} models" if head_jobs else ""
         done = run_parallel(tasks, at_once, f"boosting {len(specs)} runs{besides}", progress)
+    if beside is not None:
+        beside.join()
     if head is not None:
         head.models = done[len(specs):]
-    runs: list[RunResult] = [None] * len(specs)  # type: ignore[list-item]
-    for i, run in zip(order, done[:len(specs)], strict=True):  # in the order of the specs given
-        runs[i] = run
-    return runs
+    return list(done[:len(specs)])
 
 
-def import_beside_runs(cfg: TrainConfig, specs: list[RunSpec], n_jobs: int, deadline: FitBudget) -> bool:
-    """Whether LightGBM's import goes into the first LightGBM run's thread, beside the runs that do
-    not need it, instead of before every run: without a time budget, on the threads backend with
-    two jobs or more, when a run holds no GIL while it trains (``MemberType.trains_without_gil``:
-    AdaBoost.MH's Hamming trees on a full search) and LightGBM is not imported yet."""
-    return (not deadline.limited and cfg.run.backend == "threads" and n_jobs > 1 and "lightgbm" not in sys.modules
-            and any(s.type in LIGHTGBM_TYPES for s in specs)
-            and any(get_member_type(s.type).trains_without_gil(s.params) for s in specs))
+def optimiser_beside_runs() -> threading.Thread | None:
+    """SciPy's optimiser (which the calibration stage needs: 0.3 s of Python holding the GIL)
+    imported on a thread of its own while the runs train, when it is not loaded yet: the runs
+    hold no GIL while they train (LightGBM's C calls, AdaBoost.MH's chunks of Hamming trees), so
+    the import takes a core the runs leave, not time after them. None when there is nothing to
+    import (already loaded, or no SciPy: the calibration stage then says so)."""
+    if "scipy.optimize" in sys.modules or importlib.util.find_spec("scipy") is None:
+        return None
+
+    def load() -> None:
+        with contextlib.suppress(ImportError):
+            import scipy.optimize  # noqa: F401
+
+    thread = threading.Thread(target=load, name="tunemix-import-optimiser", daemon=True)
+    thread.start()
+    return thread
 
 
 def search_runs(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], auto: bool, n_jobs: int,
@@ -476,7 +478,7 @@ def _train(cfg: TrainConfig, clock: _Clock, progress: bool, sets: dict[str, Rank
             if sets is None:
                 sets, records = load_data(cfg)
     subsample: dict[str, Any] | None = None
-    import_s = lightgbm_import_s(cfg, auto)  # seconds of LightGBM's import still to come
+    import_s = lightgbm_import_s(cfg, auto)  # seconds of loading LightGBM still to come
     if deadline.limited:  # cost known before work: train on the queries the budget can pay for
         if sets is None:
             with clock("read_and_split_s"):
