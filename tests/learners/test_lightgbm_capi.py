@@ -166,7 +166,8 @@ def test_errors_are_lightgbms_message() -> None:
         capi.train({"objective": "lambdarank", "num_leaves": 1, "verbose": -1}, ds, 3)
     with pytest.raises(ValueError, match="3 labels"):
         capi.matrix_dataset(x, {"verbose": -1}).set_fields(y[:3], None)
-    assert capi.param_string({"a": 1, "b": [10, 20], "c": None, "d": True}) == "a=1 b=10,20 d=True"
+    assert capi.param_string({"a": 1, "b": [10, 20], "c": None, "d": True}) == "a=1 b=10,20 d=True num_threads=1"
+    assert capi.param_string({"num_threads": 2}) == "num_threads=2"
 
 
 def test_the_library_is_found_without_running_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -197,3 +198,39 @@ def test_a_default_fit_never_imports_the_lightgbm_package() -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("imported:")]
     assert line == ["imported:"], f"the fit imported {line}"
+
+
+def test_every_call_with_parameters_names_the_thread_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LightGBM keeps its thread count in one process-wide variable that each call with parameters
+    sets, and a call without ``num_threads`` resets it to every core: a booster on another thread
+    then evaluated NDCG on more threads than it sized its buffers for (a segfault). Every call this
+    module makes with parameters must carry ``num_threads``: Datasets of codes and floats, the
+    reference set, the booster, early stopping, a prediction."""
+    real = capi.library()
+    seen: list[tuple[str, str]] = []
+
+    class Recorder:
+        def __getattr__(self, name: str) -> Any:
+            fn = getattr(real, name)
+
+            def call(*args: Any) -> Any:
+                for a in args:
+                    if isinstance(a, bytes) and b"=" in a and name != "LGBM_BoosterLoadModelFromString":
+                        seen.append((name, a.decode()))
+                return fn(*args)
+
+            return call
+
+    monkeypatch.setattr(capi, "_lib", Recorder())
+    x, y, off = _ranking(9, 30)
+    xv, yv, offv = _ranking(10, 12)
+    train = bin_view(x, off, "raw")
+    vali = bin_view(xv, offv, "raw", bins=train.bins)
+    lm = LambdaMART(n_leaves=5, n_iterations=8, min_data_in_leaf=5).fit(train, y, off, eval_set=(vali, yv, offv),
+                                                                       early_stopping_rounds=3)
+    McRank(n_leaves=4, n_iterations=5, min_data_in_leaf=5).fit(x, np.minimum(y, 2), eval_set=(xv, np.minimum(yv, 2)))
+    lm.decision_function(xv)
+    names = {n for n, _ in seen}
+    assert {"LGBM_GetSampleCount", "LGBM_SampleIndices", "LGBM_DatasetCreateFromSampledColumn",
+            "LGBM_DatasetCreateFromMat", "LGBM_BoosterCreate", "LGBM_BoosterPredictForMat"} <= names
+    assert all("num_threads=1" in text.split() for _, text in seen), [n for n, t in seen if "num_threads=1" not in t]

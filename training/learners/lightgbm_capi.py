@@ -12,7 +12,15 @@ same order and with the same parameters, as the package does for it (lightgbm 4.
 ``engine.train``, ``callback.early_stopping``): the trees are the same to the last bit
 (``tests/learners/test_lightgbm_capi.py`` trains both ways and compares the dumps).
 
-The calls release the GIL (ctypes), so runs on threads train side by side. The library is the
+The calls release the GIL (ctypes), so runs on threads train side by side. Every call that
+takes parameters is given ``num_threads`` (``THREADS`` unless the caller set it): LightGBM keeps
+the thread count in one process-wide variable that each such call sets (``OMP_SET_NUM_THREADS``
+sets ``LGBM_DEFAULT_NUM_THREADS``), and a call without it resets the count to all cores. A
+booster sizes its NDCG evaluation's per-thread buffers at one thread; a Dataset built on another
+thread without ``num_threads`` then made its next evaluation run on two threads, past those
+buffers (a segfault under a 60 s budget on MQ2008 Fold1, one fit in three to six; gdb: an OpenMP
+worker of ``NDCGMetric::Eval`` while another thread was in ``DatasetLoader::ConstructFromSampleData``).
+The package's Datasets of a ``Sequence`` pass no ``num_threads``, so the race was there before. The library is the
 one the installed package ships (found with ``importlib.util.find_spec``, which does not run the
 package), loaded once per process; where that layout is not found, the package's own loader.
 """
@@ -40,6 +48,9 @@ PREDICT_RAW_SCORE = 1
 ZERO_THRESHOLD = 1e-35
 #: rows pushed to a Dataset per call (the package's ``Sequence.batch_size`` that ``CodeRows`` set)
 BATCH_ROWS = 8192
+#: LightGBM threads of every call that takes parameters, unless the caller gives ``num_threads``
+#: (the module docstring: one value for the whole process); the members train on one thread each
+THREADS = 1
 #: the Dataset parameters the package passes on to a booster (``Dataset.get_params``' list, the
 #: ones our members set)
 DATASET_KEYS = ("bin_construct_sample_cnt", "data_random_seed", "feature_pre_filter", "max_bin", "min_data_in_bin",
@@ -105,9 +116,10 @@ def _call(name: str, *args: Any) -> None:
 
 def param_string(params: dict[str, Any]) -> str:
     """``params`` as LightGBM reads them, written as the package writes them
-    (``basic._param_dict_to_str``: ``key=value`` pairs, lists joined by commas, None left out)."""
+    (``basic._param_dict_to_str``: ``key=value`` pairs, lists joined by commas, None left out),
+    with ``num_threads`` (``THREADS``) when they do not set it."""
     pairs = []
-    for key, value in params.items():
+    for key, value in {**params, "num_threads": params.get("num_threads", THREADS)}.items():
         if isinstance(value, list | tuple):
             pairs.append(f"{key}={','.join(str(v) for v in value)}")
         elif value is not None:
@@ -278,7 +290,8 @@ class Booster:
         length = ctypes.c_int64(0)
         _call("LGBM_BoosterPredictForMat", self.handle, x.ctypes.data_as(ctypes.c_void_p), ctypes.c_int(DTYPE_FLOAT32),
               ctypes.c_int32(x.shape[0]), ctypes.c_int32(x.shape[1]), ctypes.c_int(ROW_MAJOR),
-              ctypes.c_int(PREDICT_RAW_SCORE), ctypes.c_int(0), ctypes.c_int(num_iteration), b"",
+              ctypes.c_int(PREDICT_RAW_SCORE), ctypes.c_int(0), ctypes.c_int(num_iteration),
+              param_string({}).encode(),
               ctypes.byref(length), _double_ptr(out))
         if length.value != out.shape[0]:
             raise LightGBMError(f"LightGBM predicted {length.value} values, {out.shape[0]} expected")
