@@ -164,6 +164,10 @@ def test_errors_are_lightgbms_message() -> None:
     with pytest.raises(capi.LightGBMError, match="num_leaves"):
         ds = capi.matrix_dataset(x, {"max_bin": 255, "verbose": -1}).set_fields(y, np.diff(off))
         capi.train({"objective": "lambdarank", "num_leaves": 1, "verbose": -1}, ds, 3)
+    with pytest.raises(ValueError, match="early_stopping_rounds must be at least 1"):
+        LambdaMART(n_iterations=3).fit(x, y, off, eval_set=(x, y, off), early_stopping_rounds=0)
+    with pytest.raises(ValueError, match="early_stopping_rounds must be at least 1"):
+        McRank(n_iterations=3).fit(x, np.minimum(y, 2), eval_set=(x, np.minimum(y, 2)), early_stopping_rounds=0)
     with pytest.raises(ValueError, match="3 labels"):
         capi.matrix_dataset(x, {"verbose": -1}).set_fields(y[:3], None)
     assert capi.param_string({"a": 1, "b": [10, 20], "c": None, "d": True}) == "a=1 b=10,20 d=True num_threads=1"

@@ -67,6 +67,8 @@ class LambdaMART:
         params = lightgbm_params(objective="lambdarank", n_leaves=self.n_leaves, learning_rate=self.learning_rate,
                                  min_data_in_leaf=self.min_data_in_leaf, n_bins=self.n_bins, seed=self.seed,
                                  n_threads=self.n_threads, **extra)
+        if eval_set is not None and int(early_stopping_rounds) < 1:
+            raise ValueError(f"early_stopping_rounds must be at least 1 with an eval set, got {early_stopping_rounds}")
         t0 = time.perf_counter()
         stop = IterationBudget(self.time_budget_s, on_iteration)
         if eval_set is not None:

@@ -162,6 +162,8 @@ class McRank:
             params = [lightgbm_params(objective="binary", **common) for _ in range(k - 1)]
         if eval_set is not None and self.variant != "multiclass":
             raise ValueError("early stopping on an eval set needs the multiclass variant")
+        if eval_set is not None and int(early_stopping_rounds) < 1:
+            raise ValueError(f"early_stopping_rounds must be at least 1 with an eval set, got {early_stopping_rounds}")
         budget = None if self.time_budget_s is None else self.time_budget_s / len(targets)
         self.models_: list[str] = []
         self.best_iteration_: int | None = None
