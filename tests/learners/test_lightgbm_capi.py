@@ -101,12 +101,13 @@ def test_lambdamart_on_codes_stopped_early_is_the_package_to_the_bit(sampling: t
 
 def test_mcrank_on_floats_with_an_eval_set_is_the_package_to_the_bit() -> None:
     """The relevance head's path: McRank multiclass on float features, stopped on the log loss."""
-    x, y, off = _ranking(3, 50, levels=3)
+    x, y, _ = _ranking(3, 50, levels=3)
     xv, yv, _ = _ranking(4, 20, levels=3)
     ours = McRank(n_leaves=4, learning_rate=0.2, n_iterations=150, min_data_in_leaf=10, seed=5,
                   bagging_fraction=0.8).fit(x, y, eval_set=(xv, yv), early_stopping_rounds=6)
-    params = {**lightgbm_params(objective="multiclass", num_class=3, n_leaves=4, learning_rate=0.2, min_data_in_leaf=10,
-                                n_bins=255, seed=5, n_threads=1, **sampling_params(1.0, 0.8)), "metric": "multi_logloss"}
+    params = {**lightgbm_params(objective="multiclass", num_class=3, n_leaves=4, learning_rate=0.2,
+                                min_data_in_leaf=10, n_bins=255, seed=5, n_threads=1, **sampling_params(1.0, 0.8)),
+              "metric": "multi_logloss"}
     ds = lgb.Dataset(x, y, params={"max_bin": 255, "verbose": -1}, free_raw_data=True)
     vs = lgb.Dataset(xv, yv, reference=ds)
     booster, history = _package_train(params, ds, 150, vs, 6, "multi_logloss")

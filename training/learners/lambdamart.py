@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, Self
+from typing import Self
 
 import numpy as np
 import numpy.typing as npt
@@ -88,7 +88,7 @@ class LambdaMART:
         self.iterations_trained_ = run.trained
         if eval_set is not None:
             self.best_iteration_ = run.best_iteration or run.trained
-            self.best_score_ = float(run.best_score)
+            self.best_score_ = None if run.best_score is None else float(run.best_score)
             if self.iterations_trained_ < int(self.n_iterations) and not stop.stopped:
                 self.stop_reason_ = "early_stopping"
         self.n_features_in_ = x.width if isinstance(x, BinnedView) else x.shape[1]
@@ -106,7 +106,8 @@ class LambdaMART:
         """The model as a one-output ``FlatForest``, one base per iteration."""
         if not hasattr(self, "model_"):
             raise ValueError("LambdaMART is not fitted yet: call fit() first")
-        forest = lightgbm_to_forest(capi.Booster.from_string(self.model_).dump(), n_features=self.n_features_in_, bins=self.bins_)
+        dump = capi.Booster.from_string(self.model_).dump()
+        forest = lightgbm_to_forest(dump, n_features=self.n_features_in_, bins=self.bins_)
         return forest if self.best_iteration_ is None else forest.truncate(self.best_iteration_)
 
     def decision_function(self, features: npt.ArrayLike, num_iteration: int | None = None) -> np.ndarray:

@@ -140,7 +140,7 @@ class Dataset:
     was built with (``params``: what a booster on it is given besides its own)."""
 
     def __init__(self, handle: ctypes.c_void_p, params: dict[str, Any], n_rows: int) -> None:
-        self.handle = handle
+        self.handle: ctypes.c_void_p | None = handle
         self.params = params
         self.n_rows = n_rows
 
@@ -211,7 +211,7 @@ def code_dataset(codes: npt.NDArray[np.uint8], params: dict[str, Any]) -> Datase
 
 def code_dataset_like(codes: npt.NDArray[np.uint8], reference: Dataset) -> Dataset:
     """A Dataset of ``codes`` under ``reference``'s bins (an evaluation set)."""
-    width, n = codes.shape
+    n = codes.shape[1]
     handle = ctypes.c_void_p()
     _call("LGBM_DatasetCreateByReference", reference.handle, ctypes.c_int64(n), ctypes.byref(handle))
     out = Dataset(handle, dict(reference.params), n)
@@ -236,7 +236,7 @@ class Booster:
     """A LightGBM booster handle (freed with the object)."""
 
     def __init__(self, handle: ctypes.c_void_p) -> None:
-        self.handle = handle
+        self.handle: ctypes.c_void_p | None = handle
 
     def __del__(self) -> None:
         if getattr(self, "handle", None) is not None and _lib is not None:

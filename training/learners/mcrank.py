@@ -186,7 +186,7 @@ class McRank:
             kept.append(run.kept)
             if eval_set is not None:  # the trees up to the best iteration are kept
                 self.best_iteration_ = run.best_iteration or run.trained
-                self.best_loss_ = float(run.best_score)
+                self.best_loss_ = None if run.best_score is None else float(run.best_score)
                 self.iterations_trained_ = run.trained
                 if self.iterations_trained_ < int(self.n_iterations):
                     self.stop_reason_ = "early_stopping"
