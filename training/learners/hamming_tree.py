@@ -302,10 +302,8 @@ class HammingTreeSearch:
         """Up to ``n_iterations`` boosting iterations on ``feats`` (every one searched), in one
         GIL-free ``boost_trees`` call: ``s`` (signed weights) and ``F`` (scores) are updated in place."""
         N, K, m = self.n_leaves, self.n_classes, int(n_iterations)
-        def nodes() -> npt.NDArray[np.int32]:
-            return np.zeros((m, N - 1), dtype=np.int32)
-
-        c = TreeChunk(feature=nodes(), bin=nodes(), left=nodes(), right=nodes(), votes=np.zeros((m, N, K)),
+        feature, bins, left, right = (np.zeros((m, N - 1), dtype=np.int32) for _ in range(4))
+        c = TreeChunk(feature=feature, bin=bins, left=left, right=right, votes=np.zeros((m, N, K)),
                       n_nodes=np.zeros(m, dtype=np.int64), n_leaves=np.zeros(m, dtype=np.int64),
                       edge=np.zeros(m), alpha=np.zeros(m), error=np.zeros(m))
         c.done, c.stop = boost_trees(self.codes, s, F, classes, feats, feat_nbins, N, self._order, self._tmp,

@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from training.data.binned import BinnedView
 from training.learners import lightgbm_capi as capi
-from training.learners.lightgbm_data import evaluation_dataset, model_input, training_dataset
+from training.learners.lightgbm_data import model_input, train_booster
 from training.learners.lightgbm_forest import lightgbm_to_forest
 from training.learners.mcrank import IterationBudget, lightgbm_params, sampling_params, snapshot_list
 from training.scoring.forest import FlatForest
@@ -67,40 +67,26 @@ class LambdaMART:
         params = lightgbm_params(objective="lambdarank", n_leaves=self.n_leaves, learning_rate=self.learning_rate,
                                  min_data_in_leaf=self.min_data_in_leaf, n_bins=self.n_bins, seed=self.seed,
                                  n_threads=self.n_threads, **extra)
-        if eval_set is not None and int(early_stopping_rounds) < 1:
-            raise ValueError(f"early_stopping_rounds must be at least 1 with an eval set, got {early_stopping_rounds}")
         t0 = time.perf_counter()
         stop = IterationBudget(self.time_budget_s, on_iteration)
+        evaluation = None
         if eval_set is not None:
             params = {**params, "metric": "ndcg", "eval_at": [10]}
-        ds = training_dataset(x, lab, {**params, "num_iterations": int(self.n_iterations)}, group=sizes)
-        valid = None
-        if eval_set is not None:
-            ey = np.asarray(eval_set[1], dtype=np.int64)
-            eg = np.diff(np.asarray(eval_set[2], dtype=np.int64))
-            valid = evaluation_dataset(eval_set[0], ey, x, ds, group=eg)
-        run = capi.train(params, ds, int(self.n_iterations), valid=valid, higher_better=True,
-                         patience=int(early_stopping_rounds) if valid is not None else 0, after_iteration=stop)
+            evaluation = (eval_set[0], np.asarray(eval_set[1], dtype=np.int64),
+                          np.diff(np.asarray(eval_set[2], dtype=np.int64)))
+        run = train_booster(x, lab, params, int(self.n_iterations), group=sizes, eval_set=evaluation,
+                            patience=early_stopping_rounds, after_iteration=stop)
         self.model_ = run.model
-        self.stop_reason_ = "time_budget" if stop.stopped else "n_iterations"
-        self.best_iteration_: int | None = None
-        self.best_score_: float | None = None
+        self.stop_reason_ = run.stop_reason(self.n_iterations)
         self.iterations_trained_ = run.trained
-        if eval_set is not None:
-            self.best_iteration_ = run.best_iteration or run.trained
-            self.best_score_ = None if run.best_score is None else float(run.best_score)
-            if self.iterations_trained_ < int(self.n_iterations) and not stop.stopped:
-                self.stop_reason_ = "early_stopping"
+        self.best_iteration_: int | None = run.kept if eval_set is not None else None
+        self.best_score_: float | None = run.best_score if eval_set is not None else None
         self.n_features_in_ = x.width if isinstance(x, BinnedView) else x.shape[1]
         self.bins_ = x.bins if isinstance(x, BinnedView) else None
         self.n_iterations_ = self.best_iteration_ or run.kept
         self.checkpoints_ = snapshot_list(self.checkpoints, self.n_iterations_)
         self.fit_time_s_ = time.perf_counter() - t0
         return self
-
-    def free_datasets(self) -> None:
-        """Nothing to drop: a fitted model holds its trees as LightGBM's text only (the training
-        and evaluation Datasets went with the run's booster)."""
 
     def to_forest(self) -> FlatForest:
         """The model as a one-output ``FlatForest``, one base per iteration."""

@@ -317,10 +317,36 @@ class Trained:
         """Iterations in ``model``."""
         return self.best_iteration or self.trained
 
+    def stop_reason(self, n_iterations: int) -> str:
+        """Why the run ended: ``time_budget`` (``after_iteration`` stopped it), ``early_stopping``
+        (before ``n_iterations``), or ``n_iterations``."""
+        if self.stopped:
+            return "time_budget"
+        return "early_stopping" if self.trained < int(n_iterations) else "n_iterations"
+
+
+#: validation metrics where higher is better, by the start of LightGBM's name for them (the package's
+#: ``Booster.__higher_better_inner_eval``)
+HIGHER_BETTER = ("auc", "ndcg@", "map@", "average_precision")
+
+
+def _metric_name(booster: Booster) -> str:
+    """The name LightGBM gives the booster's one validation metric (``ndcg@10``, ``multi_logloss``)."""
+    count = ctypes.c_int(0)
+    _call("LGBM_BoosterGetEvalCounts", booster.handle, ctypes.byref(count))
+    if count.value != 1:
+        raise ValueError(f"one validation metric expected, LightGBM has {count.value}")
+    size = 255
+    buffer = ctypes.create_string_buffer(size)
+    names = (ctypes.c_char_p * 1)(ctypes.cast(buffer, ctypes.c_char_p))
+    length, needed = ctypes.c_int(0), ctypes.c_size_t(0)
+    _call("LGBM_BoosterGetEvalNames", booster.handle, ctypes.c_int(1), ctypes.byref(length), ctypes.c_size_t(size),
+          ctypes.byref(needed), names)
+    return buffer.value.decode()
+
 
 def train(params: dict[str, Any], train_set: Dataset, n_iterations: int, *, valid: Dataset | None = None,
-          higher_better: bool = True, patience: int = 0,
-          after_iteration: Callable[[int], bool] | None = None) -> Trained:
+          patience: int = 0, after_iteration: Callable[[int], bool] | None = None) -> Trained:
     """``lightgbm.train(params, train_set, n_iterations, valid_sets=[valid], callbacks=[record_evaluation,
     early_stopping(patience, first_metric_only=True), <after_iteration>])``, the booster then kept
     up to its best iteration (``keep_training_booster=False``), by the C calls the package makes.
@@ -328,7 +354,7 @@ def train(params: dict[str, Any], train_set: Dataset, n_iterations: int, *, vali
     ``params`` carry one validation metric (``metric``, and ``eval_at`` for NDCG); the booster
     gets them, ``num_iterations`` and the training set's Dataset parameters (``DATASET_KEYS``).
     With ``valid`` and ``patience`` > 0 the run stops once the metric has not improved (strictly:
-    above the best for ``higher_better``, else below) for ``patience`` iterations, and at the end
+    above the best where higher is better, ``HIGHER_BETTER``, else below) for ``patience`` iterations, and at the end
     the best iteration is kept. ``after_iteration(i)`` (1-based) is called after each iteration's
     evaluation and early-stopping check; True stops the run there, keeping every iteration
     trained (the package's callback raising ``EarlyStopException`` at it)."""
@@ -339,12 +365,10 @@ def train(params: dict[str, Any], train_set: Dataset, n_iterations: int, *, vali
     handle = ctypes.c_void_p()
     _call("LGBM_BoosterCreate", train_set.handle, param_string(booster_params).encode(), ctypes.byref(handle))
     booster = Booster(handle)
+    higher_better = True
     if valid is not None:
         _call("LGBM_BoosterAddValidData", booster.handle, valid.handle)
-        n_metrics = ctypes.c_int(0)
-        _call("LGBM_BoosterGetEvalCounts", booster.handle, ctypes.byref(n_metrics))
-        if n_metrics.value != 1:
-            raise ValueError(f"one validation metric expected, LightGBM has {n_metrics.value}")
+        higher_better = _metric_name(booster).startswith(HIGHER_BETTER)
     result = np.zeros(1, dtype=np.float64)
     length = ctypes.c_int(0)
     finished = ctypes.c_int(0)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -181,8 +181,7 @@ def training_dataset(features: np.ndarray | BinnedView, label: npt.ArrayLike, pa
     (:func:`make_code_dataset`)."""
     if isinstance(features, BinnedView):
         return make_code_dataset(features, label, params, group=group)
-    own = {"max_bin": params["max_bin"], "verbose": -1, **params}
-    return capi.matrix_dataset(np.ascontiguousarray(features, dtype=np.float32), own).set_fields(label, group)
+    return capi.matrix_dataset(np.ascontiguousarray(features, dtype=np.float32), params).set_fields(label, group)
 
 
 def evaluation_dataset(features: Any, label: npt.ArrayLike, trained_on: np.ndarray | BinnedView,
@@ -193,3 +192,22 @@ def evaluation_dataset(features: Any, label: npt.ArrayLike, trained_on: np.ndarr
         return make_code_dataset(same_bins(features, trained_on), label, {}, group=group, reference=reference)
     x = np.ascontiguousarray(features, dtype=np.float32)
     return capi.matrix_dataset(x, reference.params, reference=reference).set_fields(label, group)
+
+
+def train_booster(features: np.ndarray | BinnedView, label: npt.ArrayLike, params: dict[str, Any], n_iterations: int,
+                  *, group: npt.ArrayLike | None = None,
+                  eval_set: tuple[Any, npt.ArrayLike, npt.ArrayLike | None] | None = None, patience: int = 0,
+                  after_iteration: Callable[[int], bool] | None = None) -> capi.Trained:
+    """One LightGBM run of McRank or LambdaMART: its training Dataset (:func:`training_dataset`,
+    with ``n_iterations`` among the parameters, as the package builds it inside ``train``), with
+    ``eval_set`` (features, labels, query sizes or None) the evaluation Dataset under its bins,
+    stopped early on ``params``' metric after ``patience`` iterations without a better value
+    (at least 1 with an eval set), ``after_iteration`` as ``lightgbm_capi.train``'s."""
+    if eval_set is not None and int(patience) < 1:
+        raise ValueError(f"early_stopping_rounds must be at least 1 with an eval set, got {patience}")
+    ds = training_dataset(features, label, {**params, "num_iterations": int(n_iterations)}, group=group)
+    valid = None
+    if eval_set is not None:
+        valid = evaluation_dataset(eval_set[0], eval_set[1], features, ds, group=eval_set[2])
+    return capi.train(params, ds, int(n_iterations), valid=valid, patience=int(patience) if valid else 0,
+                      after_iteration=after_iteration)

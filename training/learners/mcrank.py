@@ -36,7 +36,7 @@ import numpy.typing as npt
 from training.data.binned import BinnedView
 from training.learners import lightgbm_capi as capi
 from training.learners.label_groups import LabelGrouping, identity_grouping
-from training.learners.lightgbm_data import evaluation_dataset, model_input, training_dataset
+from training.learners.lightgbm_data import model_input, train_booster
 from training.learners.lightgbm_forest import lightgbm_to_forest
 from training.scoring.forest import FlatForest
 
@@ -153,7 +153,6 @@ class McRank:
                                       n_threads=self.n_threads)
         common.update(sampling_params(self.feature_fraction, self.bagging_fraction))
         t0 = time.perf_counter()
-        self.stop_reason_ = "n_iterations"
         if self.variant == "multiclass":
             targets = [y]
             params = [lightgbm_params(objective="multiclass", num_class=k, **common)]
@@ -162,36 +161,24 @@ class McRank:
             params = [lightgbm_params(objective="binary", **common) for _ in range(k - 1)]
         if eval_set is not None and self.variant != "multiclass":
             raise ValueError("early stopping on an eval set needs the multiclass variant")
-        if eval_set is not None and int(early_stopping_rounds) < 1:
-            raise ValueError(f"early_stopping_rounds must be at least 1 with an eval set, got {early_stopping_rounds}")
         budget = None if self.time_budget_s is None else self.time_budget_s / len(targets)
-        self.models_: list[str] = []
         self.best_iteration_: int | None = None
         self.best_loss_: float | None = None
         self.iterations_trained_: int | None = None
-        kept = []
-        for target, p in zip(targets, params, strict=True):
-            stop = IterationBudget(budget, on_iteration if len(targets) == 1 else None)
-            if eval_set is not None:
-                p = {**p, "metric": "multi_logloss"}
-            run_params = {**p, "num_iterations": int(self.n_iterations)}
-            ds = training_dataset(x, target, run_params, group=group)
-            valid = None
-            if eval_set is not None:
-                ey = grouping.apply(np.asarray(eval_set[1], dtype=np.int64))
-                valid = evaluation_dataset(eval_set[0], ey, x, ds, group=eval_group)
-            run = capi.train(p, ds, int(self.n_iterations), valid=valid, higher_better=False,
-                             patience=int(early_stopping_rounds) if valid is not None else 0, after_iteration=stop)
-            self.models_.append(run.model)
-            kept.append(run.kept)
-            if eval_set is not None:  # the trees up to the best iteration are kept
-                self.best_iteration_ = run.best_iteration or run.trained
-                self.best_loss_ = None if run.best_score is None else float(run.best_score)
-                self.iterations_trained_ = run.trained
-                if self.iterations_trained_ < int(self.n_iterations):
-                    self.stop_reason_ = "early_stopping"
-            if stop.stopped:
-                self.stop_reason_ = "time_budget"
+        evaluation = None
+        if eval_set is not None:  # multiclass only: one run, stopped on the log loss
+            params = [{**params[0], "metric": "multi_logloss"}]
+            evaluation = (eval_set[0], grouping.apply(np.asarray(eval_set[1], dtype=np.int64)), eval_group)
+        runs = [train_booster(x, target, p, int(self.n_iterations), group=group, eval_set=evaluation,
+                              patience=early_stopping_rounds,
+                              after_iteration=IterationBudget(budget, on_iteration if len(targets) == 1 else None))
+                for target, p in zip(targets, params, strict=True)]
+        self.models_: list[str] = [run.model for run in runs]
+        reasons = [run.stop_reason(self.n_iterations) for run in runs]
+        self.stop_reason_ = "time_budget" if "time_budget" in reasons else reasons[-1]
+        if eval_set is not None:  # the trees up to the best iteration are kept
+            self.best_iteration_, self.best_loss_ = runs[0].kept, runs[0].best_score
+            self.iterations_trained_ = runs[0].trained
         if on_iteration is not None and len(targets) > 1:
             on_iteration(int(self.n_iterations))
         self.n_features_in_ = x.width if isinstance(x, BinnedView) else x.shape[1]
@@ -200,7 +187,7 @@ class McRank:
         self.n_outputs_ = k if self.variant == "multiclass" else k - 1
         self.label_grouping_ = grouping
         self.class_gains_ = grouping.class_gains(lab)
-        self.n_iterations_ = max(kept)
+        self.n_iterations_ = max(run.kept for run in runs)
         self.checkpoints_ = snapshot_list(self.checkpoints, self.n_iterations_)
         self.fit_time_s_ = time.perf_counter() - t0
         return self
@@ -219,10 +206,6 @@ class McRank:
             for dump in dumps:
                 trees.append(dump["tree_info"][i] if i < len(dump["tree_info"]) else zero)
         return {"num_tree_per_iteration": len(dumps), "tree_info": trees, "max_feature_idx": self.n_features_in_ - 1}
-
-    def free_datasets(self) -> None:
-        """Nothing to drop: a fitted model holds its trees as LightGBM's text only (the training
-        and evaluation Datasets went with the run's booster)."""
 
     def to_forest(self) -> FlatForest:
         """The model as a ``FlatForest`` with ``n_outputs_`` outputs and ``n_outputs_`` bases per

@@ -106,7 +106,6 @@ class McRankMember(MemberType):
                   group=np.diff(np.asarray(query_offsets, dtype=np.int64)), **stopping)
         if reporter is not None:
             reporter.flush(int(spec.params.get("n_iterations", model.n_iterations_)))
-        model.free_datasets()  # the datasets' memory goes now, not when the cycle collector runs
         forest = model.to_forest()
         per = model.n_outputs_
         return RunResult(
@@ -156,7 +155,6 @@ class LambdaMARTMember(MemberType):
         model.fit(features, labels, query_offsets, on_iteration=on_iteration, **_stopping(spec, eval_set))
         if reporter is not None:
             reporter.flush(int(spec.params.get("n_iterations", model.n_iterations_)))
-        model.free_datasets()
         arrays = model.to_forest().to_arrays()
         leaves = arrays["leaf_values"]
         arrays["leaf_values"] = np.hstack([leaves, np.zeros((leaves.shape[0], n_labels - 1))])  # (f, 0, ..., 0)
