@@ -179,6 +179,18 @@ def sparse_rows(feats: Sequence[Sequence[float] | dict[str, float]], d: int, whe
     return out
 
 
+def dense_rows(block: npt.NDArray[np.float64], d: int, where: str) -> npt.NDArray[np.float32]:
+    """A query's rows as the dense pass read them (``app.dense_body``: doubles, (m, k)) as an (m, d)
+    float32 matrix, each double cast as ``finite_rows`` casts it; 422 for another width than
+    ``d`` or a value that is not a finite float32 (the caller's two passes then name the row)."""
+    if block.shape[1] != d:
+        raise input_error(f"{where}: a row has {block.shape[1]} values; the model takes {d}")
+    with np.errstate(over="ignore"):  # beyond float32: inf, refused below
+        arr = block.astype(np.float32)
+    _check_finite(arr, where, "features[{j}]")
+    return arr
+
+
 def _check_finite(arr: npt.NDArray[np.float32], where: str, field: str) -> None:
     if not np.isfinite(arr).all():
         j, f = (int(v) for v in np.argwhere(~np.isfinite(arr))[0])
@@ -187,4 +199,4 @@ def _check_finite(arr: npt.NDArray[np.float32], where: str, field: str) -> None:
 
 
 __all__ = ["CandidateLists", "ServiceError", "candidate_rows", "check_ids", "check_limits", "check_unique",
-           "finite_rows", "sparse_rows"]
+           "dense_rows", "finite_rows", "sparse_rows"]

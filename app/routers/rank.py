@@ -78,12 +78,13 @@ from app.deps import (
     score_call,
     scoring,
 )
+from app.dense_body import dense_pass
 from app.errors import ServiceError, input_error, query_label
 from app.json_body import ONE_PASS_MAX_BYTES, check_repeated_keys, decode_json, gc_paused, one_pass
 from app.letor import letor_lists
 from app.observability import Metrics
 from app.openapi import msgspec_body_spec, query_parameters
-from app.parsing import CandidateLists, candidate_rows, check_ids, check_limits
+from app.parsing import CandidateLists, candidate_rows, check_ids, check_limits, dense_rows
 from app.registry import ModelRegistry, NotInMemory, ServedModel
 from app.schemas import ErrorResponse, RankResponse
 from app.settings import Settings
@@ -116,16 +117,21 @@ class Document(msgspec.Struct, forbid_unknown_fields=True):
     features: list[float] | dict[str, float]
 
 
-class RankQuery(msgspec.Struct, forbid_unknown_fields=True):
+class QueryFields(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A query's fields besides its features (``RankQuery``'s, and the dense pass's skeleton's)."""
+
+    qid: Id
+    ids: list[Id] | None = None
+    #: two ids of this query: why the first scores above (or below) the second
+    explain_pair: Annotated[list[Id], msgspec.Meta(min_length=2, max_length=2)] | None = None
+
+
+class RankQuery(QueryFields, forbid_unknown_fields=True):
     """One candidate list: ``documents``, or the columnar ``ids`` + ``features`` (one row per id,
     the cheaper form for long lists)."""
 
-    qid: Id
     documents: list[Document] | None = None
-    ids: list[Id] | None = None
     features: list[list[float]] | None = None
-    #: two ids of this query: why the first scores above (or below) the second
-    explain_pair: Annotated[list[Id], msgspec.Meta(min_length=2, max_length=2)] | None = None
 
 
 def example(n_features: int | None) -> dict[str, object]:
@@ -143,10 +149,9 @@ def example(n_features: int | None) -> dict[str, object]:
     }
 
 
-class RankRequest(msgspec.Struct, forbid_unknown_fields=True):
-    """The /rank JSON body."""
+class RequestFields(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The /rank body's fields besides its queries (``RankRequest``'s, and the skeleton's)."""
 
-    queries: Annotated[list[RankQuery], msgspec.Meta(min_length=1)]
     model: str | None = None
     version: str | None = None
     top_k: Annotated[int, msgspec.Meta(ge=1)] | None = None
@@ -158,6 +163,28 @@ class RankRequest(msgspec.Struct, forbid_unknown_fields=True):
     min_probability: Annotated[float, msgspec.Meta(ge=0, le=1)] | None = None
     #: add to each returned document its baseline and its k largest feature contributions
     explain: Annotated[int, msgspec.Meta(ge=0, le=MAX_EXPLAIN)] = 0
+
+
+class RankRequest(RequestFields, forbid_unknown_fields=True):
+    """The /rank JSON body."""
+
+    queries: Annotated[list[RankQuery], msgspec.Meta(min_length=1)]
+
+
+# the dense pass's skeleton (app.dense_body): the same fields and rules, each document's features
+# and each columnar row kept as the value's bytes (msgspec.Raw), read by simdjson
+class DenseDocument(msgspec.Struct, forbid_unknown_fields=True):
+    id: Id
+    features: msgspec.Raw
+
+
+class DenseQuery(QueryFields, forbid_unknown_fields=True):
+    documents: list[DenseDocument] | None = None
+    features: list[msgspec.Raw] | None = None
+
+
+class DenseRequest(RequestFields, forbid_unknown_fields=True):
+    queries: Annotated[list[DenseQuery], msgspec.Meta(min_length=1)]
 
 
 @dataclass(frozen=True)
@@ -182,11 +209,14 @@ class Options:
 
 
 DECODER = msgspec.json.Decoder(RankRequest)
+DENSE_DECODER = msgspec.json.Decoder(DenseRequest)
 
 
 # ---------------------------------------------------------------------------- 3. checks and arrays
-def rank_lists(req: RankRequest, d: int, settings: Settings) -> CandidateLists:
-    """Every query of ``req`` checked and stacked into one (n, d) float32 matrix."""
+def rank_lists(req: RankRequest | DenseRequest, d: int, settings: Settings,
+               dense: list[npt.NDArray[np.float64]] | None = None) -> CandidateLists:
+    """Every query of ``req`` checked and stacked into one (n, d) float32 matrix; with ``dense``
+    (the dense pass's blocks, one per query of its skeleton request) the rows are those blocks."""
     sizes = [len(q.documents) if q.documents is not None else len(q.features or ()) for q in req.queries]
     check_limits(len(req.queries), sum(sizes), settings)
     blocks: list[npt.NDArray[np.float32]] = []
@@ -194,7 +224,13 @@ def rank_lists(req: RankRequest, d: int, settings: Settings) -> CandidateLists:
     for i, q in enumerate(req.queries):
         check_deadline("/rank: checking the queries")
         where = query_label(i, q.qid)
-        rows, q_ids = candidate_rows(q.documents, q.ids, q.features, d, where)
+        if dense is None:
+            rows, q_ids = candidate_rows(q.documents, q.ids, q.features, d, where)  # type: ignore[arg-type]
+        else:
+            rows = dense_rows(dense[i], d, where)
+            q_ids = [doc.id for doc in q.documents] if q.documents is not None else list(q.ids or ())
+            if len(q_ids) != len(rows):
+                raise input_error(f"{where}: ids and features differ in length")  # named by the two passes
         check_ids(q_ids, where, "id", settings.max_id_length)
         blocks.append(rows)
         ids.extend(q_ids)
@@ -207,23 +243,32 @@ def rank_lists(req: RankRequest, d: int, settings: Settings) -> CandidateLists:
 
 
 def json_lists(body: bytes, registry: ModelRegistry, settings: Settings, model: str | None = None,
-               version: str | None = None) -> tuple[RankRequest, ServedModel, CandidateLists]:
+               version: str | None = None) -> tuple[RankRequest | DenseRequest, ServedModel, CandidateLists]:
     """A JSON body decoded, its model resolved (the body's ``model`` / ``version``, else the
     query parameters') and its queries checked and stacked: steps 2 and 3 of the route.
 
-    A body of at most ``ONE_PASS_MAX_BYTES`` is parsed once (``app.json_body.one_pass``). A body
-    the pass or a check after it refuses goes through the two passes (``json_lists_two_passes``),
+    A body of at most ``ONE_PASS_MAX_BYTES`` is parsed once: by the dense pass
+    (``app.dense_body.dense_pass``: no Python float per feature value) when every query's
+    features are dense lists, else by the one pass (``app.json_body.one_pass``). A body the
+    passes or a check after them refuse goes through the two passes (``json_lists_two_passes``),
     which name the error as they always did: msgspec's first (a number beyond float64, which the
     one pass reads as infinity, is "out of range" at its path), then the checks', then the
     repeated key's. A valid body costs one parse; a refused one, two."""
-    if len(body) <= ONE_PASS_MAX_BYTES and (req := one_pass(DECODER, body)) is not None:
-        try:
-            if req.min_relevance is not None and not math.isfinite(req.min_relevance):
-                raise input_error("min_relevance: not a finite number")  # 1e400: named by the two passes
-            served = resolve_model(registry, req.model or model, req.version or version)
-            return req, served, rank_lists(req, served.n_features, settings)
-        except ServiceError:
-            pass  # named by the two passes, in their order
+    if len(body) <= ONE_PASS_MAX_BYTES:
+        req: RankRequest | DenseRequest | None
+        dense: list[npt.NDArray[np.float64]] | None = None
+        if (fast := dense_pass(DENSE_DECODER, body)) is not None:
+            req, dense = fast
+        else:
+            req = one_pass(DECODER, body)
+        if req is not None:
+            try:
+                if req.min_relevance is not None and not math.isfinite(req.min_relevance):
+                    raise input_error("min_relevance: not a finite number")  # 1e400: named by the two passes
+                served = resolve_model(registry, req.model or model, req.version or version)
+                return req, served, rank_lists(req, served.n_features, settings, dense)
+            except ServiceError:
+                pass  # named by the two passes, in their order
     return json_lists_two_passes(body, registry, settings, model, version)
 
 

@@ -43,8 +43,15 @@ def outcome(fn: Any, body: bytes, registry: ModelRegistry) -> tuple[Any, ...]:
         req, served, lists = fn(body, registry, SETTINGS)
     except ServiceError as exc:
         return ("refused", exc.status, exc.message)
-    return ("taken", req, served.name, served.version, lists.features.dtype, lists.features.shape,
+    return ("taken", asked(req), served.name, served.version, lists.features.dtype, lists.features.shape,
             lists.features.tobytes(), lists.offsets.tolist(), lists.qids, lists.ids)
+
+
+def asked(req: Any) -> tuple[Any, ...]:
+    """What a parsed request asks besides its features (the same for ``RankRequest`` and the dense
+    pass's skeleton): its options, and each query's qid and explain_pair."""
+    return (tuple(getattr(req, f) for f in rank.RequestFields.__struct_fields__),
+            [(q.qid, q.explain_pair) for q in req.queries])
 
 
 def same_verdict(body: bytes, registry: ModelRegistry) -> tuple[Any, ...]:

@@ -1,0 +1,125 @@
+"""/rank's dense pass: a body's features as float64 blocks, without a Python float per value.
+
+The one pass (``app.json_body.one_pass``) builds a Python float for every feature value, then
+packs them into the float32 matrix: for 100 MSLR documents of 136 features, 0.85 of the 1.40 ms
+the handler takes (``python -m bench.service_breakdown``). The dense pass reads the same body
+with two fuzzed parsers, neither of which makes an object per number:
+
+1. **msgspec** decodes the body into the skeleton structs of ``app.routers.rank``
+   (``DenseRequest``): every field exactly as ``RankRequest`` types it (the same rules, no
+   coercion, unknown fields refused), except that each document's ``features`` and each row of a
+   columnar ``features`` is kept as ``msgspec.Raw`` (the value's bytes, skipped, not decoded).
+2. **simdjson** (pysimdjson; simdjson is fuzzed continuously in OSS-Fuzz and passes the JSON
+   test suites) parses the body into its tape; each features value is copied out of the tape as
+   doubles (``Array.as_buffer``), which refuses anything but numbers (strings, booleans, null,
+   objects); the objects of the body (the request, each query, each document) are checked for a
+   repeated key by their size against their distinct keys (simdjson keeps every pair).
+
+A value both parsers read as an array of numbers only is flat exactly when its bytes hold one
+``[`` (no string can be among its values to hold another): ``as_buffer`` flattens nested arrays,
+so ``[[0.1],[0.2]]`` would otherwise pass as two values.
+
+The pass takes the valid dense body only. Anything else (a sparse document, a repeated key, a
+number beyond float64 or 64-bit integers, rows of unequal length, anything either parser refuses)
+returns None, and the caller's one pass and two passes take the body and name its error exactly
+as before (``app.routers.rank.json_lists``). simdjson's own numbers are correctly rounded, as
+msgspec's and jiter's are: the same doubles (``tests/app/test_one_pass.py`` compares the bytes of
+every matrix the paths make).
+
+Bodies up to ``ONE_PASS_MAX_BYTES`` only (the caller's rule). Peak memory: simdjson's tape and
+string buffer, about 14 bytes per body byte (C++ allocations), the doubles (8 bytes per value)
+and their joined copy, measured in ``tests/app/test_one_pass.py`` within ``ONE_PASS_MULTIPLE``.
+Without pysimdjson installed, the pass is off (``AVAILABLE``) and every body takes the one pass.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from app.json_body import gc_paused
+
+try:
+    import simdjson
+except ImportError:  # pragma: no cover - pysimdjson is a serving dependency; without it the one pass serves
+    simdjson = None
+
+#: whether the dense pass can run (pysimdjson importable)
+AVAILABLE = simdjson is not None
+
+#: what either parser raises for a body it refuses, or the walk for a shape it does not take
+#: (an Object where an Array of numbers should be: AttributeError; a missing key: KeyError)
+_REFUSALS = (ValueError, TypeError, RuntimeError, AttributeError, KeyError, IndexError, RecursionError,
+             UnicodeDecodeError, msgspec.MsgspecError)
+
+
+def _flat(raws: list[msgspec.Raw]) -> bool:
+    """Each value's bytes hold exactly one ``[`` (its own): with ``as_buffer``'s proof that its
+    leaves are numbers, it is a flat array."""
+    return all(bytes(r).count(b"[") == 1 for r in raws)
+
+
+def _distinct_keys(obj: Any) -> bool:
+    """No key of a simdjson ``Object`` appears twice (its size counts every pair)."""
+    return len(obj) == len(set(obj.keys()))
+
+
+def _block(buffers: list[Any]) -> npt.NDArray[np.float64] | None:
+    """Rows of doubles (``ArrayBuffer``s) as an (m, k) matrix; None for rows of unequal length."""
+    k = buffers[0].size
+    if any(b.size != k for b in buffers):
+        return None
+    return np.frombuffer(b"".join(buffers), dtype=np.float64).reshape(len(buffers), k // 8)
+
+
+def dense_pass(decoder: msgspec.json.Decoder[Any], body: bytes) -> tuple[Any, list[npt.NDArray[np.float64]]] | None:
+    """(the skeleton request, one float64 block per query) for a body whose every query is dense
+    (``documents`` with list features, or ``ids`` + ``features``) and valid as the skeleton types
+    it; None for anything else (the caller's other passes take it)."""
+    if simdjson is None:
+        return None
+    try:
+        with gc_paused():
+            req = decoder.decode(body)
+            raws = []
+            for q in req.queries:
+                if q.documents is not None:
+                    if q.ids is not None or q.features is not None or not q.documents:
+                        return None
+                    raws.append([doc.features for doc in q.documents])
+                elif q.ids is not None and q.features:
+                    raws.append(q.features)
+                else:
+                    return None
+            if not all(_flat(r) for r in raws):
+                return None
+            return req, _blocks(body, req)
+    except _REFUSALS:
+        return None
+
+
+def _blocks(body: bytes, req: Any) -> list[npt.NDArray[np.float64]]:
+    """The features of each query of ``req`` (checked dense by ``dense_pass``) out of simdjson's
+    tape; raises ValueError where a block cannot be made (a repeated key, unequal rows)."""
+    doc = simdjson.Parser().parse(body)  # a parser per body: nothing shared between threads
+    if not _distinct_keys(doc):
+        raise ValueError("a repeated key")
+    blocks = []
+    for parsed, q in zip(doc["queries"], req.queries, strict=True):
+        if not _distinct_keys(parsed):
+            raise ValueError("a repeated key")
+        if q.documents is not None:
+            # a document has exactly the skeleton's two required keys: a third is one repeated
+            buffers = [d["features"].as_buffer(of_type="d") for d in parsed["documents"] if len(d) == 2]
+            if len(buffers) != len(q.documents):
+                raise ValueError("a repeated key")
+        else:
+            buffers = [row.as_buffer(of_type="d") for row in parsed["features"]]
+        block = _block(buffers)
+        if block is None:
+            raise ValueError("rows of unequal length")
+        blocks.append(block)
+    return blocks
