@@ -26,9 +26,11 @@ as before (``app.routers.rank.json_lists``). simdjson's own numbers are correctl
 msgspec's and jiter's are: the same doubles (``tests/app/test_one_pass.py`` compares the bytes of
 every matrix the paths make).
 
-Bodies up to ``ONE_PASS_MAX_BYTES`` only (the caller's rule). Peak memory: simdjson's tape and
-string buffer, about 14 bytes per body byte (C++ allocations), the doubles (8 bytes per value)
-and their joined copy, measured in ``tests/app/test_one_pass.py`` within ``ONE_PASS_MULTIPLE``.
+Bodies up to ``ONE_PASS_MAX_BYTES`` only (the caller's rule), of at least ``MIN_ROW_BYTES`` a
+row. Peak memory: simdjson's tape (16 bytes a number) and structural indexes (C++ allocations),
+the doubles (8 bytes a value) and their joined copy, each row's objects: measured in a fresh
+process on the costliest shapes at the size limit (``tests/app/test_dense_pass.py``) within the
+one pass's ``ONE_PASS_MULTIPLE`` times the body.
 Without pysimdjson installed, the pass is off (``AVAILABLE``) and every body takes the one pass.
 """
 
@@ -49,6 +51,13 @@ except ImportError:  # pragma: no cover - pysimdjson is a serving dependency; wi
 
 #: whether the dense pass can run (pysimdjson importable)
 AVAILABLE = simdjson is not None
+
+#: the dense pass takes a body of at least this many bytes per row (document or columnar row):
+#: each row costs it a few objects of its own (a Raw, a buffer, their list slots, about 150
+#: bytes), so a body of many tiny rows goes to the one pass, whose peak is bounded per body byte
+#: (``ONE_PASS_MULTIPLE``); a row of 5 features of 3-digit decimals is 21 bytes, of 136 MSLR
+#: features about 850
+MIN_ROW_BYTES = 16
 
 #: what either parser raises for a body it refuses, or the walk for a shape it does not take
 #: (an Object where an Array of numbers should be: AttributeError; a missing key: KeyError)
@@ -94,7 +103,7 @@ def dense_pass(decoder: msgspec.json.Decoder[Any], body: bytes) -> tuple[Any, li
                     raws.append(q.features)
                 else:
                     return None
-            if not all(_flat(r) for r in raws):
+            if sum(map(len, raws)) * MIN_ROW_BYTES > len(body) or not all(_flat(r) for r in raws):
                 return None
             return req, _blocks(body, req)
     except _REFUSALS:

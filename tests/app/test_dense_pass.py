@@ -169,13 +169,16 @@ print(json.dumps({"bytes": len(body), "taken": got is not None, "peak_kib": peak
 
 @pytest.mark.parametrize(("unit", "head", "tail"), [
     ("0,", '{"queries":[{"qid":1,"ids":[1],"features":[[', "]]}]}"),
+    ("[0,0,0,0,0,0,0],", '{"queries":[{"qid":1,"ids":[1],"features":[', "]}]}"),
+    ("[0,0,0,0,0,0],", '{"queries":[{"qid":1,"ids":[1],"features":[', "]}]}"),  # 14 bytes a row: the one pass's
     ("[0],", '{"queries":[{"qid":1,"ids":[1],"features":[', "]}]}"),
     ('{"id":1,"features":[0]},', '{"queries":[{"qid":1,"documents":[', "]}]}"),
     ('{"id":1,"features":[]},', '{"queries":[{"qid":1,"documents":[', "]}]}"),
 ])
 def test_the_dense_pass_peak_stays_within_the_one_pass_multiple(unit: str, head: str, tail: str) -> None:
-    """The dense pass's costliest shapes at ``ONE_PASS_MAX_BYTES`` (one-byte numbers, one-value
-    rows, one-value documents, empty rows), measured as the process's peak resident memory in a
+    """The dense pass's costliest shapes at ``ONE_PASS_MAX_BYTES`` (one-byte numbers, rows of
+    ``MIN_ROW_BYTES``, one-value documents, empty rows; narrower rows, which it leaves to the one
+    pass), measured as the process's peak resident memory in a
     fresh interpreter (simdjson's tape is C++ memory, which tracemalloc does not see): within the
     one pass's ``ONE_PASS_MULTIPLE`` times the body."""
     out = subprocess.run([sys.executable, "-c", PEAK_SCRIPT, unit, head, tail, str(ONE_PASS_MAX_BYTES)],
