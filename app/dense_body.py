@@ -45,9 +45,10 @@ import numpy.typing as npt
 from app.json_body import gc_paused
 
 try:
-    import simdjson
+    import simdjson as _simdjson
 except ImportError:  # pragma: no cover - pysimdjson is a serving dependency; without it the one pass serves
-    simdjson = None
+    _simdjson = None  # type: ignore[assignment]
+simdjson: Any = _simdjson
 
 #: whether the dense pass can run (pysimdjson importable)
 AVAILABLE = simdjson is not None
@@ -113,7 +114,7 @@ def dense_pass(decoder: msgspec.json.Decoder[Any], body: bytes) -> tuple[Any, li
 def _blocks(body: bytes, req: Any) -> list[npt.NDArray[np.float64]]:
     """The features of each query of ``req`` (checked dense by ``dense_pass``) out of simdjson's
     tape; raises ValueError where a block cannot be made (a repeated key, unequal rows)."""
-    doc = simdjson.Parser().parse(body)  # a parser per body: nothing shared between threads
+    doc: Any = simdjson.Parser().parse(body)  # a parser per body: nothing shared between threads
     if not _distinct_keys(doc):
         raise ValueError("a repeated key")
     blocks = []

@@ -53,7 +53,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import msgspec
 import numpy as np
@@ -63,6 +63,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.deadlines import start_deadline
+from app.dense_body import dense_pass
 from app.deps import (
     LARGE_BODY_BYTES,
     BodyHold,
@@ -78,7 +79,6 @@ from app.deps import (
     score_call,
     scoring,
 )
-from app.dense_body import dense_pass
 from app.errors import ServiceError, input_error, query_label
 from app.json_body import ONE_PASS_MAX_BYTES, check_repeated_keys, decode_json, gc_paused, one_pass
 from app.letor import letor_lists
@@ -217,15 +217,16 @@ def rank_lists(req: RankRequest | DenseRequest, d: int, settings: Settings,
                dense: list[npt.NDArray[np.float64]] | None = None) -> CandidateLists:
     """Every query of ``req`` checked and stacked into one (n, d) float32 matrix; with ``dense``
     (the dense pass's blocks, one per query of its skeleton request) the rows are those blocks."""
-    sizes = [len(q.documents) if q.documents is not None else len(q.features or ()) for q in req.queries]
-    check_limits(len(req.queries), sum(sizes), settings)
+    queries = cast(list[Any], req.queries)  # RankQuery or DenseQuery: the same fields
+    sizes = [len(q.documents) if q.documents is not None else len(q.features or ()) for q in queries]
+    check_limits(len(queries), sum(sizes), settings)
     blocks: list[npt.NDArray[np.float32]] = []
     ids: list[Any] = []
-    for i, q in enumerate(req.queries):
+    for i, q in enumerate(queries):
         check_deadline("/rank: checking the queries")
         where = query_label(i, q.qid)
         if dense is None:
-            rows, q_ids = candidate_rows(q.documents, q.ids, q.features, d, where)  # type: ignore[arg-type]
+            rows, q_ids = candidate_rows(q.documents, q.ids, q.features, d, where)
         else:
             rows = dense_rows(dense[i], d, where)
             q_ids = [doc.id for doc in q.documents] if q.documents is not None else list(q.ids or ())
@@ -234,7 +235,7 @@ def rank_lists(req: RankRequest | DenseRequest, d: int, settings: Settings,
         check_ids(q_ids, where, "id", settings.max_id_length)
         blocks.append(rows)
         ids.extend(q_ids)
-    qids = [q.qid for q in req.queries]
+    qids = [q.qid for q in queries]
     check_ids(qids, "queries", "qid", settings.max_id_length, scope="in a request")
     offsets = np.zeros(len(blocks) + 1, dtype=np.int64)
     np.cumsum(sizes, out=offsets[1:])
