@@ -86,26 +86,22 @@ def _block(buffers: list[Any]) -> npt.NDArray[np.float64] | None:
 
 
 def dense_pass(decoder: msgspec.json.Decoder[Any], body: bytes) -> tuple[Any, list[npt.NDArray[np.float64]]] | None:
-    """(the skeleton request, one float64 block per query) for a body whose every query is dense
-    (``documents`` with list features, or ``ids`` + ``features``) and valid as the skeleton types
-    it; None for anything else (the caller's other passes take it)."""
+    """(the skeleton request, one float64 block per query) for a body whose every query has rows
+    (``documents`` with list features, else ``features``) of numbers only, valid as the skeleton
+    types it; None for anything else (the caller's other passes take it). The query's form (one
+    of the two, ids as many as rows) is checked with the rows by ``candidate_rows``."""
     if simdjson is None:
         return None
     try:
         with gc_paused():
             req = decoder.decode(body)
-            raws = []
-            for q in req.queries:
-                if q.documents is not None:
-                    if q.ids is not None or q.features is not None or not q.documents:
-                        return None
-                    raws.append([doc.features for doc in q.documents])
-                elif q.ids is not None and q.features:
-                    raws.append(q.features)
-                else:
-                    return None
-            if sum(map(len, raws)) * MIN_ROW_BYTES > len(body) or not all(_flat(r) for r in raws):
-                return None
+            # each query's rows, by the form it takes first (its other checks are candidate_rows')
+            raws = [[doc.features for doc in q.documents] if q.documents is not None else q.features or []
+                    for q in req.queries]
+            both = any(q.documents is not None and (q.ids, q.features) != (None, None) for q in req.queries)
+            if (both or not all(raws) or sum(map(len, raws)) * MIN_ROW_BYTES > len(body)
+                    or not all(_flat(r) for r in raws)):
+                return None  # both forms in a query, no rows, narrow rows, nested rows: the others'
             return req, _blocks(body, req)
     except _REFUSALS:
         return None

@@ -87,18 +87,23 @@ def check_unique(ids: Sequence[Any], where: str, what: str, *, scope: str = "wit
 
 # ---------------------------------------------------------------------------- feature rows
 def candidate_rows(documents: Sequence[Any] | None, ids: Sequence[Any] | None,
-                   features: Sequence[Sequence[float]] | None, d: int, where: str, *, ids_field: str = "ids",
-                   ids_required: bool = True) -> tuple[npt.NDArray[np.float32], list[Any]]:
+                   features: Sequence[Any] | None, d: int, where: str, *, ids_field: str = "ids",
+                   ids_required: bool = True, block: npt.NDArray[np.float64] | None = None,
+                   ) -> tuple[npt.NDArray[np.float32], list[Any]]:
     """(features (m, d), ids) of one candidate list given as ``documents`` (each with ``id`` and
     dense or sparse ``features``) or as columns (``ids_field`` + ``features``; without
-    ``ids_required`` the ids may be left out and are then 0..m-1). /rank and /evaluate share it."""
+    ``ids_required`` the ids may be left out and are then 0..m-1). /rank and /evaluate share it.
+    With ``block`` (the list's rows as /rank's dense pass read them, ``app.dense_body``: the
+    features fields then hold the rows' bytes) the rows are that block (``dense_rows``)."""
     if documents is not None:
         if ids is not None or features is not None:
             raise input_error(f"{where}: send either documents or {ids_field} + features, not both")
         if not documents:
             raise input_error(f"{where}: documents is empty; a query needs at least one candidate")
-        feats = [doc.features for doc in documents]
         doc_ids = [doc.id for doc in documents]
+        if block is not None:
+            return dense_rows(block, d, where, "documents[{j}].features"), doc_ids
+        feats = [doc.features for doc in documents]
         if all(type(f) is list for f in feats):
             return finite_rows(feats, d, where, "documents[{j}].features"), doc_ids
         return sparse_rows(feats, d, where, "documents[{j}].features"), doc_ids
@@ -108,8 +113,9 @@ def candidate_rows(documents: Sequence[Any] | None, ids: Sequence[Any] | None,
         raise input_error(f"{where}: {ids_field} has {len(ids)} entries but features has {len(features)} rows")
     if not features:
         raise input_error(f"{where}: features is empty; a query needs at least one candidate")
-    return finite_rows(features, d, where, "features[{j}]"), list(ids) if ids is not None else list(
-        range(len(features)))
+    rows = finite_rows(features, d, where, "features[{j}]") if block is None else dense_rows(
+        block, d, where, "features[{j}]")
+    return rows, list(ids) if ids is not None else list(range(len(features)))
 
 
 def finite_rows(rows: Sequence[Sequence[float]], d: int, where: str, field: str) -> npt.NDArray[np.float32]:
@@ -179,15 +185,15 @@ def sparse_rows(feats: Sequence[Sequence[float] | dict[str, float]], d: int, whe
     return out
 
 
-def dense_rows(block: npt.NDArray[np.float64], d: int, where: str) -> npt.NDArray[np.float32]:
-    """A query's rows as the dense pass read them (``app.dense_body``: doubles, (m, k)) as an (m, d)
-    float32 matrix, each double cast as ``finite_rows`` casts it; 422 for another width than
-    ``d`` or a value that is not a finite float32 (the caller's two passes then name the row)."""
+def dense_rows(block: npt.NDArray[np.float64], d: int, where: str, field: str) -> npt.NDArray[np.float32]:
+    """Rows as the dense pass read them (``app.dense_body``: doubles, (m, k), every row of k) as an
+    (m, d) float32 matrix, each double cast as ``finite_rows`` casts it, with its checks and
+    messages (a width other than ``d`` is row 0's)."""
     if block.shape[1] != d:
-        raise input_error(f"{where}: a row has {block.shape[1]} values; the model takes {d}")
+        raise input_error(f"{where}: {field.format(j=0)} has {block.shape[1]} values; the model takes {d}")
     with np.errstate(over="ignore"):  # beyond float32: inf, refused below
         arr = block.astype(np.float32)
-    _check_finite(arr, where, "features[{j}]")
+    _check_finite(arr, where, field)
     return arr
 
 

@@ -84,7 +84,7 @@ from app.json_body import ONE_PASS_MAX_BYTES, check_repeated_keys, decode_json, 
 from app.letor import letor_lists
 from app.observability import Metrics
 from app.openapi import msgspec_body_spec, query_parameters
-from app.parsing import CandidateLists, candidate_rows, check_ids, check_limits, dense_rows
+from app.parsing import CandidateLists, candidate_rows, check_ids, check_limits
 from app.registry import ModelRegistry, NotInMemory, ServedModel
 from app.schemas import ErrorResponse, RankResponse
 from app.settings import Settings
@@ -225,13 +225,8 @@ def rank_lists(req: RankRequest | DenseRequest, d: int, settings: Settings,
     for i, q in enumerate(queries):
         check_deadline("/rank: checking the queries")
         where = query_label(i, q.qid)
-        if dense is None:
-            rows, q_ids = candidate_rows(q.documents, q.ids, q.features, d, where)
-        else:
-            rows = dense_rows(dense[i], d, where)
-            q_ids = [doc.id for doc in q.documents] if q.documents is not None else list(q.ids or ())
-            if len(q_ids) != len(rows):
-                raise input_error(f"{where}: ids and features differ in length")  # named by the two passes
+        rows, q_ids = candidate_rows(q.documents, q.ids, q.features, d, where,
+                                     block=None if dense is None else dense[i])
         check_ids(q_ids, where, "id", settings.max_id_length)
         blocks.append(rows)
         ids.extend(q_ids)

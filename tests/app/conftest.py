@@ -33,6 +33,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
+from app.registry import ModelRegistry
 from app.settings import Settings
 from training.scoring.ensemble_model import EnsembleModel, load_model
 
@@ -124,6 +125,14 @@ def served_dir(store: Store, tmp_path_factory: pytest.TempPathFactory) -> Path:
     copy_version(store.default_v2, d, "default", "v2")
     copy_version(store.wide_v1, d, "wide", "v1")
     return d
+
+
+@pytest.fixture(scope="module")
+def registry(served_dir: Path) -> ModelRegistry:
+    """A registry of ``served_dir`` with its default model loaded, in this process (no server)."""
+    reg = ModelRegistry(served_dir, "default")
+    reg.load_initial([])
+    return reg
 
 
 def wait_ready(client: TestClient | httpx.Client) -> dict[str, Any]:

@@ -23,21 +23,10 @@ from app.json_body import ONE_PASS_MAX_BYTES, ONE_PASS_MULTIPLE
 from app.registry import ModelRegistry
 from app.routers import rank
 from app.routers.rank import DENSE_DECODER, json_lists
-from app.settings import Settings
 from tests.app.conftest import N_FEATURES
-from tests.app.test_one_pass import outcome, q, same_verdict
-
-SETTINGS = Settings()
-ROW = "[0.1,0.2,0.3,0.4,0.5]"
+from tests.app.test_one_pass import ROW, SETTINGS, outcome, q, same_verdict
 
 pytestmark = pytest.mark.skipif(not dense_body.AVAILABLE, reason="pysimdjson is not installed")
-
-
-@pytest.fixture(scope="module")
-def registry(served_dir: Path) -> ModelRegistry:
-    reg = ModelRegistry(served_dir, "default")
-    reg.load_initial([])
-    return reg
 
 
 def dense(body: bytes) -> Any:

@@ -8,7 +8,6 @@ message for one they refuse. Also: which bodies take which path, and the rows' c
 from __future__ import annotations
 
 import tracemalloc
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,13 +27,6 @@ from tests.app.conftest import N_FEATURES
 
 SETTINGS = Settings()
 ROW = "[0.1,0.2,0.3,0.4,0.5]"
-
-
-@pytest.fixture(scope="module")
-def registry(served_dir: Path) -> ModelRegistry:
-    reg = ModelRegistry(served_dir, "default")
-    reg.load_initial([])
-    return reg
 
 
 def outcome(fn: Any, body: bytes, registry: ModelRegistry) -> tuple[Any, ...]:
