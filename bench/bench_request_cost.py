@@ -227,6 +227,13 @@ def rank_columnar(size: int) -> bytes:
     return ('{"queries":[' + ",".join(q % i for i in range(n)) + "]}").encode()
 
 
+def rank_narrow_rows(width: int) -> Callable[[int], bytes]:
+    """Columnar rows of ``width`` zeros (``[0,0,...]``, 2 * width + 2 bytes with the comma), as many as
+    fit in ``size`` (the dense pass's ``MIN_ROW_BYTES`` floor: 16 bytes is 7 zeros, 14 bytes 6)."""
+    unit = ("[" + ",".join(["0"] * width) + "],").encode()
+    return lambda size: repeat_to(b'{"queries":[{"qid":1,"ids":[1],"features":[', unit, b"]}]}", size)
+
+
 def rank_columnar_repeated_key(size: int) -> bytes:
     """``rank_columnar`` with ``"top_k"`` twice (the last used to win silently)."""
     return rank_columnar(size)[:-1] + b',"top_k":1,"top_k":2}'
@@ -284,7 +291,11 @@ def cases() -> list[Case]:
             Case("evaluate_empty_label_lists_limit", "/evaluate", evaluate_empty_label_lists, "limit"),
             Case("rank_columnar_limit", "/rank", rank_columnar, "limit"),
             Case("rank_columnar_repeated_key_limit", "/rank", rank_columnar_repeated_key, "limit"),
-            Case("rank_escaped_explain_150_documents", "/rank", rank_escaped_explain, "150")]
+            Case("rank_escaped_explain_150_documents", "/rank", rank_escaped_explain, "150"),
+            # the dense pass's floor of MIN_ROW_BYTES a row (app/dense_body.py), at 1 MiB: at the floor
+            # (taken by the dense pass) and just under it (the one pass's)
+            Case("rank_rows_of_16_bytes_1MiB", "/rank", rank_narrow_rows(7), str(MIB - 64)),
+            Case("rank_rows_of_14_bytes_1MiB", "/rank", rank_narrow_rows(6), str(MIB - 64))]
     return out
 
 
