@@ -17,7 +17,8 @@ with two fuzzed parsers, neither of which makes an object per number:
 
 A value both parsers read as an array of numbers only is flat exactly when its bytes hold one
 ``[`` (no string can be among its values to hold another): ``as_buffer`` flattens nested arrays,
-so ``[[0.1],[0.2]]`` would otherwise pass as two values.
+so ``[[0.1],[0.2]]`` would otherwise pass as two values. Every row holds at least its own, so the
+rows are all flat exactly when their bytes together hold one a row (``_flat``).
 
 The pass takes the valid dense body only. Anything else (a sparse document, a repeated key, a
 number beyond float64 or 64-bit integers, rows of unequal length, anything either parser refuses)
@@ -67,9 +68,13 @@ _REFUSALS = (ValueError, TypeError, RuntimeError, AttributeError, KeyError, Inde
 
 
 def _flat(raws: list[msgspec.Raw]) -> bool:
-    """Each value's bytes hold exactly one ``[`` (its own): with ``as_buffer``'s proof that its
-    leaves are numbers, it is a flat array."""
-    return all(bytes(r).count(b"[") == 1 for r in raws)
+    """The values' bytes hold as many ``[`` as there are values: with ``as_buffer``'s proof (in
+    ``_blocks``, else the pass is refused) that each value is an array (one ``[`` of its own at
+    least) whose leaves are numbers (no string to hold a ``[``), each holds exactly its own, and
+    is flat. One count over the values joined (a copy of their bytes, freed before simdjson's
+    parse) instead of one per value: 0.031 against 0.054 ms for 100 MSLR rows (thread CPU, medians
+    of 2,000, the two alternating)."""
+    return b"".join(raws).count(b"[") == len(raws)
 
 
 def _distinct_keys(obj: Any) -> bool:

@@ -118,6 +118,12 @@ DECLINED = [
     q('"ids":["a"],"features":[[0.1,0.2,0.3,0.4,0.5' + "]" * 3),
     q('"ids":["a"],"features":[' + "[" * 100_000 + "]" * 100_000 + "]"),
     q(f'"ids":["#"],"features":[{ROW}]').replace(b"#", b"\xff"),
+    # one [ a row in all, but not one in each: a row without its own (a number, a string, an
+    # object) beside a nested one
+    q(f'"ids":["a","b"],"features":[0.5,[{ROW}]]'),
+    q(f'"documents":[{{"id":"a","features":0.5}},{{"id":"b","features":[{ROW}]}}]'),
+    q(f'"documents":[{{"id":"a","features":"x"}},{{"id":"b","features":[{ROW}]}}]'),
+    q(f'"documents":[{{"id":"a","features":{{"1":[0.5]}}}},{{"id":"b","features":{ROW}}}]'),
 ]
 
 
@@ -130,6 +136,38 @@ def test_what_the_dense_pass_leaves_to_the_others(registry: ModelRegistry, body:
     verdict = same_verdict(body, registry)
     if b"[[0.1]" in body or b"[0.3,0.4]" in body or b",[]," in body:
         assert verdict[0] == "refused" and verdict[1] == 422 and "float" in verdict[2], verdict[:3]
+
+
+#: a row's text: flat, nested, empty, or a number, a string or an object where a row should be
+ROW_TEXTS = st.sampled_from([ROW, "[1,2,3,4,5]", "[0.1,0.2]", "[]", "0.5", '"[x"', '"x"', '{"1":[0.5]}', '{"1":0.5}',
+                             f"[{ROW}]", "[[0.1,0.2],[0.3,0.4,0.5]]", "[0.1,[0.2],0.3,0.4,0.5]", "[[]]"])
+
+
+def twin_flat(raws: list[Any]) -> bool:
+    """``_flat``'s slow twin: each row's bytes, one at a time, hold exactly one ``[``."""
+    return all(bytes(r).count(b"[") == 1 for r in raws)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.lists(ROW_TEXTS, min_size=1, max_size=5), columnar=st.booleans())
+def test_the_one_count_takes_what_the_count_per_row_takes(rows: list[str], columnar: bool) -> None:
+    """Rows of every shape (flat, nested, empty, a number, a string or an object where a row
+    should be), mixed in one body: the pass with ``_flat``'s one count over the rows takes what
+    it takes with a count per row, the same block; and what it takes is rows of numbers only."""
+    if columnar:
+        body = q('"ids":[' + ",".join(str(i) for i in range(len(rows))) + '],"features":[' + ",".join(rows) + "]")
+    else:
+        body = q('"documents":[' + ",".join(f'{{"id":{i},"features":{r}}}' for i, r in enumerate(rows)) + "]")
+    got = dense(body)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(dense_body, "_flat", twin_flat)
+        want = dense(body)
+    assert (got is None) == (want is None), body
+    if got is not None and want is not None:
+        assert [b.tobytes() for b in got[1]] == [b.tobytes() for b in want[1]], body
+        values = [json.loads(r) for r in rows]
+        assert all(type(v) is list and all(type(x) in (int, float) for x in v) for v in values), body
+        assert got[1][0].tobytes() == np.array(values, dtype=np.float64).tobytes(), body
 
 
 def test_without_pysimdjson_every_body_takes_the_one_pass(registry: ModelRegistry,
