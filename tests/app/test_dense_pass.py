@@ -34,6 +34,14 @@ def dense(body: bytes) -> Any:
 
 
 # ---------------------------------------------------------------------------- the values
+def rows_body(texts: list[str], columnar: bool) -> bytes:
+    """A /rank body of one query whose rows are ``texts`` (each a features value's JSON text),
+    as columns (ids 0..m-1 + features) or as documents (id j, features the j-th text)."""
+    if columnar:
+        return q('"ids":[' + ",".join(str(i) for i in range(len(texts))) + '],"features":[' + ",".join(texts) + "]")
+    return q('"documents":[' + ",".join(f'{{"id":{i},"features":{t}}}' for i, t in enumerate(texts)) + "]")
+
+
 def twin_value(text: str) -> float:
     """A JSON number as the service's parsers read it into a float field: an integer literal as
     an integer, then converted (``-0`` is 0, as msgspec and jiter read it), any other by Python's
@@ -61,11 +69,7 @@ NUMBER_TEXT = st.one_of(
 @given(rows=st.lists(st.lists(NUMBER_TEXT, min_size=3, max_size=3), min_size=1, max_size=4),
        columnar=st.booleans())
 def test_the_doubles_are_pythons_float_of_each_text(rows: list[list[str]], columnar: bool) -> None:
-    texts = ["[" + ",".join(r) + "]" for r in rows]
-    if columnar:
-        body = q('"ids":[' + ",".join(str(i) for i in range(len(rows))) + '],"features":[' + ",".join(texts) + "]")
-    else:
-        body = q('"documents":[' + ",".join(f'{{"id":{i},"features":{t}}}' for i, t in enumerate(texts)) + "]")
+    body = rows_body(["[" + ",".join(r) + "]" for r in rows], columnar)
     got = dense(body)
     want = twin_block(rows)
     if not np.isfinite(want).all():  # beyond float64: left to the others, which refuse it
@@ -154,10 +158,7 @@ def test_the_one_count_takes_what_the_count_per_row_takes(rows: list[str], colum
     """Rows of every shape (flat, nested, empty, a number, a string or an object where a row
     should be), mixed in one body: the pass with ``_flat``'s one count over the rows takes what
     it takes with a count per row, the same block; and what it takes is rows of numbers only."""
-    if columnar:
-        body = q('"ids":[' + ",".join(str(i) for i in range(len(rows))) + '],"features":[' + ",".join(rows) + "]")
-    else:
-        body = q('"documents":[' + ",".join(f'{{"id":{i},"features":{r}}}' for i, r in enumerate(rows)) + "]")
+    body = rows_body(rows, columnar)
     got = dense(body)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(dense_body, "_flat", twin_flat)
