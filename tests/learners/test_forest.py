@@ -10,16 +10,16 @@ from training.scoring.forest import FlatForest, concatenate, score_forest
 from . import naive
 
 
-def random_forest(seed: int, n_base: int = 25, d: int = 6, K: int = 3) -> FlatForest:
-    """Random trees (grown by splitting random leaves, nodes in creation order), stumps,
-    constants and products (including a product with no term)."""
+def random_forest(seed: int, n_base: int = 25, d: int = 6, K: int = 3, max_nodes: int = 7) -> FlatForest:
+    """Random trees (grown by splitting random leaves, nodes in creation order) of up to
+    ``max_nodes`` nodes, stumps, constants and products (including a product with no term)."""
     rng = np.random.default_rng(seed)
     kinds, ns, ls = [], [0], [0]
     feat, thr, left, right, leaves = [], [], [], [], []
     for _ in range(n_base):
         r = rng.random()
         if r < 0.6:  # tree with 1..7 nodes (or a constant with none)
-            n_nodes = int(rng.integers(0, 8))
+            n_nodes = int(rng.integers(0, max_nodes + 1))
             if n_nodes == 0:
                 kinds.append(0)
                 leaves.append(rng.normal(size=K))
@@ -90,6 +90,63 @@ def test_score_forest_matches_slow_walk(seed: int) -> None:
     want = naive.score_forest(forest.to_arrays(), X, ck)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(score_forest(forest, X)[:, 0], want[:, -1], rtol=1e-12, atol=1e-12)
+
+
+def slow_single_lanes(forest: FlatForest) -> np.ndarray:
+    """Each base's one output column with a non-zero leaf value (0 if none, -1 if several)."""
+    lanes = []
+    for b in range(forest.n_base):
+        rows = forest.leaf_values[forest.base_leaf_start[b]:forest.base_leaf_start[b + 1]]
+        cols = [k for k in range(forest.n_outputs) if np.any(rows[:, k] != 0.0)]
+        lanes.append(-1 if len(cols) > 1 else (cols[0] if cols else 0))
+    return np.array(lanes)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_single_output_bases_add_one_lane_with_the_same_bits(seed: int) -> None:
+    """Bases whose leaves fill one output (LambdaMART and McRank trees in a K-output forest) are
+    added on that lane only (``PackedNodes.base_lane``): the lanes found are the slow count's,
+    the scores are the slow walk's, and they equal to the last bit the scores of the same forest
+    with every base added on all K lanes, -0.0 leaves and all-zero bases among them."""
+    import dataclasses
+
+    from training.scoring import forest as forest_module
+
+    rng = np.random.default_rng(200 + seed)
+    K = 4
+    base = random_forest(seed, n_base=60, K=K, max_nodes=40)
+    arrays = base.to_arrays()
+    lv = arrays["leaf_values"].copy()
+    ls = arrays["base_leaf_start"]
+    for b in range(base.n_base):
+        r = rng.random()
+        rows = slice(ls[b], ls[b + 1])
+        if r < 0.7:  # one lane kept (two for a few bases), the others +0.0 or -0.0
+            keep = rng.choice(K, 1 if r < 0.6 else 2, replace=False)
+            zeros = np.where(rng.random((ls[b + 1] - ls[b], K)) < 0.5, 0.0, -0.0)
+            zeros[:, keep] = lv[rows][:, keep]
+            lv[rows] = zeros
+        elif r < 0.8:  # no lane at all
+            lv[rows] = -0.0
+    arrays["leaf_values"] = lv
+    forest = FlatForest.from_arrays(arrays)
+    p = forest.packed
+    np.testing.assert_array_equal(p.base_lane, slow_single_lanes(forest))
+    of_leaf = np.repeat(np.maximum(p.base_lane, 0), np.diff(ls))
+    np.testing.assert_array_equal(p.leaf_lane, lv[np.arange(lv.shape[0]), of_leaf])
+    one = p.base_lane >= 0
+    # every path of the kernel meets single-lane bases: tables, walks (compacted too), products
+    assert np.any(one & (p.base_small >= 0)) and np.any(one & (p.base_small < 0) & (forest.base_kind == 0))
+    assert np.any(one & (p.base_depth > forest_module.COMPACT_MIN_DEPTH))
+    assert np.any(one & (forest.base_kind == 1)) and np.any(~one)
+    X = rng.normal(size=(300, 6)).astype(np.float32)
+    X[:7] = forest.node_threshold[:7, None]  # values equal to thresholds
+    ck = [0, 3, 17, 17, forest.n_base]
+    got = score_forest(forest, X, ck)
+    np.testing.assert_allclose(got, naive.score_forest(arrays, X, ck), rtol=1e-12, atol=1e-12)
+    every_lane = FlatForest.from_arrays(arrays)
+    every_lane.__dict__["packed"] = dataclasses.replace(p, base_lane=np.full_like(p.base_lane, -1), _ck_plans={})
+    assert np.array_equal(got.view(np.int64), score_forest(every_lane, X, ck).view(np.int64))
 
 
 def test_round_trip_through_npz(tmp_path) -> None:

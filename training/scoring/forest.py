@@ -138,6 +138,14 @@ class PackedNodes:
     ``small_thr`` (node k's threshold, NaN past the tree's nodes) and ``small_leaf`` (for every
     mask of node tests, the absolute leaf row the walk reaches), or -1 for a tree that walks.
 
+    Single-output bases (a LambdaMART or McRank tree fills one output of K): ``base_lane[b]`` is
+    the one output column in which base b has a non-zero leaf value (0 when it has none), or -1
+    when it has several; ``leaf_lane[v]`` is leaf row v's value in its base's lane (its own
+    contiguous float64 row, a fifth of ``leaf_values``' bytes at K = 5). The kernel adds only
+    that lane: the other lanes would add exactly zero to a sum that starts at +0.0 (a sum of
+    doubles from +0.0 is never -0.0 under round to nearest, and ``s + (+-0.0) == s`` bit for bit
+    for every other ``s``), so the result is the same to the last bit.
+
     Example: the module docstring's stump becomes ``vfeat = [2, 0, 0]``, ``vthr = [0.5, NaN,
     NaN]``, ``vleft = [1, 1, 2]``, ``vleaf = [-1, 0, 1]``, with depth 1.
     """
@@ -155,6 +163,8 @@ class PackedNodes:
     small_off: npt.NDArray[np.int64]
     small_thr: npt.NDArray[np.float32]
     small_leaf: npt.NDArray[np.int32]
+    base_lane: npt.NDArray[np.int32]
+    leaf_lane: npt.NDArray[np.float64]
     #: checkpoint lists already seen (their bytes) -> the checked list and where each falls among
     #: the chunks (``checkpoint_plan``): a model passes the same list on every call
     _ck_plans: dict[bytes | None, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]] = \
@@ -239,9 +249,27 @@ class PackedNodes:
         _small_tables(np.flatnonzero(small).astype(np.int64), forest.base_node_start, forest.base_leaf_start,
                       forest.node_feature, forest.node_threshold, forest.node_left, forest.node_right,
                       small_off, small_thr, small_leaf)
+        base_lane, leaf_lane = single_lanes(forest.leaf_values, forest.base_leaf_start)
         return cls(vfeat=vfeat, vthr=vthr, vleft=vleft, vleaf=vleaf, vnode=vnode, base_vstart=base_vstart,
                    base_depth=base_depth, base_compact_at=compact_at, chunk_start=chunk_start,
-                   base_small=base_small, small_off=small_off, small_thr=small_thr, small_leaf=small_leaf)
+                   base_small=base_small, small_off=small_off, small_thr=small_thr, small_leaf=small_leaf,
+                   base_lane=base_lane, leaf_lane=leaf_lane)
+
+
+def single_lanes(leaf_values: npt.NDArray[np.float64], base_leaf_start: npt.NDArray[np.int64]
+                 ) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.float64]]:
+    """(base_lane, leaf_lane) of ``PackedNodes``: each base's one output column with a non-zero
+    leaf value (0 if none, -1 if several), and each leaf row's value in its base's column. Every
+    base owns at least one leaf row (``_validate``)."""
+    n_leaves = leaf_values.shape[0]
+    n_base = base_leaf_start.shape[0] - 1
+    if n_base == 0:
+        return np.zeros(0, dtype=np.int32), np.zeros(n_leaves, dtype=np.float64)
+    used = np.logical_or.reduceat(leaf_values != 0.0, base_leaf_start[:-1], axis=0)  # (n_base, K)
+    lane = np.where(used.sum(axis=1) <= 1, np.argmax(used, axis=1), -1).astype(np.int32)
+    of_leaf = np.repeat(np.maximum(lane, 0), np.diff(base_leaf_start))
+    leaf_lane = np.ascontiguousarray(leaf_values[np.arange(n_leaves), of_leaf], dtype=np.float64)
+    return lane, leaf_lane
 
 
 @njit(cache=True, nogil=True)
@@ -347,7 +375,7 @@ class FlatForest:
         return (self.base_kind, self.base_node_start, self.base_leaf_start, self.node_feature,
                 self.node_threshold, p.vnode, p.vthr, p.vleaf, p.base_vstart, p.base_depth,
                 p.base_compact_at, p.base_small, p.small_off, p.small_thr, p.small_leaf, p.chunk_start,
-                self.leaf_values)
+                self.leaf_values, p.base_lane, p.leaf_lane)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """Plain arrays (for an ``.npz``); ``from_arrays`` reads them back."""
@@ -562,8 +590,8 @@ def block_features(X):  # pragma: no cover
 @njit(cache=True, inline="always")
 def _score_task(Xb, d_feat, i0, nb, b0, b1, base_kind, base_node_start, base_leaf_start, node_feature,
                 node_threshold, vnode, vthr, vleaf, base_vstart, base_depth, compact_at, base_small,
-                small_off, small_thr, small_leaf, leaf_values, checkpoints, ci0, out, total,
-                k_lanes):  # pragma: no cover
+                small_off, small_thr, small_leaf, leaf_values, base_lane, leaf_lane, checkpoints, ci0, out,
+                total, k_lanes):  # pragma: no cover
     """Documents ``i0:i0+nb`` (``i0`` a multiple of ``DOC_BLOCK``) through bases ``b0:b1``,
     summed from zero.
 
@@ -615,10 +643,15 @@ def _score_task(Xb, d_feat, i0, nb, b0, b1, base_kind, base_node_start, base_lea
                            | (np.int32(Xb[np.uint64(x4 + j)] >= t4) << 4)
                            | (np.int32(Xb[np.uint64(x5 + j)] >= t5) << 5)
                            | (np.int32(Xb[np.uint64(x6 + j)] >= t6) << 6))
-            for j in range(nb):
-                leaf = small_leaf[sm, np.uint32(mask[j])]
-                for l in range(K):
-                    acc[j, l] += leaf_values[leaf, l]
+            ln = base_lane[b]
+            if ln >= 0:
+                for j in range(nb):
+                    acc[j, ln] += leaf_lane[small_leaf[sm, np.uint32(mask[j])]]
+            else:
+                for j in range(nb):
+                    leaf = small_leaf[sm, np.uint32(mask[j])]
+                    for l in range(K):
+                        acc[j, l] += leaf_values[leaf, l]
         elif base_kind[b] == 0:
             r0 = base_vstart[b]
             depth = base_depth[b]
@@ -653,10 +686,15 @@ def _score_task(Xb, d_feat, i0, nb, b0, b1, base_kind, base_node_start, base_lea
                         r = np.uint64(pos[j])
                         w = vnode[r]
                         pos[j] = (w & 0xFFFFFFFF) + (Xb[np.uint64(xbase + (w >> 32) + j)] >= vthr[r])
-            for j in range(nb):
-                leaf = vleaf[np.uint64(pos[j])]
-                for l in range(K):
-                    acc[j, l] += leaf_values[leaf, l]
+            ln = base_lane[b]
+            if ln >= 0:
+                for j in range(nb):
+                    acc[j, ln] += leaf_lane[vleaf[np.uint64(pos[j])]]
+            else:
+                for j in range(nb):
+                    leaf = vleaf[np.uint64(pos[j])]
+                    for l in range(K):
+                        acc[j, l] += leaf_values[leaf, l]
         else:
             ns = base_node_start[b]
             ne = base_node_start[b + 1]
@@ -726,8 +764,8 @@ COMBINE_BLOCK = 256
 @njit(cache=True, inline="always")
 def _take_tasks(Xb, d_feat, base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
                 vnode, vthr, vleaf, base_vstart, base_depth, compact_at, base_small, small_off, small_thr,
-                small_leaf, chunk_start, leaf_values, checkpoints, ck_first, out, totals, k_lanes,
-                counter):  # pragma: no cover
+                small_leaf, chunk_start, leaf_values, base_lane, leaf_lane, checkpoints, ck_first, out,
+                totals, k_lanes, counter):  # pragma: no cover
     """The (chunk, document block) tasks, each the next one not yet taken (``claim`` on
     ``counter[0]``; threads sharing the counter share the tasks) until none is left. Tasks are
     numbered chunk by chunk, so that a chunk's trees stay in cache while the blocks of documents
@@ -743,7 +781,8 @@ def _take_tasks(Xb, d_feat, base_kind, base_node_start, base_leaf_start, node_fe
         _score_task(Xb, d_feat, i0, min(DOC_BLOCK, n - i0), chunk_start[ch], chunk_start[ch + 1],
                     base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
                     vnode, vthr, vleaf, base_vstart, base_depth, compact_at, base_small, small_off,
-                    small_thr, small_leaf, leaf_values, checkpoints, ck_first[ch], out, totals[ch], k_lanes)
+                    small_thr, small_leaf, leaf_values, base_lane, leaf_lane, checkpoints, ck_first[ch], out,
+                    totals[ch], k_lanes)
         t = claim(counter, 0)
 
 
@@ -762,8 +801,8 @@ def _take_combines(chunk_start, checkpoints, ck_chunk, out, totals, k_lanes, cou
 @njit(cache=True, nogil=True)
 def _score_run(Xb, d_feat, base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
                vnode, vthr, vleaf, base_vstart, base_depth, compact_at, base_small, small_off, small_thr,
-               small_leaf, chunk_start, leaf_values, checkpoints, ck_chunk, ck_first, out, totals,
-               k_lanes, counter, phase):  # pragma: no cover
+               small_leaf, chunk_start, leaf_values, base_lane, leaf_lane, checkpoints, ck_chunk, ck_first,
+               out, totals, k_lanes, counter, phase):  # pragma: no cover
     """``phase`` 0: the (chunk, document block) tasks not yet taken (``_take_tasks``); 1: the
     ordered combines not yet taken (``_take_combines``); 2: both, one after the other (one
     thread). Threads sharing ``counter`` share the work: each takes the next item not yet taken,
@@ -774,7 +813,8 @@ def _score_run(Xb, d_feat, base_kind, base_node_start, base_leaf_start, node_fea
     if phase != 1:
         _take_tasks(Xb, d_feat, base_kind, base_node_start, base_leaf_start, node_feature, node_threshold,
                     vnode, vthr, vleaf, base_vstart, base_depth, compact_at, base_small, small_off, small_thr,
-                    small_leaf, chunk_start, leaf_values, checkpoints, ck_first, out, totals, k_lanes, counter)
+                    small_leaf, chunk_start, leaf_values, base_lane, leaf_lane, checkpoints, ck_first, out,
+                    totals, k_lanes, counter)
     if phase != 0:
         _take_combines(chunk_start, checkpoints, ck_chunk, out, totals, k_lanes, counter)
 
