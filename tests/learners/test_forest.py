@@ -10,16 +10,18 @@ from training.scoring.forest import FlatForest, concatenate, score_forest
 from . import naive
 
 
-def random_forest(seed: int, n_base: int = 25, d: int = 6, K: int = 3, max_nodes: int = 7) -> FlatForest:
+def random_forest(seed: int, n_base: int = 25, d: int = 6, K: int = 3, max_nodes: int = 7,
+                  node_counts: list[int] | None = None) -> FlatForest:
     """Random trees (grown by splitting random leaves, nodes in creation order) of up to
-    ``max_nodes`` nodes, stumps, constants and products (including a product with no term)."""
+    ``max_nodes`` nodes (or of a size drawn from ``node_counts``), stumps, constants and products
+    (including a product with no term)."""
     rng = np.random.default_rng(seed)
     kinds, ns, ls = [], [0], [0]
     feat, thr, left, right, leaves = [], [], [], [], []
     for _ in range(n_base):
         r = rng.random()
         if r < 0.6:  # tree with 1..7 nodes (or a constant with none)
-            n_nodes = int(rng.integers(0, max_nodes + 1))
+            n_nodes = int(rng.integers(0, max_nodes + 1)) if node_counts is None else int(rng.choice(node_counts))
             if n_nodes == 0:
                 kinds.append(0)
                 leaves.append(rng.normal(size=K))
@@ -102,19 +104,50 @@ def slow_single_lanes(forest: FlatForest) -> np.ndarray:
     return np.array(lanes)
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_single_output_bases_add_one_lane_with_the_same_bits(seed: int) -> None:
-    """Bases whose leaves fill one output (LambdaMART and McRank trees in a K-output forest) are
-    added on that lane only (``PackedNodes.base_lane``): the lanes found are the slow count's,
-    the scores are the slow walk's, and they equal to the last bit the scores of the same forest
-    with every base added on all K lanes, -0.0 leaves and all-zero bases among them."""
+def slow_leaf_sets(forest: FlatForest, b: int) -> dict[int, int]:
+    """Tree b's node (relative) -> the bits of the leaves under it, by recursion."""
+    ns = int(forest.base_node_start[b])
+    sets: dict[int, int] = {}
+
+    def under(c: int) -> int:
+        if c < 0:
+            return 1 << (-c - 1)
+        sets[c] = under(int(forest.node_left[ns + c])) | under(int(forest.node_right[ns + c]))
+        return sets[c]
+
+    under(0)
+    return sets
+
+
+def kernel_paths_twin(forest: FlatForest, *, masks: bool, lanes: bool) -> FlatForest:
+    """The same forest with the kernel's leaf masks and single-output lanes each on or off."""
     import dataclasses
 
+    twin = FlatForest.from_arrays(forest.to_arrays())
+    p = forest.packed
+    change: dict = {"_ck_plans": {}}
+    if not masks:
+        change["base_route"] = forest.base_kind.astype(np.int8)
+    if not lanes:
+        change["base_lane"] = np.full_like(p.base_lane, -1)
+    twin.__dict__["packed"] = dataclasses.replace(p, **change)
+    return twin
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_mask_trees_and_single_lanes_give_the_walks_bits(seed: int) -> None:
+    """Trees of up to 32 leaves scored by leaf masks (``PackedNodes.base_route``) and bases whose
+    leaves fill one output (LambdaMART and McRank trees in a K-output forest) added on that lane
+    only (``base_lane``): the masks and lanes are the slow derivations', the scores the slow
+    walk's, and equal to the last bit the scores with either or both off (every tree walked,
+    every base on all K lanes). Among them: trees of exactly 32 leaves (a full 32-bit mask) and
+    of 33 (walked), -0.0 leaves, all-zero bases, NaN and infinite features and values equal to
+    thresholds."""
     from training.scoring import forest as forest_module
 
     rng = np.random.default_rng(200 + seed)
     K = 4
-    base = random_forest(seed, n_base=60, K=K, max_nodes=40)
+    base = random_forest(seed, n_base=160, K=K, node_counts=[0, 1, 2, 3, 5, 7, 8, 12, 20, 30, 31, 31, 32, 40])
     arrays = base.to_arrays()
     lv = arrays["leaf_values"].copy()
     ls = arrays["base_leaf_start"]
@@ -134,19 +167,38 @@ def test_single_output_bases_add_one_lane_with_the_same_bits(seed: int) -> None:
     np.testing.assert_array_equal(p.base_lane, slow_single_lanes(forest))
     of_leaf = np.repeat(np.maximum(p.base_lane, 0), np.diff(ls))
     np.testing.assert_array_equal(p.leaf_lane, lv[np.arange(lv.shape[0]), of_leaf])
+    n_nodes = np.diff(forest.base_node_start)
+    masked = p.base_route == forest_module.ROUTE_MASK
+    np.testing.assert_array_equal(masked, (forest.base_kind == 0) & (p.base_small < 0) & (n_nodes <= 31)
+                                  & (p.base_depth >= forest_module.SMALL_MIN_DEPTH))
+    for b in np.flatnonzero(masked):
+        full = (1 << (int(n_nodes[b]) + 1)) - 1
+        ns = int(forest.base_node_start[b])
+        sets = slow_leaf_sets(forest, int(b))
+        for t in range(int(n_nodes[b])):
+            lc, rc = int(forest.node_left[ns + t]), int(forest.node_right[ns + t])
+            left = 1 << (-lc - 1) if lc < 0 else sets[lc]
+            right = 1 << (-rc - 1) if rc < 0 else sets[rc]
+            assert p.mask_keep[ns + t, 0] == full & ~left and p.mask_keep[ns + t, 1] == full & ~right
     one = p.base_lane >= 0
-    # every path of the kernel meets single-lane bases: tables, walks (compacted too), products
-    assert np.any(one & (p.base_small >= 0)) and np.any(one & (p.base_small < 0) & (forest.base_kind == 0))
-    assert np.any(one & (p.base_depth > forest_module.COMPACT_MIN_DEPTH))
-    assert np.any(one & (forest.base_kind == 1)) and np.any(~one)
+    # every path of the kernel meets single-lane and K-lane bases: tables, masks, walks (compacted
+    # too), products; masks of 32 leaves, walks of 33
+    walked = (forest.base_kind == 0) & (p.base_small < 0) & ~masked
+    for path in (p.base_small >= 0, masked, walked, forest.base_kind == 1):
+        assert np.any(one & path) and np.any(~one & path)
+    assert np.any(masked & (n_nodes == 31)) and np.any(walked & (n_nodes == 32))
+    assert np.any(walked & (p.base_depth > forest_module.COMPACT_MIN_DEPTH))
     X = rng.normal(size=(300, 6)).astype(np.float32)
     X[:7] = forest.node_threshold[:7, None]  # values equal to thresholds
+    X[7::11, 0] = np.nan
+    X[8::13, 1] = np.inf
+    X[9::17, 2] = -np.inf
     ck = [0, 3, 17, 17, forest.n_base]
     got = score_forest(forest, X, ck)
     np.testing.assert_allclose(got, naive.score_forest(arrays, X, ck), rtol=1e-12, atol=1e-12)
-    every_lane = FlatForest.from_arrays(arrays)
-    every_lane.__dict__["packed"] = dataclasses.replace(p, base_lane=np.full_like(p.base_lane, -1), _ck_plans={})
-    assert np.array_equal(got.view(np.int64), score_forest(every_lane, X, ck).view(np.int64))
+    for masks, lanes in ((False, True), (True, False), (False, False)):
+        other = score_forest(kernel_paths_twin(forest, masks=masks, lanes=lanes), X, ck)
+        assert np.array_equal(got.view(np.int64), other.view(np.int64)), (masks, lanes)
 
 
 def test_round_trip_through_npz(tmp_path) -> None:
