@@ -1,6 +1,7 @@
 """Issue 37, reproduction 12: ``/ready`` says 200 only once every kernel a request can reach is
 compiled or loaded from numba's cache (``tunemix.warmup.warm_all``): after it, requests of every
-endpoint, convention and method compile nothing (numba's dispatchers gain no signature). The
+endpoint, convention and method, explanations of every shape and bodies drawn from the cost
+search's grammar compile nothing (numba's dispatchers gain no signature). The
 check is an event (a dispatcher's signature list), not a clock."""
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ import httpx
 
 from tests.app.conftest import ROOT, Store, copy_version
 from tests.app.two_workers import start_two_workers
+
+#: bodies per endpoint drawn from ``bench.cost_search.Grammar``
+GRAMMAR_BODIES = 60
 
 PROBE = r"""
 import json, sys, time
@@ -61,6 +65,28 @@ with TestClient(app) as c:
     for method in ("rrf", "combsum", "combmnz", "condorcet"):
         for top_k in (None, 2):
             assert c.post("/fuse", json={**fuse, "method": method, "top_k": top_k}).status_code == 200
+    # explanations of every shape: one document explained (its arrays are (1, M), numba's
+    # read-only trap), one with the relevance head, a pair alone, sparse features
+    sparse = [{"id": f"d{i}", "features": {str(j + 1): 0.5 for j in range(0, n_features, 3)}} for i in range(2)]
+    for body in ({"queries": [{"qid": "q", "documents": docs(1)}], "explain": 1},
+                 {"queries": [{"qid": "q", "documents": docs(1)}], "explain": 5, "relevance": True},
+                 {"queries": [{"qid": "q", "documents": docs(2), "explain_pair": ["d1", "d0"]}]},
+                 {"queries": [{"qid": "q", "documents": sparse}, {"qid": "r", "documents": docs(30)}],
+                  "explain": 3, "top_k": 1}):
+        assert c.post("/rank", json=body).status_code == 200, body
+    # and the cost search's grammar (bench.cost_search): bodies of every shape each endpoint's
+    # schema allows, hostile ones too, kept small; whatever they are answered, nothing compiles
+    import random
+    import bench.cost_search as cs
+    cs.N_FEATURES = n_features
+    grammar = cs.Grammar(random.Random(0), 48 * 1024)
+    statuses = set()
+    for endpoint in ("/rank", "/evaluate", "/fuse"):
+        for _ in range(int(sys.argv[2])):
+            r = c.post(endpoint, content=grammar.body(endpoint), headers={"Content-Type": "application/json"})
+            assert r.status_code < 500, (endpoint, r.status_code, r.text[:300])
+            statuses.add((endpoint, r.status_code))
+    assert {e for e, code in statuses if code == 200} == {"/rank", "/evaluate", "/fuse"}, statuses
     after = dispatchers()
 print(json.dumps({k: [before.get(k, 0), v] for k, v in after.items() if v != before.get(k, 0)}))
 """
@@ -69,7 +95,7 @@ print(json.dumps({k: [before.get(k, 0), v] for k, v in after.items() if v != bef
 def test_reproduction_12_nothing_compiles_after_ready(store: Store, tmp_path: Path) -> None:
     copy_version(store.default_v1, tmp_path / "models", "default", "v1")
     env = dict(os.environ)
-    out = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path / "models")], cwd=ROOT, env=env,
+    out = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path / "models"), str(GRAMMAR_BODIES)], cwd=ROOT, env=env,
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
     compiled_after_ready = json.loads(out.stdout.strip().splitlines()[-1])

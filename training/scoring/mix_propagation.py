@@ -101,7 +101,7 @@ class MixLayer:
         k, m = pos.shape
         f0, k_pos, k_neg = np.empty((k, m)), np.empty((k, m)), np.empty((k, m))
         _shares(MODES.index(self.mode), self.n, self.weights, self.coef, self.shift, self.stats, *self.rows(rows),
-                np.ascontiguousarray(np.broadcast_to(s_r, (k, m))), pos, neg, f0, k_pos, k_neg)
+                own_rows(s_r, k, m), own_rows(pos, k, m), own_rows(neg, k, m), f0, k_pos, k_neg)
         return f0, k_pos, k_neg
 
     def rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -342,6 +342,15 @@ def _propagate(ratio, at, src, active, n_active, mode, n, w, c, sh, st, s, docs,
             out[i, active[i, j]] += acc[j]
 
 
+def own_rows(a: np.ndarray, k: int, m: int) -> np.ndarray:
+    """``a`` broadcast to (k, m), as a C-contiguous, writable float64 copy of its own. A kernel's
+    array arguments always get this one type: a read-only view (``np.broadcast_to`` of a
+    (k, m) array, or of an (M,) row when k == 1, which ``np.ascontiguousarray`` passes through
+    uncopied) would make numba compile another specialisation, after ``/ready`` said every kernel
+    was warm (``tests/app/test_warm_before_ready.py``)."""
+    return np.array(np.broadcast_to(a, (k, m)), dtype=np.float64, order="C")
+
+
 def reveal_cancel(layer: MixLayer, rows: np.ndarray, s_r: np.ndarray, ratio: np.ndarray, attr: np.ndarray,
                   src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(contributions (k, P), baselines (k,)): member m's attributions
@@ -366,5 +375,5 @@ def reveal_cancel_at(layer: MixLayer, rows: np.ndarray, s_r: np.ndarray, ratio: 
     _propagate(ratio, at, src, np.ascontiguousarray(active, dtype=np.int64),
                np.ascontiguousarray(n_active, dtype=np.int64), MODES.index(layer.mode), layer.n, layer.weights,
                layer.coef, layer.shift, layer.stats, layer.s, np.ascontiguousarray(rows, dtype=np.int64),
-               np.ascontiguousarray(np.broadcast_to(s_r, (k, m)), dtype=np.float64), f0, out)
+               own_rows(s_r, k, m), f0, out)
     return out, f0.sum(axis=1)
