@@ -95,8 +95,8 @@ print(json.dumps({k: [before.get(k, 0), v] for k, v in after.items() if v != bef
 def test_reproduction_12_nothing_compiles_after_ready(store: Store, tmp_path: Path) -> None:
     copy_version(store.default_v1, tmp_path / "models", "default", "v1")
     env = dict(os.environ)
-    out = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path / "models"), str(GRAMMAR_BODIES)], cwd=ROOT, env=env,
-                         capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path / "models"), str(GRAMMAR_BODIES)], cwd=ROOT,
+                         env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
     compiled_after_ready = json.loads(out.stdout.strip().splitlines()[-1])
     assert compiled_after_ready == {}, compiled_after_ready
