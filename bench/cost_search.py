@@ -57,9 +57,10 @@ JSON = {"Content-Type": "application/json"}
 class Grammar:
     """Random bodies for /rank, /evaluate and /fuse (see the module docstring)."""
 
-    def __init__(self, rng: random.Random, limit: int) -> None:
+    def __init__(self, rng: random.Random, limit: int, n_features: int = N_FEATURES) -> None:
         self.rng = rng
         self.limit = limit
+        self.n_features = n_features  # the served model's (a row of n_features + 1 values is one bad shape)
 
     # ------------------------------------------------------------------ terminals
     def size(self) -> int:
@@ -96,10 +97,10 @@ class Grammar:
     def features(self, dense: bool) -> Any:
         r = self.rng.random()
         if r < 0.1:  # the wrong width, or nested
-            return self.rng.choice([[], [[0.5]], [0.5] * (N_FEATURES + 1)])
+            return self.rng.choice([[], [[0.5]], [0.5] * (self.n_features + 1)])
         if dense:
-            return [round(self.rng.random(), 3) for _ in range(N_FEATURES)]
-        keys = self.rng.choice([N_FEATURES, 3, 2000])
+            return [round(self.rng.random(), 3) for _ in range(self.n_features)]
+        keys = self.rng.choice([self.n_features, 3, 2000])
         return {str(self.rng.randint(1, max(keys, 1))): 0.5 for _ in range(keys)}
 
     # ------------------------------------------------------------------ bodies
@@ -158,7 +159,7 @@ class Grammar:
         target = self.size()
         make: Callable[[int], dict[str, Any]] = {"/rank": self.rank, "/evaluate": self.evaluate,
                                                  "/fuse": self.fuse}[endpoint]
-        per_doc = {"/rank": 8 * N_FEATURES, "/evaluate": 12, "/fuse": 8}[endpoint]
+        per_doc = {"/rank": 8 * self.n_features, "/evaluate": 12, "/fuse": 8}[endpoint]
         if self.rng.random() < 0.5:  # one long list
             doc = make(max(1, min(target // per_doc, 100_000)))
         else:  # many queries

@@ -77,9 +77,8 @@ with TestClient(app) as c:
     # and the cost search's grammar (bench.cost_search): bodies of every shape each endpoint's
     # schema allows, hostile ones too, kept small; whatever they are answered, nothing compiles
     import random
-    import bench.cost_search as cs
-    cs.N_FEATURES = n_features
-    grammar = cs.Grammar(random.Random(0), 48 * 1024)
+    from bench.cost_search import Grammar
+    grammar = Grammar(random.Random(0), 48 * 1024, n_features=n_features)
     statuses = set()
     for endpoint in ("/rank", "/evaluate", "/fuse"):
         for _ in range(int(sys.argv[2])):

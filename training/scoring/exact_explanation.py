@@ -327,8 +327,8 @@ def explain_query(model: EnsembleModel, xq: np.ndarray, rows: np.ndarray, r: np.
         at, total, active, n_active = _moved_attributions(model, games, wide[chunk], r_wide, group, players)
         # the rescale rule: input k's share phi_mk over the players in proportion to A_m[., k]
         g_lo, ratio = games.ratios(lo, total, member[chunk])
-        s_r = np.broadcast_to(g_lo, (chunk.size, mm))
-        contrib[s : s + step], baseline[s : s + step] = reveal_cancel_at(layer, chunk, s_r, ratio, at, games.src,
+        # every document of the chunk starts from the same member scores g_lo (M,), broadcast by the kernel's wrapper
+        contrib[s : s + step], baseline[s : s + step] = reveal_cancel_at(layer, chunk, g_lo, ratio, at, games.src,
                                                                          active, n_active)
     if white is not None:
         contrib = contrib[:, :d] + _unwhiten(contrib[:, d:], xq[rows], r, white)

@@ -33,6 +33,7 @@ and that difference is a pair's "rest of the list".
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 from numba import njit
 
 import training.numba_cache  # noqa: F401 - numba's cache written under a lock (training/numba_cache.py)
@@ -101,7 +102,7 @@ class MixLayer:
         k, m = pos.shape
         f0, k_pos, k_neg = np.empty((k, m)), np.empty((k, m)), np.empty((k, m))
         _shares(MODES.index(self.mode), self.n, self.weights, self.coef, self.shift, self.stats, *self.rows(rows),
-                own_rows(s_r, k, m), own_rows(pos, k, m), own_rows(neg, k, m), f0, k_pos, k_neg)
+                own_rows(s_r, k, m), pos, neg, f0, k_pos, k_neg)
         return f0, k_pos, k_neg
 
     def rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -342,21 +343,27 @@ def _propagate(ratio, at, src, active, n_active, mode, n, w, c, sh, st, s, docs,
             out[i, active[i, j]] += acc[j]
 
 
-def own_rows(a: np.ndarray, k: int, m: int) -> np.ndarray:
-    """``a`` broadcast to (k, m), as a C-contiguous, writable float64 copy of its own. A kernel's
-    array arguments always get this one type: a read-only view (``np.broadcast_to`` of a
-    (k, m) array, or of an (M,) row when k == 1, which ``np.ascontiguousarray`` passes through
-    uncopied) would make numba compile another specialisation, after ``/ready`` said every kernel
-    was warm (``tests/app/test_warm_before_ready.py``)."""
-    return np.array(np.broadcast_to(a, (k, m)), dtype=np.float64, order="C")
+def kernel_array(a: npt.ArrayLike, dtype: type) -> np.ndarray:
+    """``a`` as the one array type the kernels are compiled for: C-contiguous and writable (copied
+    only when it is not). A read-only one (``np.broadcast_to``'s view, which
+    ``np.ascontiguousarray`` passes through uncopied when its strides are already C's: an (M,) row
+    broadcast to (1, M)) would make numba compile another specialisation, after ``/ready`` said
+    every kernel was warm (``tests/app/test_warm_before_ready.py``)."""
+    return np.require(a, dtype=dtype, requirements=("C", "W"))
+
+
+def own_rows(a: npt.ArrayLike, k: int, m: int) -> np.ndarray:
+    """``a`` broadcast to (k, m), for a kernel (``kernel_array``: a copy of its own)."""
+    return kernel_array(np.broadcast_to(a, (k, m)), np.float64)
 
 
 def reveal_cancel(layer: MixLayer, rows: np.ndarray, s_r: np.ndarray, ratio: np.ndarray, attr: np.ndarray,
                   src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(contributions (k, P), baselines (k,)): member m's attributions
-    ``C[i, m, p] = sum_q ratio[i, m, q] attr[i, src[m], p, q]`` of its change from ``s_r`` (k, M)
-    carried through the mix layer by the two-player rule of the module docstring, summed over the
-    members (one numba pass, ``_propagate``; ``tests/scoring/test_mix_propagation.py`` has the NumPy twin)."""
+    ``C[i, m, p] = sum_q ratio[i, m, q] attr[i, src[m], p, q]`` of its change from ``s_r`` (k, M;
+    or one (M,) row for all k) carried through the mix layer by the two-player rule of the module
+    docstring, summed over the members (one numba pass, ``_propagate``;
+    ``tests/scoring/test_mix_propagation.py`` has the NumPy twin)."""
     at = np.ascontiguousarray(np.asarray(attr, dtype=np.float64).transpose(0, 1, 3, 2))
     k, p = at.shape[0], at.shape[3]
     return reveal_cancel_at(layer, rows, s_r, ratio, at, src, np.tile(np.arange(p, dtype=np.int64), (k, 1)),
@@ -367,13 +374,11 @@ def reveal_cancel_at(layer: MixLayer, rows: np.ndarray, s_r: np.ndarray, ratio: 
                      src: np.ndarray, active: np.ndarray, n_active: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``reveal_cancel`` with the attributions laid out (k, U, K, P), the players innermost and
     document i's first ``n_active[i]`` being players ``active[i, :n_active[i]]`` (the others get 0)."""
-    ratio = np.ascontiguousarray(ratio, dtype=np.float64)
-    at = np.ascontiguousarray(at, dtype=np.float64)
-    src = np.ascontiguousarray(src, dtype=np.int64)
+    ratio = kernel_array(ratio, np.float64)
+    at = kernel_array(at, np.float64)
     k, m = ratio.shape[:2]
     f0, out = np.empty((k, m)), np.zeros((k, at.shape[3]))
-    _propagate(ratio, at, src, np.ascontiguousarray(active, dtype=np.int64),
-               np.ascontiguousarray(n_active, dtype=np.int64), MODES.index(layer.mode), layer.n, layer.weights,
-               layer.coef, layer.shift, layer.stats, layer.s, np.ascontiguousarray(rows, dtype=np.int64),
-               own_rows(s_r, k, m), f0, out)
+    _propagate(ratio, at, kernel_array(src, np.int64), kernel_array(active, np.int64), kernel_array(n_active, np.int64),
+               MODES.index(layer.mode), layer.n, layer.weights, layer.coef, layer.shift, layer.stats, layer.s,
+               kernel_array(rows, np.int64), own_rows(s_r, k, m), f0, out)
     return out, f0.sum(axis=1)
