@@ -9,8 +9,8 @@
 #   deps     the service's dependencies only: core + [serve] (a cached layer: changes to the code
 #            do not reinstall numpy/numba)
 #   builder  deps + libgomp1 + [train] (scipy, tqdm, matplotlib, dask, LightGBM); trains the default model into
-#            /opt/tunemix/models (tunemix demo, whose warm-up imports tunemix.warmup and app: the whole package).
-#   wheel    builds the tunemix wheel (training + app)
+#            /opt/tunemix/models (tunemix demo).
+#   wheel    builds the tunemix wheel (one package, tunemix)
 #   runtime  deps + the wheel + the model from `builder`; non-root; numba cache warmed as that user
 #
 # Models: the default model is baked in at /opt/tunemix/models (TUNEMIX_MODELS_DIR of the image),
@@ -46,17 +46,13 @@ RUN apt-get update && apt-get install -y --no-install-recommends libgomp1 && rm 
 RUN pip install -r /tmp/build/requirements-train.txt
 WORKDIR /srv/tunemix
 COPY pyproject.toml README.md /tmp/build/src/
-COPY training /tmp/build/src/training
-# tunemix demo runs the warm-up first on a cold cache, and its serving part compiles the service's
-# kernels through tunemix.warmup (which imports app): the whole package, not training/ alone
-COPY app /tmp/build/src/app
 COPY tunemix /tmp/build/src/tunemix
 RUN pip install "/tmp/build/src[train]" && rm -rf /tmp/build/src
 COPY configs ./configs
 # The default model's configuration (also packaged in the wheel) at a fixed path, for the compose
 # `trainer`, which runs `tunemix train --config /opt/tunemix/default.toml` (./configs is mounted
 # over /srv/tunemix/configs there).
-COPY training/pipeline/default.toml /opt/tunemix/default.toml
+COPY tunemix/train/default.toml /opt/tunemix/default.toml
 # The default model, on data the project generates itself. Versions are written 0700 by the
 # trainer (mkdtemp): open them up for the unprivileged service user.
 RUN tunemix demo --models-dir /opt/tunemix/models --data-dir /tmp/synthetic --no-progress \
@@ -67,8 +63,6 @@ RUN tunemix demo --models-dir /opt/tunemix/models --data-dir /tmp/synthetic --no
 # ------------------------------------------------------------------------------------ wheel
 FROM base AS wheel
 COPY pyproject.toml README.md /tmp/build/src/
-COPY training /tmp/build/src/training
-COPY app /tmp/build/src/app
 COPY tunemix /tmp/build/src/tunemix
 RUN pip wheel --no-deps --wheel-dir /tmp/wheels /tmp/build/src
 
@@ -91,14 +85,14 @@ ENV TUNEMIX_MODELS_DIR=/opt/tunemix/models \
 WORKDIR /srv/tunemix
 USER tunemix
 # Build the numba cache (NUMBA_CACHE_DIR, owned by this user and still writable at run time, e.g.
-# for a CPU other than the build machine's): `python -m tunemix.warmup` compiles every kernel a
-# request can reach (tunemix.warmup.warm_all: the default model's scoring and explanations,
+# for a CPU other than the build machine's): `python -m tunemix.compile.serving` compiles every kernel a
+# request can reach (tunemix.compile.serving.warm_all: the default model's scoring and explanations,
 # evaluation under every convention, fusion), the function the service runs before /ready says 200.
 # Then the service starts in-process once, /ready turns 200 (every kernel loaded from that cache)
 # and one /rank goes through. A container then starts without JIT compilation, and a broken image
 # fails here, not in production.
-RUN python -m tunemix.warmup --models-dir /opt/tunemix/models --model default
-RUN python -c "import time; from fastapi.testclient import TestClient; from app.main import app; \
+RUN python -m tunemix.compile.serving --models-dir /opt/tunemix/models --model default
+RUN python -c "import time; from fastapi.testclient import TestClient; from tunemix.service.main import app; \
 c = TestClient(app).__enter__(); \
 ok = any(c.get('/ready').status_code == 200 or time.sleep(0.5) for _ in range(1200)); \
 assert ok, c.get('/ready').text; \
@@ -111,4 +105,4 @@ print('numba cache warmed:', m['name'], m['version'], n, 'features')"
 EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/health' % os.environ.get('TUNEMIX_PORT', '8000'), timeout=4).close()"]
-CMD ["python", "-m", "app"]
+CMD ["python", "-m", "tunemix.service"]

@@ -39,7 +39,7 @@ warm: $(VENV)/.stamp-train
 	$(VENV)/bin/tunemix warm --if-cold
 
 # tunemix demo compiles the kernels first when the cache is cold, as tunemix warm does, and fits
-# the demo in the same step once the kernels it needs are compiled (training/pipeline/warm.py);
+# the demo in the same step once the kernels it needs are compiled (tunemix/compile/warm.py);
 # it waits only for the service's and the default model's kernels: the other learners' (what
 # tunemix train needs) go on compiling in the background, niced, after it exits (their log in the
 # cache, tunemix-warm-background.log), and tunemix train or make warm waits for them
@@ -47,14 +47,14 @@ train-default: $(VENV)/.stamp-train
 	$(VENV)/bin/tunemix demo --models-dir models --name $(MODEL)
 
 serve: train-default
-	TUNEMIX_MODELS_DIR=models TUNEMIX_DEFAULT_MODEL=$(MODEL) TUNEMIX_PORT=$(PORT) $(PY) -m app
+	TUNEMIX_MODELS_DIR=models TUNEMIX_DEFAULT_MODEL=$(MODEL) TUNEMIX_PORT=$(PORT) $(PY) -m tunemix.service
 
 lint: $(VENV)/.stamp-dev
-	$(VENV)/bin/ruff check app training tunemix tests bench
+	$(VENV)/bin/ruff check tunemix tests bench
 	$(VENV)/bin/lint-imports
 
 typecheck: $(VENV)/.stamp-dev
-	$(VENV)/bin/mypy app training tunemix
+	$(VENV)/bin/mypy tunemix
 
 # One BLAS thread per process: the suite's many small solves are several times slower when
 # OpenBLAS threads fight over 2 cores.
@@ -68,11 +68,11 @@ test: lint typecheck pytest test-boundscheck
 test-boundscheck: $(VENV)/.stamp-dev
 	NUMBA_BOUNDSCHECK=1 NUMBA_CACHE_DIR=$(CURDIR)/.venv/numba-cache-boundscheck TUNEMIX_FUZZ_SECONDS=0 \
 	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 \
-	$(VENV)/bin/pytest -q tests/scoring tests/evaluation tests/app -k "not schema_fuzz and not survives_the_fuzzer"
+	$(VENV)/bin/pytest -q tests/scoring tests/evaluation tests/service -k "not schema_fuzz and not survives_the_fuzzer"
 
 # The coverage-guided fuzzer over /rank's decode-check-score path for ten minutes (the suite runs it for 60 s).
 fuzz: $(VENV)/.stamp-dev
-	TUNEMIX_FUZZ_SECONDS=$${TUNEMIX_FUZZ_SECONDS:-600} $(VENV)/bin/pytest -q -s tests/app/test_fuzz.py
+	TUNEMIX_FUZZ_SECONDS=$${TUNEMIX_FUZZ_SECONDS:-600} $(VENV)/bin/pytest -q -s tests/service/test_fuzz.py
 
 bench: $(VENV)/.stamp-dev
 	$(PY) -m bench.run_all

@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from bench.common import SHARED_DATA, best_of, write_result
-from training.learners import AdaBoostMH
-from training.scoring.forest import score_forest
+from tunemix.core.scoring.forest import score_forest
+from tunemix.train.learners import AdaBoostMH
 
 
 def shift_scores(raw: np.ndarray, alpha_sum: float, gains: np.ndarray) -> np.ndarray:
@@ -41,7 +41,7 @@ def shift_scores(raw: np.ndarray, alpha_sum: float, gains: np.ndarray) -> np.nda
 
 
 def ndcg10(labels: np.ndarray, scores: np.ndarray, offsets: np.ndarray) -> float:
-    from training.evaluation import mean_metric
+    from tunemix.core.evaluation import mean_metric
 
     return float(mean_metric(labels, scores, offsets, "ndcg@10", "yahoo"))
 
@@ -136,7 +136,7 @@ def mq2008(quick: bool) -> dict[str, Any] | None:
         return None
     import lightgbm as lgb
 
-    from training.data.svmlight import read_svmlight
+    from tunemix.core.data.svmlight import read_svmlight
 
     train = read_svmlight(fold / "train.txt")
     d = train.n_features

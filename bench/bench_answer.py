@@ -1,4 +1,4 @@
-"""/rank's answer in-process: ranking and encoding (``app.routers.rank.ranked`` + msgspec) of 100
+"""/rank's answer in-process: ranking and encoding (``tunemix.service.routers.rank.ranked`` + msgspec) of 100
 and 1,000 documents (one query, and 20 queries of 50), without and with the relevance fields;
 and, with ``--model`` (a version directory or a models/ name), the scoring itself without and
 with the relevance head (``EnsembleModel.score`` against ``score_and_relevance``, one thread, as
@@ -24,7 +24,7 @@ from bench.common import median_ms, write_result
 def _scoring(where: str, repeat: int) -> dict[str, Any]:
     """Median ms of the model's score and score_and_relevance, one thread, 100 and 1,000 documents."""
     import tunemix
-    from training.scoring.forest import single_threaded
+    from tunemix.core.scoring.forest import single_threaded
 
     model = tunemix.load(where).ensemble
     head = model.relevance_head
@@ -46,8 +46,8 @@ def _scoring(where: str, repeat: int) -> dict[str, Any]:
 
 
 def main() -> int:
-    from app.parsing import CandidateLists
-    from app.routers.rank import ENCODER, Options, RankAnswer, ranked
+    from tunemix.service.parsing import CandidateLists
+    from tunemix.service.routers.rank import ENCODER, Options, RankAnswer, ranked
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=300)

@@ -4,7 +4,7 @@
 
 Writes ``bench/results/bandit.json``. AdaBoost.MH with Hamming trees of 8 leaves, single-threaded
 (numba's kernels are serial), seed 0, searches measured one after the other in the same run.
-Test NDCG@10 is ``training.evaluation.mean_metric(..., "ndcg@10", "yahoo")`` of the SHIFT
+Test NDCG@10 is ``tunemix.core.evaluation.mean_metric(..., "ndcg@10", "yahoo")`` of the SHIFT
 expected-gain scores (``bench.bench_adaboost.shift_scores``) on the test split.
 
 Fairness. Full search runs T iterations; each bandit runs ``BANDIT_FACTOR`` x T, with snapshots
@@ -19,7 +19,7 @@ every T/10 iterations and the wall-clock at each snapshot (fit callback, from th
 
 Data: MQ2008 (LETOR 4.0) five folds, train on ``train.txt``, test on ``test.txt``, T = 300
 (the means over the folds are reported too); and the synthetic MSLR-WEB10K-shaped set
-(``training.data.synthetic``: 136 features, five levels, 20..60 documents per query; ``--rows``
+(``tunemix.train.data.synthetic``: 136 features, five levels, 20..60 documents per query; ``--rows``
 training rows, default 720,000, test set a fifth of that), T = 100. ``--quick``: MQ2008 Fold1
 only, T = 100, synthetic 100,000 rows, T = 30.
 """
@@ -34,8 +34,8 @@ import numpy as np
 
 from bench.bench_adaboost import ndcg10, shift_scores
 from bench.common import SHARED_DATA, write_result
-from training.data.dataset import RankingData
-from training.learners import AdaBoostMH
+from tunemix.core.data.dataset import RankingData
+from tunemix.train.learners import AdaBoostMH
 
 SEARCHES = ("full", "ucb1", "exp3p")
 BANDIT_FACTOR = 3
@@ -121,7 +121,7 @@ def summarise(folds: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def mq2008(quick: bool, n_arms: int | None) -> dict[str, Any] | str:
-    from training.data.svmlight import read_svmlight
+    from tunemix.core.data.svmlight import read_svmlight
 
     root = SHARED_DATA / "MQ2008"
     if not (root / "Fold1" / "train.txt").exists():
@@ -137,7 +137,7 @@ def mq2008(quick: bool, n_arms: int | None) -> dict[str, Any] | str:
 
 
 def synthetic(rows: int, T: int, n_arms: int | None) -> dict[str, Any]:
-    from training.data.synthetic import make_synthetic_splits
+    from tunemix.train.data.synthetic import make_synthetic_splits
 
     per_query = 40  # mean of 20..60
     t0 = time.perf_counter()

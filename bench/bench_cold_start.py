@@ -3,7 +3,7 @@ and what a CPU-portable cache (``NUMBA_CPU_NAME=generic``) costs in scoring spee
 
     python -m bench.bench_cold_start [--models-dir DIR --model NAME] [--repeat 2]
 
-Each start is a real ``python -m app`` (one worker, and two) on its own port; the time is taken
+Each start is a real ``python -m tunemix.service`` (one worker, and two) on its own port; the time is taken
 from ``Popen`` to the first 200 of ``/ready`` (polled every 20 ms), and to the log line that says
 the parallel, evaluation and fusion kernels are warm too. Without ``--models-dir`` the demo model
 is trained first (``tunemix demo``), as ``make serve`` does. JSON: bench/results/cold_start.json.
@@ -44,7 +44,8 @@ def start_to_ready(models_dir: Path, model: str, cache: Path, workers: int,
     log_path = Path(tempfile.mkstemp(prefix="cold-start-", suffix=".log")[1])
     t0 = time.perf_counter()
     with log_path.open("wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "app"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen([sys.executable, "-m", "tunemix.service"], cwd=ROOT, env=env, stdout=log,
+                                stderr=subprocess.STDOUT,
                                 start_new_session=True)
     ready = all_warm = None
     try:
@@ -75,8 +76,8 @@ def scoring_speed(model_path: Path, cache: Path, cpu_name: str | None, rounds: i
     """Median ms of ``model.score`` on 100 and 1,000 documents, one thread, in a fresh process."""
     code = (
         "import sys, time, statistics, numpy as np\n"
-        "from training.scoring import runtime\n"
-        "from training.scoring.ensemble_model import load_model\n"
+        "from tunemix.core.scoring import runtime\n"
+        "from tunemix.core.scoring.ensemble_model import load_model\n"
         "runtime.configure(scoring_threads=1)\n"
         "m = load_model(sys.argv[1])[0]\n"
         "rng = np.random.default_rng(0)\n"
@@ -107,7 +108,7 @@ def main() -> int:
         models_dir = args.models_dir
         if models_dir is None:
             models_dir = work / "models"
-            subprocess.run([sys.executable, "-m", "training.cli", "demo", "--models-dir", str(models_dir),
+            subprocess.run([sys.executable, "-m", "tunemix.cli", "demo", "--models-dir", str(models_dir),
                             "--name", args.model], cwd=ROOT, check=True, capture_output=True,
                            env=dict(os.environ, NUMBA_CACHE_DIR=str(work / "train-cache")))
         version = sorted((models_dir / args.model).glob("v*"), key=lambda p: int(p.name[1:]))[-1]

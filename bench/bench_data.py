@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import SHARED_DATA, best_of, write_result
-from training.data.svmlight import read_svmlight, write_svmlight
-from training.data.synthetic import make_synthetic
+from tunemix.core.data.svmlight import read_svmlight, write_svmlight
+from tunemix.train.data.synthetic import make_synthetic
 
 
 def python_parse(path: Path, max_lines: int) -> int:

@@ -39,9 +39,9 @@ import numpy as np
 
 from bench.common import ROOT, best_of, write_result
 from bench.quicksort_adversary import adversary
-from training.evaluation import evaluate, mean_metric
-from training.evaluation.conventions import METRIC_CODES, get_convention
-from training.evaluation.measures import Measure
+from tunemix.core.evaluation import evaluate, mean_metric
+from tunemix.core.evaluation.conventions import METRIC_CODES, get_convention
+from tunemix.core.evaluation.measures import Measure
 
 # The last commit whose evaluation kernels sorted once per measure with numba's quicksort.
 BEFORE_COMMIT = "0fe30cb"
@@ -89,8 +89,8 @@ def ranx_inputs(data: dict[str, Any], n_queries: int, n_docs: int) -> tuple[Any,
 
 
 def _old_kernels(tmp: str) -> Any:
-    """training/evaluation/kernels.py as of BEFORE_COMMIT, imported from a temporary file."""
-    src = subprocess.run(["git", "show", f"{BEFORE_COMMIT}:training/evaluation/kernels.py"], cwd=ROOT,
+    """tunemix/core/evaluation/kernels.py as of BEFORE_COMMIT, imported from a temporary file."""
+    src = subprocess.run(["git", "show", f"{BEFORE_COMMIT}:tunemix/core/evaluation/kernels.py"], cwd=ROOT,
                          capture_output=True, text=True, check=True).stdout
     src = src.replace("cache=True", "cache=False")  # numba cannot cache a module loaded from a path
     path = os.path.join(tmp, "kernels_before.py")

@@ -2,14 +2,14 @@
 
 For each data set (MQ2008 Fold1 with the MQ2008 ensemble; the MSLR-WEB10K sample with the default
 ``TuneMixRanker`` model trained on its train file), every document of a 100-document test list is
-explained on one thread with the default, exact method (``training.scoring.exact_explanation``),
+explained on one thread with the default, exact method (``tunemix.core.explain.exact_explanation``),
 against LightGBM's ``pred_contrib`` (TreeSHAP) on an early-stopped LightGBM lambdarank model of the
 same training data, in the same run; ``SHAPLEY_DOCS`` of the documents are also explained with
 ``method="shapley"`` (the whole model's game, budget 65536) for their cost and the agreement of
 the two: the mean Spearman rank correlation of the documents' contributions over the features
 either method gives a non-zero value, and the mean number of top-3 features (by absolute
 contribution) in common. And /rank p50 with ``"explain": 10`` at 100 documents over real HTTP
-(a ``python -m app`` process, one worker; the MQ2008 model and the MSLR default model), beside the
+(a ``python -m tunemix.service`` process, one worker; the MQ2008 model and the MSLR default model), beside the
 same requests without it, the two kinds in turn on one connection (``--requests`` of each, 150 by
 default: 30 until 2026-11-27, whose p50s moved by 10-20% between back-to-back runs).
 
@@ -20,7 +20,7 @@ default: 30 until 2026-11-27, whose p50s moved by 10-20% between back-to-back ru
 Writes ``bench/results/explain.json`` (``--name``: ``bench/results/NAME.json``, and the other part's
 figures, with ``--part``, are taken from that file when it exists, else from explain.json).
 ``--app-dir``: the service part serves the app of another tree (a "before": its code on the path
-of the ``python -m app`` process), the rest of the run this tree's.
+of the ``python -m tunemix.service`` process), the rest of the run this tree's.
 
 Without ``--model`` the MQ2008 model is models/mq2008-fold1 (trained from configs/mq2008.toml when
 absent); without ``--mslr-model`` the default model is trained on the MSLR sample's train file
@@ -98,7 +98,7 @@ def agreement(exact: np.ndarray, shapley: np.ndarray) -> dict[str, Any]:
 
 def ensemble_side(model_path: Path, x: np.ndarray, repeat: int) -> dict[str, Any]:
     import tunemix
-    from training.scoring.forest import set_scoring_threads
+    from tunemix.core.scoring.forest import set_scoring_threads
 
     set_scoring_threads(1)
     model = tunemix.load(model_path)
@@ -183,7 +183,8 @@ def http_side(model_path: Path, test: Any, n: int, workdir: Path, app_dir: Path 
     with_top = [json.dumps({**json.loads(b), "top_k": TOP}, separators=(",", ":")).encode() for b in plain]
     explained = [json.dumps({**json.loads(b), "top_k": TOP, "explain": EXPLAIN}, separators=(",", ":")).encode()
                  for b in plain]
-    server = Server("python -m app", [sys.executable, "-m", "app"], env, port, workdir / f"server-{port}.log",
+    server = Server("python -m tunemix.service", [sys.executable, "-m", "tunemix.service"], env, port,
+                    workdir / f"server-{port}.log",
                     cwd=app_dir)
     try:
         ready_s = server.wait_ready(600)
@@ -215,8 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requests", type=int, default=REQUESTS,
                    help=f"requests of each kind in the service part, interleaved (default {REQUESTS}; --quick: 10)")
     args = p.parse_args(argv)
-    from training.data.splits import split_by_query
-    from training.data.svmlight import read_svmlight
+    from tunemix.core.data.svmlight import read_svmlight
+    from tunemix.train.data.splits import split_by_query
 
     fold = SHARED_DATA / "MQ2008" / "Fold1"
     if not (fold / "test.txt").exists() or not (MSLR / "msn1.fold1.test.5k.txt").exists():

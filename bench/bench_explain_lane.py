@@ -6,7 +6,7 @@ explain requests moved /rank p50 at 100 documents from 6.7 ms to 3,183 ms).
 
 Writes ``bench/results/explain_lane.json`` (``--name``: another name).
 
-The real service, ``python -m app`` with two workers and its default settings, serving the
+The real service, ``python -m tunemix.service`` with two workers and its default settings, serving the
 46-feature model ``bench.bench_request_cost`` trains. One client sends ``--requests`` plain /rank
 requests of 100 documents back to back (columnar, no explanations) and records each latency. The
 peer is the same client in the same run without explain traffic: **quiet** before and after the

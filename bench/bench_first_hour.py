@@ -8,11 +8,11 @@
    train-default``: ``tunemix demo``, which compiles the kernels first on the cold cache, its fit
    beside the last of them, what ``tunemix warm`` said kept as ``warm_said``); without it the same
    steps with this interpreter and the clone's code first on the path (the install is then not
-   measured), then ``python -m app`` until ``/ready`` answers 200. The numba cache is the clone's
+   measured), then ``python -m tunemix.service`` until ``/ready`` answers 200. The numba cache is the clone's
    ``.venv/numba-cache``, empty at the start.
 3. The first ``/rank``, ``/evaluate`` and ``/rank`` with explanations after ``/ready``; with
    ``--skip-train``, then the end of the demo's background part (the other learners' kernels,
-   ``training.pipeline.warm_child``), awaited on its lock, and what it said.
+   ``tunemix.compile.warm_child``), awaited on its lock, and what it said.
 4. The first and the second ``tunemix train --config configs/mq2008.toml`` (MQ2008 Fold1 from
    ``../shared/data`` or ``TUNEMIX_SHARED_DATA``) with that cache, as a user does after ``make
    serve`` (the first waits for the demo's background part if it is still compiling);
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import ROOT, SHARED_DATA, git, machine_probe_ms, write_result
-from training.pipeline.warm_child import BACKGROUND_LOG, wait_for_background
+from tunemix.compile.warm_child import BACKGROUND_LOG, wait_for_background
 
 
 def free_port() -> int:
@@ -60,16 +60,17 @@ def timed(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> dict[str
 
 
 def serve_and_ask(clone: Path, python: str, env: dict[str, str], log: Path) -> dict[str, Any]:
-    """``python -m app`` (as make serve's last step) until /ready; then the first requests."""
+    """``python -m tunemix.service`` (as make serve's last step) until /ready; then the first requests."""
     import httpx
 
-    from training.data.svmlight import read_svmlight
+    from tunemix.core.data.svmlight import read_svmlight
 
     port = free_port()
     env = dict(env, TUNEMIX_MODELS_DIR="models", TUNEMIX_DEFAULT_MODEL="default", TUNEMIX_PORT=str(port))
     t0 = time.perf_counter()
     with log.open("ab") as fh:
-        proc = subprocess.Popen([python, "-m", "app"], cwd=clone, env=env, stdout=fh, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen([python, "-m", "tunemix.service"], cwd=clone, env=env, stdout=fh,
+                                stderr=subprocess.STDOUT,
                                 start_new_session=True)
     out: dict[str, Any] = {}
     try:
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             python = sys.executable
             env["PYTHONPATH"] = str(clone)
             steps["install"] = "not measured (this interpreter, the clone's code first on the path)"
-            steps["demo_with_warm"] = timed([python, "-m", "training.cli", "demo", "--models-dir", "models", "--name",
+            steps["demo_with_warm"] = timed([python, "-m", "tunemix.cli", "demo", "--models-dir", "models", "--name",
                                              "default", "--no-progress"], clone, env, log)
         result["warm_said"] = [line for line in log.read_text().splitlines() if line.startswith("tunemix warm: ")]
         served = serve_and_ask(clone, python, env, log)
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             trains = []
             for k in range(2):
                 start = log.stat().st_size
-                out = timed([python, "-m", "training.cli", "train", "--config", "configs/mq2008.toml", "--models-dir",
+                out = timed([python, "-m", "tunemix.cli", "train", "--config", "configs/mq2008.toml", "--models-dir",
                              str(work / "models"), "--no-progress"], clone, env, log)
                 version = sorted((work / "models" / "mq2008-fold1").glob("v*"), key=lambda p: int(p.name[1:]))[-1]
                 record = json.loads((version / "report.json").read_text())
@@ -179,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                            2)}
             if args.cold_train:
                 cold_env = dict(env, NUMBA_CACHE_DIR=str(work / "cold-cache"))
-                out = timed([python, "-m", "training.cli", "train", "--config", "configs/mq2008.toml", "--models-dir",
+                out = timed([python, "-m", "tunemix.cli", "train", "--config", "configs/mq2008.toml", "--models-dir",
                              str(work / "models-cold"), "--no-progress"], clone, cold_env, log)
                 result["train_mq2008_fold1"]["first_on_an_empty_cache_with_auto_warm"] = out
         result["loadavg_end"] = [round(v, 2) for v in os.getloadavg()]

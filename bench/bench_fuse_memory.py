@@ -1,4 +1,4 @@
-"""/fuse memory: the fusion by entries (``app.routers.fuse.fuse_entries``) against the dense
+"""/fuse memory: the fusion by entries (``tunemix.service.routers.fuse.fuse_entries``) against the dense
 documents x systems matrix it replaced, on the body that once cost a worker 670-860 MB.
 
     python -m bench.bench_fuse_memory
@@ -25,9 +25,9 @@ CODE = r"""
 import json, resource, sys
 import numpy as np
 import msgspec
-from app.routers.fuse import FuseRequest, fuse_entries
-from app.settings import Settings
-from training.ensemble.list_fusion import fuse_lists
+from tunemix.service.routers.fuse import FuseRequest, fuse_entries
+from tunemix.service.settings import Settings
+from tunemix.core.ensemble.list_fusion import fuse_lists
 
 def dense(req):
     # the layout /fuse used before: distinct ids x the most systems of any query, NaN where absent
@@ -71,7 +71,7 @@ if way == "before":
     spec = importlib.util.spec_from_file_location("fusion_kernels_before", path)
     fk = importlib.util.module_from_spec(spec); spec.loader.exec_module(fk)
 else:
-    from training.ensemble import fusion_kernels as fk
+    from tunemix.core.ensemble import fusion_kernels as fk
 fk.condorcet_scores(np.zeros((4, 2)), np.array([0, 4]))
 rng = np.random.default_rng(0)
 x = np.ascontiguousarray(np.concatenate([np.stack([rng.permutation(n) for _ in range(systems)], 1)
@@ -93,7 +93,7 @@ def condorcet() -> dict[str, dict[str, object]]:
     import subprocess as sp
     import tempfile
 
-    src = sp.run(["git", "show", f"{BEFORE_COMMIT}:training/ensemble/fusion_kernels.py"], cwd=ROOT,
+    src = sp.run(["git", "show", f"{BEFORE_COMMIT}:tunemix/core/ensemble/fusion_kernels.py"], cwd=ROOT,
                  capture_output=True, text=True, check=True).stdout.replace("cache=True", "cache=False")
     out: dict[str, dict[str, object]] = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -10,7 +10,7 @@ call within a round (back to back, after a sleep, after busy-waiting) so that th
 phase affects them alike; medians per round, with the machine probe before and after. Writes
 ``bench/results/idle.json``. The thread counts are ``set_scoring_threads`` of one process, with
 numba's OpenMP threads waiting passively as the service's do (``OMP_WAIT_POLICY``, set by
-``training.scoring.forest`` unless given).
+``tunemix.core.scoring.forest`` unless given).
 """
 
 from __future__ import annotations
@@ -44,11 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--docs", type=int, default=1000)
     args = ap.parse_args(argv)
 
-    from training.scoring import forest, runtime
+    from tunemix.core.scoring import forest, runtime
 
     runtime.limit_blas_threads(1)
-    from training.data.svmlight import read_svmlight
-    from training.scoring.ensemble_model import load_model
+    from tunemix.core.data.svmlight import read_svmlight
+    from tunemix.core.scoring.ensemble_model import load_model
 
     model_dir = ensure_model()
     model, _ = load_model(model_dir)

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     import lightgbm
 
     import tunemix
-    from training.scoring import forest
+    from tunemix.core.scoring import forest
 
     fold = SHARED_DATA / "MQ2008" / "Fold1"
     if not (fold / "train.txt").is_file():

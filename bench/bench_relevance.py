@@ -62,9 +62,9 @@ CONFIGS: dict[str, tuple[str, Path, dict[str, Any]]] = {
 
 def _ours(sets: dict[str, Any], seed: int, config: Path, members: dict[str, Any]
           ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
-    from training.evaluation import evaluate
-    from training.pipeline.config import load_config
-    from training.pipeline.train import train
+    from tunemix.core.evaluation import evaluate
+    from tunemix.train.config import load_config
+    from tunemix.train.train import train
 
     tables = tomllib.loads(config.read_text())
     tables.pop("data", None)
@@ -121,7 +121,7 @@ def _anchors(sets: dict[str, Any], k: int, seed: int) -> dict[str, dict[str, np.
 
 
 def _metrics(entry: dict[str, np.ndarray], labels: np.ndarray, k: int) -> dict[str, Any]:
-    from training.calibration.relevance_fit import expected_calibration_error, relevance_metrics
+    from tunemix.train.relevance.fit import expected_calibration_error, relevance_metrics
 
     if "proba" in entry:
         m = relevance_metrics(entry["proba"], labels)

@@ -1,6 +1,6 @@
-"""What the repeated-key check costs a /rank request, in-process: jiter's pass (``app.json_body.
+"""What the repeated-key check costs a /rank request, in-process: jiter's pass (``tunemix.service.json_body.
 check_repeated_keys``, the check since issue 37's leftovers) against the standard library's
-(``app.json_body.name_repeated_key``, the check before, now run only to name a repeat jiter found),
+(``tunemix.service.json_body.name_repeated_key``, the check before, now run only to name a repeat jiter found),
 timed in the same run on the service benchmark's bodies.
 
     python -m bench.bench_repeated_keys [--rounds 200] [--name repeated_keys]
@@ -35,7 +35,7 @@ MQ2008_TEST = SHARED_DATA / "MQ2008" / "Fold1" / "test.txt"
 def bench_bodies() -> dict[str, bytes]:
     """``{"mq2008_100_row": body, ...}``: one body per data set, list length and form."""
     from bench.bench_service import columnar, make_bodies
-    from training.data.svmlight import read_svmlight
+    from tunemix.core.data.svmlight import read_svmlight
 
     out: dict[str, bytes] = {}
     for name, path, d in (("mq2008", MQ2008_TEST, 46), ("mslr", MSLR_TEST, 136)):
@@ -53,8 +53,8 @@ def bench_bodies() -> dict[str, bytes]:
 def methods() -> dict[str, Callable[[bytes], Any]]:
     import jiter
 
-    from app.json_body import check_repeated_keys, decode_json, name_repeated_key
-    from app.routers.rank import DECODER
+    from tunemix.service.json_body import check_repeated_keys, decode_json, name_repeated_key
+    from tunemix.service.routers.rank import DECODER
 
     return {
         "stdlib_before": name_repeated_key,
@@ -95,7 +95,7 @@ def interleaved(bodies: dict[str, bytes], fns: dict[str, Callable[[bytes], Any]]
 
 def growth(rounds: int) -> dict[str, Any]:
     """One object of n distinct keys, n = 60,000 and 600,000: median CPU ms of each check."""
-    from app.json_body import check_repeated_keys, name_repeated_key
+    from tunemix.service.json_body import check_repeated_keys, name_repeated_key
 
     out: dict[str, Any] = {}
     for n in (60_000, 600_000):
@@ -113,8 +113,8 @@ def growth(rounds: int) -> dict[str, Any]:
 
 def repeated(bodies: dict[str, bytes], rounds: int) -> dict[str, Any]:
     """A 1,000-document columnar body with ``"top_k"`` twice: the cost of a refusal (both passes)."""
-    from app.errors import ServiceError
-    from app.json_body import check_repeated_keys, name_repeated_key
+    from tunemix.service.errors import ServiceError
+    from tunemix.service.json_body import check_repeated_keys, name_repeated_key
 
     body = bodies["mq2008_1000_columnar"][:-1] + b',"top_k":1,"top_k":2}'
 
@@ -141,9 +141,9 @@ def memory() -> dict[str, Any]:
     the standard library's pass built only small integers (``len``)."""
     import tracemalloc
 
-    from app.json_body import check_repeated_keys, name_repeated_key
-    from app.settings import Settings
     from bench.bench_request_cost import rank_columnar, rank_documents, rank_zeros
+    from tunemix.service.json_body import check_repeated_keys, name_repeated_key
+    from tunemix.service.settings import Settings
 
     limit = Settings().max_body_bytes
     out: dict[str, Any] = {"body_limit_bytes": limit}

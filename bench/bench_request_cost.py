@@ -7,7 +7,7 @@ long the worker's event loop stalls, per endpoint, over a corpus of hostile and 
 
 Writes ``bench/results/request_cost.json`` (``--name``: another name).
 
-1. **Server.** The real service, ``python -m app`` with one worker (``TUNEMIX_WORKERS=1``: the
+1. **Server.** The real service, ``python -m tunemix.service`` with one worker (``TUNEMIX_WORKERS=1``: the
    worker is the process started), its default settings otherwise, on 127.0.0.1, serving a small
    model trained here on generated data (46 features, the MQ2008 count). A fresh server for each
    case: Python's allocator keeps freed memory, so a worker that served one large body would
@@ -292,7 +292,7 @@ def cases() -> list[Case]:
             Case("rank_columnar_limit", "/rank", rank_columnar, "limit"),
             Case("rank_columnar_repeated_key_limit", "/rank", rank_columnar_repeated_key, "limit"),
             Case("rank_escaped_explain_150_documents", "/rank", rank_escaped_explain, "150"),
-            # the dense pass's floor of MIN_ROW_BYTES a row (app/dense_body.py), at 1 MiB: at the floor
+            # the dense pass's floor of MIN_ROW_BYTES a row (tunemix/service/dense_body.py), at 1 MiB: at the floor
             # (taken by the dense pass) and just under it (the one pass's)
             Case("rank_rows_of_16_bytes_1MiB", "/rank", rank_narrow_rows(7), str(MIB - 64)),
             Case("rank_rows_of_14_bytes_1MiB", "/rank", rank_narrow_rows(6), str(MIB - 64))]
@@ -313,8 +313,8 @@ def free_port() -> int:
 
 
 def train_model(models: Path) -> None:
-    from training.pipeline.config import load_config
-    from training.pipeline.train import train
+    from tunemix.train.config import load_config
+    from tunemix.train.train import train
 
     cfg_path = models.parent / "model.toml"
     cfg_path.write_text(MODEL_CONFIG.format(features=N_FEATURES))
@@ -336,7 +336,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 class Server:
-    """``python -m app`` of the tree ``cwd`` (default: this one) with ``workers`` workers."""
+    """``python -m tunemix.service`` of the tree ``cwd`` (default: this one) with ``workers`` workers."""
 
     def __init__(self, models: Path, log_path: Path, *, workers: int = 1, cwd: Path = ROOT) -> None:
         self.port = free_port()
@@ -348,7 +348,7 @@ class Server:
                "PYTHONPATH": os.pathsep.join([str(cwd), *filter(None, [os.environ.get("PYTHONPATH")])])}
         env.pop("PROMETHEUS_MULTIPROC_DIR", None)
         self.log = log_path.open("ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "app"], cwd=cwd, env=env, stdout=self.log,
+        self.proc = subprocess.Popen([sys.executable, "-m", "tunemix.service"], cwd=cwd, env=env, stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
 
     def wait_warm(self, timeout: float = 300) -> None:
@@ -481,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default="request_cost", help="result file name (bench/results/<name>.json)")
     parser.add_argument("--app-dir", type=Path, default=ROOT, help="the tree whose app is served (a \"before\")")
     args = parser.parse_args(argv)
-    from app.settings import Settings
+    from tunemix.service.settings import Settings
 
     limit = Settings().max_body_bytes
     probe_before = machine_probe_ms()

@@ -1,10 +1,11 @@
-"""Slow and huge request heads against the service, before and after ``app.http_protocol``.
+"""Slow and huge request heads against the service, before and after ``tunemix.service.http_protocol``.
 
     python -m bench.bench_request_heads [--models-dir DIR --model NAME] [--huge-mib 64]
 
 Two servers on the same model, two workers each: uvicorn's own httptools protocol
-(``python -m uvicorn app.main:app --workers 2 --http httptools``, what ``python -m app`` served before)
-and ``python -m app`` (head deadline ``TUNEMIX_HEADER_TIMEOUT_S``, default 10 s; head limit
+(``python -m uvicorn tunemix.service.main:app --workers 2 --http httptools``, what ``python -m tunemix.service``
+served before)
+and ``python -m tunemix.service`` (head deadline ``TUNEMIX_HEADER_TIMEOUT_S``, default 10 s; head limit
 ``TUNEMIX_MAX_HEADER_BYTES``, default 32 KiB). Against each:
 
 - slow heads: 100 connections send half a request head, then one more header byte every 5 s, and 20
@@ -50,8 +51,8 @@ def start(kind: str, models_dir: Path, model: str, port: int) -> subprocess.Pope
     env = dict(os.environ, TUNEMIX_MODELS_DIR=str(models_dir), TUNEMIX_DEFAULT_MODEL=model, TUNEMIX_PORT=str(port),
                TUNEMIX_HOST="127.0.0.1", TUNEMIX_WORKERS="2", TUNEMIX_LOG_LEVEL="warning")
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    cmd = [sys.executable, "-m", "app"] if kind == "python -m app" else [
-        sys.executable, "-m", "uvicorn", "app.main:app", "--workers", "2", "--http", "httptools", "--host",
+    cmd = [sys.executable, "-m", "tunemix.service"] if kind == "python -m tunemix.service" else [
+        sys.executable, "-m", "uvicorn", "tunemix.service.main:app", "--workers", "2", "--http", "httptools", "--host",
         "127.0.0.1", "--port", str(port), "--log-level", "warning"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
@@ -198,10 +199,10 @@ def main() -> int:
         models_dir = args.models_dir
         if models_dir is None:
             models_dir = work / "models"
-            subprocess.run([sys.executable, "-m", "training.cli", "demo", "--models-dir", str(models_dir),
+            subprocess.run([sys.executable, "-m", "tunemix.cli", "demo", "--models-dir", str(models_dir),
                             "--name", args.model], cwd=ROOT, check=True, capture_output=True)
         result: dict[str, Any] = {"probe_ms_start": machine_probe_ms(), "servers": {}}
-        for kind in ("uvicorn --http httptools", "python -m app"):
+        for kind in ("uvicorn --http httptools", "python -m tunemix.service"):
             port = free_port()
             proc = start(kind, models_dir, args.model, port)
             try:

@@ -8,8 +8,8 @@ targets with pass/fail). Every peer is measured in the same run, interleaved, on
 
 1. Forest kernels. LightGBM trains forests of 300 trees with 8 and with 64 leaves (lambdarank,
    ``num_leaves`` equal) on MQ2008 Fold1 train (46 features) and on the synthetic MSLR-shaped
-   set (``training.data.synthetic``, 136 features, 5 levels). Each LightGBM model is converted
-   into a ``FlatForest`` of exactly the same trees by ``training.learners.lightgbm_forest``
+   set (``tunemix.train.data.synthetic``, 136 features, 5 levels). Each LightGBM model is converted
+   into a ``FlatForest`` of exactly the same trees by ``tunemix.train.learners.lightgbm_forest``
    (LightGBM's ``x <= t`` goes left; ours goes right when ``x >= t'`` with ``t'`` the smallest
    float32 above ``t``, exact for float32 inputs); our scores must equal LightGBM's raw
    predictions before anything is timed, and lleaves' (LLVM-compiled from the same model file)
@@ -57,10 +57,10 @@ from typing import Any
 import numpy as np
 
 from bench.common import ROOT, SHARED_DATA, ensure_model, git, machine_probe_ms, write_result
-from training.learners.lightgbm_forest import lightgbm_to_forest
-from training.scoring import forest as forest_module
-from training.scoring import runtime
-from training.scoring.forest import FlatForest, score_forest
+from tunemix.core.scoring import forest as forest_module
+from tunemix.core.scoring import runtime
+from tunemix.core.scoring.forest import FlatForest, score_forest
+from tunemix.train.learners.lightgbm_forest import lightgbm_to_forest
 
 N_TREES = 300
 LEAVES = (8, 64)
@@ -86,7 +86,7 @@ def environment() -> dict[str, Any]:
     except OSError:
         pass
     forest_py = ROOT / "training" / "scoring" / "forest.py"
-    status = git("status", "--porcelain", "--", "training/scoring/forest.py")
+    status = git("status", "--porcelain", "--", "tunemix/core/scoring/forest.py")
     return {
         "cpu_model": cpu,
         "load_average_at_start": list(os.getloadavg()),
@@ -201,7 +201,7 @@ def load_mq2008() -> dict[str, Any] | None:
     fold = SHARED_DATA / "MQ2008" / "Fold1"
     if not (fold / "train.txt").exists():
         return None
-    from training.data.svmlight import read_svmlight
+    from tunemix.core.data.svmlight import read_svmlight
 
     train = read_svmlight(fold / "train.txt")
     d = train.n_features
@@ -213,13 +213,13 @@ def load_mq2008() -> dict[str, Any] | None:
 
 
 def synthetic_mslr(quick: bool) -> dict[str, Any]:
-    from training.data.synthetic import make_synthetic_splits
+    from tunemix.train.data.synthetic import make_synthetic_splits
 
     nq = 400  # the same in --quick, so that both modes train identical models (lleaves cache)
     sets = make_synthetic_splits(n_queries={"train": nq, "test": 130}, docs_per_query=(40, 160),
                                  n_features=136, n_levels=5, seed=0)
     return {"train": sets["train"], "all_rows": sets["test"].features.astype(np.float32),
-            "source": f"training.data.synthetic.make_synthetic_splits(n_features=136, n_levels=5, "
+            "source": f"tunemix.train.data.synthetic.make_synthetic_splits(n_features=136, n_levels=5, "
                       f"docs_per_query=(40, 160), train queries {nq}, seed=0)"}
 
 
@@ -338,7 +338,7 @@ def kernels_on(name: str, data: dict[str, Any], tmp: Path, quick: bool, cache_di
                     row["ratio_ours_over_lightgbm"] = per["ours"] / per["lightgbm"]
                     row["ratio_ours_over_lleaves"] = per["ours"] / per["lleaves"]
                 else:
-                    row["ours"] = "skipped: training.scoring.forest has no set_scoring_threads yet"
+                    row["ours"] = "skipped: tunemix.core.scoring.forest has no set_scoring_threads yet"
                 row["ratio_lleaves_over_lightgbm"] = per["lleaves"] / per["lightgbm"]
                 if t > 1 and "ours" in per:
                     # each peer at its best thread count up to t (lleaves' thread pool per call
@@ -362,7 +362,7 @@ def kernels_on(name: str, data: dict[str, Any], tmp: Path, quick: bool, cache_di
 def ensemble(mq: dict[str, Any] | None, quick: bool) -> dict[str, Any]:
     if mq is None:
         return {"skipped": "MQ2008 data absent (../shared/data/MQ2008)"}
-    from training.scoring.ensemble_model import load_model
+    from tunemix.core.scoring.ensemble_model import load_model
 
     model_dir = ensure_model()  # the latest models/mq2008-fold1/vN, trained first when absent
 

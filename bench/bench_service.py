@@ -18,7 +18,7 @@ run, no error: the goal of issue 37).
    (136 features; ``models/mslr-sample-default/vN``, trained when absent), against LightGBM
    lambdarank stopped early on held-out training queries. The sets run one after the other,
    each with its own pair of servers, stopped before the next set starts.
-2. **Servers.** Ours is the real service, ``python -m app`` (uvicorn, 127.0.0.1, its default
+2. **Servers.** Ours is the real service, ``python -m tunemix.service`` (uvicorn, 127.0.0.1, its default
    worker count, one per usable core, or ``--workers``; its default log level), serving the
    set's model. The peer (``bench/peer_lightgbm_service.py``) is a plain FastAPI app under the
    same uvicorn, ranking with the set's LightGBM ``Booster``, under as many uvicorn workers as
@@ -117,8 +117,8 @@ def rounded(x: float | None, nd: int = 3) -> float | None:
 # ---------------------------------------------------------------------------- model and data
 def service_config(workers: int | None) -> tuple[int, int, int]:
     """(workers, numba threads per worker, parallel floor in documents) of our service as
-    ``python -m app`` runs it with ``workers`` (None: its default), by its settings' rules."""
-    from app.settings import Settings
+    ``python -m tunemix.service`` runs it with ``workers`` (None: its default), by its settings' rules."""
+    from tunemix.service.settings import Settings
 
     settings = Settings() if workers is None else Settings(workers=workers)
     resolved = settings.model_copy(update={"workers": settings.worker_processes()})  # as its workers see it
@@ -342,7 +342,7 @@ def run_set(mset: ModelSet, args: argparse.Namespace, scenarios: list[tuple[str,
             tmp: Path) -> dict[str, Any]:
     """One model set's servers (ours and its peer, started for this set and stopped after it),
     scenarios and breakdown."""
-    from training.scoring.ensemble_model import load_model
+    from tunemix.core.scoring.ensemble_model import load_model
 
     q = args.quick
     model, manifest = load_model(mset.model_path)
@@ -371,12 +371,13 @@ def run_set(mset: ModelSet, args: argparse.Namespace, scenarios: list[tuple[str,
         port_ours, port_peer = free_port(), free_port()
         ours_env = {**env, "TUNEMIX_MODELS_DIR": str(mset.models_dir), "TUNEMIX_DEFAULT_MODEL": mset.model_name,
                     "TUNEMIX_PORT": str(port_ours), "TUNEMIX_WORKERS": str(workers), "TUNEMIX_HOST": "127.0.0.1"}
-        # the peer's OpenMP waits passively, as ours does (training.scoring.forest)
+        # the peer's OpenMP waits passively, as ours does (tunemix.core.scoring.forest)
         peer_env = {**env, "PEER_LGB_MODEL": str(mset.peer_file), "PEER_LGB_THREADS": str(threads),
                     "PEER_LGB_MIN_PARALLEL_ROWS": str(floor),
                     "OMP_WAIT_POLICY": env.get("OMP_WAIT_POLICY", "PASSIVE")}
         servers = {
-            "ours": Server("ours (python -m app)", [sys.executable, "-m", "app"], ours_env, port_ours,
+            "ours": Server("ours (python -m tunemix.service)", [sys.executable, "-m", "tunemix.service"], ours_env,
+                           port_ours,
                            tmp / "ours.log"),
             "peer": Server("peer (uvicorn bench.peer_lightgbm_service:app)",
                            [sys.executable, "-m", "uvicorn", "bench.peer_lightgbm_service:app", "--host",

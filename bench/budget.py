@@ -20,7 +20,7 @@ from typing import Any
 from bench.common import SHARED_DATA, git, machine_probe_ms, mslr_shaped_sets, write_result
 from bench.defaults import ndcg
 from bench.fitproc import run_fit, warm_up
-from training.data.dataset import RankingData
+from tunemix.core.data.dataset import RankingData
 
 DATASETS = ("mq2008-fold1", "synthetic-120k")
 #: the goal: the fit's seconds at most this times the budget
@@ -29,7 +29,7 @@ TOLERANCE = 1.1
 
 def dataset(name: str) -> dict[str, RankingData]:
     if name == "mq2008-fold1":
-        from training.data.svmlight import read_svmlight
+        from tunemix.core.data.svmlight import read_svmlight
 
         fold = SHARED_DATA / "MQ2008" / "Fold1"
         train = read_svmlight(fold / "train.txt")

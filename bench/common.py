@@ -37,7 +37,7 @@ def mslr_shaped_sets(n_queries: dict[str, int], seed: int = 0) -> Any:
     """Synthetic MSLR-shaped train / vali / test sets (McRank's cubic polynomials, 136 features,
     5 grades, 60 to 180 documents a query): the data of bench.scale, bench.defaults' synthetic
     split and the fit benchmarks' warm-up."""
-    from training.data.synthetic import make_synthetic_splits
+    from tunemix.train.data.synthetic import make_synthetic_splits
 
     return make_synthetic_splits(n_queries=n_queries, docs_per_query=(60, 180), n_features=136, n_levels=5,
                                  noise=0.3, seed=seed)
@@ -109,13 +109,13 @@ def write_result(name: str, payload: dict[str, Any]) -> Path:
 
 def ensure_model() -> Path:
     """The latest version of models/mq2008-fold1; trains it (about 5 min) when there is none."""
-    from training.artifact.store import latest_version
+    from tunemix.core.artifact import latest_version
 
     path = latest_version(MODELS_DIR, MODEL_NAME)
     if path is not None:
         return path
     tunemix = Path(sys.executable).parent / "tunemix"
-    cmd = ([str(tunemix)] if tunemix.exists() else [sys.executable, "-m", "training.cli"]) + [
+    cmd = ([str(tunemix)] if tunemix.exists() else [sys.executable, "-m", "tunemix.cli"]) + [
         "train", "--config", str(CONFIG), "--models-dir", str(MODELS_DIR)]
     print(f"no trained {MODEL_NAME} under {MODELS_DIR}: training it now, about 4-6 min: {' '.join(cmd)}",
           flush=True)
@@ -130,14 +130,14 @@ def mslr_default_model(models_dir: Path, name: str, *, reuse: bool = False) -> P
     """``TuneMixRanker()``'s defaults (one job, so as not to crowd the shared cores) trained on the
     MSLR sample's train file and saved as the next version of ``models_dir/name`` (about a minute);
     with ``reuse``, the latest version already there, if any."""
-    from training.artifact.store import latest_version
+    from tunemix.core.artifact import latest_version
 
     if reuse and (path := latest_version(models_dir, name)) is not None:
         return path
     import numpy as np
 
     import tunemix
-    from training.data.svmlight import read_svmlight
+    from tunemix.core.data.svmlight import read_svmlight
 
     train = read_svmlight(MSLR_TRAIN, n_features=136)
     ranker = tunemix.TuneMixRanker(n_jobs=1, progress=False).fit(train.features, train.labels,

@@ -7,7 +7,7 @@ sent to the real service, the worst cost found per endpoint reported.
 
 Writes ``bench/results/cost_search.json`` (``--name``: another name).
 
-**Server**: ``python -m app`` with two workers and its default settings, serving the 46-feature
+**Server**: ``python -m tunemix.service`` with two workers and its default settings, serving the 46-feature
 model ``bench.bench_request_cost`` trains. **Bodies** (``Grammar``): each endpoint's schema
 (/rank's columnar and documents forms, dense and sparse features, explain and explain_pair;
 /evaluate's scores, rankings and features; /fuse's methods and systems), each part drawn from
@@ -179,7 +179,7 @@ class Grammar:
 
 
 def worker_pids(pid: int) -> list[int]:
-    """The uvicorn workers under ``python -m app`` (its children but multiprocessing's resource tracker)."""
+    """The uvicorn workers under ``python -m tunemix.service`` (its children but multiprocessing's resource tracker)."""
     children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     return sorted(int(c) for c in children if b"resource_tracker" not in Path(f"/proc/{c}/cmdline").read_bytes())
 
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default="cost_search", help="result file name (bench/results/<name>.json)")
     parser.add_argument("--app-dir", type=Path, default=ROOT, help="the tree whose app is served")
     args = parser.parse_args(argv)
-    from app.settings import Settings
+    from tunemix.service.settings import Settings
 
     limit = Settings().max_body_bytes
     grammar = Grammar(random.Random(args.seed), limit)

@@ -2,7 +2,7 @@
 
 ``python -m bench.default_variants --datasets mq2008,mslr-sample --variants before,rate,third,default
 --seeds 0,1,2,3,4`` (JSON in ``bench/results/default_variants.json``): for every fold of
-``bench.defaults``' splits and every seed, the default's member tables (``training.pipeline.auto``)
+``bench.defaults``' splits and every seed, the default's member tables (``tunemix.train.members.auto``)
 changed as a variant says, trained in this process (relevance head off: it does not rank),
 test NDCG@10 (yahoo). Variants (``+`` joins them, applied left to right):
 
@@ -69,9 +69,9 @@ def apply_variant(members: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def run(datasets: list[str], variants: list[str], seeds: list[int]) -> dict[str, Any]:
-    from training.pipeline.auto import auto_members
-    from training.pipeline.config import load_config
-    from training.pipeline.train import data_shape, train
+    from tunemix.train.config import load_config
+    from tunemix.train.members.auto import auto_members
+    from tunemix.train.train import data_shape, train
 
     report: dict[str, Any] = {"machine": machine_info(), "measure": "ndcg@10", "convention": "yahoo",
                               "seeds": seeds, "datasets": {}}

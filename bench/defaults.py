@@ -60,8 +60,8 @@ import numpy.typing as npt
 
 from bench.common import RESULTS, SHARED_DATA, machine_info, mslr_shaped_sets
 from bench.fitproc import SYSTEMS, run_fit, warm_up
-from training.data.dataset import RankingData
-from training.evaluation import evaluate
+from tunemix.core.data.dataset import RankingData
+from tunemix.core.evaluation import evaluate
 
 MEASURE, CONVENTION = "ndcg@10", "yahoo"
 DATASETS = ("mq2008", "mslr-sample", "mslr-small", "synthetic-mslr")
@@ -75,7 +75,7 @@ def _pool(parts: list[RankingData]) -> RankingData:
 
 
 def mq2008_splits() -> list[dict[str, RankingData]]:
-    from training.data.svmlight import read_svmlight
+    from tunemix.core.data.svmlight import read_svmlight
 
     out = []
     for k in range(1, 6):
@@ -87,7 +87,7 @@ def mq2008_splits() -> list[dict[str, RankingData]]:
 
 
 def mslr_sample_splits(n_folds: int = 5) -> list[dict[str, RankingData]]:
-    from training.data.svmlight import read_svmlight
+    from tunemix.core.data.svmlight import read_svmlight
 
     root = SHARED_DATA / "MSLR-WEB10K-sample"
     train = read_svmlight(root / "msn1.fold1.train.5k.txt", n_features=136)
@@ -104,7 +104,7 @@ def mslr_sample_splits(n_folds: int = 5) -> list[dict[str, RankingData]]:
 
 
 def mslr_small_splits() -> list[dict[str, RankingData]]:
-    from training.data.svmlight import read_svmlight
+    from tunemix.core.data.svmlight import read_svmlight
 
     root = SHARED_DATA / "MSLR-WEB10K-sample"
     train = read_svmlight(root / "msn1.fold1.train.5k.txt", n_features=136)

@@ -7,7 +7,7 @@ call by call in one process.
 Writes ``bench/results/NAME.json``. ``DIR`` holds the other tree (``git archive main | tar -x -C
 DIR``); its ``training`` package is copied into /tmp/tunemix-explain-ab as ``training_before``, its
 imports of ``training`` rewritten, and its numba cache lock module replaced by an import of this
-tree's (``training.numba_cache``: a second lock installed on the same files would wait on the
+tree's (``tunemix.core.numba_cache``: a second lock installed on the same files would wait on the
 first), so that both trees' code is importable side by side. Each tree loads the model itself,
 scores ``bench.bench_explain``'s 8 lists of 100 real test documents and explains each list's top 10
 (what the explain lane does after its scoring pass, on one thread); the two trees' calls alternate,
@@ -56,7 +56,7 @@ def before_package(tree: Path, into: Path) -> None:
         path.write_text(pattern.sub(PACKAGE, path.read_text()))
         os.utime(path, (stat.st_atime, stat.st_mtime))
     (target / "numba_cache.py").write_text(
-        "import training.numba_cache  # noqa: F401 - this tree's lock, installed once\n")
+        "import tunemix.core.numba_cache  # noqa: F401 - this tree's lock, installed once\n")
 
 
 def lists_of(test: Any) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -111,7 +111,7 @@ def compare(model_path: Path, test: Any, rounds: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from training.data.svmlight import read_svmlight
+    from tunemix.core.data.svmlight import read_svmlight
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     p.add_argument("--before", type=Path, required=True, help="the other tree (holding training/)")

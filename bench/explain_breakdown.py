@@ -5,10 +5,10 @@
 
 Writes ``bench/results/NAME.json``. For each model, ``bench.bench_explain``'s request bodies (100
 real test documents, ``top_k`` 10, with ``"explain": 10`` and without) go through
-``app.main.create_app`` (one worker's settings) in this process, the two kinds in turn
+``tunemix.service.main.create_app`` (one worker's settings) in this process, the two kinds in turn
 (``bench.service_breakdown.asgi_request``): wall and CPU ms (every thread) of the whole request and
 the handler's ``server_time_ms``, medians. For the explained requests, the explain lane's part
-(``app.deps.explain_work``): the wait from handing the work over to its start on the lane's thread,
+(``tunemix.service.deps.explain_work``): the wait from handing the work over to its start on the lane's thread,
 and the lane's work; within it the steps (``scoring_pass``, ``explain_rows``,
 ``explained_documents``, ``ranked``) and within ``explain_rows`` the exact method's steps (the
 reference row and views, the mix layer's list statistics, the reference's source vectors, the
@@ -58,13 +58,13 @@ def _medians(samples: list[tuple[float, float]]) -> dict[str, float]:
 
 
 async def _run(model_path: Path, bodies: dict[str, list[bytes]], rounds: int) -> dict[str, Any]:
-    import app.routers.rank as rank
-    from app.main import create_app
-    from app.settings import Settings
+    import tunemix.service.routers.rank as rank
     from bench.service_breakdown import asgi_request
-    from training.scoring import exact_explanation, explanation
-    from training.scoring.calibrator_games import CalibratorGames
-    from training.scoring.ensemble_model import EnsembleModel
+    from tunemix.core.explain.calibrator_games import CalibratorGames
+    from tunemix.core.scoring import exact_explanation, explanation
+    from tunemix.core.scoring.ensemble_model import EnsembleModel
+    from tunemix.service.main import create_app
+    from tunemix.service.settings import Settings
 
     acc: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
     hops: list[float] = []
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     from bench.common import machine_probe_ms
-    from training.data.svmlight import read_svmlight
+    from tunemix.core.data.svmlight import read_svmlight
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     p.add_argument("--model", type=Path, required=True, help="the MQ2008 version directory")

@@ -22,7 +22,7 @@ The systems (what a careful user would run on the same train / validation / test
                     in ``extra``: that many trials at once, each on ``n_jobs`` threads)
 ``tunemix_budget``  ``TuneMixRanker(n_jobs=2, time_budget_s=B)`` (``budget_s`` in ``extra``): the
                     default members, then the search of "tune, then mix" until the boosting end
-                    (``training.pipeline.search``)
+                    (``tunemix.train.search``)
 ==================  ==============================================================================
 
 Every peer uses every core (LightGBM and XGBoost threads, tunemix's two worker processes).
@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from training.data.dataset import RankingData
+from tunemix.core.data.dataset import RankingData
 
 SYSTEMS = ("tunemix", "lgbm", "lgbm_es", "xgb", "lgbm_es1", "lgbm_tuned", "tunemix1", "tunemix_budget")
 #: environment variables that cap native thread pools, removed from the child's environment
@@ -95,7 +95,7 @@ def warm_up() -> dict[str, Any]:
     code paths of the measured fits, AdaBoost.MH's bandit search among them. Returns that fit's
     seconds and peak memory, for the record.
 
-    Before it, ``tunemix warm`` (``python -m training.cli warm``): what an install runs (``make
+    Before it, ``tunemix warm`` (``python -m tunemix.cli warm``): what an install runs (``make
     serve``, ``.ci/run``). The synthetic fit alone leaves kernels uncompiled that a measured fit
     may need: AdaBoost.MH's for three grades (MQ2008) were compiled inside MQ2008's first fold,
     whose AdaBoost.MH run then took 10.9 s against 2.8 s in the next fold
@@ -103,7 +103,7 @@ def warm_up() -> dict[str, Any]:
     from bench.common import mslr_shaped_sets
 
     t0 = time.perf_counter()
-    warm = subprocess.run([sys.executable, "-m", "training.cli", "warm"], capture_output=True, text=True,
+    warm = subprocess.run([sys.executable, "-m", "tunemix.cli", "warm"], capture_output=True, text=True,
                           check=False)
     warm_s = time.perf_counter() - t0
     res = run_fit("tunemix", mslr_shaped_sets({"train": 166, "vali": 33, "test": 20}, seed=1))

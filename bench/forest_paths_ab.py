@@ -34,7 +34,7 @@ from bench.common import MODELS_DIR, MSLR_TEST, SHARED_DATA, ensure_model, mslr_
 
 def twin(forest: Any, *, masks: bool, lanes: bool) -> Any:
     """The same forest with the leaf masks and the single-output lanes each on or off."""
-    from training.scoring.forest import FlatForest
+    from tunemix.core.scoring.forest import FlatForest
 
     out = FlatForest(**{f.name: getattr(forest, f.name) for f in dataclasses.fields(forest)})
     p = forest.packed
@@ -48,7 +48,7 @@ def twin(forest: Any, *, masks: bool, lanes: bool) -> Any:
 
 
 def measure(model: Any, features: np.ndarray, n_docs: int, calls: int) -> dict[str, Any]:
-    from training.scoring import forest as F
+    from tunemix.core.scoring import forest as F
 
     x = features[:n_docs]
     wide = model.wide_features(x, np.array([0, x.shape[0]]))
@@ -81,9 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, default=3000, help="calls a side at 100 documents (a tenth at 1,000)")
     ap.add_argument("--name", default="forest_paths_ab")
     args = ap.parse_args(argv)
-    from training.data.svmlight import read_svmlight
-    from training.scoring.ensemble_model import load_model
-    from training.scoring.forest import ROUTE_MASK
+    from tunemix.core.data.svmlight import read_svmlight
+    from tunemix.core.scoring.ensemble_model import load_model
+    from tunemix.core.scoring.forest import ROUTE_MASK
 
     sets = {
         "mslr-default": (mslr_default_model(MODELS_DIR, "mslr-sample-default", reuse=True),

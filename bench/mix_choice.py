@@ -30,8 +30,8 @@ import numpy as np
 
 from bench.common import RESULTS, machine_info
 from bench.defaults import mean_se, per_query_difference, splits
-from training.data.dataset import RankingData
-from training.evaluation import evaluate
+from tunemix.core.data.dataset import RankingData
+from tunemix.core.evaluation import evaluate
 
 MEASURE, CONVENTION = "ndcg@10", "yahoo"
 RULES: dict[str, dict[str, Any]] = {
@@ -43,12 +43,12 @@ RULES: dict[str, dict[str, Any]] = {
 
 def member_scores(sets: dict[str, RankingData], seed: int = 0) -> dict[str, np.ndarray]:
     """The default members' calibrated scores on validation and test (the pipeline's stages)."""
-    from training.pipeline.auto import apply_auto
-    from training.pipeline.config import load_config
-    from training.pipeline.member_types import run_specs
-    from training.pipeline.mixing import score_members
-    from training.pipeline.parallel import parallel_backend
-    from training.pipeline.train import _Clock, assemble, calibrate_runs, data_shape, fit_runs, prepare
+    from tunemix.train.config import load_config
+    from tunemix.train.members.auto import apply_auto
+    from tunemix.train.members.types import run_specs
+    from tunemix.train.mixing import score_members
+    from tunemix.train.parallel import parallel_backend
+    from tunemix.train.train import _Clock, assemble, calibrate_runs, data_shape, fit_runs, prepare
 
     cfg = load_config(None, {"seed": seed}, tables={"name": "mix-choice"}, require_data=False)
     cfg, _ = apply_auto(cfg, data_shape(sets))
@@ -71,9 +71,9 @@ def per_query(data: RankingData, scores: np.ndarray) -> np.ndarray:
 
 def mixes(cached: dict[str, np.ndarray], sets: dict[str, RankingData]) -> dict[str, dict[str, Any]]:
     """Each rule's mix, fitted on validation, its test NDCG@10 per query and what it chose."""
-    from training.ensemble.member_rescaling import RESCALE_MODES
-    from training.ensemble.registry import make_mixer
-    from training.pipeline.mixing import search_forecasters
+    from tunemix.core.ensemble.member_rescaling import RESCALE_MODES
+    from tunemix.core.ensemble.registry import make_mixer
+    from tunemix.train.mixing import search_forecasters
 
     vali, test = sets["vali"], sets["test"]
     vs, ts = np.ascontiguousarray(cached["vali"]), np.ascontiguousarray(cached["test"])

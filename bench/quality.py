@@ -10,7 +10,7 @@ Two stages per cell (data set x fold x training size):
 
 1. *Members* (slow, cached in ``--cache``, default ``bench/results/quality/cache``, not in git):
    one training run of the superset of every choice under test, through the pipeline's own
-   stages (``training.pipeline.train``): AdaBoost.MH trees {8, 64} and products {3, 10} on the
+   stages (``tunemix.train.train``): AdaBoost.MH trees {8, 64} and products {3, 10} on the
    views raw, raw+std and raw+white and both label groupings, McRank (multi-class, ordinal),
    LambdaMART, the Crammer-Singer SVM, every calibrator of :data:`POOL`; then every member's
    scores on the calibration part, the validation and the test queries, saved as arrays
@@ -116,7 +116,7 @@ C = [1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0]
 
 # ------------------------------------------------------------------------------------ data
 def load_fold(root: Path, fold: int) -> dict[str, Any]:
-    from training.data.svmlight import read_svmlight
+    from tunemix.core.data.svmlight import read_svmlight
 
     d = root / f"Fold{fold}"
     train = read_svmlight(d / "train.txt")
@@ -131,8 +131,8 @@ def load_sample_fold(root: Path, fold: int) -> dict[str, Any]:
     """The MSLR-WEB10K sample (two files of 43 queries each, five-level labels) as five query
     folds: its 86 queries shuffled once (seed 0) and cut in five parts; fold k tests on part k,
     validates on part k+1 and trains on the other three."""
-    from training.data.dataset import RankingData
-    from training.data.svmlight import read_svmlight
+    from tunemix.core.data.dataset import RankingData
+    from tunemix.core.data.svmlight import read_svmlight
 
     a = read_svmlight(root / "msn1.fold1.train.5k.txt")
     b = read_svmlight(root / "msn1.fold1.test.5k.txt", n_features=a.n_features)
@@ -157,7 +157,7 @@ def subsample_queries(data: Any, n_queries: int, seed: int) -> Any:
 @contextlib.contextmanager
 def old_whitening() -> Iterator[None]:
     """The whitening before null-space zeroing: null-space components left as rounding noise."""
-    from training.data import normalization
+    from tunemix.core.data import normalization
 
     saved = normalization.NULL_SPACE
     normalization.NULL_SPACE = -math.inf
@@ -180,7 +180,7 @@ def _config(fold_dir: Path, n_jobs: int, quick: bool, views: list[str], with_oth
             groupings: tuple[str, ...] = ("original", "binary"), short: bool = False) -> Any:
     """The superset's TrainConfig (its [data] names the fold's files, any existing file for the
     sample; the cell's sets, maybe a subsample, are passed in memory)."""
-    from training.pipeline.config import load_config
+    from tunemix.train.config import load_config
 
     files = {k: fold_dir / (k + ".txt") for k in ("train", "vali", "test")}
     if not files["train"].exists():
@@ -211,10 +211,10 @@ def _members(cfg: Any, sets: dict[str, Any], *, progress: bool, own_gains_runs: 
     members calibrated with class-gain targets (the class-gain targets, before)."""
     import dataclasses
 
-    from training.pipeline import train as tr
-    from training.pipeline.member_types import run_specs
-    from training.pipeline.mixing import member_snapshot_iterations
-    from training.pipeline.parallel import parallel_backend
+    from tunemix.train import train as tr
+    from tunemix.train.members.types import run_specs
+    from tunemix.train.mixing import member_snapshot_iterations
+    from tunemix.train.parallel import parallel_backend
 
     clock = tr._Clock()
     specs = [s for s in run_specs(cfg) if s.type in ("adaboost", "best_feature")]
@@ -268,7 +268,7 @@ def build_cell(key: str, fold_dir: Path, sets: dict[str, Any], *, n_jobs: int, q
     import dataclasses
 
     from bench.quality_peers import PEERS, fit_peer
-    from training.pipeline.train import best_feature_baseline
+    from tunemix.train.train import best_feature_baseline
 
     t0 = time.perf_counter()
     # five groupings of five-level data: shorter runs (trees to 300 iterations, products to 100)
@@ -296,8 +296,8 @@ def build_cell(key: str, fold_dir: Path, sets: dict[str, Any], *, n_jobs: int, q
         arrays[f"peer:{name}:vali"] = res.vali_scores
         arrays[f"peer:{name}:test"] = res.test_scores
         info[f"peer:{name}"] = {"params": res.params, "fit_seconds": res.fit_seconds}
-    from training.pipeline import train as tr
-    from training.pipeline.member_types import run_specs
+    from tunemix.train import train as tr
+    from tunemix.train.members.types import run_specs
 
     prep = tr.prepare(cfg, tr._Clock(), run_specs(cfg)[:1], sets)
     info["best_feature"] = best_feature_baseline(cfg, prep)
@@ -333,8 +333,8 @@ def _split(cell: Cell, split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _snapshot_masks(meta: list[dict[str, Any]]) -> list[tuple[int, np.ndarray]]:
-    """``training.pipeline.mixing.snapshot_masks`` on the cached member metadata."""
-    from training.pipeline.mixing import snapshot_masks
+    """``tunemix.train.mixing.snapshot_masks`` on the cached member metadata."""
+    from tunemix.train.mixing import snapshot_masks
 
     boosted: dict[int, set[int]] = {}
     for m in meta:
@@ -359,9 +359,9 @@ def mix(cell: Cell, select: Select, *, mixer: str = "exp_forecaster", snapshots:
     """Fit ``mixer`` on the selected members (validation or calibration part), score test.
     ``vali_queries``: tune on these validation queries only and report ``vali`` on the others
     (a small validation set, and an honest estimate of what the tuning chose)."""
-    from training.ensemble.registry import make_mixer
-    from training.evaluation import mean_metric
-    from training.pipeline.mixing import search_forecasters
+    from tunemix.core.ensemble.registry import make_mixer
+    from tunemix.core.evaluation import mean_metric
+    from tunemix.train.mixing import search_forecasters
 
     cols = np.flatnonzero([select(m) for m in cell.meta])
     if cols.size == 0:
@@ -387,7 +387,7 @@ def mix(cell: Cell, select: Select, *, mixer: str = "exp_forecaster", snapshots:
     sets: list[tuple[int | None, np.ndarray | None]] = [(None, None)]
     if snapshots == "tune":
         sets = list(_snapshot_masks(meta)) or [(None, None)]
-    # the pipeline's own search (training.pipeline.mixing): the bench measures what it ships
+    # the pipeline's own search (tunemix.train.mixing): the bench measures what it ships
     search = search_forecasters(us, ul, uo, modes=[rescale], sets=sets, measure=MEASURE, convention=CONVENTION,
                                 **forecaster)
     _, T, fc = search.candidates[search.pick]
@@ -415,7 +415,7 @@ def held_out(cell: Cell, select: Select, **options: Any) -> tuple[float, float] 
 
 
 def test_metrics(cell: Cell, scores: np.ndarray, *, all_conventions: bool) -> dict[str, Any]:
-    from training.evaluation import CONVENTION_NAMES, mean_metric
+    from tunemix.core.evaluation import CONVENTION_NAMES, mean_metric
 
     _, tl, to = _split(cell, "test")
     top = int(max(tl.max(), cell.arrays["vali_labels"].max()))
@@ -564,7 +564,7 @@ def mix_cell(cell: Cell, decision_list: list[dict[str, Any]], chosen: dict[str, 
              done: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Stage 2 of one cell: validation of every decision on AB+EXP (unless ``done``); the
     table's rows and the findings' rows under ``chosen`` (when known)."""
-    from training.evaluation import mean_metric
+    from tunemix.core.evaluation import mean_metric
 
     out: dict[str, Any] = {"decisions": list(done or []), "rows": [], "findings": []}
     for d in [] if done is not None else decision_list:
@@ -810,8 +810,8 @@ def main(argv: list[str] | None = None) -> int:
                 sets = load_sample_fold(args.data, fold) if sample else load_fold(args.data, fold)
                 if size != "full":
                     sets["train"] = subsample_queries(sets["train"], int(size), seed=fold)
-                from training.learners.label_groups import groupings_for
-                from training.pipeline.train import label_count
+                from tunemix.train.learners.label_groups import groupings_for
+                from tunemix.train.train import label_count
 
                 n_labels = label_count(sets["train"])
                 cell = build_cell(key, args.data if sample else args.data / f"Fold{fold}", sets, n_jobs=args.n_jobs,

@@ -19,7 +19,7 @@ Protocol, per grid point:
    (LightGBM ``ndcg`` at ``eval_at=10`` with the default ``label_gain`` 2^l - 1; XGBoost
    ``ndcg@10`` with ``ndcg_exp_gain``); the model kept is the one at the library's best round.
 2. Score ``vali`` with that early-stopped model and compute *our* NDCG@10 under the ``yahoo``
-   convention (:func:`training.evaluation.mean_metric`). This, and only this, selects the grid
+   convention (:func:`tunemix.core.evaluation.mean_metric`). This, and only this, selects the grid
    point (the first point wins a tie). The libraries' own values are kept in ``grid`` for
    comparison (``library_vali_ndcg@10``) and only drive early stopping. Their definitions are
    close to yahoo's (exponential gain, 1/log2(r + 1), a query without relevant documents
@@ -53,8 +53,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from training.data.dataset import RankingData
-from training.evaluation import mean_metric
+from tunemix.core.data.dataset import RankingData
+from tunemix.core.evaluation import mean_metric
 
 PEERS = ("lightgbm_lambdarank", "xgboost_rank_ndcg")
 GRIDS = ("small", "single")
@@ -224,7 +224,7 @@ def fit_peer(name: str, train: RankingData, vali: RankingData, test: RankingData
 def run_folds(root: Path, peers: tuple[str, ...] = PEERS, folds: tuple[int, ...] = (1, 2, 3, 4, 5), *,
               seed: int = 0, n_threads: int = 1, grid: str = "small") -> dict[str, list[dict[str, Any]]]:
     """Fit every peer on every fold of ``root`` (MQ2008 layout); per peer, one row per fold."""
-    from training.data.svmlight import read_svmlight
+    from tunemix.core.data.svmlight import read_svmlight
 
     # compile the evaluation kernels first, so that fold 1's seconds do not include numba's JIT
     _our_ndcg(RankingData.from_arrays(np.zeros((2, 1)), [1, 0], group_sizes=[2]), np.array([0.0, 1.0]))

@@ -7,12 +7,12 @@ application (routing, middleware, handler, answer), the two alternating phase by
 "before" is the code this branch replaced, put back by swapping three module attributes between
 phases (the answers of both are checked to be the same bytes but ``server_time_ms`` first):
 
-- ``app.parsing.finite_rows``: dense rows by ``np.fromiter`` over the chained rows (now:
+- ``tunemix.service.parsing.finite_rows``: dense rows by ``np.fromiter`` over the chained rows (now:
   ``struct.pack_into`` one row at a time);
-- ``app.routers.rank.gc_paused``: no pause around the whole decode (now: the cyclic collector is
-  off until the parsed request is freed; ``app.json_body.one_pass`` pauses it for its own call in
+- ``tunemix.service.routers.rank.gc_paused``: no pause around the whole decode (now: the cyclic collector is
+  off until the parsed request is freed; ``tunemix.service.json_body.one_pass`` pauses it for its own call in
   both);
-- ``app.routers.rank.RankedDocument``: tracked by the cyclic collector (now ``gc=False``).
+- ``tunemix.service.routers.rank.RankedDocument``: tracked by the cyclic collector (now ``gc=False``).
 
 Per phase the wall and the process CPU (every thread) of each request and the collections it
 started (``gc.callbacks``); medians and percentiles over all phases of a side. The model sets and
@@ -42,8 +42,8 @@ from bench.common import MODELS_DIR, MSLR_TEST, SHARED_DATA, write_result
 
 
 def before_finite_rows(rows: Any, d: int, where: str, field: str) -> np.ndarray:
-    """``app.parsing.finite_rows`` as it was: ``np.fromiter`` over the rows chained."""
-    from app import parsing
+    """``tunemix.service.parsing.finite_rows`` as it was: ``np.fromiter`` over the rows chained."""
+    from tunemix.service import parsing
 
     m = len(rows)
     if any(len(r) != d for r in rows):
@@ -57,9 +57,9 @@ def before_finite_rows(rows: Any, d: int, where: str, field: str) -> np.ndarray:
 
 def sides() -> dict[str, tuple[Any, ...]]:
     """(collector pause, rows to a matrix, ranked document type) of each side."""
-    from app import parsing
-    from app.routers import rank
-    from app.routers.rank import Explained, Id
+    from tunemix.service import parsing
+    from tunemix.service.routers import rank
+    from tunemix.service.routers.rank import Explained, Id
 
     class TrackedRankedDocument(msgspec.Struct, omit_defaults=True):
         id: Id
@@ -74,8 +74,8 @@ def sides() -> dict[str, tuple[Any, ...]]:
 
 
 def use(side: tuple[Any, ...]) -> None:
-    from app import parsing
-    from app.routers import rank
+    from tunemix.service import parsing
+    from tunemix.service.routers import rank
 
     for module, name, value in zip((rank, parsing, rank), ("gc_paused", "finite_rows", "RankedDocument"), side,
                                    strict=True):
@@ -84,8 +84,8 @@ def use(side: tuple[Any, ...]) -> None:
 
 def bodies_of(model_set: str, n_docs: int) -> tuple[Path, list[bytes]]:
     from bench.bench_service import make_bodies
-    from training.artifact.store import latest_version
-    from training.data.svmlight import read_svmlight
+    from tunemix.core.artifact import latest_version
+    from tunemix.core.data.svmlight import read_svmlight
 
     if model_set == "mq2008":
         test = read_svmlight(SHARED_DATA / "MQ2008" / "Fold1" / "test.txt", n_features=46)
@@ -100,9 +100,9 @@ def bodies_of(model_set: str, n_docs: int) -> tuple[Path, list[bytes]]:
 
 
 async def run(model_path: Path, bodies: list[bytes], requests: int, rounds: int) -> dict[str, Any]:
-    from app.main import create_app
-    from app.settings import Settings
     from bench.service_breakdown import asgi_request
+    from tunemix.service.main import create_app
+    from tunemix.service.settings import Settings
 
     both = sides()
     app = create_app(Settings(models_dir=model_path.parent.parent, default_model=model_path.parent.name, workers=2))

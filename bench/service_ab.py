@@ -4,7 +4,7 @@
         --duration 15 --rounds 4 --name service_ab_x
     python -m bench.service_ab --before /tmp/base --peer ...   # the LightGBM peer as a third side
 
-Each side is a real ``python -m app`` (two workers, ``bench.bench_service``'s environment) run
+Each side is a real ``python -m tunemix.service`` (two workers, ``bench.bench_service``'s environment) run
 from its own tree (``PYTHONPATH`` and working directory the tree, its own numba cache
 ``<tree>/.numba-cache``), serving the same model; with ``--peer``, the LightGBM peer of
 ``bench.bench_service`` too. All servers start before the first run and stay up; then for
@@ -51,11 +51,11 @@ from bench.service_models import check_data, prepare
 
 def app_server(name: str, tree: Path, env: dict[str, str], port: int, workers: int, mset: Any,
                log_path: Path) -> Server:
-    """``python -m app`` of ``tree`` on ``port``, its code and numba cache the tree's own."""
+    """``python -m tunemix.service`` of ``tree`` on ``port``, its code and numba cache the tree's own."""
     side_env = {**env, "PYTHONPATH": str(tree), "NUMBA_CACHE_DIR": str(tree / ".numba-cache"),
                 "TUNEMIX_MODELS_DIR": str(mset.models_dir), "TUNEMIX_DEFAULT_MODEL": mset.model_name,
                 "TUNEMIX_PORT": str(port), "TUNEMIX_WORKERS": str(workers), "TUNEMIX_HOST": "127.0.0.1"}
-    return Server(f"{name} ({tree})", [sys.executable, "-m", "app"], side_env, port, log_path, cwd=tree)
+    return Server(f"{name} ({tree})", [sys.executable, "-m", "tunemix.service"], side_env, port, log_path, cwd=tree)
 
 
 def same_answers(base_a: str, base_b: str, bodies: list[bytes]) -> bool:

@@ -7,7 +7,7 @@ response), the two applications alternating request by request.
     python -m bench.service_breakdown --model-set mslr-default --name service_breakdown_x --quick
 
 The model sets, their peers and the request bodies are ``bench.bench_service``'s (the same
-seeds); our application is ``app.main.create_app`` with the settings ``python -m app`` gives a
+seeds); our application is ``tunemix.service.main.create_app`` with the settings ``python -m tunemix.service`` gives a
 worker of the benchmark's (``TUNEMIX_WORKERS`` workers: that many scoring threads and the
 parallel floor), the peer's ``bench.peer_lightgbm_service.app`` with the benchmark's environment.
 """
@@ -32,7 +32,7 @@ def log(msg: str) -> None:
 
 
 def breakdown(model_path: Path, bodies: dict[int, list[bytes]], quick: bool) -> dict[str, Any]:
-    """Our /rank handler's steps in this process (median ms), the way ``app.routers.rank`` runs them.
+    """Our /rank handler's steps in this process (median ms), the way ``tunemix.service.routers.rank`` runs them.
 
     ``steps``: the route's steps 2 and 3, body to checked arrays (``parse_ms``: ``json_lists``,
     and its parts), ``model.score``, ranking and encoding (``ranked`` + msgspec);
@@ -44,8 +44,8 @@ def breakdown(model_path: Path, bodies: dict[int, list[bytes]], quick: bool) -> 
     """
     import numba
 
-    from app.registry import ModelRegistry
-    from training.scoring import runtime
+    from tunemix.core.scoring import runtime
+    from tunemix.service.registry import ModelRegistry
 
     runtime.limit_blas_threads(1)  # as the service does at start-up (TUNEMIX_BLAS_THREADS)
     registry = ModelRegistry(model_path.parent.parent, model_path.parent.name)
@@ -70,8 +70,8 @@ def parse_parts(body: bytes, d: int, settings: Any, rep: int) -> dict[str, float
     import jiter
     import msgspec
 
-    from app.json_body import check_repeated_keys, decode_json, gc_paused, one_pass
-    from app.routers.rank import DECODER, RankRequest, rank_lists
+    from tunemix.service.json_body import check_repeated_keys, decode_json, gc_paused, one_pass
+    from tunemix.service.routers.rank import DECODER, RankRequest, rank_lists
 
     def tree() -> Any:
         with gc_paused():
@@ -92,8 +92,8 @@ def parse_parts(body: bytes, d: int, settings: Any, rep: int) -> dict[str, float
 
 
 def breakdown_one(registry: Any, body: bytes, rep: int) -> dict[str, Any]:
-    from app.routers.rank import ENCODER, RankAnswer, json_lists, ranked
-    from app.settings import Settings
+    from tunemix.service.routers.rank import ENCODER, RankAnswer, json_lists, ranked
+    from tunemix.service.settings import Settings
 
     settings = Settings()
     model = registry.get().model
@@ -110,7 +110,7 @@ def breakdown_one(registry: Any, body: bytes, rep: int) -> dict[str, Any]:
         r, _, cl = json_lists(body, registry, settings)
         return answer(model.score(cl.features, cl.offsets), cl, r.top_k)
 
-    steps = {  # the route's steps (app/routers/rank.py), as the handler runs them
+    steps = {  # the route's steps (tunemix/service/routers/rank.py), as the handler runs them
         "parse_ms": median_ms(lambda: json_lists(body, registry, settings), rep),
         "model_score_ms": median_ms(lambda: model.score(x, off), rep),
         "rank_and_encode_ms": median_ms(lambda: answer(scores, lists, None), rep),
@@ -249,10 +249,10 @@ async def _asgi_main(model_path: Path, peer_file: Path, workers: int, bodies: di
     import asyncio
     import contextlib
 
-    from app.main import create_app
-    from app.settings import Settings
     from bench import peer_lightgbm_service as peer
     from bench.bench_service import service_config
+    from tunemix.service.main import create_app
+    from tunemix.service.settings import Settings
 
     _, threads, floor = service_config(workers)
     os.environ.update({"PEER_LGB_MODEL": str(peer_file), "PEER_LGB_THREADS": str(threads),
@@ -321,14 +321,14 @@ def route_overhead(rep: int) -> dict[str, float]:
     """What FastAPI costs a route per request for what it resolves, in this process: median CPU
     ms (every thread) of an ASGI ``POST /rank`` to routes that do nothing, one declaring /rank's
     eight query parameters and four dependencies (the route before), one reading its parameters
-    itself (``app.deps.query_model``, the route now), and one declaring nothing (the floor)."""
+    itself (``tunemix.service.deps.query_model``, the route now), and one declaring nothing (the floor)."""
     import asyncio
     from typing import Annotated
 
     from fastapi import Depends, FastAPI, Query, Request, Response
 
-    from app.deps import held_body, query_model
-    from app.routers.rank import RankParams
+    from tunemix.service.deps import held_body, query_model
+    from tunemix.service.routers.rank import RankParams
 
     async def dep(request: Request) -> Any:
         return request.app.state

@@ -83,9 +83,9 @@ def check_data(keys: list[str]) -> None:
 
 def prepare(key: str, threads: int, workdir: Path) -> ModelSet:
     """Set ``key``'s model (trained when absent) and its peer (trained here, into ``workdir``)."""
-    from training.data.splits import split_by_query
-    from training.data.svmlight import read_svmlight
-    from training.scoring.ensemble_model import load_model
+    from tunemix.core.data.svmlight import read_svmlight
+    from tunemix.core.scoring.ensemble_model import load_model
+    from tunemix.train.data.splits import split_by_query
 
     peer_file = workdir / f"lightgbm-peer-{key}.txt"
     if key == "mq2008":

@@ -295,7 +295,7 @@ ok "no scipy/matplotlib/dask/tqdm; $(grep -icE '==' <<<"$pkgs") packages: $(grep
 # every feature view scores in the image: numba's np.linalg needs scipy, which it does not have
 views=$($ENGINE run --rm --entrypoint python "$IMAGE" -c '
 import numpy as np
-from training.data.normalization import apply_view
+from tunemix.core.data.normalization import apply_view
 x = np.random.default_rng(0).normal(size=(40, 6)).astype(np.float32)
 off = np.array([0, 15, 40])
 w = apply_view(x, off, "raw+white")[15:, 6:].astype(np.float64)

@@ -9,7 +9,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# `tunemix train`/`demo` warm a cold numba cache first (training.pipeline.warm); the suite's own
+# `tunemix train`/`demo` warm a cold numba cache first (tunemix.compile.warm); the suite's own
 # runs do not (make test runs `tunemix warm` before pytest; tests/test_warm.py tests the step)
 os.environ.setdefault("TUNEMIX_AUTO_WARM", "0")
 SHARED_DATA = Path(os.environ.get("TUNEMIX_SHARED_DATA", ROOT.parent / "shared" / "data"))

@@ -1,7 +1,6 @@
 """The container image's build steps, read statically (no container engine in CI): every stage that
-installs tunemix from source copies every package pyproject.toml ships, and every package that the
-stage's commands import is installed there. The builder stage once copied training/ alone while
-``tunemix demo`` (its warm-up) imports ``tunemix.warmup`` and ``app``: the image did not build."""
+installs tunemix from source copies the package pyproject.toml ships, and the builder runs the demo
+and the runtime warms the default model."""
 
 from __future__ import annotations
 
@@ -31,7 +30,7 @@ def stages(text: str) -> dict[str, list[str]]:
 
 
 def shipped_packages() -> set[str]:
-    """The top-level packages pyproject.toml's setuptools find includes (``training*`` -> training)."""
+    """The top-level packages pyproject.toml's setuptools find includes (``tunemix*`` -> tunemix)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     include = project["tool"]["setuptools"]["packages"]["find"]["include"]
     return {pattern.rstrip("*") for pattern in include}
@@ -51,7 +50,7 @@ def test_the_stages_that_build_from_source_copy_every_shipped_package() -> None:
     text = (ROOT / "Dockerfile").read_text()
     by_stage = stages(text)
     packages = shipped_packages()
-    assert packages == {"training", "app", "tunemix"}
+    assert packages == {"tunemix"}
     builders = [name for name, lines in by_stage.items()
                 if any(re.search(r"pip (install|wheel)\b.*/tmp/build/src", line) for line in lines)]
     assert set(builders) == {"builder", "wheel"}, builders
@@ -63,16 +62,16 @@ def test_the_stages_that_build_from_source_copy_every_shipped_package() -> None:
 def test_the_builder_runs_the_demo_and_the_runtime_warms_the_default_model() -> None:
     by_stage = stages((ROOT / "Dockerfile").read_text())
     assert any(line.startswith("RUN tunemix demo ") for line in by_stage["builder"])
-    assert any("python -m tunemix.warmup" in line for line in by_stage["runtime"])
+    assert any("python -m tunemix.compile.serving" in line for line in by_stage["runtime"])
     # the runtime installs the wheel with [serve] only: no training extras in the serving image
     assert any(re.search(r'pip install .*tunemix-\*\.whl\)\[serve\]', line) for line in by_stage["runtime"])
 
 
-def test_a_builder_without_app_is_caught() -> None:
-    """The check above fails on the Dockerfile as it was (training/ copied alone)."""
+def test_a_builder_without_the_package_is_caught() -> None:
+    """The check above fails on a Dockerfile whose builder stage does not copy the package."""
     text = (ROOT / "Dockerfile").read_text()
     head, tail = text.split("FROM base AS wheel", 1)
-    dropped = ("COPY app /tmp/build/src/app", "COPY tunemix /tmp/build/src/tunemix")
-    broken = "\n".join(line for line in head.splitlines() if line not in dropped) + "\nFROM base AS wheel" + tail
-    assert copied_sources(stages(broken)["builder"]) == {"training"}
-    assert copied_sources(stages(broken)["wheel"]) == {"training", "app", "tunemix"}
+    broken = "\n".join(line for line in head.splitlines() if line != "COPY tunemix /tmp/build/src/tunemix")
+    broken += "\nFROM base AS wheel" + tail
+    assert copied_sources(stages(broken)["builder"]) == set()
+    assert copied_sources(stages(broken)["wheel"]) == {"tunemix"}

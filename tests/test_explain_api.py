@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 import tunemix
-from training.artifact.store import ArtifactError
-from training.data.svmlight import write_svmlight
-from training.data.synthetic import make_synthetic_splits
-from training.pipeline.config import ConfigError, load_config
-from training.pipeline.train import train
+from tunemix.core.artifact import ArtifactError
+from tunemix.core.data.svmlight import write_svmlight
+from tunemix.train.config import ConfigError, load_config
+from tunemix.train.data.synthetic import make_synthetic_splits
+from tunemix.train.train import train
 
 TABLES: dict[str, Any] = {
     "name": "names",
@@ -84,7 +84,7 @@ def test_pair_from_python(fitted: tunemix.TuneMixRanker, data: dict[str, Any]) -
 
 def test_feature_importances(fitted: tunemix.TuneMixRanker, data: dict[str, Any], tmp_path: Path,
                              capsys: pytest.CaptureFixture[str]) -> None:
-    from training.cli import main
+    from tunemix.cli import main
 
     imp = fitted.feature_importances_
     assert imp.shape == (len(NAMES),) and np.all(imp >= 0) and imp.sum() > 0
@@ -135,7 +135,7 @@ def test_feature_importances_are_lazy_and_kept(fitted: tunemix.TuneMixRanker, da
     the importances of the training rows (``Model.feature_importances``, the same sample)."""
     import copy
 
-    from training.pipeline import importance
+    from tunemix.train import importance
 
     calls = []
     real = importance.sample_importance

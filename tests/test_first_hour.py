@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 import tunemix
-from training.data.svmlight import write_svmlight
-from training.data.synthetic import make_synthetic_splits
-from training.scoring import forest
+from tunemix.core.data.svmlight import write_svmlight
+from tunemix.core.scoring import forest
+from tunemix.train.data.synthetic import make_synthetic_splits
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,7 +54,7 @@ def saved(fitted: tunemix.TuneMixRanker, sets: dict[str, Any], tmp_path_factory:
 
 
 def cli(*args: str, cwd: Path = ROOT, **kw: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "training.cli", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "tunemix.cli", *args], cwd=cwd, capture_output=True, text=True,
                           **kw)
 
 
@@ -157,14 +157,14 @@ def test_predict_into_a_closed_pipe_ends_quietly(saved: Path, sets: dict[str, An
     """``tunemix predict ... --proba | head -3``: the reader leaves after three lines; the
     writer must stop without a BrokenPipeError traceback. The output is made larger than a pipe's
     buffer so that the writer really meets the closed pipe."""
-    from training.data.dataset import RankingData
+    from tunemix.core.data.dataset import RankingData
 
     t = sets["test"]
     reps = 400
     big = RankingData.from_arrays(np.tile(t.features, (reps, 1)), np.tile(t.labels, reps),
                                   group_sizes=np.tile(np.diff(t.query_offsets), reps))
     write_svmlight(big, saved / "big.txt")
-    proc = subprocess.Popen([sys.executable, "-m", "training.cli", "predict", "--model", "first", "--models-dir",
+    proc = subprocess.Popen([sys.executable, "-m", "tunemix.cli", "predict", "--model", "first", "--models-dir",
                              str(saved / "models"), str(saved / "big.txt"), "--proba"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stderr is not None
@@ -200,7 +200,7 @@ def test_cli_data_errors_say_what_they_found_and_expected(saved: Path) -> None:
 
 
 def test_explain_accepts_qid_colon_forms_and_lists_the_forms(saved: Path, sets: dict[str, Any]) -> None:
-    from training.serving_cli import find_document
+    from tunemix.cli.serve import find_document
 
     t = sets["test"]
     q = str(t.qids[1])
@@ -219,11 +219,11 @@ def test_explain_accepts_qid_colon_forms_and_lists_the_forms(saved: Path, sets: 
 
 
 def test_serve_listens_on_loopback_unless_told(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """``tunemix serve`` (and ``python -m app``) bind 127.0.0.1 unless TUNEMIX_HOST or --host says
+    """``tunemix serve`` (and ``python -m tunemix.service``) bind 127.0.0.1 unless TUNEMIX_HOST or --host says
     otherwise; the container image says 0.0.0.0 explicitly."""
-    import app.__main__
-    from app.settings import Settings
-    from training.cli import main
+    import tunemix.service.__main__
+    from tunemix.cli import main
+    from tunemix.service.settings import Settings
 
     for key in ("TUNEMIX_HOST", "TUNEMIX_MODELS_DIR", "TUNEMIX_DEFAULT_MODEL", "TUNEMIX_PORT", "TUNEMIX_WORKERS"):
         monkeypatch.setenv(key, "")  # recorded, so that what run_serve writes is undone after the test
@@ -231,7 +231,7 @@ def test_serve_listens_on_loopback_unless_told(monkeypatch: pytest.MonkeyPatch, 
     assert Settings().host == "127.0.0.1"
     assert 'TUNEMIX_HOST=0.0.0.0' in (ROOT / "Dockerfile").read_text()
     seen: list[str] = []
-    monkeypatch.setattr(app.__main__, "main", lambda argv=None: seen.append(Settings().host))
+    monkeypatch.setattr(tunemix.service.__main__, "main", lambda argv=None: seen.append(Settings().host))
     for name in ("default", "other"):
         (tmp_path / name / "v1").mkdir(parents=True)
         (tmp_path / name / "v1" / "manifest.json").write_text("{}")
@@ -244,7 +244,7 @@ def test_serve_listens_on_loopback_unless_told(monkeypatch: pytest.MonkeyPatch, 
 
 # ---------------------------------------------------------------- where the data are expected
 def test_the_mq2008_config_follows_tunemix_shared_data(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from training.pipeline.config import load_config, shared_data_dir
+    from tunemix.train.config import load_config, shared_data_dir
 
     monkeypatch.setenv("TUNEMIX_SHARED_DATA", str(tmp_path / "elsewhere"))
     cfg = load_config(ROOT / "configs" / "mq2008.toml")

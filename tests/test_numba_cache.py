@@ -1,4 +1,4 @@
-"""``training.numba_cache``: numba's cache entries written by one process at a time. Two
+"""``tunemix.core.numba_cache``: numba's cache entries written by one process at a time. Two
 processes compile different signatures of one function into one cache at the same moment; a
 third then loads every signature from the cache, and each must be its own machine code."""
 
@@ -11,8 +11,8 @@ import textwrap
 import time
 from pathlib import Path
 
-import training.numba_cache  # noqa: F401 - installs the lock in this process too
-from training.numba_cache import locked
+import tunemix.core.numba_cache  # noqa: F401 - installs the lock in this process too
+from tunemix.core.numba_cache import locked
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,7 +28,7 @@ CHILD = textwrap.dedent('''
     import os, sys, time
     from pathlib import Path
     import numpy as np
-    import training.numba_cache  # the lock
+    import tunemix.core.numba_cache  # the lock
     sys.path.insert(0, sys.argv[1])
     from kern import f
     go = Path(sys.argv[1]) / "go"
@@ -45,7 +45,7 @@ CHILD = textwrap.dedent('''
 CHECK = textwrap.dedent('''
     import sys
     import numpy as np
-    import training.numba_cache
+    import tunemix.core.numba_cache
     sys.path.insert(0, sys.argv[1])
     from kern import f
     types = [np.int64, np.float64, np.int32, np.float32, np.int16, np.uint8, np.complex128, np.uint32]
@@ -93,7 +93,7 @@ def test_the_lock_is_installed_on_import() -> None:
     """Importing a module with cached kernels installs it."""
     from numba.core.caching import IndexDataCacheFile
 
-    import training.scoring.forest  # noqa: F401
+    import tunemix.core.scoring.forest  # noqa: F401
 
     assert IndexDataCacheFile.save.__name__ == "locked_save"
     assert IndexDataCacheFile.load.__name__ == "locked_load"

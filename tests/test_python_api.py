@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import tunemix
-from training.data.svmlight import write_svmlight
-from training.data.synthetic import make_synthetic_splits
+from tunemix.core.data.svmlight import write_svmlight
+from tunemix.train.data.synthetic import make_synthetic_splits
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -108,7 +108,7 @@ def test_evaluate_equals_the_cli(fitted: tunemix.TuneMixRanker, data: dict[str, 
     ours = tunemix.evaluate(yt, scores, gt, metrics=["ndcg@10", "err", "map"], convention="lightgbm")
     write_svmlight(data["sets"]["test"], tmp_path / "test.txt")
     (tmp_path / "scores.txt").write_text("".join(f"{float(s)!r}\n" for s in scores))
-    proc = subprocess.run([sys.executable, "-m", "training.cli", "evaluate", "--data", str(tmp_path / "test.txt"),
+    proc = subprocess.run([sys.executable, "-m", "tunemix.cli", "evaluate", "--data", str(tmp_path / "test.txt"),
                            "--scores", str(tmp_path / "scores.txt"), "--metrics", "ndcg@10,err,map",
                            "--convention", "lightgbm", "--json"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -123,18 +123,18 @@ def test_tunemix_predict_matches_model_predict(fitted: tunemix.TuneMixRanker, da
     path = fitted.save(tmp_path / "models", "cli")
     write_svmlight(data["sets"]["test"], tmp_path / "test.txt")
     out = tmp_path / "scores.txt"
-    proc = subprocess.run([sys.executable, "-m", "training.cli", "predict", "--model", "cli", "--models-dir",
+    proc = subprocess.run([sys.executable, "-m", "tunemix.cli", "predict", "--model", "cli", "--models-dir",
                            str(tmp_path / "models"), str(tmp_path / "test.txt"), "-o", str(out)],
                           cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     xt, _, gt = data["test"]
     want = tunemix.load(path).predict(xt, gt)
     np.testing.assert_array_equal(np.array([float(v) for v in out.read_text().split()]), want)
-    proc = subprocess.run([sys.executable, "-m", "training.cli", "predict", "--model", str(path), "--rank",
+    proc = subprocess.run([sys.executable, "-m", "tunemix.cli", "predict", "--model", str(path), "--rank",
                            str(tmp_path / "test.txt")], cwd=ROOT, capture_output=True, text=True)
     lines = [line.split("\t") for line in proc.stdout.splitlines()]
     assert len(lines) == xt.shape[0] and lines[0][2] == "1"
-    proc = subprocess.run([sys.executable, "-m", "training.cli", "predict", "--model", str(path), "--proba",
+    proc = subprocess.run([sys.executable, "-m", "tunemix.cli", "predict", "--model", str(path), "--proba",
                            str(tmp_path / "test.txt")], cwd=ROOT, capture_output=True, text=True)
     header, *body = proc.stdout.splitlines()
     rows = np.array([[float(v) for v in line.split("\t")] for line in body])
@@ -143,13 +143,13 @@ def test_tunemix_predict_matches_model_predict(fitted: tunemix.TuneMixRanker, da
     np.testing.assert_array_equal(rows[:, 0], want)  # score, expected grade, P(y = 0), P(y = 1), ...
     np.testing.assert_array_equal(rows[:, 2:], proba)
     np.testing.assert_allclose(rows[:, 1], proba @ np.arange(proba.shape[1]), atol=1e-12)
-    proc = subprocess.run([sys.executable, "-m", "training.cli", "models", "--models-dir", str(tmp_path / "models")],
+    proc = subprocess.run([sys.executable, "-m", "tunemix.cli", "models", "--models-dir", str(tmp_path / "models")],
                           cwd=ROOT, capture_output=True, text=True)
     assert "cli" in proc.stdout and "v1" in proc.stdout
-    proc = subprocess.run([sys.executable, "-m", "training.cli", "predict", "--model", "nope", "--models-dir",
+    proc = subprocess.run([sys.executable, "-m", "tunemix.cli", "predict", "--model", "nope", "--models-dir",
                            str(tmp_path / "models"), str(tmp_path / "test.txt")], cwd=ROOT, capture_output=True,
                           text=True)
     assert proc.returncode == 2 and "model 'nope'" in proc.stderr and "models there: cli" in proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "training.cli", "predict", "--help"], cwd=ROOT, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "tunemix.cli", "predict", "--help"], cwd=ROOT, capture_output=True,
                           text=True)
     assert proc.returncode == 0 and "``" not in proc.stdout and "--proba" in proc.stdout

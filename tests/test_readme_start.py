@@ -42,7 +42,7 @@ def test_make_serve_then_the_readme_curl_lines(tmp_path: Path) -> None:
     venv = tmp_path / ".venv"
     (venv / "bin").mkdir(parents=True)
     # scripts, not symlinks: a symlinked venv python looks for pyvenv.cfg beside the link
-    for name, args in (("python", ""), ("tunemix", " -m training.cli")):
+    for name, args in (("python", ""), ("tunemix", " -m tunemix.cli")):
         script = venv / "bin" / name
         script.write_text(f'#!/bin/sh\nexec "{sys.executable}"{args} "$@"\n')
         script.chmod(script.stat().st_mode | stat.S_IXUSR)
@@ -55,7 +55,7 @@ def test_make_serve_then_the_readme_curl_lines(tmp_path: Path) -> None:
     dry = subprocess.run(["make", "-n", "-f", str(ROOT / "Makefile"), "serve", f"PORT={port}"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, check=True).stdout
     # tunemix demo warms a cold cache itself, its fit beside the last of the compilation
-    assert "tunemix demo" in dry and "-m app" in dry and "tunemix warm" not in dry, dry
+    assert "tunemix demo" in dry and "-m tunemix.service" in dry and "tunemix warm" not in dry, dry
     server = subprocess.Popen(["make", "-f", str(ROOT / "Makefile"), "serve", f"PORT={port}"], cwd=tmp_path, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:

@@ -31,7 +31,7 @@ def _free_port() -> int:
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """train.txt, vali.txt and test.txt of a small generated set, and a venv-like PATH."""
     work = tmp_path_factory.mktemp("walkthrough")
-    subprocess.run([sys.executable, "-m", "training.cli", "data", "synth", "--out", str(work), "--queries",
+    subprocess.run([sys.executable, "-m", "tunemix.cli", "data", "synth", "--out", str(work), "--queries",
                     "40,15,15", "--docs", "8-20", "--features", "8", "--levels", "3", "--seed", "1"],
                    cwd=ROOT, check=True, capture_output=True)
     for part in ("train", "vali", "test"):
@@ -70,7 +70,7 @@ def test_the_shell_walkthrough(workdir: Path) -> None:
 
 def test_the_python_walkthrough(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """As written: every array comes from the README's own read_letor calls."""
-    from training.data.svmlight import read_svmlight
+    from tunemix.core.data.svmlight import read_svmlight
 
     test = read_svmlight(workdir / "test.txt")
     monkeypatch.chdir(workdir)

@@ -1,4 +1,4 @@
-"""``training.threads.on_threads``: every part runs once, errors come back after every part has
+"""``tunemix.core.threads.on_threads``: every part runs once, errors come back after every part has
 ended, and a forked child gets a pool of its own."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import threading
 import numpy as np
 import pytest
 
-from training.threads import on_threads
+from tunemix.core.threads import on_threads
 
 
 @pytest.mark.parametrize("parts", [1, 2, 5])
@@ -78,7 +78,7 @@ def test_a_fit_holds_blas_to_one_thread_and_gives_the_threads_back() -> None:
     """``one_blas_thread``: inside, every BLAS library loaded (numpy's, and scipy's, which it loads
     first) runs one thread; after, each library loaded before has the threads it had."""
     threadpoolctl = pytest.importorskip("threadpoolctl")
-    from training.threads import one_blas_thread
+    from tunemix.core.threads import one_blas_thread
 
     def blas() -> dict[str, int]:
         return {i["filepath"]: i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"}

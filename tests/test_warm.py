@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from training.pipeline import warm as warm_module
+from tunemix.compile import warm as warm_module
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,7 +69,7 @@ def test_tunemix_warm(tmp_path: Path) -> None:
     import os
 
     env = {**os.environ, "TUNEMIX_AUTO_WARM": "1"}
-    proc = subprocess.run([sys.executable, "-m", "training.cli", "warm"], cwd=ROOT, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "tunemix.cli", "warm"], cwd=ROOT, capture_output=True, text=True,
                           env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "tunemix warm: compiling the numba kernels of training and scoring once" in proc.stderr
@@ -82,15 +82,15 @@ def test_tunemix_warm(tmp_path: Path) -> None:
     assert said is not None, done[0]
     compiled, loaded = int(said.group(1)), int(said.group(2))
     assert compiled + loaded >= 30  # the kernels called from Python (each inlines or calls more), not a few
-    proc = subprocess.run([sys.executable, "-m", "training.cli", "warm", "--if-cold"], cwd=ROOT, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "tunemix.cli", "warm", "--if-cold"], cwd=ROOT, capture_output=True,
                           text=True, env=env)
     assert proc.returncode == 0 and "compiled already" in proc.stdout
 
 
 def test_the_record_separates_numba_compile_time() -> None:
     import tunemix
-    from training.data.synthetic import make_synthetic_splits
-    from training.pipeline.report import render_markdown
+    from tunemix.train.data.synthetic import make_synthetic_splits
+    from tunemix.train.report import render_markdown
 
     sets = make_synthetic_splits(n_queries={"train": 16, "vali": 8, "test": 6}, docs_per_query=(4, 8),
                                  n_features=5, n_levels=3, seed=9)
@@ -242,9 +242,9 @@ def test_an_error_of_then_reaches_the_caller_after_the_warm_up(monkeypatch: pyte
 
 
 def test_the_warm_tables_meet_each_class_count_once_and_cut_the_calibrators_short() -> None:
-    from training.calibration.registry import DEFAULT_CALIBRATORS, make_calibrator
-    from training.learners.label_groups import get_grouping
-    from training.pipeline import warm_tables
+    from tunemix.compile import warm_tables
+    from tunemix.core.calibration.registry import DEFAULT_CALIBRATORS, make_calibrator
+    from tunemix.train.learners.label_groups import get_grouping
 
     counts = [len(get_grouping(g, 5).groups) for g in warm_tables.K_GROUPINGS]
     assert sorted(counts) == [2, 3, 4, 5]  # with LambdaMART's K = 1: every K of up to five grades, once
@@ -270,13 +270,13 @@ def test_the_warm_tables_meet_each_class_count_once_and_cut_the_calibrators_shor
 
 def test_the_parts_before_ready_hold_the_default_models_members() -> None:
     """``make serve`` waits for ``BEFORE_READY`` only: between them they fit the member types
-    the default model's fit trains on the demo's data (``training.pipeline.auto``), the
+    the default model's fit trains on the demo's data (``tunemix.train.members.auto``), the
     AdaBoost.MH run with the same base, view and label grouping, so that the demo's fit finds
     its kernels compiled; ``rest`` holds the other member types."""
-    from training.pipeline import warm_tables
-    from training.pipeline.auto import DataShape, auto_members
-    from training.pipeline.cli import DEFAULT_CONFIG
-    from training.pipeline.config import load_config
+    from tunemix.cli.train import DEFAULT_CONFIG
+    from tunemix.compile import warm_tables
+    from tunemix.train.config import load_config
+    from tunemix.train.members.auto import DataShape, auto_members
 
     syn = load_config(DEFAULT_CONFIG).data.synthetic
     assert syn is not None
@@ -300,11 +300,11 @@ def test_a_second_process_waits_for_the_background_part(tmp_path: Path) -> None:
     import os
     import threading
 
-    from training.pipeline import warm_child
+    from tunemix.compile import warm_child
 
     assert warm_child.wait_for_background(tmp_path, io.StringIO()) is None  # never ran here
     holder = subprocess.Popen([sys.executable, "-c", "import sys; from pathlib import Path; "
-                               "from training.pipeline.warm_child import hold_lock; hold_lock(Path(sys.argv[1])); "
+                               "from tunemix.compile.warm_child import hold_lock; hold_lock(Path(sys.argv[1])); "
                                "print('locked', flush=True); sys.stdin.readline()", str(tmp_path)],
                               cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
@@ -338,10 +338,10 @@ def test_a_second_process_waits_for_the_background_part(tmp_path: Path) -> None:
 @pytest.mark.parametrize("parent_said", ["serving done\n", ""])
 def test_the_background_child_leaves_the_stamp_only_when_its_parent_succeeded(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str], parent_said: str) -> None:
-    """``python -m training.pipeline.warm --part learners rest --background LOG``: the first part
+    """``python -m tunemix.compile.warm --part learners rest --background LOG``: the first part
     reported on stdout, then (niced, output to LOG: stand-ins here) the rest, and the stamp only
     when the parent wrote that its own parts succeeded (a parent that died wrote nothing)."""
-    from training.pipeline import warm_child
+    from tunemix.compile import warm_child
 
     ran: list[str] = []
     monkeypatch.setattr(warm_module, "cache_dir", lambda: tmp_path)

@@ -14,19 +14,20 @@ Errors a user may catch: ``ArtifactError`` (a model that cannot be loaded), ``Co
 training configuration), ``DataFormatError`` (a LETOR file, naming file and line),
 ``EvaluationInputError`` (``evaluate``'s inputs); all are ValueErrors.
 
-This package is the library's public face: the service (``app``) and users import from here.
-``training`` (the trainer, its kernels) and ``app`` (the FastAPI service) are the project's two
-halves; they install beside it.
+This module is the library's public face. The layers below it are folders: ``tunemix.core``
+(what scoring needs: data, artifact, evaluation, calibration, ensemble, scoring, explanations;
+numpy and numba only), ``tunemix.train`` (learners and training stages), ``tunemix.compile``
+(kernel warm-up), ``tunemix.service`` (the FastAPI service) and ``tunemix.cli`` (the command).
 """
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from training.artifact.store import ArtifactError
-from training.data.svmlight import DataFormatError
-from training.evaluation.evaluate import EvaluationInputError
+from tunemix.core.artifact import ArtifactError
+from tunemix.core.data.svmlight import DataFormatError
+from tunemix.core.evaluation.evaluate import EvaluationInputError
+from tunemix.core.version import __version__
 from tunemix.data import LetorData, read_letor
 from tunemix.metrics import evaluate
 from tunemix.model import Explanation, Model, PairExplanation, load
@@ -35,18 +36,12 @@ from tunemix.ranker import HOLDOUT_FRACTION, TuneMixRanker
 
 def __getattr__(name: str) -> Any:
     # ConfigError lives with the trainer's configuration: imported on first use, so that the
-    # service (which imports tunemix) does not load the trainer's modules
+    # public face does not load the trainer's modules
     if name == "ConfigError":
-        from training.pipeline.config import ConfigError
+        from tunemix.train.config import ConfigError
 
         return ConfigError
     raise AttributeError(f"module 'tunemix' has no attribute {name!r}")
-
-
-try:
-    __version__ = version("tunemix")
-except PackageNotFoundError:  # a source tree that was not installed
-    __version__ = "0+unknown"
 
 __all__ = ["HOLDOUT_FRACTION", "ArtifactError", "ConfigError", "DataFormatError", "EvaluationInputError", "Explanation",
            "LetorData", "Model", "PairExplanation", "TuneMixRanker", "__version__", "evaluate", "load", "read_letor"]

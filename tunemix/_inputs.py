@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from training.data.dataset import offsets_from_sizes
+from tunemix.core.data.dataset import offsets_from_sizes
 
 
 def features_matrix(X: Any, n_features: int | None = None, name: str = "X") -> npt.NDArray[np.float32]:

@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from training.data.svmlight import read_svmlight
+from tunemix.core.data.svmlight import read_svmlight
 from tunemix.model import PathLike
 
 

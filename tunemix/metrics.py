@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from training.evaluation import evaluate as _evaluate
 from tunemix._inputs import grades, query_offsets
+from tunemix.core.evaluation.evaluate import evaluate as _evaluate
 
 
 def evaluate(y_true: Any, y_score: Any, group: Any, metrics: str | Sequence[str] = ("ndcg@10",),

@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from training.artifact.store import ArtifactError, list_versions, resolve_artifact
-from training.scoring.ensemble_model import EnsembleModel, load_model
-from training.scoring.explanation import (
+from tunemix._inputs import features_matrix, query_offsets
+from tunemix.core.artifact import ArtifactError, list_versions, resolve_artifact
+from tunemix.core.explain.explanation import (
     DEFAULT_BUDGET,
     Explanation,
     PairExplanation,
@@ -21,8 +21,8 @@ from training.scoring.explanation import (
     explain_rows,
     manifest_feature_names,
 )
-from training.scoring.runtime import set_openmp_wait_policy
-from tunemix._inputs import features_matrix, query_offsets
+from tunemix.core.scoring.ensemble_model import EnsembleModel, load_model
+from tunemix.core.scoring.runtime import set_openmp_wait_policy
 
 PathLike = str | os.PathLike[str]
 
@@ -151,7 +151,7 @@ class Model:
         the Shapley values of the whole model's score, the list's statistics recomputed for each
         hybrid list, enumerated when the features that matter fit ``budget`` (documents scored
         per explained document), else sampled (``seed``) with a ``standard_error``
-        (``training.scoring.explanation`` has the details and the references).
+        (``tunemix.core.explain.explanation`` has the details and the references).
 
         >>> e = model.explain(X, group=[20, 35], rows=[0])                # doctest: +SKIP
         >>> e.baseline[0] + e.contributions[0].sum() == model.predict(X, [20, 35])[0]  # doctest: +SKIP
@@ -165,8 +165,8 @@ class Model:
     def feature_importances(self, X: Any, group: Any = None) -> npt.NDArray[np.float64]:
         """Mean absolute exact contribution of each feature over a deterministic sample of the
         rows of ``X`` (whole queries evenly spread, up to 5,000 documents:
-        ``training.pipeline.importance.global_importance``)."""
-        from training.pipeline.importance import global_importance
+        ``tunemix.train.importance.global_importance``)."""
+        from tunemix.train.importance import global_importance
 
         x = features_matrix(X, self.n_features)
         return global_importance(self.ensemble, x, self._offsets(x, group, "feature_importances"))[0]
@@ -223,7 +223,7 @@ def load(path_or_name: PathLike, *, models_dir: PathLike | None = None, version:
                                     f"(available: {', '.join(list_versions(base, name)) or 'none'})")
         else:
             target = resolve_artifact(base, name)  # the latest version
-    set_openmp_wait_policy()  # before numba's first parallel launch (training.scoring.runtime)
+    set_openmp_wait_policy()  # before numba's first parallel launch (tunemix.core.scoring.runtime)
     ensemble, manifest = load_model(target)
     model = Model(ensemble=ensemble, manifest=manifest, path=target)
     model.feature_names  # noqa: B018 (malformed names are an ArtifactError now, not at the first explanation)

@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from training.data.dataset import RankingData
-from training.scoring.explanation import Explanation, PairExplanation
-from training.scoring.runtime import set_openmp_wait_policy
 from tunemix._inputs import features_matrix, grades, query_offsets
+from tunemix.core.data.dataset import RankingData
+from tunemix.core.explain.explanation import Explanation, PairExplanation
+from tunemix.core.scoring.runtime import set_openmp_wait_policy
 from tunemix.model import Model, PathLike, load
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ class TuneMixRanker:
     ``config`` is a training TOML file (its ``[data]`` table is ignored: the data come to
     ``fit``) or a dict of its tables; None takes the packaged default (the model ``make serve``
     trains): no member tables, so the members are chosen from the data
-    (``training.pipeline.auto``: LambdaMART and McRank stopped early on the validation queries,
+    (``tunemix.train.members.auto``: LambdaMART and McRank stopped early on the validation queries,
     AdaBoost.MH sized to the data); a config without member tables does the same. Parameters
     are stored unchanged; ``fit`` learns ``model_`` (a :class:`Model` in memory), ``record_``
     (the training record: members, mixer, validation figures) and ``n_features_in_``.
@@ -69,10 +69,10 @@ class TuneMixRanker:
 
     # ------------------------------------------------------------------ training
     def _config(self) -> Any:
-        from training.pipeline.config import load_config
+        from tunemix.train.config import load_config
 
-        if self.config is None:  # the packaged default (training/pipeline/default.toml)
-            tables = tomllib.loads(resources.files("training.pipeline").joinpath("default.toml").read_text())
+        if self.config is None:  # the packaged default (tunemix/train/default.toml)
+            tables = tomllib.loads(resources.files("tunemix.train").joinpath("default.toml").read_text())
         elif isinstance(self.config, dict):
             tables = dict(self.config)
         else:
@@ -93,16 +93,16 @@ class TuneMixRanker:
         ``feature_names`` (d distinct strings; default: the columns of a pandas DataFrame, else
         f1, f2, ...) are stored with the model and name the features of its explanations."""
         # the budget bounds the whole fit, the imports below included (seconds on a busy machine)
-        from training.pipeline.budget import FitBudget, clock_for
+        from tunemix.train.budget import FitBudget, clock_for
 
         deadline = FitBudget.begin(self.time_budget_s)
-        from training.data.splits import split_by_query
-        from training.pipeline.config import ConfigError, resolve_feature_names
-        from training.pipeline.train import train
+        from tunemix.train.config import ConfigError, resolve_feature_names
+        from tunemix.train.data.splits import split_by_query
+        from tunemix.train.train import train
 
-        set_openmp_wait_policy()  # before numba's first parallel launch (training.scoring.runtime)
-        if self.progress:  # a cold numba cache: compile once, saying so (training.pipeline.warm)
-            from training.pipeline.warm import ensure_warm
+        set_openmp_wait_policy()  # before numba's first parallel launch (tunemix.core.scoring.runtime)
+        if self.progress:  # a cold numba cache: compile once, saying so (tunemix.compile.warm)
+            from tunemix.compile.warm import ensure_warm
 
             ensure_warm()
         cfg = self._config()
@@ -143,7 +143,7 @@ class TuneMixRanker:
         # feature_importances_ is computed on first access from this deterministic sample of the
         # training rows (whole queries evenly spread, up to 5,000 documents): it cost 2.2-2.8 CPU-s
         # of a 26 CPU-s fit on MQ2008 Fold1 (docs/performance.md)
-        from training.pipeline.importance import importance_sample
+        from tunemix.train.importance import importance_sample
 
         self._importance_sample_ = importance_sample(train_set.features, train_set.query_offsets)
         self._feature_importances: npt.NDArray[np.float64] | None = None
@@ -153,9 +153,9 @@ class TuneMixRanker:
     def feature_importances_(self) -> npt.NDArray[np.float64]:
         """The mean absolute exact contribution of each feature (d,) over a deterministic sample of
         the training rows fit kept (whole queries of at least 2 documents evenly spread, up to
-        5,000 documents: ``training.pipeline.importance``), computed on first access and kept
+        5,000 documents: ``tunemix.train.importance``), computed on first access and kept
         (AttributeError before ``fit``)."""
-        from training.pipeline.importance import sample_importance
+        from tunemix.train.importance import sample_importance
 
         model = self._check_fitted()
         if self._feature_importances is None:
@@ -210,7 +210,7 @@ class TuneMixRanker:
     def save(self, models_dir: PathLike, name: str) -> Path:
         """Write the fitted model as the next version of ``name`` under ``models_dir`` (the
         artifact ``tunemix serve`` and ``tunemix.load`` read); the version directory."""
-        from training.pipeline.train import save_model
+        from tunemix.train.train import save_model
 
         model = self._check_fitted()
         cfg = dataclasses.replace(self._cfg_, name=name,

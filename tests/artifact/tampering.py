@@ -1,6 +1,6 @@
 """Rewrite a saved version's ``arrays.npz`` (members replaced or added, raw bytes) and fix its
 manifest's checksum, as an attacker who can write the models directory would: the checksum then
-passes and only the limits of ``training.artifact.store`` stand in the way."""
+passes and only the limits of ``tunemix.core.artifact`` stand in the way."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from training.artifact.store import ARRAYS, MANIFEST, sha256_file
+from tunemix.core.artifact import ARRAYS, MANIFEST, sha256_file
 
 
 def npy_header(shape: tuple[int, ...], dtype: str = "<f8") -> bytes:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.artifact.tampering import first_member, npy_header, rewrite
-from training.artifact.store import MAX_ARRAYS_BYTES, ArtifactError, check_npz_members, load_artifact, save_artifact
+from tunemix.core.artifact import MAX_ARRAYS_BYTES, ArtifactError, check_npz_members, load_artifact, save_artifact
 
 
 def _save(tmp_path: Path) -> Path:

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from training.artifact.store import (
+from tunemix.core.artifact import (
     SCHEMA_VERSION,
     ArtifactError,
     join_arrays,

@@ -4,7 +4,7 @@
 import pytest
 
 from bench.default_variants import apply_variant
-from training.pipeline.auto import DataShape, auto_members
+from tunemix.train.members.auto import DataShape, auto_members
 
 SMALL = DataShape(n_docs=9_630, n_features=46, n_labels=3, n_queries=471, vali_queries=157)
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from bench import quality as q
-from training.data.synthetic import make_synthetic_splits
-from training.ensemble import ExponentialForecaster
-from training.evaluation import mean_metric
-from training.pipeline.mixing import snapshot_sets
+from tunemix.core.ensemble import ExponentialForecaster
+from tunemix.core.evaluation import mean_metric
+from tunemix.train.data.synthetic import make_synthetic_splits
+from tunemix.train.mixing import snapshot_sets
 
 
 def _meta_and_runs():

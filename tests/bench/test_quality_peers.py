@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from bench.quality_peers import PEERS, PeerResult, fit_peer, grid_points
-from training.data.dataset import RankingData
-from training.data.svmlight import read_svmlight
-from training.data.synthetic import make_synthetic_splits
-from training.evaluation import mean_metric
+from tunemix.core.data.dataset import RankingData
+from tunemix.core.data.svmlight import read_svmlight
+from tunemix.core.evaluation import mean_metric
+from tunemix.train.data.synthetic import make_synthetic_splits
 
 pytest.importorskip("lightgbm")
 pytest.importorskip("xgboost")

@@ -11,7 +11,7 @@ pytest.importorskip("lightgbm")
 
 
 def _sets(seed: int = 0) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    from training.data.synthetic import make_synthetic_splits
+    from tunemix.train.data.synthetic import make_synthetic_splits
 
     data = make_synthetic_splits(n_queries={"train": 30, "vali": 10, "test": 10}, docs_per_query=(8, 16),
                                  n_features=5, n_levels=3, noise=0.3, seed=seed)

@@ -6,16 +6,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from training.artifact.store import join_arrays, split_arrays
-from training.calibration.expected_relevance import (
+from tunemix.core.artifact import join_arrays, split_arrays
+from tunemix.core.calibration.expected_relevance import (
     ExpectedRelevanceCalibrator,
     IdentityCalibrator,
     OrdinalCalibrator,
     ordinal_probabilities,
     softmax_probabilities,
 )
-from training.calibration.registry import calibrator_from_params, make_calibrator
-from training.scoring.calibration_step import CalibrationStep
+from tunemix.core.calibration.registry import calibrator_from_params, make_calibrator
+from tunemix.core.scoring.calibration_step import CalibrationStep
 
 
 def naive_ordinal(g: np.ndarray) -> np.ndarray:

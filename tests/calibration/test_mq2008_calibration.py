@@ -12,9 +12,9 @@ import itertools
 import numpy as np
 import pytest
 
-from training.calibration import DEFAULT_CALIBRATORS, make_calibrator
-from training.data.splits import split_by_query
-from training.data.svmlight import read_svmlight
+from tunemix.core.calibration import DEFAULT_CALIBRATORS, make_calibrator
+from tunemix.core.data.svmlight import read_svmlight
+from tunemix.train.data.splits import split_by_query
 
 
 def _ndcg10_yahoo(labels, scores, offsets) -> float:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from training.calibration import (
+from tunemix.core.calibration import (
     DEFAULT_CALIBRATORS,
     RegressionCalibrator,
     ShiftCalibrator,
@@ -138,7 +138,7 @@ def test_transforms_load_and_run_without_scipy(member, tmp_path):
         import sys
         sys.modules["scipy"] = None  # any scipy import now fails
         import numpy as np
-        from training.calibration import calibrator_from_params
+        from tunemix.core.calibration import calibrator_from_params
         f = np.load({str(tmp_path / "cals.npz")!r}, allow_pickle=False)
         raw = np.load({str(tmp_path / "raw.npy")!r})
         for i in range(4):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from training.calibration import CalibrationError, RegressionCalibrator
-from training.calibration.base import ndcg_targets
-from training.calibration.regression_models import (
+from tunemix.core.calibration import CalibrationError, RegressionCalibrator
+from tunemix.core.calibration.base import ndcg_targets
+from tunemix.core.calibration.regression_models import (
     fit_ridge,
     logistic_loss,
     monomial_exponents,

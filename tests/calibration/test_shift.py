@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from training.calibration import CalibrationError, ShiftCalibrator
+from tunemix.core.calibration import CalibrationError, ShiftCalibrator
 
 OFF = np.array([0, 3], dtype=np.int64)
 GAINS = np.array([0.0, 1.0, 3.0])

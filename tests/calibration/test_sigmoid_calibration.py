@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from training.calibration import CalibrationError, ShiftCalibrator, SigmoidCalibrator
-from training.calibration.sigmoid_calibration import sigmoid_class_probabilities
+from tunemix.core.calibration import CalibrationError, ShiftCalibrator, SigmoidCalibrator
+from tunemix.core.calibration.sigmoid_calibration import sigmoid_class_probabilities
 
 from .naive import naive_expected_gain, naive_ndcg_at, synthetic_member
 
@@ -136,7 +136,7 @@ def test_parameter_errors():
 
 
 def test_query_subsample_keeps_whole_queries():
-    from training.calibration.sigmoid_calibration import query_subsample
+    from tunemix.core.calibration.sigmoid_calibration import query_subsample
 
     off = np.array([0, 3, 5, 9, 10, 14], dtype=np.int64)
     assert query_subsample(off, 14) is None
@@ -148,7 +148,7 @@ def test_query_subsample_keeps_whole_queries():
 
 
 def test_grid_on_a_subsample_gives_the_same_fit_as_on_all_documents(monkeypatch):
-    import training.calibration.sigmoid_calibration as sc
+    import tunemix.core.calibration.sigmoid_calibration as sc
 
     raw, labels, off, gains = synthetic_member(100, 20, 4, margin=2.0, noise=2.0, seed=4)
     full = SigmoidCalibrator(tcf="ls").fit(raw, labels, off, gains)
@@ -159,7 +159,7 @@ def test_grid_on_a_subsample_gives_the_same_fit_as_on_all_documents(monkeypatch)
 
 
 def test_an_optimisation_without_finite_values_raises_calibration_error(monkeypatch):
-    import training.calibration.target_functions as tf
+    import tunemix.core.calibration.target_functions as tf
 
     def broken(self, a, b):
         return float("nan"), np.array([np.nan, np.nan])

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from training.calibration.base import ideal_dcg, ndcg_targets
-from training.calibration.target_functions import (
+from tunemix.core.calibration.base import ideal_dcg, ndcg_targets
+from tunemix.core.calibration.target_functions import (
     TCF_NAMES,
     TargetCalibrationFunction,
     soft_dcg_loss,

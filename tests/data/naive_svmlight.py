@@ -1,4 +1,4 @@
-"""A slow, obviously correct LETOR/SVMlight reader: the twin of training.data.svmlight."""
+"""A slow, obviously correct LETOR/SVMlight reader: the twin of tunemix.core.data.svmlight."""
 
 from __future__ import annotations
 

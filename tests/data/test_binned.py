@@ -1,15 +1,15 @@
-"""The binning stage (training.data.binned) and the learners that read its codes."""
+"""The binning stage (tunemix.train.data.binned) and the learners that read its codes."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from training.data.binned import MAX_SHARED_BINS, bin_view, fit_view_bins, view_in_chunks
-from training.data.normalization import apply_view
-from training.data.synthetic import make_synthetic_splits
-from training.learners.lightgbm_data import code_sample_rows, code_threshold
-from training.scoring.forest import score_forest
+from tunemix.core.data.normalization import apply_view
+from tunemix.core.scoring.forest import score_forest
+from tunemix.train.data.binned import MAX_SHARED_BINS, bin_view, fit_view_bins, view_in_chunks
+from tunemix.train.data.synthetic import make_synthetic_splits
+from tunemix.train.learners.lightgbm_data import code_sample_rows, code_threshold
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def test_edges_on_a_sample_of_whole_queries(sets):
 
 
 def test_code_thresholds():
-    from training.data.binning import fit_bins
+    from tunemix.train.data.binning import fit_bins
 
     x = np.array([[0.0], [1.0], [2.0], [3.0]], dtype=np.float32)
     bins = fit_bins(x, 255)  # one bin per value: codes 0..3, edges 1, 2, 3
@@ -73,8 +73,8 @@ def test_code_thresholds():
 def test_lightgbm_members_on_codes_score_real_features_exactly(sets, view):
     """LambdaMART and McRank trained on the codes, stopped early on the validation codes: the
     converted forest on real features equals LightGBM's own scores of their codes (the slow twin)."""
-    from training.learners.lambdamart import LambdaMART
-    from training.learners.mcrank import McRank
+    from tunemix.train.learners.lambdamart import LambdaMART
+    from tunemix.train.learners.mcrank import McRank
 
     tr, va = sets["train"], sets["vali"]
     b = bin_view(tr.features, tr.query_offsets, view)
@@ -97,7 +97,7 @@ def test_lightgbm_members_on_codes_score_real_features_exactly(sets, view):
 def test_adaboost_on_codes_is_adaboost_on_the_same_bins(sets):
     """AdaBoost.MH on the shared codes is the model it fits on the floats with the same bins (up to
     200,000 documents both bin every document): the same trees, the same scores."""
-    from training.learners.adaboost_mh import AdaBoostMH
+    from tunemix.train.learners.adaboost_mh import AdaBoostMH
 
     tr = sets["train"]
     x = apply_view(tr.features, tr.query_offsets, "raw+std")
@@ -126,9 +126,9 @@ def test_runs_of_one_view_share_its_lightgbm_datasets(sets):
     ranking run does not take a Dataset built without query sizes; closed, nothing is shared."""
     import threading
 
-    from training.learners import lightgbm_data
-    from training.learners.lambdamart import LambdaMART
-    from training.learners.mcrank import McRank
+    from tunemix.train.learners import lightgbm_data
+    from tunemix.train.learners.lambdamart import LambdaMART
+    from tunemix.train.learners.mcrank import McRank
 
     tr, va = sets["train"], sets["vali"]
     b = bin_view(tr.features, tr.query_offsets, "raw")

@@ -3,9 +3,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from training.data.dataset import RankingData, offsets_from_sizes
-from training.data.splits import split_by_query
-from training.data.synthetic import make_synthetic, make_synthetic_splits
+from tunemix.core.data.dataset import RankingData, offsets_from_sizes
+from tunemix.train.data.splits import split_by_query
+from tunemix.train.data.synthetic import make_synthetic, make_synthetic_splits
 
 
 def test_offsets_from_sizes() -> None:
@@ -58,7 +58,7 @@ def test_synthetic_is_deterministic_and_graded() -> None:
 def test_synthetic_labels_are_learnable() -> None:
     """The label is a function of the latent features: a linear fit on the query-standardised
     features must beat chance clearly (checks the generator is not pure noise)."""
-    from training.data.normalization import standardise_by_query
+    from tunemix.core.data.normalization import standardise_by_query
 
     d = make_synthetic(n_queries=200, n_features=10, seed=4)
     z = standardise_by_query(d.features, d.query_offsets)
@@ -80,7 +80,7 @@ def test_split_by_query_is_query_disjoint() -> None:
 def test_query_slices_share_the_arrays_and_equal_the_copies() -> None:
     """The trainer's parts are query slices of one reordered copy of the training set: they hold
     what ``split_by_query``'s copies hold and share that copy's memory."""
-    from training.data.splits import query_split
+    from tunemix.train.data.splits import query_split
 
     data = make_synthetic(n_queries=30, docs_per_query=(2, 9), n_features=3, seed=2)
     first, second = query_split(data.n_queries, fraction=0.7, seed=5)

@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from training.data.normalization import (
+from tunemix.core.data.normalization import (
     apply_view,
     standardise_by_query,
     view_width,
@@ -92,7 +92,7 @@ def test_whitening_needs_no_scipy(tmp_path) -> None:
     code = (
         "import sys; sys.modules['scipy'] = None\n"
         "import numpy as np\n"
-        "from training.data.normalization import whiten_by_query, standardise_by_query\n"
+        "from tunemix.core.data.normalization import whiten_by_query, standardise_by_query\n"
         "x = np.random.default_rng(0).normal(size=(30, 5)).astype(np.float32)\n"
         "off = np.array([0, 12, 12, 30])\n"
         "w = whiten_by_query(x, off)\n"
@@ -107,7 +107,7 @@ def test_whitening_needs_no_scipy(tmp_path) -> None:
 
 def test_whitening_batches_agree_with_one_query_at_a_time(monkeypatch) -> None:
     """Queries are whitened in batches (one LAPACK call per batch): the batch size changes nothing."""
-    import training.data.normalization as norm
+    import tunemix.core.data.normalization as norm
 
     rng = np.random.default_rng(5)
     sizes = rng.integers(0, 12, size=23)
@@ -124,7 +124,7 @@ def test_long_queries_on_several_threads_give_the_same_bits(monkeypatch, parts: 
     (covariance rows and documents cut into pieces), the others to the serial ones; every value
     equals the one-thread result to the last bit (constant features, a near-singular direction
     and ragged piece boundaries included), and the parallel kernels did run."""
-    import training.data.normalization as norm
+    import tunemix.core.data.normalization as norm
 
     monkeypatch.setattr(norm, "PARALLEL_MIN_DOCUMENTS", 40)
     rng = np.random.default_rng(11)

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from tests.data.naive_svmlight import naive_read
-from training.data.dataset import RankingData
-from training.data.svmlight import DataFormatError, DataWidthWarning, read_svmlight, write_svmlight
-from training.data.synthetic import make_synthetic
+from tunemix.core.data.dataset import RankingData
+from tunemix.core.data.svmlight import DataFormatError, DataWidthWarning, read_svmlight, write_svmlight
+from tunemix.train.data.synthetic import make_synthetic
 
 SAMPLE = """\
 2 qid:10 1:0.5 3:-1.25e-2 #docid = GX-1 inc = 1

@@ -107,9 +107,9 @@ def condorcet(S, offsets):
 
 
 def resolve_metric():
-    """training.evaluation.mean_metric once it has landed, else the reference above."""
+    """tunemix.core.evaluation.mean_metric once it has landed, else the reference above."""
     try:
-        from training.evaluation import mean_metric
+        from tunemix.core.evaluation import mean_metric
     except ImportError:
         return ndcg10_yahoo
     return mean_metric

@@ -6,7 +6,7 @@ import ensemble_naive as naive
 import numpy as np
 import pytest
 
-from training.ensemble import (
+from tunemix.core.ensemble import (
     ExponentialForecaster,
     NotFittedError,
     OneBest,
@@ -203,7 +203,7 @@ def test_duplicate_rankings_twin():
     shifted = base.copy()
     shifted[4:9] += 100.0  # a per-query shift keeps every query's ranking
     S = np.column_stack([base, np.exp(base), broken, shifted, -base, broken * 2])
-    from training.ensemble.exponential_forecaster import duplicate_rankings
+    from tunemix.core.ensemble.exponential_forecaster import duplicate_rankings
 
     def dense(col):
         out = []

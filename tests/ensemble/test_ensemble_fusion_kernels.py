@@ -6,8 +6,8 @@ import ensemble_naive as naive
 import numpy as np
 import pytest
 
-from training.ensemble import fusion_kernels as fk
-from training.ensemble.rank_fusion import CombMNZ, CombSUM, CondorcetFusion, ReciprocalRankFusion
+from tunemix.core.ensemble import fusion_kernels as fk
+from tunemix.core.ensemble.rank_fusion import CombMNZ, CombSUM, CondorcetFusion, ReciprocalRankFusion
 
 ONE_QUERY = np.array([0, 4], dtype=np.int64)
 

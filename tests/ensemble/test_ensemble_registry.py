@@ -10,7 +10,7 @@ import ensemble_naive as naive
 import numpy as np
 import pytest
 
-from training.ensemble import (
+from tunemix.core.ensemble import (
     MIXERS,
     ExponentialForecaster,
     compare_mixers,
@@ -133,9 +133,9 @@ def test_compare_mixers_rows(problem):
 
 
 def test_reference_metric_matches_training_evaluation():
-    evaluation = pytest.importorskip("training.evaluation")
+    evaluation = pytest.importorskip("tunemix.core.evaluation")
     if not hasattr(evaluation, "mean_metric"):
-        pytest.skip("training.evaluation.mean_metric has not landed")
+        pytest.skip("tunemix.core.evaluation.mean_metric has not landed")
     rng = np.random.default_rng(5)
     S, off = naive.random_problem(rng, 40, 1, max_size=15, tie_levels=1.0, empty=False)
     y = rng.integers(0, 5, size=S.shape[0]).astype(np.int32)

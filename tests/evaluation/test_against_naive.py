@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.evaluation.naive import evaluate_naive
-from training.evaluation import CONVENTION_NAMES, Measure, evaluate, mean_metric
+from tunemix.core.evaluation import CONVENTION_NAMES, Measure, evaluate, mean_metric
 
 MEASURES = ["ndcg@1", "ndcg@3", "ndcg@10", "ndcg@16", "ndcg@40", "ndcg", "dcg@5", "dcg",
             "err", "err@5", "err@40", "err@3:top=2", "err:top=4", "p@1", "p@5", "p@10", "map",

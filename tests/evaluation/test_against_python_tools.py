@@ -29,7 +29,7 @@ import warnings
 import numpy as np
 import pytest
 
-from training.evaluation import evaluate
+from tunemix.core.evaluation import evaluate
 
 TOL = 1e-9
 KS = (1, 3, 5, 10, 30)

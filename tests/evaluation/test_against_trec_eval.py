@@ -24,7 +24,7 @@ import string
 import numpy as np
 import pytest
 
-from training.evaluation import evaluate
+from tunemix.core.evaluation import evaluate
 
 pytrec_eval = pytest.importorskip(
     "pytrec_eval",
@@ -192,7 +192,7 @@ def test_random_inputs(seed: int) -> None:
 @pytest.mark.shared_data
 def test_mq2008_fold1_single_feature_scorers() -> None:
     from tests.conftest import SHARED_DATA
-    from training.data.svmlight import read_svmlight
+    from tunemix.core.data.svmlight import read_svmlight
 
     path = SHARED_DATA / "MQ2008" / "Fold1" / "test.txt"
     if not path.exists():

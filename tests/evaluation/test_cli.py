@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from training.evaluation.cli import main
+from tunemix.cli.evaluate import main
 
 DATA = """2 qid:1 1:0.5 #docid = d1
 0 qid:1 1:0.1 #docid = d2
@@ -135,9 +135,9 @@ def test_err_label_error_names_file_and_query(tmp_path, capsys) -> None:
     assert "d.txt" in err and "query '7'" in err
 
 
-# ------------------------------------------------ through the real entry point (training.cli)
+# ------------------------------------------------ through the real entry point (tunemix.cli)
 def _tunemix(argv: list[str]) -> int:
-    from training.cli import main as tunemix_main
+    from tunemix.cli import main as tunemix_main
 
     return tunemix_main(argv)
 
@@ -145,7 +145,7 @@ def _tunemix(argv: list[str]) -> int:
 def test_entry_point_all_conventions_json_shape_and_values(files, capsys) -> None:
     import numpy as np
 
-    from training.evaluation import CONVENTION_NAMES, evaluate
+    from tunemix.core.evaluation import CONVENTION_NAMES, evaluate
 
     data, scores = files
     metrics = "ndcg@1,ndcg@3,err,p@2,map,meanndcg"

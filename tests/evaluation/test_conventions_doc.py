@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from training.evaluation.conventions import CONVENTION_NAMES, conventions_table
+from tunemix.core.evaluation.conventions import CONVENTION_NAMES, conventions_table
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "conventions.md"
 

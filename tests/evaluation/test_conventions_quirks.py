@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from training.evaluation import CONVENTIONS, EvaluationInputError, evaluate, mean_metric
-from training.evaluation.measures import Measure
+from tunemix.core.evaluation import CONVENTIONS, EvaluationInputError, evaluate, mean_metric
+from tunemix.core.evaluation.measures import Measure
 
 L3 = 1.0 / math.log2(3.0)  # 1/log2(3): weight of rank 2 (log2(r+1)) / rank 3 (LETOR)
 CLASSIC = ["letor3", "letor4", "mslr", "yahoo", "ranklib", "trec"]
@@ -305,7 +305,7 @@ def test_err_top2_check_value_mq2008() -> None:
     base = SHARED_DATA / "MQ2008"
     if not (base / "Fold1" / "test.txt").exists():
         pytest.skip(f"MQ2008 not found at {base} (../shared/data is absent)")
-    from training.data.svmlight import read_svmlight
+    from tunemix.core.data.svmlight import read_svmlight
 
     folds = [read_svmlight(base / f"Fold{i}" / "test.txt", n_features=46) for i in range(1, 6)]
     best = max(

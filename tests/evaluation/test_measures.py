@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from training.evaluation import Measure, parse_measures
+from tunemix.core.evaluation import Measure, parse_measures
 
 CANONICAL = ["ndcg@10", "dcg@5", "ndcg", "dcg", "err", "err@20", "err@10:top=2", "err:top=3",
              "p@5", "map", "meanndcg", "ndcg@10:gain=exp", "dcg:gain=linear", "ndcg@5:empty=0",

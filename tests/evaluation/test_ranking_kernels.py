@@ -9,8 +9,8 @@ from numba import njit
 
 from bench.quicksort_adversary import adversary, adversary_numba, count_numba_comparisons
 from tests.evaluation.naive import evaluate_naive
-from training.evaluation import evaluate, ranking_kernels
-from training.evaluation.ranking_kernels import (
+from tunemix.core.evaluation import evaluate, ranking_kernels
+from tunemix.core.evaluation.ranking_kernels import (
     TIE_DOCID,
     TIE_QUICKSORT,
     TIE_STABLE,

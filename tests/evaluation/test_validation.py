@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from training.evaluation import EvaluationInputError, evaluate, mean_metric
+from tunemix.core.evaluation import EvaluationInputError, evaluate, mean_metric
 
 OFF = np.array([0, 2, 4])
 QIDS = ["10", "20"]

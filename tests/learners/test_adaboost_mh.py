@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from training.learners import AdaBoostMH, FitProgress
-from training.learners.adaboost_mh import alpha_from_edge, initial_signed_weights
-from training.learners.stump_search import ALPHA_MAX
-from training.scoring.forest import FlatForest
+from tunemix.core.scoring.forest import FlatForest
+from tunemix.train.learners import AdaBoostMH, FitProgress
+from tunemix.train.learners.adaboost_mh import alpha_from_edge, initial_signed_weights
+from tunemix.train.learners.stump_search import ALPHA_MAX
 
 from . import naive
 

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-import training.learners.adaboost_mh as adaboost_mh
-from training.learners import AdaBoostMH
-from training.learners.bandits import FeatureBandit
+import tunemix.train.learners.adaboost_mh as adaboost_mh
+from tunemix.train.learners import AdaBoostMH
+from tunemix.train.learners.bandits import FeatureBandit
 
 INFORMATIVE = [5, 17, 31]
 N_FEATURES = 40

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from training.data.binning import fit_bins
-from training.learners.bandits import Exp3PBandit, FullSearch, UCB1Bandit, edge_reward, make_bandit
-from training.learners.label_groups import STANDARD_GROUPINGS, LabelGrouping, get_grouping
+from tunemix.train.data.binning import fit_bins
+from tunemix.train.learners.bandits import Exp3PBandit, FullSearch, UCB1Bandit, edge_reward, make_bandit
+from tunemix.train.learners.label_groups import STANDARD_GROUPINGS, LabelGrouping, get_grouping
 
 
 # ------------------------------------------------------------------ bandits

@@ -1,5 +1,5 @@
 """The chunked, GIL-free boosting of Hamming trees on a full search
-(``training.learners.hamming_tree.boost_trees``, ``AdaBoostMH._boost_in_chunks``) against the
+(``tunemix.train.learners.hamming_tree.boost_trees``, ``AdaBoostMH._boost_in_chunks``) against the
 one-iteration-at-a-time loop of ``AdaBoostMH.fit`` it replaces there: the same trees, weights,
 scores and records to the last bit, in every class count, tree size, chunk size and stop."""
 
@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from training.learners import AdaBoostMH, FitProgress, adaboost_mh, hamming_tree
-from training.learners.stump_search import ALPHA_MAX
+from tunemix.train.learners import AdaBoostMH, FitProgress, adaboost_mh, hamming_tree
+from tunemix.train.learners.stump_search import ALPHA_MAX
 
 
 def _data(n: int, d: int, n_labels: int, seed: int, noise: float = 0.3) -> tuple[np.ndarray, np.ndarray]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from training.scoring.forest import FlatForest, concatenate, score_forest
+from tunemix.core.scoring.forest import FlatForest, concatenate, score_forest
 
 from . import naive
 
@@ -143,7 +143,7 @@ def test_mask_trees_and_single_lanes_give_the_walks_bits(seed: int) -> None:
     every base on all K lanes). Among them: trees of exactly 32 leaves (a full 32-bit mask) and
     of 33 (walked), -0.0 leaves, all-zero bases, NaN and infinite features and values equal to
     thresholds."""
-    from training.scoring import forest as forest_module
+    from tunemix.core.scoring import forest as forest_module
 
     rng = np.random.default_rng(200 + seed)
     K = 4
@@ -276,7 +276,7 @@ def test_checkpoint_lists_kept_per_forest_stay_right() -> None:
     """A forest keeps the checkpoint lists it has placed (``PackedNodes.checkpoint_plan``): more
     lists than it keeps, repeated lists, a list changed by its caller after the call and a bad
     list after good ones all give the slow walk's sums or the error."""
-    from training.scoring.forest import _CK_PLANS_KEPT
+    from tunemix.core.scoring.forest import _CK_PLANS_KEPT
 
     forest = random_forest(5, n_base=30)
     X = np.random.default_rng(1).normal(size=(20, forest.n_features)).astype(np.float32)

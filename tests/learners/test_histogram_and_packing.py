@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from training.learners.stump_search import ROW_BLOCK, accumulate_histogram, class_lanes
-from training.scoring.forest import DOC_BLOCK, FlatForest, PackedNodes, concatenate, score_forest
+from tunemix.core.scoring.forest import DOC_BLOCK, FlatForest, PackedNodes, concatenate, score_forest
+from tunemix.train.learners.stump_search import ROW_BLOCK, accumulate_histogram, class_lanes
 
 from . import naive
 from .test_forest import random_forest, stump_arrays
@@ -184,7 +184,7 @@ def test_two_threads_give_the_same_bits_as_one(monkeypatch: pytest.MonkeyPatch, 
     to the slow walk."""
     import numba
 
-    from training.scoring import forest as forest_module
+    from tunemix.core.scoring import forest as forest_module
 
     if int(numba.config.NUMBA_NUM_THREADS) < 2:  # type: ignore[attr-defined]
         pytest.skip("numba has one thread here")
@@ -217,7 +217,7 @@ def two_threads_spied(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     that gets an entry per call of the forest's parallel kernel."""
     import numba
 
-    from training.scoring import forest as forest_module
+    from tunemix.core.scoring import forest as forest_module
 
     if int(numba.config.NUMBA_NUM_THREADS) < 2:  # type: ignore[attr-defined]
         pytest.skip("numba has one thread here")
@@ -233,7 +233,7 @@ def two_threads_spied(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 def test_single_threaded_caps_only_the_calling_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
-    from training.scoring import forest as forest_module
+    from tunemix.core.scoring import forest as forest_module
 
     calls = two_threads_spied(monkeypatch)
     forest = random_forest(3, n_base=40)
@@ -252,7 +252,7 @@ def test_single_threaded_caps_only_the_calling_thread(monkeypatch: pytest.Monkey
 
 
 def test_lists_below_the_parallel_floor_score_on_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    from training.scoring import forest as forest_module
+    from tunemix.core.scoring import forest as forest_module
 
     calls = two_threads_spied(monkeypatch)
     forest = random_forest(3, n_base=40)
@@ -300,7 +300,7 @@ def test_small_trees_scored_by_table_equal_the_walk(seed: int) -> None:
     lopsided chain of 7 nodes (depth 7), chains of 3 and 5 nodes (the kernel always makes 7
     tests: the bits past a tree's nodes must not matter), a balanced depth-3 tree and random
     small trees."""
-    from training.scoring import forest as forest_module
+    from tunemix.core.scoring import forest as forest_module
 
     rng = np.random.default_rng(seed)
     for forest in (chain_forest(forest_module.SMALL_NODES, seed=seed), chain_forest(3, seed=seed),

@@ -1,4 +1,4 @@
-"""LightGBM's C API called directly (``training.learners.lightgbm_capi``) against its slow, obvious
+"""LightGBM's C API called directly (``tunemix.train.learners.lightgbm_capi``) against its slow, obvious
 twin: the ``lightgbm`` package doing the same thing (a Dataset of a ``Sequence`` of code rows or
 of a float matrix, ``lightgbm.train`` with ``early_stopping`` and ``record_evaluation``, the
 booster kept up to its best iteration). The trees must be the same to the last bit: the JSON
@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from training.data.binned import BinnedView, bin_view
-from training.learners import lightgbm_capi as capi
-from training.learners.lambdamart import LambdaMART
-from training.learners.lightgbm_data import code_dataset_params, sharing_datasets
-from training.learners.mcrank import McRank, lightgbm_params, sampling_params
+from tunemix.train.data.binned import BinnedView, bin_view
+from tunemix.train.learners import lightgbm_capi as capi
+from tunemix.train.learners.lambdamart import LambdaMART
+from tunemix.train.learners.lightgbm_data import code_dataset_params, sharing_datasets
+from tunemix.train.learners.mcrank import McRank, lightgbm_params, sampling_params
 
 lgb = pytest.importorskip("lightgbm")
 

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from training.learners.lightgbm_forest import ZERO_THRESHOLD, float32_above, lightgbm_to_forest
-from training.scoring.forest import score_forest
+from tunemix.core.scoring.forest import score_forest
+from tunemix.train.learners.lightgbm_forest import ZERO_THRESHOLD, float32_above, lightgbm_to_forest
 
 lgb = pytest.importorskip("lightgbm")
 
@@ -121,8 +121,8 @@ def test_converted_forest_equals_lightgbm_and_the_slow_walk(objective: str, leav
 
 
 def test_mcrank_and_lambdamart_snapshots_equal_lightgbm() -> None:
-    from training.learners.lambdamart import LambdaMART
-    from training.learners.mcrank import McRank
+    from tunemix.train.learners.lambdamart import LambdaMART
+    from tunemix.train.learners.mcrank import McRank
 
     X, y = _data(3, n=600, levels=3)
     Xt, _ = _data(4, n=200)
@@ -142,7 +142,7 @@ def test_mcrank_and_lambdamart_snapshots_equal_lightgbm() -> None:
 
 
 def test_mcrank_stopped_early_with_subsampling_equals_lightgbm_at_its_best_iteration() -> None:
-    from training.learners.mcrank import McRank
+    from tunemix.train.learners.mcrank import McRank
 
     X, y = _data(5, n=600, levels=3)
     Xv, yv = _data(6, n=300, levels=3)
@@ -164,8 +164,8 @@ def test_mcrank_stopped_early_with_subsampling_equals_lightgbm_at_its_best_itera
 def test_lambdamart_stopped_early_equals_lightgbm_at_its_best_iteration() -> None:
     """LambdaMART stopped on an eval set's NDCG@10: the kept trees are LightGBM's up to its best
     iteration, whose eval NDCG@10 is the best of the history, and the draws follow the seed."""
-    from training.evaluation import mean_metric
-    from training.learners.lambdamart import LambdaMART
+    from tunemix.core.evaluation import mean_metric
+    from tunemix.train.learners.lambdamart import LambdaMART
 
     X, y = _data(7, n=800, levels=3)
     Xv, yv = _data(8, n=400, levels=3)
@@ -196,7 +196,7 @@ def test_lambdamart_l2_is_lightgbm_lambda_l2() -> None:
     trained with it; it shrinks the leaf values; a negative one is refused."""
     import lightgbm as lgb
 
-    from training.learners.lambdamart import LambdaMART
+    from tunemix.train.learners.lambdamart import LambdaMART
 
     X, y = _data(9, n=600, levels=3)
     off = np.arange(0, 601, 20)
@@ -218,9 +218,9 @@ def test_lambdamart_l2_is_lightgbm_lambda_l2() -> None:
 def test_mq2008_fold1_converted_scores_equal_lightgbm_raw_predictions(mq2008_fold1: Any, leaves: int) -> None:
     """The slow twin: McRank (both variants) and LambdaMART on MQ2008 Fold1 train, the converted
     forest against LightGBM's raw predictions on Fold1 test, to 1e-6, at every snapshot."""
-    from training.data.svmlight import read_svmlight
-    from training.learners.lambdamart import LambdaMART
-    from training.learners.mcrank import McRank
+    from tunemix.core.data.svmlight import read_svmlight
+    from tunemix.train.learners.lambdamart import LambdaMART
+    from tunemix.train.learners.mcrank import McRank
 
     train = read_svmlight(mq2008_fold1 / "train.txt")
     test = read_svmlight(mq2008_fold1 / "test.txt", n_features=train.n_features)

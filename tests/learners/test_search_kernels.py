@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from training.data.binning import fit_bins
-from training.learners.hamming_tree import HammingTreeSearch
-from training.learners.stump_product import StumpProductSearch
-from training.learners.stump_search import ROW_BLOCK, boost_update
+from tunemix.train.data.binning import fit_bins
+from tunemix.train.learners.hamming_tree import HammingTreeSearch
+from tunemix.train.learners.stump_product import StumpProductSearch
+from tunemix.train.learners.stump_search import ROW_BLOCK, boost_update
 
 from . import naive
 

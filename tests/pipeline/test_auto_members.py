@@ -1,4 +1,4 @@
-"""The default members, chosen from the data (``training.pipeline.auto``): what is chosen at each
+"""The default members, chosen from the data (``tunemix.train.members.auto``): what is chosen at each
 size and budget, a config that names only its data trains them (LightGBM runs on the whole
 training set stopped early on validation, with calibrators that fit nothing), the choice is
 written into the resolved configuration, and the ``threads`` backend trains the same model as
@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from training.pipeline.auto import DataShape, adaboost_iterations, auto_members, auto_relevance, lambdamart_rate
-from training.pipeline.config import ConfigError, SyntheticData, load_config
-from training.pipeline.train import train
+from tunemix.train.config import ConfigError, SyntheticData, load_config
+from tunemix.train.members.auto import DataShape, adaboost_iterations, auto_members, auto_relevance, lambdamart_rate
+from tunemix.train.train import train
 
 pytest.importorskip("lightgbm")
 

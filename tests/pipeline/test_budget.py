@@ -1,4 +1,4 @@
-"""The time budget as a logic property (``training.pipeline.budget``): every stage of ``train``
+"""The time budget as a logic property (``tunemix.train.budget``): every stage of ``train``
 receives its end and obeys it, read through a fake clock (no timed test: the wall clock is
 measured by ``python -m bench.budget``)."""
 
@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from training.pipeline import train as train_module
-from training.pipeline.budget import (
+from tunemix.train import train as train_module
+from tunemix.train.budget import (
     MIN_RUN_S,
     STAGE_ENDS,
     VIEW_S_PER_VALUE,
@@ -22,8 +22,8 @@ from training.pipeline.budget import (
     affordable_models,
     affordable_views,
 )
-from training.pipeline.config import load_config
-from training.pipeline.mixing import search_forecasters
+from tunemix.train.config import load_config
+from tunemix.train.mixing import search_forecasters
 
 lgb = pytest.importorskip("lightgbm")
 
@@ -63,7 +63,7 @@ def test_deadline_ends_and_seconds_left() -> None:
 def test_remote_workers_read_the_wall_clock() -> None:
     import time
 
-    from training.pipeline.budget import clock_for
+    from tunemix.train.budget import clock_for
 
     assert clock_for("dask") is time.time and clock_for("ray") is time.time
     assert clock_for("threads") is time.perf_counter and clock_for("loky") is time.perf_counter
@@ -94,7 +94,7 @@ def test_affordable_views() -> None:
 
 
 def test_lightgbm_runs_stop_at_the_iteration_that_reaches_the_deadline() -> None:
-    from training.learners.mcrank import IterationBudget
+    from tunemix.train.learners.mcrank import IterationBudget
 
     clock = FakeClock(0.0)
     seen: list[int] = []
@@ -220,7 +220,7 @@ def test_every_stage_obeys_its_end(monkeypatch: pytest.MonkeyPatch) -> None:
     assert late["relevance_head"]["recalibration"]["applied"] is False
     assert late["evaluation"]["test"]["ensemble"]["yahoo"]["ndcg@10"] is not None
     # the report of a model cut by its budget renders (what `tunemix train --time-budget` writes)
-    from training.pipeline.report import render_report
+    from tunemix.train.report import render_report
 
     text = render_report(late, plots=False)["report.md"].decode()
     assert "under the `yahoo` convention" in text
@@ -229,7 +229,7 @@ def test_every_stage_obeys_its_end(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_recalibration_starts_a_fit_only_while_one_fits() -> None:
     """Asked before each fit: True once the time left to the head's end is no more than the last
     fit took (before the first fit, once the end is passed)."""
-    from training.pipeline.relevance_stage import recalibration_stop
+    from tunemix.train.relevance.stage import recalibration_stop
 
     clock = FakeClock(0.0)
     stop = recalibration_stop(FitBudget.begin(10.0, clock))  # the head's end: 9.7 s
@@ -247,7 +247,7 @@ def test_the_recalibration_starts_a_fit_only_while_one_fits() -> None:
 def test_the_head_stops_its_recalibration_at_its_end(monkeypatch: pytest.MonkeyPatch) -> None:
     """In a fit: each L-BFGS fit of the recalibration takes 4 (fake) seconds and the stage starts
     5 s before the head's end, so one fold is fitted and the cross-validation stops there."""
-    from training.calibration import relevance_fit
+    from tunemix.train.relevance import fit as relevance_fit
 
     cfg = load_config(None, {}, tables=copy.deepcopy(CONFIG))
     clock = FakeClock(0.0)

@@ -1,4 +1,4 @@
-"""Training on the queries a time budget can pay for (``training.pipeline.budget_sample``): the
+"""Training on the queries a time budget can pay for (``tunemix.train.budget_sample``): the
 fraction from the cost model, the sample itself (whole queries, seeded, at least
 ``MIN_SUBSAMPLE_QUERIES``), and a budgeted ``train`` that records it. The rule reads no clock:
 its inputs are the data's size and the budget; the budget's stages are tests/pipeline/test_budget.py."""
@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from tests.pipeline.test_budget import CONFIG, FakeClock
-from training.data.dataset import RankingData
-from training.pipeline import budget as budget_module
-from training.pipeline import train as train_module
-from training.pipeline.budget import (
+from tunemix.core.data.dataset import RankingData
+from tunemix.train import budget as budget_module
+from tunemix.train import train as train_module
+from tunemix.train.budget import (
     LIGHTGBM_IMPORT_S,
     MIN_SUBSAMPLE_QUERIES,
     VIEW_S_PER_VALUE,
@@ -26,8 +26,8 @@ from training.pipeline.budget import (
     affordable_views,
     fixed_seconds,
 )
-from training.pipeline.budget_sample import budget_subsample
-from training.pipeline.config import load_config
+from tunemix.train.budget_sample import budget_subsample
+from tunemix.train.config import load_config
 
 pytest.importorskip("lightgbm")
 
@@ -137,7 +137,7 @@ def test_a_budgeted_fit_trains_on_the_sample_and_says_so(monkeypatch: pytest.Mon
     assert whole["split"]["fit_queries"] + whole["split"]["calibration_queries"] == 120
     assert half["evaluation"]["test"]["ensemble"]["yahoo"]["ndcg@10"] is not None
     # the report says it under "Data"; a fit on every query says nothing of it
-    from training.pipeline.report import render_markdown
+    from tunemix.train.report import render_markdown
 
     assert "trained on 60 of 120 training queries" in render_markdown(half)
     assert "training queries (" not in render_markdown(whole)

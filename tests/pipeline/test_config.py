@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from training.pipeline.config import ConfigError, load_config
+from tunemix.train.config import ConfigError, load_config
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("distributed")
 
-from training.pipeline.config import load_config
-from training.pipeline.train import train
+from tunemix.train.config import load_config
+from tunemix.train.train import train
 
 
 def test_train_on_a_local_dask_cluster(tmp_path: Path) -> None:
@@ -50,9 +50,9 @@ def test_the_default_members_on_a_local_dask_cluster_train_the_threads_model() -
     identity, so each worker receives the data once, not once per task)."""
     pytest.importorskip("lightgbm")
     from tests.pipeline.test_auto_members import DATA_ONLY
-    from training.pipeline.config import SyntheticData
-    from training.pipeline.member_types import run_specs
-    from training.pipeline.train import _Clock, prepare, run_inputs
+    from tunemix.train.config import SyntheticData
+    from tunemix.train.members.types import run_specs
+    from tunemix.train.train import _Clock, prepare, run_inputs
 
     scores = []
     sets = SyntheticData(**DATA_ONLY["data"]["synthetic"]).make()
@@ -72,6 +72,6 @@ def test_the_default_members_on_a_local_dask_cluster_train_the_threads_model() -
     # the runs read the shared codes, which look as large as they are (joblib scatters large arguments)
     from dask.sizeof import sizeof
 
-    from training.data.binned import BinnedView
+    from tunemix.train.data.binned import BinnedView
 
     assert isinstance(mc[0], BinnedView) and sizeof(mc[0]) > mc[0].codes.nbytes > 1e3

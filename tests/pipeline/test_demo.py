@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from training.cli import main
-from training.pipeline.cli import DEFAULT_CONFIG
-from training.pipeline.config import load_config
+from tunemix.cli import main
+from tunemix.cli.train import DEFAULT_CONFIG
+from tunemix.train.config import load_config
 
 TINY = """
 name = "default"
@@ -63,7 +63,7 @@ def test_shipped_configs_are_valid() -> None:
     default = load_config(DEFAULT_CONFIG)
     assert default.data.synthetic is not None
     # the default names only its data: its members are chosen from the data (test_auto_members)
-    from training.pipeline.member_types import member_types
+    from tunemix.train.members.types import member_types
 
     assert not any(mt.blocks(default) for mt in member_types().values())
 
@@ -71,7 +71,7 @@ def test_shipped_configs_are_valid() -> None:
 @pytest.mark.parametrize("backend", ["sequential", "loky", "threads"])
 def test_progress_bar_counts_every_boosting_iteration(tmp_path: Path, backend: str,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    from training.pipeline.train import train
+    from tunemix.train.train import train
 
     cfg_path = tmp_path / "tiny.toml"
     cfg_path.write_text(TINY.replace('backend = "sequential"', f'backend = "{backend}"'))
@@ -95,7 +95,7 @@ def test_demo_on_a_cold_cache_fits_beside_the_learners_part(tmp_path: Path, monk
     import json
     from typing import Any
 
-    from training.pipeline import warm as warm_module
+    from tunemix.compile import warm as warm_module
 
     manifest = tmp_path / "models" / "default" / "v1" / "manifest.json"
     seen: list[str] = []

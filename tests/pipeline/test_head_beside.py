@@ -1,4 +1,4 @@
-"""The relevance head's own models trained beside the runs (``training.pipeline.head_beside``): the
+"""The relevance head's own models trained beside the runs (``tunemix.train.relevance.beside``): the
 same head to the last bit as when its stage trains them, only without a time budget and with a
 LightGBM run, and a model that fails is recorded as before."""
 
@@ -12,12 +12,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-import training.pipeline.train as train_module
-from training.pipeline.budget import FitBudget
-from training.pipeline.config import SyntheticData, load_config
-from training.pipeline.head_beside import head_beside
-from training.pipeline.member_types import run_specs
-from training.pipeline.train import train
+import tunemix.train.train as train_module
+from tunemix.train.budget import FitBudget
+from tunemix.train.config import SyntheticData, load_config
+from tunemix.train.members.types import run_specs
+from tunemix.train.relevance.beside import head_beside
+from tunemix.train.train import train
 
 pytest.importorskip("lightgbm")
 
@@ -101,7 +101,7 @@ def test_only_without_a_budget_with_a_head_and_a_lightgbm_run() -> None:
 
 
 def test_a_head_model_that_fails_is_recorded_and_the_model_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
-    import training.calibration.relevance_fit as relevance_fit
+    import tunemix.train.relevance.fit as relevance_fit
 
     def fails(*args: Any, **kwargs: Any) -> Any:
         raise ValueError("this head model cannot be trained")

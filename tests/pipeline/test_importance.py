@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 import tunemix
-from training.data.svmlight import read_svmlight, write_svmlight
-from training.pipeline.config import load_config
-from training.pipeline.train import load_data, train
+from tunemix.core.data.svmlight import read_svmlight, write_svmlight
+from tunemix.train.config import load_config
+from tunemix.train.train import load_data, train
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,7 +83,7 @@ def test_report_shows_importance_and_worked_examples(trained: dict[str, Any]) ->
 
 
 def run_cli(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "training.cli", *argv], capture_output=True, text=True, cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "tunemix.cli", *argv], capture_output=True, text=True, cwd=ROOT,
                           check=False)
 
 
@@ -123,7 +123,7 @@ def test_tunemix_explain_from_the_command_line(trained: dict[str, Any]) -> None:
 
 
 def test_train_summary_says_why_so_many_runs_and_members(trained: dict[str, Any]) -> None:
-    from training.pipeline.cli import _summary, count_lines
+    from tunemix.cli.train import _summary, count_lines
 
     rec = trained["record"]
     runs, members = count_lines(rec)

@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from training.pipeline.config import ConfigError, load_config
-from training.pipeline.member_types import expand_blocks, get_member_type, linear_scores, member_types, run_specs
-from training.pipeline.train import train
-from training.scoring.ensemble_model import load_model
+from tunemix.core.scoring.ensemble_model import load_model
+from tunemix.train.config import ConfigError, load_config
+from tunemix.train.members.types import expand_blocks, get_member_type, linear_scores, member_types, run_specs
+from tunemix.train.train import train
 
 pytest.importorskip("lightgbm")
 pytest.importorskip("sklearn")
@@ -114,8 +114,8 @@ def test_every_type_is_in_the_record_and_the_report(trained: dict[str, Any]) -> 
 
 
 def test_saved_model_scores_like_the_trained_one(trained: dict[str, Any]) -> None:
-    from training.artifact.store import SCHEMA_VERSION
-    from training.data.synthetic import make_synthetic_splits
+    from tunemix.core.artifact import SCHEMA_VERSION
+    from tunemix.train.data.synthetic import make_synthetic_splits
 
     model = trained["model"]
     loaded, manifest = load_model(trained["path"])
@@ -131,7 +131,7 @@ def test_engine_equals_the_per_member_reference_path(tmp_path_factory: pytest.Te
     """The scoring engine (one forest pass; every calibrator in one kernel, each distinct snapshot
     gathered once; the mixer's fused rescale-and-sum) against the slow path: each member's own
     raw vector through its calibrator's ``transform``, then the rescaling and the weighted sum."""
-    from training.data.synthetic import make_synthetic_splits
+    from tunemix.train.data.synthetic import make_synthetic_splits
 
     tmp = tmp_path_factory.mktemp("uniform")
     (tmp / "uniform.toml").write_text(ALL_MEMBERS.replace(
@@ -154,8 +154,8 @@ def test_engine_equals_the_per_member_reference_path(tmp_path_factory: pytest.Te
 
 def test_served_linear_members_raw_scores_are_their_maps(trained: dict[str, Any]) -> None:
     """In the trained (pruned) model, a linear member's raw scores are its run's linear map on its view."""
-    from training.data.normalization import apply_view
-    from training.data.synthetic import make_synthetic_splits
+    from tunemix.core.data.normalization import apply_view
+    from tunemix.train.data.synthetic import make_synthetic_splits
 
     model = trained["model"]
     data = make_synthetic_splits(n_queries={"a": 4}, docs_per_query=(3, 9), n_features=6, n_levels=3, seed=8)["a"]
@@ -206,7 +206,7 @@ def _three_classes(seed: int, n: int = 300) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.mark.parametrize("C", [1e-3, 1.0, 10.0])
 def test_svm_export_equals_decision_function(C: float) -> None:
-    from training.pipeline.linear_members import fit_crammer_singer
+    from tunemix.train.members.linear import fit_crammer_singer
 
     X, y = _three_classes(0)
     linear, svc = fit_crammer_singer(X, y, 3, C=C)
@@ -218,11 +218,11 @@ def test_svm_export_equals_decision_function(C: float) -> None:
 
 
 def test_svm_export_through_the_ensemble_model_equals_decision_function() -> None:
-    from training.calibration.registry import make_calibrator
-    from training.ensemble.registry import make_mixer
-    from training.pipeline.linear_members import fit_crammer_singer
-    from training.scoring.ensemble_model import EnsembleModel, Member, RunInfo
-    from training.scoring.forest import FlatForest
+    from tunemix.core.calibration.registry import make_calibrator
+    from tunemix.core.ensemble.registry import make_mixer
+    from tunemix.core.scoring.ensemble_model import EnsembleModel, Member, RunInfo
+    from tunemix.core.scoring.forest import FlatForest
+    from tunemix.train.members.linear import fit_crammer_singer
 
     X, y = _three_classes(2)
     linear, svc = fit_crammer_singer(X, y, 3, C=1.0)
@@ -236,7 +236,7 @@ def test_svm_export_through_the_ensemble_model_equals_decision_function() -> Non
 
 
 def test_svm_with_two_classes_gives_zero_and_the_score() -> None:
-    from training.pipeline.linear_members import fit_crammer_singer
+    from tunemix.train.members.linear import fit_crammer_singer
 
     X, y = _three_classes(4)
     linear, svc = fit_crammer_singer(X, (y > 0).astype(np.int64), 2, C=1.0)
@@ -247,7 +247,7 @@ def test_svm_with_two_classes_gives_zero_and_the_score() -> None:
 
 
 def test_best_single_feature_finds_the_planted_feature_and_sign() -> None:
-    from training.pipeline.linear_members import best_single_feature
+    from tunemix.train.members.linear import best_single_feature
 
     rng = np.random.default_rng(5)
     X = rng.normal(size=(400, 4)).astype(np.float32)
@@ -269,11 +269,11 @@ def test_ordinal_and_expected_relevance_steps_score_like_the_calibrators_own_tra
     probabilities from the ordinal step's slabs (their inner calibrators packed into the kernels),
     ``er:<link>:<T>`` members are computed by the expected-relevance step; every member scores
     exactly as its calibrator's own transform, and raw scores stay the member's raw vector."""
-    from training.calibration.registry import make_calibrator
-    from training.ensemble.registry import make_mixer
-    from training.learners.mcrank import McRank
-    from training.scoring.ensemble_model import EnsembleModel, Member, RunInfo
-    from training.scoring.forest import score_forest
+    from tunemix.core.calibration.registry import make_calibrator
+    from tunemix.core.ensemble.registry import make_mixer
+    from tunemix.core.scoring.ensemble_model import EnsembleModel, Member, RunInfo
+    from tunemix.core.scoring.forest import score_forest
+    from tunemix.train.learners.mcrank import McRank
 
     X, y = _three_classes(6, 400)
     m = McRank(variant=variant, n_leaves=4, n_iterations=6, checkpoints=[2, 6], min_data_in_leaf=5).fit(X, y)
@@ -309,11 +309,11 @@ def test_linear_runs_on_every_view_score_and_prune_like_their_maps() -> None:
     """Linear runs on raw, raw+std and raw+white (the normalised views' weights go to the right
     block of wide columns), beside a forest run; pruning to the raw+white run keeps the scores and
     drops the unused view."""
-    from training.calibration.registry import make_calibrator
-    from training.data.normalization import apply_view
-    from training.ensemble.registry import mixer_from_params
-    from training.scoring.ensemble_model import EnsembleModel, Member, RunInfo, prune
-    from training.scoring.forest import FlatForest
+    from tunemix.core.calibration.registry import make_calibrator
+    from tunemix.core.data.normalization import apply_view
+    from tunemix.core.ensemble.registry import mixer_from_params
+    from tunemix.core.scoring.ensemble_model import EnsembleModel, Member, RunInfo, prune
+    from tunemix.core.scoring.forest import FlatForest
 
     rng = np.random.default_rng(9)
     d, views = 4, ["raw", "raw+std", "raw+white"]

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 
-from training.pipeline.config import ConfigError, load_config
-from training.pipeline.importance import explanation_lines, importance_plot
-from training.pipeline.names import MAX_NAME_LENGTH, md_text, plot_text
-from training.pipeline.train import train
+from tunemix.train.config import ConfigError, load_config
+from tunemix.train.importance import explanation_lines, importance_plot
+from tunemix.train.members.names import MAX_NAME_LENGTH, md_text, plot_text
+from tunemix.train.train import train
 
 HOSTILE = ["$\\foo$", "<img src=x onerror=alert(1)>", "a|b", "`tick`", "*em* _u_ [l](http://x) #h",
            "back\\slash", "$5 and $6", "ünï cödé ✓"]

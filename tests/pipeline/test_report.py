@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from training.pipeline.report import mix_explanation, render_plots
+from tunemix.train.report import mix_explanation, render_plots
 
 
 def _record(c: float, val: float, best: float) -> dict[str, Any]:
@@ -41,8 +41,8 @@ def test_the_plots_are_written_and_the_chosen_point_is_marked() -> None:
 
 def test_the_relevance_section_and_its_reliability_diagram() -> None:
     pytest.importorskip("matplotlib")
-    from training.calibration.relevance_fit import relevance_metrics
-    from training.pipeline.report import relevance_lines
+    from tunemix.train.relevance.fit import relevance_metrics
+    from tunemix.train.report import relevance_lines
 
     rng = np.random.default_rng(1)
     probs = rng.dirichlet([2, 1, 1], size=400)

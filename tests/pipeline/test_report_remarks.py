@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from training.pipeline.report_remarks import (
+from tunemix.train.report_remarks import (
     ensemble_below_best_member,
     feature_label,
     train_error_cell,
@@ -61,7 +61,7 @@ def test_json_values_carry_no_float32_noise() -> None:
 
 def test_a_bar_over_an_upper_bound_predicts_no_end() -> None:
     pytest.importorskip("tqdm")
-    from training.pipeline.parallel import progress_bar
+    from tunemix.train.parallel import progress_bar
 
     bar = progress_bar(100_000, "boosting iterations", True, unit="it", upper_bound=True)
     bar.fp = io.StringIO()

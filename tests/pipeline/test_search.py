@@ -1,4 +1,4 @@
-"""The search of "tune, then mix" (``training.pipeline.search``): seeded, diverse, within the
+"""The search of "tune, then mix" (``tunemix.train.search``): seeded, diverse, within the
 boosting stage's end under a fake clock (no timed test), recorded, and off when asked."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from training.pipeline import train as train_module
-from training.pipeline.budget import FitBudget
-from training.pipeline.config import ConfigError, load_config
-from training.pipeline.member_types import RunResult, RunSpec
-from training.pipeline.search import (
+from tunemix.train import train as train_module
+from tunemix.train.budget import FitBudget
+from tunemix.train.config import ConfigError, load_config
+from tunemix.train.members.types import RunResult, RunSpec
+from tunemix.train.search import (
     MAX_RUNS,
     MIN_ITERATIONS,
     SPACE,
@@ -235,7 +235,7 @@ def test_a_fit_keeps_every_search_run_as_a_member(monkeypatch: pytest.MonkeyPatc
     assert all(0.0 <= s <= 1.0 for s in shares) and search_rec["weight_share"] == pytest.approx(sum(shares), abs=1e-3)
     again = _train(monkeypatch)
     assert [r["config"] for r in again["search"]["runs"]] == [r["config"] for r in search_rec["runs"]]
-    from training.pipeline.report import render_report
+    from tunemix.train.report import render_report
 
     assert "## Search (tune, then mix)" in render_report(rec, plots=False)["report.md"].decode()
 
@@ -251,7 +251,7 @@ def test_the_off_switch(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_cli_flag() -> None:
     import argparse
 
-    from training.pipeline.cli import _add_overrides, _overrides
+    from tunemix.cli.train import _add_overrides, _overrides
 
     p = argparse.ArgumentParser()
     _add_overrides(p)

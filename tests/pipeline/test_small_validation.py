@@ -1,4 +1,4 @@
-"""The rule for small validation sets (issue 39, ``training.pipeline.auto.small_validation``):
+"""The rule for small validation sets (issue 39, ``tunemix.train.members.auto.small_validation``):
 it changes the default LightGBM runs below 15 validation queries and nothing from 15 up, and the
 training record and report say whether it was used and why."""
 
@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from tests.pipeline.test_auto_members import DATA_ONLY
-from training.pipeline.auto import (
+from tunemix.train.config import load_config
+from tunemix.train.members.auto import (
     SMALL_MCRANK_PATIENCE,
     SMALL_VALIDATION_PATIENCE,
     SMALL_VALIDATION_QUERIES,
@@ -19,9 +20,8 @@ from training.pipeline.auto import (
     auto_members,
     small_validation,
 )
-from training.pipeline.config import load_config
-from training.pipeline.report import render_markdown
-from training.pipeline.train import train
+from tunemix.train.report import render_markdown
+from tunemix.train.train import train
 
 pytest.importorskip("lightgbm")
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from training.artifact.store import ArtifactError
-from training.cli import main
-from training.evaluation import CONVENTION_NAMES
-from training.pipeline.config import load_config
-from training.pipeline.train import train
-from training.scoring.ensemble_model import load_model
+from tunemix.cli import main
+from tunemix.core.artifact import ArtifactError
+from tunemix.core.evaluation import CONVENTION_NAMES
+from tunemix.core.scoring.ensemble_model import load_model
+from tunemix.train.config import load_config
+from tunemix.train.train import train
 
 TINY = """
 name = "tiny"
@@ -73,7 +73,7 @@ def test_artifact_layout_and_record(trained: tuple[Path, dict]) -> None:
 
 
 def test_round_trip_gives_identical_scores(trained: tuple[Path, dict]) -> None:
-    from training.data.synthetic import make_synthetic_splits
+    from tunemix.train.data.synthetic import make_synthetic_splits
 
     path, info = trained
     model = info["model"]
@@ -90,13 +90,13 @@ def test_members_match_standalone_snapshots(trained: tuple[Path, dict]) -> None:
     """A member's raw scores from the one-pass wide forest equal its run's own snapshot: the run
     refitted alone on the shared codes of its view (the binning stage over the whole training set,
     the fit part's queries first) and scored on real features."""
-    from training.data.binned import bin_view
-    from training.data.normalization import apply_view
-    from training.data.splits import query_split
-    from training.data.synthetic import make_synthetic_splits
-    from training.learners.adaboost_mh import AdaBoostMH
-    from training.learners.label_groups import get_grouping
-    from training.pipeline.train import load_data
+    from tunemix.core.data.normalization import apply_view
+    from tunemix.train.data.binned import bin_view
+    from tunemix.train.data.splits import query_split
+    from tunemix.train.data.synthetic import make_synthetic_splits
+    from tunemix.train.learners.adaboost_mh import AdaBoostMH
+    from tunemix.train.learners.label_groups import get_grouping
+    from tunemix.train.train import load_data
 
     _, info = trained
     model, cfg = info["model"], info["cfg"]
@@ -153,9 +153,9 @@ def test_cli_train_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 
 def test_pruning_keeps_scores_and_shrinks_the_model(trained: tuple[Path, dict]) -> None:
-    from training.data.synthetic import make_synthetic_splits
-    from training.ensemble.registry import make_mixer
-    from training.scoring.ensemble_model import EnsembleModel, prune
+    from tunemix.core.ensemble.registry import make_mixer
+    from tunemix.core.scoring.ensemble_model import EnsembleModel, prune
+    from tunemix.train.data.synthetic import make_synthetic_splits
 
     _, info = trained
     model = info["model"]
@@ -178,10 +178,10 @@ def test_pruning_keeps_scores_and_shrinks_the_model(trained: tuple[Path, dict]) 
 
 def test_pruning_drops_unused_views_and_bases() -> None:
     """Hand-built case: two runs, the forecaster keeps only an early snapshot of the second."""
-    from training.calibration.registry import make_calibrator
-    from training.ensemble.registry import mixer_from_params
-    from training.scoring.ensemble_model import EnsembleModel, Member, RunInfo, prune
-    from training.scoring.forest import FlatForest
+    from tunemix.core.calibration.registry import make_calibrator
+    from tunemix.core.ensemble.registry import mixer_from_params
+    from tunemix.core.scoring.ensemble_model import EnsembleModel, Member, RunInfo, prune
+    from tunemix.core.scoring.forest import FlatForest
 
     def stump(feature: int, value: float) -> dict[str, np.ndarray]:
         return {"base_kind": np.zeros(1, np.int8), "base_node_start": np.array([0, 1]),
@@ -190,7 +190,7 @@ def test_pruning_drops_unused_views_and_bases() -> None:
                 "node_right": np.array([-2], np.int32),
                 "leaf_values": np.array([[-value, value], [value, -value]]), "n_features": np.array(4)}
 
-    from training.scoring.forest import concatenate
+    from tunemix.core.scoring.forest import concatenate
 
     forest = concatenate([FlatForest.from_arrays(stump(f, v)) for f, v in [(0, 1.0), (1, 2.0), (2, 3.0), (3, 4.0)]])
     runs = [RunInfo("raw", "original", 2, 0, 2, {}), RunInfo("raw+std", "original", 2, 2, 4, {})]
@@ -221,11 +221,11 @@ def test_pruning_drops_unused_views_and_bases() -> None:
 def test_remapped_forest_scores_like_the_run_on_its_view(view: str) -> None:
     """Trees trained on a view, rewritten for the wide [raw | std | white] matrix and padded to
     more classes, give the same raw scores (extra classes 0)."""
-    from training.data.normalization import apply_view
-    from training.data.synthetic import make_synthetic
-    from training.learners.adaboost_mh import AdaBoostMH
-    from training.scoring.ensemble_model import remap_forest
-    from training.scoring.forest import score_forest
+    from tunemix.core.data.normalization import apply_view
+    from tunemix.core.scoring.ensemble_model import remap_forest
+    from tunemix.core.scoring.forest import score_forest
+    from tunemix.train.data.synthetic import make_synthetic
+    from tunemix.train.learners.adaboost_mh import AdaBoostMH
 
     data = make_synthetic(n_queries=30, docs_per_query=(4, 12), n_features=5, n_levels=3, seed=11)
     x_view = apply_view(data.features, data.query_offsets, view)
@@ -267,7 +267,7 @@ def test_snapshot_T_tuned_with_c_on_the_calibration_part(tmp_path: Path) -> None
 
 def test_label_groupings_all_expands_to_the_methods_groupings(tmp_path: Path) -> None:
     """label_groupings = ["all"] on five-level data: the method's five groupings, one run each."""
-    from training.learners.label_groups import groupings_for
+    from tunemix.train.learners.label_groups import groupings_for
 
     assert groupings_for(["all"], 5) == ["original", "binary", "three-a", "three-b", "four"]
     assert groupings_for(["binary", "all"], 3) == ["binary", "original"]
@@ -299,7 +299,7 @@ def test_a_model_without_a_relevance_head_still_trains_and_ranks(tmp_path: Path,
         overrides["relevance.enabled"] = False
     else:
         monkeypatch.setitem(sys.modules, "lightgbm", None)  # not installed: its library is not found
-        monkeypatch.setattr("training.learners.lightgbm_capi._lib", None)  # nor loaded yet
+        monkeypatch.setattr("tunemix.train.learners.lightgbm_capi._lib", None)  # nor loaded yet
     outcome = train(load_config(cfg_path, overrides), progress=False)
     model = outcome.model
     assert model.relevance_head is None

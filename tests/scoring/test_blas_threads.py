@@ -7,13 +7,13 @@ import sys
 
 import pytest
 
-from training.scoring.runtime import limit_blas_threads
+from tunemix.core.scoring.runtime import limit_blas_threads
 
 
 def test_limit_blas_threads_caps_numpys_openblas() -> None:
     code = (
         "import ctypes, numpy\n"
-        "from training.scoring.runtime import limit_blas_threads\n"
+        "from tunemix.core.scoring.runtime import limit_blas_threads\n"
         "libs = limit_blas_threads(1)\n"
         "assert libs, 'no OpenBLAS found'\n"
         "lib = ctypes.CDLL(libs[0])\n"

@@ -14,10 +14,10 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from training.calibration.base import Calibrator, CalibratorParams, validate_raw
-from training.calibration.registry import make_calibrator
-from training.scoring import forest
-from training.scoring.calibration_step import CalibrationStep
+from tunemix.core.calibration.base import Calibrator, CalibratorParams, validate_raw
+from tunemix.core.calibration.registry import make_calibrator
+from tunemix.core.scoring import forest
+from tunemix.core.scoring.calibration_step import CalibrationStep
 
 from ..calibration.naive import synthetic_member
 

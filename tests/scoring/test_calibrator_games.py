@@ -1,4 +1,4 @@
-"""The calibrator layer of exact explanations (``training.scoring.calibrator_games``) against its
+"""The calibrator layer of exact explanations (``tunemix.core.explain.calibrator_games``) against its
 slow twin: each member's calibrator through its own ``transform`` (McRank's ordinal members through
 their class probabilities) on every hybrid of its K inputs, and the Shapley values as the average
 marginal contribution over the K! orders of the inputs; on a trained model with every member type
@@ -15,16 +15,16 @@ import numpy as np
 import pytest
 
 from tests.scoring.test_explanation import MEMBERS, OTHER_TYPES, candidate_list, trained
-from training.calibration.expected_relevance import ordinal_probabilities
-from training.scoring.calibrator_games import _ordinal_slabs, calibrator_games
-from training.scoring.ensemble_model import EnsembleModel
-from training.scoring.exact_explanation import (
+from tunemix.core.calibration.expected_relevance import ordinal_probabilities
+from tunemix.core.explain.calibrator_games import _ordinal_slabs, calibrator_games
+from tunemix.core.explain.exact_explanation import (
     _moved_attributions,
     _raw_attributions,
     _reference_sources,
     reference_views,
 )
-from training.scoring.tree_shap import forest_attributions
+from tunemix.core.explain.tree_shap import forest_attributions
+from tunemix.core.scoring.ensemble_model import EnsembleModel
 
 pytest.importorskip("lightgbm")
 pytest.importorskip("sklearn")
@@ -169,7 +169,7 @@ def test_reference_sources_equal_the_scoring_pass(model: EnsembleModel) -> None:
     """The reference row's source vectors from its own walk down the forest (``_reference_sources``)
     equal the scoring pass's raw block of that row (``_raw_block``: the scoring kernel and the
     folded linear map), for forest (trees and products of stumps) and linear sources."""
-    from training.scoring.forest import KIND_PRODUCT
+    from tunemix.core.scoring.forest import KIND_PRODUCT
 
     games = calibrator_games(model)
     f = model.forest

@@ -1,5 +1,5 @@
 """``forest.claim``: the atomic counter by which the threads running the forest and calibration
-kernels (``training.threads.on_threads``) take work items. Every item must go to exactly one
+kernels (``tunemix.core.threads.on_threads``) take work items. Every item must go to exactly one
 thread."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from numba import njit
 
-from training.scoring.forest import claim
-from training.threads import on_threads
+from tunemix.core.scoring.forest import claim
+from tunemix.core.threads import on_threads
 
 
 @njit(nogil=True)

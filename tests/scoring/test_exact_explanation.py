@@ -1,4 +1,4 @@
-"""Exact explanations (``method="exact"``, ``training.scoring.exact_explanation``): equal to brute-force
+"""Exact explanations (``method="exact"``, ``tunemix.core.explain.exact_explanation``): equal to brute-force
 Shapley enumeration of the whole model where every layer is linear (identity calibrator, a uniform
 mix without per-query statistics, the raw view) for every member type; additive to 1e-9 for every
 member type, view, calibrator and mixer; deterministic; a pair is a difference; the sampled whole-model
@@ -20,14 +20,14 @@ from tests.scoring.test_explanation import (
     sub_model,
     trained,
 )
-from training.calibration.expected_relevance import IdentityCalibrator
-from training.ensemble.base import Mixer
-from training.ensemble.exponential_forecaster import ExponentialForecaster
-from training.ensemble.member_rescaling import MemberRescaler
-from training.ensemble.registry import mixer_from_params
-from training.scoring.ensemble_model import EnsembleModel, Member
-from training.scoring.explanation import explain_pair, explain_rows
-from training.scoring.mix_propagation import mix_layer
+from tunemix.core.calibration.expected_relevance import IdentityCalibrator
+from tunemix.core.ensemble.base import Mixer
+from tunemix.core.ensemble.exponential_forecaster import ExponentialForecaster
+from tunemix.core.ensemble.member_rescaling import MemberRescaler
+from tunemix.core.ensemble.registry import mixer_from_params
+from tunemix.core.explain.explanation import explain_pair, explain_rows
+from tunemix.core.explain.mix_propagation import mix_layer
+from tunemix.core.scoring.ensemble_model import EnsembleModel, Member
 
 pytest.importorskip("lightgbm")
 pytest.importorskip("sklearn")
@@ -220,7 +220,7 @@ def test_the_scoring_pass_whitening_is_reused(models: dict[str, EnsembleModel]) 
     """A scoring pass asked for its whitening keeps each query's (mean, eigenvalues, eigenvectors)
     as whiten_by_query computed them (the same bits as one query alone, and as a query long enough
     for the threaded path), and explanations reusing them equal those that compute them again."""
-    from training.data.normalization import PARALLEL_MIN_DOCUMENTS, whiten_by_query
+    from tunemix.core.data.normalization import PARALLEL_MIN_DOCUMENTS, whiten_by_query
 
     model = models["raw+white"]
     x = np.vstack([candidate_list(4, n=8), candidate_list(5, n=6)])
@@ -256,7 +256,7 @@ def test_input_shapley_matrix_equals_permutation_enumeration(k: int) -> None:
     contribution over all K! orders (the slow, obvious twin) on a random game."""
     import itertools
 
-    from training.scoring.calibrator_games import shapley_matrix
+    from tunemix.core.explain.calibrator_games import shapley_matrix
 
     values = np.random.default_rng(k).normal(size=1 << k)
     values[0] = 0.3
@@ -277,7 +277,7 @@ def test_whitened_columns_split_along_their_change() -> None:
     """The whitened columns' attributions go to the features moving each column the way it moved
     (RevealCancel with a step): against a slow loop over columns and features, shares of a column
     add up to its attribution, features pushing against get nothing, and none exceeds it."""
-    from training.scoring.exact_explanation import _unwhiten
+    from tunemix.core.explain.exact_explanation import _unwhiten
 
     rng = np.random.default_rng(3)
     k, d = 4, 5
@@ -309,8 +309,8 @@ def test_standardised_reference_equals_the_view() -> None:
     """The reference's standardised block (``_standardised_reference``) against its NumPy twin (the
     list's mean and population deviation per column, 0 for a flat column), bit for bit, and equal to
     the view's own values (``standardise_by_query``) when the reference is a document of the list."""
-    from training.data.normalization import standardise_by_query
-    from training.scoring.exact_explanation import _standardised_reference
+    from tunemix.core.data.normalization import standardise_by_query
+    from tunemix.core.explain.exact_explanation import _standardised_reference
 
     rng = np.random.default_rng(11)
     x = rng.normal(size=(13, 6)).astype(np.float32) * [1, 10, 1e-3, 1, 1, 1]

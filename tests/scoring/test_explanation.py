@@ -1,4 +1,4 @@
-"""Whole-model Shapley explanations (``method="shapley"``, ``training.scoring.whole_model_shapley``) against their
+"""Whole-model Shapley explanations (``method="shapley"``, ``tunemix.core.explain.whole_model_shapley``) against their
 slow twin: brute-force Shapley values of the game v(S) = score(list with row i := hybrid)[i]
 computed from ``tunemix.Model.predict`` alone, on models of 6 features (every member type, every
 view, calibrators and per-query mixing), plus additivity, the sampled estimator and pairs."""
@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 import tunemix
-from training.ensemble.registry import mixer_from_params
-from training.pipeline.config import load_config
-from training.pipeline.train import train
-from training.scoring.ensemble_model import EnsembleModel
-from training.scoring.explanation import explain_pair, explain_rows, reference_row
+from tunemix.core.ensemble.registry import mixer_from_params
+from tunemix.core.explain.explanation import explain_pair, explain_rows, reference_row
+from tunemix.core.scoring.ensemble_model import EnsembleModel
+from tunemix.train.config import load_config
+from tunemix.train.train import train
 
 pytest.importorskip("lightgbm")
 pytest.importorskip("sklearn")

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from tests.scoring.test_explanation import MEMBERS, D, candidate_list, trained
-from training.calibration.expected_relevance import ordinal_probabilities
-from training.data.dataset import validate_offsets
-from training.data.normalization import standardise_by_query, whiten_by_query
-from training.scoring.ensemble_model import EnsembleModel
+from tunemix.core.calibration.expected_relevance import ordinal_probabilities
+from tunemix.core.data.dataset import validate_offsets
+from tunemix.core.data.normalization import standardise_by_query, whiten_by_query
+from tunemix.core.scoring.ensemble_model import EnsembleModel
 
 pytest.importorskip("lightgbm")
 

@@ -1,4 +1,4 @@
-"""The mix layer of exact explanations (``training.scoring.mix_propagation``): its values are the
+"""The mix layer of exact explanations (``tunemix.core.explain.mix_propagation``): its values are the
 served mix with each document's own score in place, its z-scores bounded, and the numba passes of
 ``reveal_cancel`` equal to their NumPy twin (the member attributions built in full, the two-player
 rule written out) on random inputs."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from training.ensemble.registry import mixer_from_params
-from training.scoring.mix_propagation import MixLayer, mix_layer, reveal_cancel
+from tunemix.core.ensemble.registry import mixer_from_params
+from tunemix.core.explain.mix_propagation import MixLayer, mix_layer, reveal_cancel
 
 
 def uniform(rescale: str, m: int) -> MixLayer:
@@ -102,7 +102,7 @@ def test_vectorised_zscore_shares_equal_the_scalar_rule() -> None:
     """The members' loop of the z-score mode written with selects (``_zscore_shares``) gives what the
     one-member rule (``_member_shares``, as ``MixLayer.shares`` applies it) gives, value for value:
     parts that are 0, a constant member, a member whose other scores are all equal, a list of two."""
-    from training.scoring.mix_propagation import MODES, _zscore_shares
+    from tunemix.core.explain.mix_propagation import MODES, _zscore_shares
 
     rng = np.random.default_rng(7)
     for n_docs in (2, 9):
@@ -134,7 +134,7 @@ def test_kernels_own_scores_and_others_extremes_equal_numpy(rescale: str) -> Non
     """``_others`` (the propagation's per-document scores and others' extremes, inside the kernel)
     gives ``MixLayer.rows`` value for value, and its extremes are the other documents' (a loop over
     them): ties at both extremes, a document alone at the smallest, a constant member, a list of two."""
-    from training.scoring.mix_propagation import MODES, _others
+    from tunemix.core.explain.mix_propagation import MODES, _others
 
     rng = np.random.default_rng(11)
     for n_docs in (2, 9):

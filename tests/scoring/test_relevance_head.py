@@ -14,22 +14,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from training.calibration.expected_relevance import softmax_probabilities as softmax
-from training.calibration.relevance_fit import (
-    expected_calibration_error,
-    fit_recalibration,
-    fit_relevance_head,
-    recalibration_gain,
-    relevance_metrics,
-)
-from training.data.dataset import RankingData
-from training.scoring.forest import FlatForest, concatenate, score_forest
-from training.scoring.relevance_head import (
+from tunemix.core.calibration.expected_relevance import softmax_probabilities as softmax
+from tunemix.core.data.dataset import RankingData
+from tunemix.core.scoring.forest import FlatForest, concatenate, score_forest
+from tunemix.core.scoring.relevance_head import (
     RelevanceHead,
     cumulative_from_probabilities,
     probabilities_from_cumulative,
     rank_match,
     recalibrated,
+)
+from tunemix.train.relevance.fit import (
+    expected_calibration_error,
+    fit_recalibration,
+    fit_relevance_head,
+    recalibration_gain,
+    relevance_metrics,
 )
 
 

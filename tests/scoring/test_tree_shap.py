@@ -1,4 +1,4 @@
-"""The one-reference TreeSHAP kernel (``training.scoring.tree_shap``) against its slow twin: every
+"""The one-reference TreeSHAP kernel (``tunemix.core.explain.tree_shap``) against its slow twin: every
 base classifier walked in pure NumPy on every hybrid row z_S (2^G coalitions of players) and the
 Shapley formula applied, on random forests of trees (features repeated down a path), products of
 stumps and empty trees, with columns grouped into players as the views group them."""
@@ -11,8 +11,8 @@ from math import factorial
 import numpy as np
 import pytest
 
-from training.scoring.forest import KIND_PRODUCT, KIND_TREE, FlatForest, score_forest
-from training.scoring.tree_shap import _forest_attributions, forest_attributions, shapley_weights
+from tunemix.core.explain.tree_shap import _forest_attributions, forest_attributions, shapley_weights
+from tunemix.core.scoring.forest import KIND_PRODUCT, KIND_TREE, FlatForest, score_forest
 
 
 def random_tree(rng: np.random.Generator, cols: int, n_leaves: int) -> tuple[list[int], list[float], list[int],

@@ -1,5 +1,5 @@
-"""The set walk (``training.scoring.tree_shap_sets.documents_sets``) against the per-document walk
-(``training.scoring.tree_shap.documents``) bit for bit, and against the brute-force twin of
+"""The set walk (``tunemix.core.explain.tree_shap_sets.documents_sets``) against the per-document walk
+(``tunemix.core.explain.tree_shap.documents``) bit for bit, and against the brute-force twin of
 ``test_tree_shap`` (every hybrid row of every coalition): random forests of trees (features
 repeated down a path, players of several columns), products of stumps and empty trees; every
 class count; trees of up to 149 nodes; blocks of 64 documents and more; the reference among the
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from tests.scoring.test_tree_shap import random_forest, twin
-from training.scoring.forest import FlatForest
-from training.scoring.tree_shap import documents, reference_sides, shapley_weights
-from training.scoring.tree_shap_sets import BLOCK, _block, documents_sets
+from tunemix.core.explain.tree_shap import documents, reference_sides, shapley_weights
+from tunemix.core.explain.tree_shap_sets import BLOCK, _block, documents_sets
+from tunemix.core.scoring.forest import FlatForest
 
 
 def both(forest: FlatForest, x: np.ndarray, r: np.ndarray, group: np.ndarray, n_groups: int,

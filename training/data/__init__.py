@@ -1,1 +1,0 @@
-"""tunemix: training/data."""

@@ -1,1 +1,0 @@
-"""The training pipeline: configuration, member jobs, orchestration, report, CLI."""

@@ -1,0 +1,212 @@
+"""uvicorn's httptools protocol with a deadline and a size limit on every request's head and chunked body.
+
+uvicorn reads a request line and headers for as long as a client takes and however large they grow
+(encode/uvicorn#157): 100 connections sending one header byte every 5 s stay open indefinitely, and
+one 188 MiB header is read and answered (41 CPU-s, httptools appends each fragment). This subclass
+closes both, as nginx's ``client_header_timeout`` and ``large_client_header_buffers`` do:
+
+- a deadline: ``TUNEMIX_HEADER_TIMEOUT_S`` seconds from the connection's start (or from the end of
+  the previous response on a kept-alive connection) until the head is complete. Past it, a request
+  begun gets HTTP 408 and the connection is closed; an idle connection is closed without an answer,
+  and so is one still sending the body of a request already answered (say 413 from its declared
+  length).
+- a size limit: at most ``TUNEMIX_MAX_HEADER_BYTES`` bytes of request line and headers; the parser is
+  never fed more. Past it: HTTP 431 and the connection is closed.
+
+- chunked bodies: at most ``TUNEMIX_MAX_BODY_BYTES`` + ``TUNEMIX_MAX_HEADER_BYTES`` bytes on the wire,
+  chunk sizes, chunk extensions and trailers included (llhttp skips extensions: 200 MiB of them were
+  read for a body of a few bytes). Past it: HTTP 413 and the connection is closed.
+- pipelined requests: each request's head is counted on its own (``data_received`` feeds the parser
+  a slice at a time while a head is awaited or a chunked body read, and a body of declared length
+  exactly): any number of small pipelined requests in one packet is served, in order.
+
+A refusal is written, the sending side shut (the client reads the answer, then end of file) and what
+the client still sends is discarded unread for at most ``LINGER_S`` seconds before the socket closes
+(closing at once, with unread bytes, would reset the connection and could lose the answer).
+
+``python -m tunemix.service`` serves with this class (``tunemix.service.__main__``).
+Where httptools is not installed (the
+``serve`` extra brings it) uvicorn's h11 protocol is used with h11's own head size limit, which answers
+400, and no deadline: ``python -m tunemix.service`` logs a warning then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from tunemix.service.settings import get_settings
+
+#: seconds a refused connection's further bytes are read and dropped before it is closed
+LINGER_S = 1.0
+
+_REASONS = {408: b"Request Timeout", 413: b"Content Too Large", 431: b"Request Header Fields Too Large"}
+#: bytes fed to the parser at a time while a head is awaited or a chunked body is read
+SLICE = 4096
+
+
+class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    """``HttpToolsProtocol`` with a head deadline and a head size limit (see the module docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        settings = get_settings()
+        self.head_timeout = settings.header_timeout_s
+        self.max_head_bytes = settings.max_header_bytes
+        #: wire bytes a chunked body may take: the body limit and, for its framing, the head limit
+        self.max_chunked_bytes = settings.max_body_bytes + settings.max_header_bytes
+        self._awaiting_head = True  # the connection waits for a request's head (none begun, or not complete)
+        self._head_begun = False  # the parser has seen the first byte of that request
+        self._head_bytes = 0
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._refused = False
+        self._messages = 0  # messages completed on this connection (tells where a fed slice ended one)
+        self._chunked = False  # the current request's body is chunked
+        self._wire_bytes = 0  # and the bytes of it received so far, framing and extensions included
+        self._body_left = 0  # bytes still to come of a body of declared length
+
+    # ------------------------------------------------------------------ connection
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_head_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        """Feed ``data`` to the parser a slice at a time while a head is awaited or a chunked body
+        read, so that each request's bytes are counted on their own even when a client pipelines
+        many requests in one packet (counted over the packet, 32 KiB of small pipelined requests
+        looked like one oversized head and the connection was reset). A slice in which a request
+        ended counts whole towards the next one's head: a head may be refused up to ``SLICE``
+        bytes early when pipelined, never let past its limit."""
+        view = memoryview(data)
+        while view and not self._refused and not self.transport.is_closing():
+            if self._awaiting_head:
+                room = self.max_head_bytes - self._head_bytes
+                if room <= 0:
+                    self._refuse(431, f"the request line and headers exceed {self.max_head_bytes} bytes "
+                                      "(TUNEMIX_MAX_HEADER_BYTES)")
+                    return
+                piece, view = view[:min(room, SLICE)], view[min(room, SLICE):]
+                self._feed(bytes(piece), head=True)
+            elif self._chunked:
+                piece, view = view[:SLICE], view[SLICE:]
+                self._wire_bytes += len(piece)
+                if self._wire_bytes > self.max_chunked_bytes:
+                    self._refuse_body(f"the chunked body exceeds {self.max_chunked_bytes} bytes on the wire "
+                                      "(TUNEMIX_MAX_BODY_BYTES, and TUNEMIX_MAX_HEADER_BYTES for its chunk sizes, "
+                                      "extensions and trailers); send it with Content-Length, or in larger chunks")
+                    return
+                self._feed(bytes(piece), head=False)
+            else:  # a body of declared length: exactly its bytes (read_body bounds them), then the next head
+                n = max(self._body_left, 1)
+                piece, view = view[:n], view[n:]
+                self._feed(bytes(piece), head=False, exact=True)
+
+    def _feed(self, piece: bytes, *, head: bool, exact: bool = False) -> None:
+        """``piece`` to the parser; ``head``: it was fed while a head was awaited; ``exact``: it
+        holds the rest of a body of declared length and nothing after it."""
+        before = self._messages
+        super().data_received(piece)
+        if not self._awaiting_head or exact:
+            return
+        if self._messages != before:
+            self._head_bytes = len(piece)  # the next head may have begun in this slice: count it whole
+        elif head:
+            self._head_bytes += len(piece)
+
+    # ------------------------------------------------------------------ parser callbacks
+    def on_message_begin(self) -> None:
+        self._head_begun = True
+        super().on_message_begin()
+
+    def on_headers_complete(self) -> None:
+        self._awaiting_head = False
+        self._head_begun = False
+        self._cancel_head_timer()
+        self._chunked = any(name == b"transfer-encoding" and b"chunked" in value.lower()
+                            for name, value in self.headers)
+        self._wire_bytes = 0
+        length = next((value for name, value in self.headers if name == b"content-length"), b"0")
+        self._body_left = int(length) if length.isdigit() else 0  # llhttp refuses any other length
+        super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        self._body_left -= len(body)
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._messages += 1
+        self._awaiting_head = True  # the next request's head, counted from here
+        self._head_bytes = 0
+        self._chunked = False
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        # the next head's deadline runs from the end of this response; it also bounds the rest of a body
+        # the service answered before reading it (a 413 from the declared length)
+        if not self.transport.is_closing():
+            self._arm_head_timer()
+
+    # ------------------------------------------------------------------ the deadline
+    def _arm_head_timer(self) -> None:
+        self._cancel_head_timer()
+        self._head_timer = self.loop.call_later(self.head_timeout, self._head_timed_out)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.transport.is_closing():
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            return  # a response is still being produced: its end re-arms the deadline
+        if not self._awaiting_head or (not self._head_begun and self._head_bytes == 0):
+            self.transport.close()  # the rest of an answered request's body, or an idle connection
+            return
+        self._refuse(408, f"the request line and headers did not arrive within {self.head_timeout:g} s "
+                          "(TUNEMIX_HEADER_TIMEOUT_S)")
+
+    # ------------------------------------------------------------------ refusing
+    def _refuse_body(self, detail: str) -> None:
+        """413 for a request whose body is being read: the application sees the client gone (its
+        ``read_body`` stops) and the answer is written here, unless it has begun its own."""
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            started = cycle.response_started
+            cycle.disconnected = True
+            cycle.message_event.set()
+            if started:
+                self._refused = True
+                self.transport.close()
+                return
+            cycle.response_complete = True  # this protocol answers it
+        self._refuse(413, detail)
+
+    def _refuse(self, status: int, detail: str) -> None:
+        """Answer ``status`` with ``{"detail": ...}``, shut the sending side, drop what the client
+        still sends for ``LINGER_S`` seconds, then close."""
+        self._refused = True
+        self._cancel_head_timer()
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.transport.close()  # a response of an earlier request is being written: no second one
+            return
+        body = json.dumps({"detail": detail}).encode()
+        head = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS[status])]
+        head += [name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers]
+        head.append(b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body))
+        self.transport.write(b"".join(head) + body)
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+            self.loop.call_later(LINGER_S, self.transport.close)
+        else:  # pragma: no cover - TCP transports can
+            self.transport.close()

@@ -1,0 +1,73 @@
+"""OpenAPI for endpoints that read their body themselves (JSON decoded by msgspec from the raw
+bytes, or a LETOR text body): ``msgspec_body_spec`` documents the body (the schema comes from the
+very msgspec structs that decode it); ``install_openapi`` adds the body types to
+``components/schemas``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
+
+REF = "#/components/schemas/{model}"
+#: each with the function that writes its example for a model of n features (None: not loaded yet)
+_BODY_STRUCTS: dict[type[msgspec.Struct], Callable[[int | None], dict[str, Any]] | None] = {}
+
+
+def msgspec_body_spec(struct: type[msgspec.Struct], example: Callable[[int | None], dict[str, Any]] | None, *,
+                      text: str | None = None, required: bool = True) -> dict[str, Any]:
+    """``openapi_extra`` for a POST whose JSON body the msgspec ``struct`` decodes; ``example(n)``
+    writes an example for the served default model's feature count (the page's "Try it out"
+    then works as it is); None: no example (a body that only works with a token)."""
+    _BODY_STRUCTS[struct] = example
+    content: dict[str, Any] = {"application/json": {"schema": {"$ref": REF.format(model=struct.__name__)}}}
+    if example is not None:
+        content["application/json"]["example"] = example(None)
+    if text is not None:
+        content["text/plain"] = {"schema": {"type": "string", "description": text}}
+    return {"requestBody": {"required": required, "content": content}}
+
+
+def query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
+    """``openapi_extra["parameters"]`` for a route that reads its query parameters as ``model``
+    (``tunemix.service.deps.query_model``): each field, optional, with its schema and description."""
+    props = model.model_json_schema()["properties"]
+    return [{"name": name, "in": "query", "required": False, "description": prop.get("description", ""),
+             "schema": {k: v for k, v in prop.items() if k != "description"}} for name, prop in props.items()]
+
+
+def _default_n_features(app: FastAPI) -> int | None:
+    registry = getattr(app.state, "registry", None)
+    served = registry.current(registry.default_model) if registry is not None else None
+    return None if served is None else int(served.n_features)
+
+
+def install_openapi(app: FastAPI) -> None:
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        n_features = _default_n_features(app)
+        schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        comps = schema.setdefault("components", {}).setdefault("schemas", {})
+        _, struct_comps = msgspec.json.schema_components(list(_BODY_STRUCTS), ref_template=REF.replace("model", "name"))
+        for name, sub in struct_comps.items():
+            comps.setdefault(name, sub)
+        for struct, example in _BODY_STRUCTS.items():
+            if example is None:
+                continue
+            body = example(n_features)
+            comps[struct.__name__]["examples"] = [body]
+            for operations in schema.get("paths", {}).values():
+                for op in operations.values():
+                    content = op.get("requestBody", {}).get("content", {}).get("application/json", {})
+                    if content.get("schema", {}).get("$ref") == REF.format(model=struct.__name__):
+                        content["example"] = body
+        if n_features is not None:  # kept once the examples fit the served model
+            app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

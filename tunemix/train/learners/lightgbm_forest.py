@@ -1,0 +1,130 @@
+"""LightGBM models as :class:`~tunemix.core.scoring.forest.FlatForest` (training side only).
+
+LightGBM (Ke et al., "LightGBM: a highly efficient gradient boosting decision tree", NIPS 2017)
+is a training engine of the McRank and LambdaMART members; serving never imports it: the trees
+are converted here into the artifact's own flat arrays and scored by our kernel.
+
+**Splits.** LightGBM sends ``x <= t`` left (``t`` a float64); our kernel sends ``x >= t'`` right
+(``t'`` a float32). For a float32 input ``x`` (the service's dtype; LightGBM reads float32 rows
+as exact doubles), ``x <= t`` iff ``x < t'`` iff not ``x >= t'`` with ``t'`` the smallest float32
+strictly above ``t`` (:func:`float32_above`): the conversion is exact, with ``t' = +inf`` above
+the float32 range.
+
+**Missing values and the default direction.** A node's ``missing_type`` says which inputs go
+its ``default_left`` way instead of being compared: ``None`` (NaN is read as 0, then compared),
+``NaN`` (NaN only), ``Zero`` (|x| <= 1e-35 and NaN). Our inputs are finite (the service and the
+readers refuse NaN), so ``None`` and ``NaN`` nodes compare every input and convert exactly; a
+``Zero`` node converts when its default direction is the one the comparison gives the zero
+region anyway (left with ``t >= 1e-35``, right with ``t < -1e-35``) and raises otherwise
+(LightGBM produces such nodes only with ``zero_as_missing=true``, which the members never set).
+Categorical splits (``==``), linear trees and random-forest averaging raise as well.
+
+**Classes.** A model with ``num_tree_per_iteration = K`` (multiclass) stores its trees
+iteration-major: tree ``i`` adds to class ``i mod K``. Each tree becomes one base whose leaf rows
+are zero except in column ``i mod K``, so the running sum after ``t K`` bases is the model's raw
+K-vector after t iterations (``Booster.predict(X, raw_score=True, num_iteration=t)``). The
+initial score (``boost_from_average``) is already inside the first tree's leaves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tunemix.core.scoring.forest import FlatForest
+
+#: LightGBM's kZeroThreshold: |x| <= this is "zero" for ``missing_type == "Zero"``
+ZERO_THRESHOLD = float(np.float32(1e-35))
+
+
+def float32_above(t: float) -> np.float32:
+    """The smallest float32 strictly above ``t``: for float32 x, ``x <= t`` iff not ``x >= it``.
+
+    >>> float(float32_above(0.5)) == float(np.nextafter(np.float32(0.5), np.float32(1)))
+    True
+    """
+    with np.errstate(over="ignore"):
+        f = np.float32(t)
+    if float(f) <= t:
+        f = np.nextafter(f, np.float32(np.inf))
+    return np.float32(f)
+
+
+def _check_default_direction(node: dict[str, Any], threshold: float) -> None:
+    missing = node.get("missing_type", "None")
+    if missing in ("None", "NaN"):
+        return
+    if missing == "Zero":
+        left = bool(node.get("default_left", True))
+        if (left and threshold >= ZERO_THRESHOLD) or (not left and threshold < -ZERO_THRESHOLD):
+            return
+        raise ValueError(f"a zero-as-missing split at {threshold!r} sends zeros "
+                         f"{'left' if left else 'right'}, against its comparison: not convertible")
+    raise ValueError(f"unknown missing_type {missing!r}")
+
+
+def lightgbm_to_forest(model: Any, n_features: int | None = None, num_iteration: int | None = None,
+                       bins: Any = None) -> FlatForest:
+    """The trees of a LightGBM ``Booster`` (or its ``dump_model()`` dict) as a K-output forest.
+
+    ``num_iteration`` keeps the first iterations only (``K`` trees each). See the module
+    docstring for the split, missing-value and class conventions. ``bins``
+    (:class:`~tunemix.train.data.binning.FeatureBins`): the model was trained on these bins'
+    codes (``tunemix.train.learners.lightgbm_data``); its thresholds become the real edges.
+    """
+    from tunemix.train.learners.lightgbm_data import code_threshold
+
+    dump = model if isinstance(model, dict) else model.dump_model()
+    if dump.get("average_output"):
+        raise ValueError("random-forest models (average_output) are not converted")
+    k = int(dump.get("num_tree_per_iteration", 1))
+    trees = dump["tree_info"]
+    if num_iteration is not None:
+        trees = trees[: num_iteration * k]
+    d = int(dump["max_feature_idx"]) + 1 if n_features is None else int(n_features)
+    feat: list[int] = []
+    thr: list[np.float32] = []
+    left: list[int] = []
+    right: list[int] = []
+    leaves: list[tuple[int, float]] = []
+    node_start, leaf_start = [0], [0]
+    for i, info in enumerate(trees):
+        n0, l0, cls = len(feat), len(leaves), i % k
+
+        def visit(node: dict[str, Any], n0: int = n0, l0: int = l0, cls: int = cls) -> int:
+            if "leaf_value" in node:
+                if "leaf_coeff" in node:
+                    raise ValueError("linear trees are not converted")
+                leaves.append((cls, float(node["leaf_value"])))
+                return -(len(leaves) - l0)  # leaf r (relative) is coded -r - 1
+            if node["decision_type"] != "<=":
+                raise ValueError(f"unsupported split {node['decision_type']!r} (numerical '<=' only)")
+            t = float(node["threshold"])
+            _check_default_direction(node, t)
+            me = len(feat) - n0
+            feat.append(int(node["split_feature"]))
+            thr.append(float32_above(t) if bins is None else code_threshold(bins, int(node["split_feature"]), t))
+            left.append(0)
+            right.append(0)
+            left[n0 + me] = visit(node["left_child"])
+            right[n0 + me] = visit(node["right_child"])
+            return me
+
+        visit(info["tree_structure"])
+        node_start.append(len(feat))
+        leaf_start.append(len(leaves))
+    leaf_values = np.zeros((len(leaves), k), dtype=np.float64)
+    for r, (cls, value) in enumerate(leaves):
+        leaf_values[r, cls] = value
+    return FlatForest.from_arrays({
+        "base_kind": np.zeros(len(trees), np.int8),
+        "base_node_start": np.array(node_start, np.int64),
+        "base_leaf_start": np.array(leaf_start, np.int64),
+        "node_feature": np.array(feat, np.int32),
+        "node_threshold": np.array(thr, np.float32),
+        "node_left": np.array(left, np.int32),
+        "node_right": np.array(right, np.int32),
+        "leaf_values": leaf_values,
+        "n_features": np.array(d, dtype=np.int64),
+    })
