@@ -3,7 +3,7 @@ path: the body's bytes through ``one_pass`` and ``decode_json`` (msgspec) or ``l
 arrays of ``rank_lists``, the model's kernels and the answer's encoder, exactly as the route
 runs them. Any exception but a ``ServiceError`` (the route's 4xx), and any crash, is a finding.
 
-    python -m tests.app.fuzz_rank MODEL_VERSION_DIR CORPUS_DIR -max_total_time=60
+    python -m tests.service.fuzz_rank MODEL_VERSION_DIR CORPUS_DIR -max_total_time=60
 
 The first byte of an input picks the body's kind (odd: a LETOR text body, even: JSON). Run by
 ``tests/service/test_fuzz.py`` for a CI-sized time and by ``make fuzz`` for longer.

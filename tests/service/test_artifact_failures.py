@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 import tunemix.service.registry as registry_module
-from tests.app.conftest import N_FEATURES, Store, copy_version, rank_body, wait_ready
-from tests.app.two_workers import TwoWorkers, start_two_workers
 from tests.artifact.tampering import first_member, npy_header, rewrite
+from tests.service.conftest import N_FEATURES, Store, copy_version, rank_body, wait_ready
+from tests.service.two_workers import TwoWorkers, start_two_workers
 from tunemix.core.artifact import MAX_ARRAYS_BYTES
 from tunemix.service.main import create_app
 from tunemix.service.registry import ModelRegistry, on_event_loop

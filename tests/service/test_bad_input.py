@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.app.conftest import N_FEATURES, wait_ready
+from tests.service.conftest import N_FEATURES, wait_ready
 from tunemix.service.main import create_app
 from tunemix.service.settings import Settings
 

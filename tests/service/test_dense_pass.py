@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.app.conftest import N_FEATURES
-from tests.app.test_one_pass import ROW, SETTINGS, outcome, q, same_verdict
+from tests.service.conftest import N_FEATURES
+from tests.service.test_one_pass import ROW, SETTINGS, outcome, q, same_verdict
 from tunemix.service import dense_body
 from tunemix.service.json_body import ONE_PASS_MAX_BYTES, ONE_PASS_MULTIPLE
 from tunemix.service.registry import ModelRegistry

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.app.conftest import N_FEATURES, Store, offsets_of
-from tests.app.test_rank import letor_text
+from tests.service.conftest import N_FEATURES, Store, offsets_of
+from tests.service.test_rank import letor_text
 from tunemix.core.evaluation import CONVENTION_NAMES, evaluate
 
 LABELS = [2, 0, 1]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.app.conftest import ROOT, Store
+from tests.service.conftest import ROOT, Store
 
 pytest.importorskip("atheris")
 
@@ -20,7 +20,7 @@ pytest.importorskip("atheris")
 def test_the_rank_path_survives_the_fuzzer(store: Store, tmp_path: Path) -> None:
     seconds = int(os.environ.get("TUNEMIX_FUZZ_SECONDS", "60"))
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.app.fuzz_rank", str(store.default_v1), str(tmp_path / "corpus"),
+        [sys.executable, "-m", "tests.service.fuzz_rank", str(store.default_v1), str(tmp_path / "corpus"),
          f"-max_total_time={seconds}", "-rss_limit_mb=4096", "-max_len=65536", f"-artifact_prefix={tmp_path}/"],
         cwd=ROOT, capture_output=True, text=True)
     tail = proc.stderr[-3000:]

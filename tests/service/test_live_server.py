@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import httpx
 import numpy as np
 
-from tests.app.conftest import N_FEATURES, LiveServer, Store, copy_version, offsets_of, rank_body
+from tests.service.conftest import N_FEATURES, LiveServer, Store, copy_version, offsets_of, rank_body
 
 BIG_DOCS = 60_000
 

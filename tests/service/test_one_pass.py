@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.app.conftest import N_FEATURES
+from tests.service.conftest import N_FEATURES
 from tunemix.service import json_body
 from tunemix.service.errors import ServiceError
 from tunemix.service.json_body import ONE_PASS_MAX_BYTES, ONE_PASS_MULTIPLE, one_pass

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 import tunemix.service.registry as registry_module
-from tests.app.conftest import N_FEATURES, WIDE_FEATURES, Store, rank_body, ready_client, wait_ready
+from tests.service.conftest import N_FEATURES, WIDE_FEATURES, Store, rank_body, ready_client, wait_ready
 from tunemix.service.main import create_app
 from tunemix.service.settings import Settings
 from tunemix.service.worker_state import STATE_FILE, live_workers, publish_worker, write_pins

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.app.conftest import N_FEATURES, WIDE_FEATURES, Store, offsets_of, rank_body
+from tests.service.conftest import N_FEATURES, WIDE_FEATURES, Store, offsets_of, rank_body
 from tunemix.core.data.svmlight import format_float32
 
 SIZES = [6, 1, 9]

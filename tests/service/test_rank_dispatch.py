@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.app.conftest import N_FEATURES, rank_body, wait_ready
+from tests.service.conftest import N_FEATURES, rank_body, wait_ready
 from tunemix.service.main import create_app
 from tunemix.service.routers import rank as rank_module
 from tunemix.service.settings import Settings

@@ -11,7 +11,7 @@ import numpy as np
 from fastapi.testclient import TestClient
 
 import tunemix
-from tests.app.conftest import N_FEATURES, rank_body, ready_client, wait_ready
+from tests.service.conftest import N_FEATURES, rank_body, ready_client, wait_ready
 from tunemix.service.settings import Settings
 
 SIZES = [9, 4, 7]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.app.conftest import N_FEATURES, Store, copy_version, rank_body, ready_client, wait_ready
+from tests.service.conftest import N_FEATURES, Store, copy_version, rank_body, ready_client, wait_ready
 from tunemix.service.settings import Settings
 
 SIZES = [9, 4, 7]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.app.conftest import N_FEATURES, Store, copy_version, offsets_of, rank_body, wait_ready
+from tests.service.conftest import N_FEATURES, Store, copy_version, offsets_of, rank_body, wait_ready
 from tunemix.service.main import create_app
 from tunemix.service.settings import Settings
 

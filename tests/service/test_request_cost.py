@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.app.conftest import (
+from tests.service.conftest import (
     N_FEATURES,
     HealthWatch,
     LiveServer,

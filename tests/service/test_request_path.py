@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.app.conftest import N_FEATURES, HealthWatch, rank_body, ready_client, vm, wait_ready, worker_pids
+from tests.service.conftest import N_FEATURES, HealthWatch, rank_body, ready_client, vm, wait_ready, worker_pids
 from tunemix.core.deadline import BudgetExceeded, Deadline, DeadlineExceeded, check_deadline
 from tunemix.core.evaluation import evaluate as evaluate_offsets
 from tunemix.service.deadlines import TIMEOUT_HEADER, deadline_answer, request_seconds

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.app.conftest import (
+from tests.service.conftest import (
     N_FEATURES,
     LiveServer,
     Store,

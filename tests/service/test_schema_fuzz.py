@@ -13,7 +13,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 
-from tests.app.conftest import LiveServer, Store, copy_version, start_server, stop_server
+from tests.service.conftest import LiveServer, Store, copy_version, start_server, stop_server
 from tunemix.service.main import create_app
 from tunemix.service.settings import Settings
 

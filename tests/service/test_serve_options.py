@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.app.conftest import ROOT, Store, copy_version, free_port, stop_process
+from tests.service.conftest import ROOT, Store, copy_version, free_port, stop_process
 from tunemix.service.serve_options import OPTIONS, parser, to_environment
 
 

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from bench.quicksort_adversary import adversary
-from tests.app.conftest import N_FEATURES, Store, copy_version
-from tests.app.two_workers import TwoWorkers, start_two_workers
+from tests.service.conftest import N_FEATURES, Store, copy_version
+from tests.service.two_workers import TwoWorkers, start_two_workers
 from tunemix.core.ensemble.list_fusion import fuse_lists
 from tunemix.core.evaluation import evaluate
 from tunemix.service.letor import repeated_block
@@ -84,7 +84,7 @@ def test_condorcet_memory_is_linear_in_the_documents(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from tests.app.conftest import ROOT
+    from tests.service.conftest import ROOT
 
     code = ("import resource, numpy as np\n"
             "from tunemix.core.ensemble import fusion_kernels as fk\n"

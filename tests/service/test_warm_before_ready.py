@@ -14,8 +14,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.app.conftest import ROOT, Store, copy_version
-from tests.app.two_workers import start_two_workers
+from tests.service.conftest import ROOT, Store, copy_version
+from tests.service.two_workers import start_two_workers
 
 #: bodies per endpoint drawn from ``bench.cost_search.Grammar``
 GRAMMAR_BODIES = 60

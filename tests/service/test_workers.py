@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.app.conftest import (
+from tests.service.conftest import (
     N_FEATURES,
     ROOT,
     Store,

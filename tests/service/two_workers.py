@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.app.conftest import ROOT, free_port, stop_process
+from tests.service.conftest import ROOT, free_port, stop_process
 
 
 @dataclass
