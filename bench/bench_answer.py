@@ -24,7 +24,7 @@ from bench.common import median_ms, write_result
 def _scoring(where: str, repeat: int) -> dict[str, Any]:
     """Median ms of the model's score and score_and_relevance, one thread, 100 and 1,000 documents."""
     import tunemix
-    from tunemix.core.scoring.forest import single_threaded
+    from tunemix.core.scoring.runtime import single_threaded
 
     model = tunemix.load(where).ensemble
     head = model.relevance_head

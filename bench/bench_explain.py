@@ -98,7 +98,7 @@ def agreement(exact: np.ndarray, shapley: np.ndarray) -> dict[str, Any]:
 
 def ensemble_side(model_path: Path, x: np.ndarray, repeat: int) -> dict[str, Any]:
     import tunemix
-    from tunemix.core.scoring.forest import set_scoring_threads
+    from tunemix.core.scoring.runtime import set_scoring_threads
 
     set_scoring_threads(1)
     model = tunemix.load(model_path)

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--docs", type=int, default=1000)
     args = ap.parse_args(argv)
 
-    from tunemix.core.scoring import forest, runtime
+    from tunemix.core.scoring import runtime
 
     runtime.limit_blas_threads(1)
     from tunemix.core.data.svmlight import read_svmlight
@@ -58,10 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     x = np.ascontiguousarray(test.features[rng.choice(test.features.shape[0], n, replace=False)],
                              dtype=np.float32)
     off = np.array([0, n], dtype=np.int64)
-    forest.set_scoring_threads(2)
-    threads = [1, 2] if forest.get_scoring_threads() >= 2 else [1]  # numba's pool may have one
+    runtime.set_scoring_threads(2)
+    threads = [1, 2] if runtime.get_scoring_threads() >= 2 else [1]  # numba's pool may have one
     for t in threads:
-        forest.set_scoring_threads(t)
+        runtime.set_scoring_threads(t)
         for _ in range(3):
             model.score(x, off)  # compile / warm
     rounds: list[dict[str, Any]] = []
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         times: dict[str, list[float]] = {}
         for _ in range(args.calls):
             for t in threads:
-                forest.set_scoring_threads(t)
+                runtime.set_scoring_threads(t)
                 for mode in MODES:
                     pause(mode, args.pause_ms / 1e3)
                     stages: dict[str, float] = {}

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     import lightgbm
 
     import tunemix
-    from tunemix.core.scoring import forest
+    from tunemix.core.scoring import runtime
 
     fold = SHARED_DATA / "MQ2008" / "Fold1"
     if not (fold / "train.txt").is_file():
@@ -79,12 +79,12 @@ def main(argv: list[str] | None = None) -> int:
         return model.predict(x, group=group)
 
     def ours_every_thread() -> Any:
-        before = forest._parallel_min_documents
-        forest.set_parallel_min_documents(0)
+        before = runtime._parallel_min_documents
+        runtime.set_parallel_min_documents(0)
         try:
             return model.predict(x, group=group)
         finally:
-            forest._parallel_min_documents = before
+            runtime._parallel_min_documents = before
 
     def theirs() -> Any:
         return peer.predict(x)
@@ -123,8 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         "data": "MQ2008 Fold1: train/vali to fit, the first 100 test documents as one list",
         "tunemix": {"config": "default TuneMixRanker (members chosen from the data)", "fit_s": round(fit_s, 1),
                     "members": len(model.members), "bases": model.ensemble.forest.n_base,
-                    "parallel_min_documents": forest.get_parallel_min_documents(),
-                    "numba_threads": int(forest.get_scoring_threads())},
+                    "parallel_min_documents": runtime.get_parallel_min_documents(),
+                    "numba_threads": int(runtime.get_scoring_threads())},
         "lightgbm": {"objective": "lambdarank", "best_iteration": int(peer.best_iteration_ or 0),
                      "version": lightgbm.__version__},
         "burners": 2, "rounds": args.rounds, "cores": os.cpu_count(),

@@ -49,6 +49,7 @@ def twin(forest: Any, *, masks: bool, lanes: bool) -> Any:
 
 def measure(model: Any, features: np.ndarray, n_docs: int, calls: int) -> dict[str, Any]:
     from tunemix.core.scoring import forest as F
+    from tunemix.core.scoring import runtime
 
     x = features[:n_docs]
     wide = model.wide_features(x, np.array([0, x.shape[0]]))
@@ -61,7 +62,7 @@ def measure(model: Any, features: np.ndarray, n_docs: int, calls: int) -> dict[s
             raise SystemExit(f"side {name!r} gives other sums than 'before': its path is not exact")
     times: dict[str, list[int]] = {name: [] for name in sides}
     order = list(sides.items())
-    with F.single_threaded():
+    with runtime.single_threaded():
         for r in range(calls):
             for name, forest in order[r % 3:] + order[: r % 3]:
                 t0 = time.thread_time_ns()
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from tunemix.core.data.svmlight import read_svmlight
     from tunemix.core.scoring.ensemble_model import load_model
-    from tunemix.core.scoring.forest import ROUTE_MASK
+    from tunemix.core.scoring.packed import ROUTE_MASK
 
     sets = {
         "mslr-default": (mslr_default_model(MODELS_DIR, "mslr-sample-default", reuse=True),

@@ -16,7 +16,7 @@ import pytest
 
 import tunemix
 from tunemix.core.data.svmlight import write_svmlight
-from tunemix.core.scoring import forest
+from tunemix.core.scoring import forest, runtime
 from tunemix.train.data.synthetic import make_synthetic_splits
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,19 +62,19 @@ def cli(*args: str, cwd: Path = ROOT, **kw: Any) -> subprocess.CompletedProcess[
 def test_the_library_scores_short_lists_on_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     """Unset, the floor is LIBRARY_PARALLEL_MIN_DOCUMENTS; TUNEMIX_PARALLEL_MIN_DOCUMENTS (the
     service's variable) changes it; a bad value is an error naming the variable."""
-    monkeypatch.setattr(forest, "_parallel_min_documents", None)
+    monkeypatch.setattr(runtime, "_parallel_min_documents", None)
     monkeypatch.delenv("TUNEMIX_PARALLEL_MIN_DOCUMENTS", raising=False)
-    assert forest.get_parallel_min_documents() == forest.LIBRARY_PARALLEL_MIN_DOCUMENTS == 256
-    monkeypatch.setattr(forest, "_parallel_min_documents", None)
+    assert runtime.get_parallel_min_documents() == runtime.LIBRARY_PARALLEL_MIN_DOCUMENTS == 256
+    monkeypatch.setattr(runtime, "_parallel_min_documents", None)
     monkeypatch.setenv("TUNEMIX_PARALLEL_MIN_DOCUMENTS", "40")
-    assert forest.get_parallel_min_documents() == 40
+    assert runtime.get_parallel_min_documents() == 40
     for bad in ("many", "-3"):
-        monkeypatch.setattr(forest, "_parallel_min_documents", None)
+        monkeypatch.setattr(runtime, "_parallel_min_documents", None)
         monkeypatch.setenv("TUNEMIX_PARALLEL_MIN_DOCUMENTS", bad)
         with pytest.raises(ValueError, match="TUNEMIX_PARALLEL_MIN_DOCUMENTS"):
-            forest.get_parallel_min_documents()
-    forest.set_parallel_min_documents(7)  # the service's explicit setting wins over the variable
-    assert forest.get_parallel_min_documents() == 7
+            runtime.get_parallel_min_documents()
+    runtime.set_parallel_min_documents(7)  # the service's explicit setting wins over the variable
+    assert runtime.get_parallel_min_documents() == 7
 
 
 def test_predict_of_a_short_list_takes_no_parallel_launch(fitted: tunemix.TuneMixRanker, sets: dict[str, Any],
@@ -88,15 +88,15 @@ def test_predict_of_a_short_list_takes_no_parallel_launch(fitted: tunemix.TuneMi
     calls: list[int] = []
     kernel = forest._score_parallel
     monkeypatch.setattr(forest, "_score_parallel", lambda *a: (calls.append(1), kernel(*a)))
-    monkeypatch.setattr(forest, "_scoring_threads", 2)
+    monkeypatch.setattr(runtime, "_scoring_threads", 2)
     monkeypatch.setattr(forest, "PARALLEL_MIN_WORK", 1)
-    monkeypatch.setattr(forest, "_parallel_min_documents", None)
+    monkeypatch.setattr(runtime, "_parallel_min_documents", None)
     monkeypatch.delenv("TUNEMIX_PARALLEL_MIN_DOCUMENTS", raising=False)
     t = sets["train"]
     x, g = t.features[:100], [100]
     short = fitted.predict(x, group=g)
     assert calls == [], "a 100-document list launched the parallel forest pass"
-    monkeypatch.setattr(forest, "_parallel_min_documents", 100)
+    monkeypatch.setattr(runtime, "_parallel_min_documents", 100)
     at_floor = fitted.predict(x, group=g)
     assert calls == [1]
     np.testing.assert_array_equal(short, at_floor)

@@ -143,7 +143,7 @@ def test_mask_trees_and_single_lanes_give_the_walks_bits(seed: int) -> None:
     every base on all K lanes). Among them: trees of exactly 32 leaves (a full 32-bit mask) and
     of 33 (walked), -0.0 leaves, all-zero bases, NaN and infinite features and values equal to
     thresholds."""
-    from tunemix.core.scoring import forest as forest_module
+    from tunemix.core.scoring import packed
 
     rng = np.random.default_rng(200 + seed)
     K = 4
@@ -168,9 +168,9 @@ def test_mask_trees_and_single_lanes_give_the_walks_bits(seed: int) -> None:
     of_leaf = np.repeat(np.maximum(p.base_lane, 0), np.diff(ls))
     np.testing.assert_array_equal(p.leaf_lane, lv[np.arange(lv.shape[0]), of_leaf])
     n_nodes = np.diff(forest.base_node_start)
-    masked = p.base_route == forest_module.ROUTE_MASK
+    masked = p.base_route == packed.ROUTE_MASK
     np.testing.assert_array_equal(masked, (forest.base_kind == 0) & (p.base_small < 0) & (n_nodes <= 31)
-                                  & (p.base_depth >= forest_module.SMALL_MIN_DEPTH))
+                                  & (p.base_depth >= packed.SMALL_MIN_DEPTH))
     for b in np.flatnonzero(masked):
         full = (1 << (int(n_nodes[b]) + 1)) - 1
         ns = int(forest.base_node_start[b])
@@ -187,7 +187,7 @@ def test_mask_trees_and_single_lanes_give_the_walks_bits(seed: int) -> None:
     for path in (p.base_small >= 0, masked, walked, forest.base_kind == 1):
         assert np.any(one & path) and np.any(~one & path)
     assert np.any(masked & (n_nodes == 31)) and np.any(walked & (n_nodes == 32))
-    assert np.any(walked & (p.base_depth > forest_module.COMPACT_MIN_DEPTH))
+    assert np.any(walked & (p.base_depth > packed.COMPACT_MIN_DEPTH))
     X = rng.normal(size=(300, 6)).astype(np.float32)
     X[:7] = forest.node_threshold[:7, None]  # values equal to thresholds
     X[7::11, 0] = np.nan
@@ -276,7 +276,7 @@ def test_checkpoint_lists_kept_per_forest_stay_right() -> None:
     """A forest keeps the checkpoint lists it has placed (``PackedNodes.checkpoint_plan``): more
     lists than it keeps, repeated lists, a list changed by its caller after the call and a bad
     list after good ones all give the slow walk's sums or the error."""
-    from tunemix.core.scoring.forest import _CK_PLANS_KEPT
+    from tunemix.core.scoring.packed import _CK_PLANS_KEPT
 
     forest = random_forest(5, n_base=30)
     X = np.random.default_rng(1).normal(size=(20, forest.n_features)).astype(np.float32)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tunemix.core.scoring.forest import DOC_BLOCK, FlatForest, PackedNodes, concatenate, score_forest
+from tunemix.core.scoring import packed, runtime
+from tunemix.core.scoring.forest import FlatForest, concatenate, score_forest
+from tunemix.core.scoring.packed import DOC_BLOCK, PackedNodes
 from tunemix.train.learners.stump_search import ROW_BLOCK, accumulate_histogram, class_lanes
 
 from . import naive
@@ -188,7 +190,7 @@ def test_two_threads_give_the_same_bits_as_one(monkeypatch: pytest.MonkeyPatch, 
 
     if int(numba.config.NUMBA_NUM_THREADS) < 2:  # type: ignore[attr-defined]
         pytest.skip("numba has one thread here")
-    monkeypatch.setattr(forest_module, "CHUNK_NODES", 200)  # several chunks (the layout is built below)
+    monkeypatch.setattr(packed, "CHUNK_NODES", 200)  # several chunks (the layout is built below)
     forest = concatenate([random_forest(5, n_base=30), deep_forest(9, n_base=40, d=6, K=3, n_leaves=64)])
     assert len(forest.packed.chunk_start) > 3
     X = np.random.default_rng(4).normal(scale=0.6, size=(n_docs, 6)).astype(np.float32)
@@ -201,11 +203,11 @@ def test_two_threads_give_the_same_bits_as_one(monkeypatch: pytest.MonkeyPatch, 
         kernel(*args)
 
     monkeypatch.setattr(forest_module, "PARALLEL_MIN_WORK", 1)
-    monkeypatch.setattr(forest_module, "_parallel_min_documents", 0)  # not the library's floor
-    monkeypatch.setattr(forest_module, "_scoring_threads", 1)
+    monkeypatch.setattr(runtime, "_parallel_min_documents", 0)  # not the library's floor
+    monkeypatch.setattr(runtime, "_scoring_threads", 1)
     one = score_forest(forest, X, ck)
     monkeypatch.setattr(forest_module, "_score_parallel", spy)
-    monkeypatch.setattr(forest_module, "_scoring_threads", 2)
+    monkeypatch.setattr(runtime, "_scoring_threads", 2)
     two = score_forest(forest, X, ck)
     assert calls, "the parallel pass was not taken"
     np.testing.assert_array_equal(one, two)
@@ -221,9 +223,9 @@ def two_threads_spied(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     if int(numba.config.NUMBA_NUM_THREADS) < 2:  # type: ignore[attr-defined]
         pytest.skip("numba has one thread here")
-    monkeypatch.setattr(forest_module, "_scoring_threads", 2)
+    monkeypatch.setattr(runtime, "_scoring_threads", 2)
     monkeypatch.setattr(forest_module, "PARALLEL_MIN_WORK", 1)
-    monkeypatch.setattr(forest_module, "_parallel_min_documents", 0)  # not the library's floor
+    monkeypatch.setattr(runtime, "_parallel_min_documents", 0)  # not the library's floor
     calls: list[int] = []
     kernel = forest_module._score_parallel
     monkeypatch.setattr(forest_module, "_score_parallel", lambda *a: (calls.append(1), kernel(*a)))
@@ -233,44 +235,42 @@ def two_threads_spied(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 def test_single_threaded_caps_only_the_calling_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
-    from tunemix.core.scoring import forest as forest_module
 
     calls = two_threads_spied(monkeypatch)
     forest = random_forest(3, n_base=40)
     X = np.random.default_rng(1).normal(size=(150, 6)).astype(np.float32)
     seen: list[int] = []
-    with forest_module.single_threaded():
-        assert forest_module.get_scoring_threads() == 1
+    with runtime.single_threaded():
+        assert runtime.get_scoring_threads() == 1
         inside = score_forest(forest, X)
-        other = threading.Thread(target=lambda: seen.append(forest_module.get_scoring_threads()))
+        other = threading.Thread(target=lambda: seen.append(runtime.get_scoring_threads()))
         other.start()
         other.join()
     assert not calls and seen == [2]
-    assert forest_module.get_scoring_threads() == 2
+    assert runtime.get_scoring_threads() == 2
     np.testing.assert_array_equal(inside, score_forest(forest, X))
     assert calls
 
 
 def test_lists_below_the_parallel_floor_score_on_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tunemix.core.scoring import forest as forest_module
 
     calls = two_threads_spied(monkeypatch)
     forest = random_forest(3, n_base=40)
     X = np.random.default_rng(2).normal(size=(150, 6)).astype(np.float32)
-    monkeypatch.setattr(forest_module, "_parallel_min_documents", 0)
+    monkeypatch.setattr(runtime, "_parallel_min_documents", 0)
     free = score_forest(forest, X)
     assert calls == [1]
-    forest_module.set_parallel_min_documents(151)  # monkeypatch restores the module global
-    assert forest_module.get_parallel_min_documents() == 151
+    runtime.set_parallel_min_documents(151)  # monkeypatch restores the module global
+    assert runtime.get_parallel_min_documents() == 151
     below = score_forest(forest, X)
     assert calls == [1], "a list below the floor took the parallel pass"
-    forest_module.set_parallel_min_documents(150)
+    runtime.set_parallel_min_documents(150)
     at = score_forest(forest, X)
     assert calls == [1, 1]
     np.testing.assert_array_equal(free, below)
     np.testing.assert_array_equal(free, at)
     with pytest.raises(ValueError, match="parallel_min_documents"):
-        forest_module.set_parallel_min_documents(-1)
+        runtime.set_parallel_min_documents(-1)
 
 
 def chain_forest(n_nodes: int, d: int = 4, K: int = 2, seed: int = 0) -> FlatForest:
@@ -300,15 +300,14 @@ def test_small_trees_scored_by_table_equal_the_walk(seed: int) -> None:
     lopsided chain of 7 nodes (depth 7), chains of 3 and 5 nodes (the kernel always makes 7
     tests: the bits past a tree's nodes must not matter), a balanced depth-3 tree and random
     small trees."""
-    from tunemix.core.scoring import forest as forest_module
 
     rng = np.random.default_rng(seed)
-    for forest in (chain_forest(forest_module.SMALL_NODES, seed=seed), chain_forest(3, seed=seed),
+    for forest in (chain_forest(packed.SMALL_NODES, seed=seed), chain_forest(3, seed=seed),
                    chain_forest(5, seed=seed), random_forest(seed + 20, n_base=120)):
         p = forest.packed
         small = p.base_small >= 0
-        expected = (forest.base_kind == 0) & (np.diff(forest.base_node_start) <= forest_module.SMALL_NODES) \
-            & (p.base_depth >= forest_module.SMALL_MIN_DEPTH)
+        expected = (forest.base_kind == 0) & (np.diff(forest.base_node_start) <= packed.SMALL_NODES) \
+            & (p.base_depth >= packed.SMALL_MIN_DEPTH)
         np.testing.assert_array_equal(small, expected)
         assert small.sum() >= 2
         d = forest.n_features
@@ -324,10 +323,10 @@ def test_small_trees_scored_by_table_equal_the_walk(seed: int) -> None:
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
     # every mask of a chain's table leads where the walk does (a 3-node chain's walk reads bits
     # 0..2 only: the other bits are the kernel's padding tests)
-    for n_nodes in (forest_module.SMALL_NODES, 3):
+    for n_nodes in (packed.SMALL_NODES, 3):
         forest = chain_forest(n_nodes, seed=seed)
         p = forest.packed
-        for mask in range(1 << forest_module.SMALL_NODES):
+        for mask in range(1 << packed.SMALL_NODES):
             t = 0
             while True:
                 c = forest.node_right[t] if (mask >> t) & 1 else forest.node_left[t]

@@ -16,7 +16,7 @@ import pytest
 
 from tunemix.core.calibration.base import Calibrator, CalibratorParams, validate_raw
 from tunemix.core.calibration.registry import make_calibrator
-from tunemix.core.scoring import forest
+from tunemix.core.scoring import runtime
 from tunemix.core.scoring.calibration_step import CalibrationStep
 
 from ..calibration.naive import synthetic_member
@@ -189,9 +189,9 @@ def test_same_bits_with_one_and_two_threads(members, monkeypatch: pytest.MonkeyP
     sums = np.cumsum(np.random.default_rng(8).normal(0.0, 3.0, size=(raw.shape[0], 6, 5)), axis=1)
     lo = np.arange(len(cals)) % 3
     hi = lo + 1 + np.arange(len(cals)) % 3
-    monkeypatch.setattr(forest, "_scoring_threads", 1)
+    monkeypatch.setattr(runtime, "_scoring_threads", 1)
     one, one_sums = step.apply(raw), step.apply_sums(sums, lo, hi)
-    monkeypatch.setattr(forest, "_scoring_threads", 2)
+    monkeypatch.setattr(runtime, "_scoring_threads", 2)
     two, two_sums = step.apply(raw), step.apply_sums(sums, lo, hi)
     np.testing.assert_array_equal(one, two)
     np.testing.assert_array_equal(one_sums, two_sums)

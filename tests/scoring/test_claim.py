@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from tunemix.core.scoring.forest import claim
+from tunemix.core.scoring.forest_kernel import claim
 from tunemix.core.threads import on_threads
 
 

@@ -261,7 +261,7 @@ def test_the_parallel_paths_are_warmed_after_readiness(store: Any, monkeypatch: 
     import numba
 
     from tunemix.core.data import normalization
-    from tunemix.core.scoring import calibration_step, forest
+    from tunemix.core.scoring import calibration_step, forest, runtime
 
     if int(numba.config.NUMBA_NUM_THREADS) < 2:  # type: ignore[attr-defined]
         pytest.skip("numba has one thread here: scoring never takes a parallel path")
@@ -275,7 +275,7 @@ def test_the_parallel_paths_are_warmed_after_readiness(store: Any, monkeypatch: 
             return _kernel(*args)
 
         monkeypatch.setattr(module, name, spy)
-    monkeypatch.setattr(forest, "_scoring_threads", 2)
+    monkeypatch.setattr(runtime, "_scoring_threads", 2)
     registry = registry_module.ModelRegistry(store.default_v1.parent.parent, "default")
     registry.install(registry_module.load_served(store.default_v1.parent.parent, "default", "v1"))
     assert calls == [] and not registry.parallel_warm

@@ -58,16 +58,16 @@ def test_worker_count_and_parallel_floor_defaults(monkeypatch: pytest.MonkeyPatc
 def test_the_service_applies_the_floor(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from fastapi.testclient import TestClient
 
-    from tunemix.core.scoring import forest
+    from tunemix.core.scoring import runtime
     from tunemix.service.main import create_app
 
-    monkeypatch.setattr(forest, "_parallel_min_documents", 0)
-    monkeypatch.setattr(forest, "_scoring_threads", 0)
+    monkeypatch.setattr(runtime, "_parallel_min_documents", 0)
+    monkeypatch.setattr(runtime, "_scoring_threads", 0)
     app = create_app(Settings(models_dir=tmp_path, default_model="none", workers=2))
     with TestClient(app):
-        assert forest.get_parallel_min_documents() == SHARED_PARALLEL_MIN_DOCUMENTS
+        assert runtime.get_parallel_min_documents() == SHARED_PARALLEL_MIN_DOCUMENTS
         # unset TUNEMIX_SCORING_THREADS: the usable cores (a --cpus limit counts), not numba's pool
-        assert forest._scoring_threads == settings_module.usable_cores()
+        assert runtime._scoring_threads == settings_module.usable_cores()
     monkeypatch.setattr(settings_module, "usable_cores", lambda: 1)
     with TestClient(create_app(Settings(models_dir=tmp_path, default_model="none"))):
-        assert forest.get_scoring_threads() == 1
+        assert runtime.get_scoring_threads() == 1

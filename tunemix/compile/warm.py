@@ -150,17 +150,17 @@ def _warm_service(model: Any) -> None:
     import numba
 
     from tunemix.compile.serving import warm_all
-    from tunemix.core.scoring import forest
+    from tunemix.core.scoring import runtime
 
     parallel = int(numba.config.NUMBA_NUM_THREADS) > 1  # type: ignore[attr-defined]
-    before = forest._scoring_threads
+    before = runtime._scoring_threads
     try:
         if parallel:
-            forest.set_scoring_threads(2)
+            runtime.set_scoring_threads(2)
         with _quiet_logs():
             warm_all([model], parallel=parallel)
     finally:
-        forest._scoring_threads = before
+        runtime._scoring_threads = before
 
 
 def _warm_views(model: Any) -> None:

@@ -42,7 +42,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect
 
-from tunemix.core.scoring.forest import single_threaded
+from tunemix.core.scoring.runtime import single_threaded
 from tunemix.service.deadlines import request_deadline
 from tunemix.service.errors import ServiceError, too_large
 from tunemix.service.observability import Metrics

@@ -28,8 +28,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tunemix.compile.serving import warm_all
 from tunemix.core.deadline import BudgetExceeded, DeadlineExceeded
-from tunemix.core.scoring.forest import get_scoring_threads as scoring_threads
 from tunemix.core.scoring.runtime import configure as configure_runtime
+from tunemix.core.scoring.runtime import get_scoring_threads as scoring_threads
 from tunemix.core.version import __version__
 from tunemix.service.deadlines import budget_answer, deadline_answer
 from tunemix.service.deps import PYTHON_LANES, explain_lane

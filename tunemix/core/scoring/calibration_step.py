@@ -73,7 +73,8 @@ from tunemix.core.calibration.regression_calibration import _POLY_CLIP, Regressi
 from tunemix.core.calibration.regression_models import unpack_network
 from tunemix.core.calibration.shift import ShiftCalibrator
 from tunemix.core.calibration.sigmoid_calibration import SigmoidCalibrator
-from tunemix.core.scoring.forest import claim, run_on_threads
+from tunemix.core.scoring.forest_kernel import claim
+from tunemix.core.scoring.runtime import run_on_threads
 from tunemix.core.threads import on_threads
 
 Float64Array = npt.NDArray[np.float64]

@@ -62,10 +62,11 @@ from tunemix.core.data.normalization import PARALLEL_MIN_DOCUMENTS, VIEWS, stand
 from tunemix.core.deadline import charge_rows
 from tunemix.core.ensemble.base import Mixer
 from tunemix.core.ensemble.registry import mixer_from_params
-from tunemix.core.scoring import calibration_step, forest
+from tunemix.core.scoring import calibration_step, forest, runtime
 from tunemix.core.scoring.calibration_step import CalibrationStep
-from tunemix.core.scoring.forest import FlatForest, run_on_threads, score_forest
+from tunemix.core.scoring.forest import FlatForest, score_forest
 from tunemix.core.scoring.relevance_head import HEAD_KIND, RelevanceHead
+from tunemix.core.scoring.runtime import run_on_threads
 
 log = logging.getLogger(__name__)
 
@@ -454,10 +455,10 @@ class EnsembleModel:
         long enough to take them (``parallel``). A service warms the one-thread paths before it
         says it is ready and the parallel ones after, scoring on one thread until they are warm."""
         sizes = [4] if serial else []
-        if parallel and forest.get_scoring_threads() > 1:
+        if parallel and runtime.get_scoring_threads() > 1:
             sizes.append(max(-(-forest.PARALLEL_MIN_WORK // max(self.forest.n_base, 1)),
                              -(-calibration_step.PARALLEL_MIN_WORK // max(self.n_members, 1)), 8,
-                             forest.get_parallel_min_documents(),
+                             runtime.get_parallel_min_documents(),
                              # two queries of PARALLEL_MIN_DOCUMENTS: the views' parallel kernels
                              2 * PARALLEL_MIN_DOCUMENTS if self.extra_views else 0))
         for n in sizes:

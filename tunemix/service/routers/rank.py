@@ -64,7 +64,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tunemix.core.deadline import Deadline, check_deadline, current_deadline
 from tunemix.core.explain.explanation import explain_pair, explain_rows
-from tunemix.core.scoring.forest import single_threaded
+from tunemix.core.scoring.runtime import single_threaded
 from tunemix.service.deadlines import start_deadline
 from tunemix.service.dense_body import dense_pass
 from tunemix.service.deps import (
