@@ -47,7 +47,8 @@ def _scoring(where: str, repeat: int) -> dict[str, Any]:
 
 def main() -> int:
     from tunemix.service.parsing import CandidateLists
-    from tunemix.service.routers.rank import ENCODER, Options, RankAnswer, ranked
+    from tunemix.service.rank_answer import ENCODER, RankAnswer, ranked
+    from tunemix.service.rank_body import Options
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=300)

@@ -54,7 +54,7 @@ def methods() -> dict[str, Callable[[bytes], Any]]:
     import jiter
 
     from tunemix.service.json_body import check_repeated_keys, decode_json, name_repeated_key
-    from tunemix.service.routers.rank import DECODER
+    from tunemix.service.rank_body import DECODER
 
     return {
         "stdlib_before": name_repeated_key,

@@ -58,8 +58,9 @@ def before_finite_rows(rows: Any, d: int, where: str, field: str) -> np.ndarray:
 def sides() -> dict[str, tuple[Any, ...]]:
     """(collector pause, rows to a matrix, ranked document type) of each side."""
     from tunemix.service import parsing
+    from tunemix.service.rank_answer import Explained
+    from tunemix.service.rank_body import Id
     from tunemix.service.routers import rank
-    from tunemix.service.routers.rank import Explained, Id
 
     class TrackedRankedDocument(msgspec.Struct, omit_defaults=True):
         id: Id

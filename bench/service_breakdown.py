@@ -71,7 +71,7 @@ def parse_parts(body: bytes, d: int, settings: Any, rep: int) -> dict[str, float
     import msgspec
 
     from tunemix.service.json_body import check_repeated_keys, decode_json, gc_paused, one_pass
-    from tunemix.service.routers.rank import DECODER, RankRequest, rank_lists
+    from tunemix.service.rank_body import DECODER, RankRequest, rank_lists
 
     def tree() -> Any:
         with gc_paused():
@@ -92,7 +92,8 @@ def parse_parts(body: bytes, d: int, settings: Any, rep: int) -> dict[str, float
 
 
 def breakdown_one(registry: Any, body: bytes, rep: int) -> dict[str, Any]:
-    from tunemix.service.routers.rank import ENCODER, RankAnswer, json_lists, ranked
+    from tunemix.service.rank_answer import ENCODER, RankAnswer, ranked
+    from tunemix.service.rank_body import json_lists
     from tunemix.service.settings import Settings
 
     settings = Settings()

@@ -24,7 +24,8 @@ with atheris.instrument_imports(include=["tunemix.service", "tunemix.core"]):  #
     from tunemix.service.errors import ServiceError
     from tunemix.service.json_body import check_repeated_keys, decode_json, one_pass
     from tunemix.service.letor import letor_lists
-    from tunemix.service.routers.rank import DECODER, ENCODER, RankAnswer, rank_lists, ranked
+    from tunemix.service.rank_answer import ENCODER, RankAnswer, ranked
+    from tunemix.service.rank_body import DECODER, rank_lists
     from tunemix.service.settings import Settings
 
 SETTINGS = Settings(max_documents=2_000, max_queries=200)

@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 
 from tests.service.conftest import N_FEATURES
 from tests.service.test_one_pass import ROW, SETTINGS, outcome, q, same_verdict
-from tunemix.service import dense_body
+from tunemix.service import dense_body, rank_body
 from tunemix.service.json_body import ONE_PASS_MAX_BYTES, ONE_PASS_MULTIPLE
+from tunemix.service.rank_body import DENSE_DECODER, json_lists
 from tunemix.service.registry import ModelRegistry
 from tunemix.service.routers import rank
-from tunemix.service.routers.rank import DENSE_DECODER, json_lists
 
 pytestmark = pytest.mark.skipif(not dense_body.AVAILABLE, reason="pysimdjson is not installed")
 
@@ -87,14 +87,14 @@ def test_dense_bodies_take_the_dense_pass_only(registry: ModelRegistry, monkeypa
         raise AssertionError("another pass ran")
 
     for name in ("one_pass", "decode_json", "check_repeated_keys"):
-        monkeypatch.setattr(rank, name, never)
+        monkeypatch.setattr(rank_body, name, never)
     bodies = [q(f'"ids":["a","b"],"features":[{ROW},{ROW}]'),
               q(f'"documents":[{{"id":"a","features":{ROW}}},{{"id":7,"features":[1,2,3,4,5]}}]'),
               b'{"top_k":1,"queries":[{"qid":1,"ids":[1],"features":[' + ROW.encode() + b']},{"qid":2,"documents":'
               b'[{"features":' + ROW.encode() + b',"id":"x"}],"explain_pair":["x","x"]}],"relevance":true}']
     for body in bodies:
         req, _, lists = json_lists(body, registry, SETTINGS)
-        assert isinstance(req, rank.DenseRequest) and lists.features.shape[1] == N_FEATURES
+        assert isinstance(req, rank_body.DenseRequest) and lists.features.shape[1] == N_FEATURES
 
 
 NESTED = "[[0.1],[0.2],[0.3],[0.4],[0.5]]"  # five values once flattened: as_buffer alone would take it
@@ -184,7 +184,7 @@ def test_without_pysimdjson_every_body_takes_the_one_pass(registry: ModelRegistr
 PEAK_SCRIPT = """
 import json, resource, sys
 from tunemix.service import dense_body
-from tunemix.service.routers.rank import DENSE_DECODER
+from tunemix.service.rank_body import DENSE_DECODER
 unit, head, tail, size = sys.argv[1].encode(), sys.argv[2].encode(), sys.argv[3].encode(), int(sys.argv[4])
 body = head + (unit * ((size - len(head) - len(tail)) // len(unit)))[:-1] + tail
 dense_body.dense_pass(DENSE_DECODER, head + unit[:-1] + tail)  # warm

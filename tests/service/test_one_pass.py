@@ -16,13 +16,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.service.conftest import N_FEATURES
-from tunemix.service import json_body
+from tunemix.service import json_body, rank_body
 from tunemix.service.errors import ServiceError
 from tunemix.service.json_body import ONE_PASS_MAX_BYTES, ONE_PASS_MULTIPLE, one_pass
 from tunemix.service.parsing import finite_rows
+from tunemix.service.rank_body import DECODER, json_lists, json_lists_two_passes
 from tunemix.service.registry import ModelRegistry
 from tunemix.service.routers import rank
-from tunemix.service.routers.rank import DECODER, json_lists, json_lists_two_passes
 from tunemix.service.settings import DECODED_BODY_MULTIPLE, Settings
 
 SETTINGS = Settings()
@@ -42,7 +42,7 @@ def outcome(fn: Any, body: bytes, registry: ModelRegistry) -> tuple[Any, ...]:
 def asked(req: Any) -> tuple[Any, ...]:
     """What a parsed request asks besides its features (the same for ``RankRequest`` and the dense
     pass's skeleton): its options, and each query's qid and explain_pair."""
-    return (tuple(getattr(req, f) for f in rank.RequestFields.__struct_fields__),
+    return (tuple(getattr(req, f) for f in rank_body.RequestFields.__struct_fields__),
             [(q.qid, q.explain_pair) for q in req.queries])
 
 
@@ -214,7 +214,7 @@ def test_a_valid_body_is_parsed_once(registry: ModelRegistry, monkeypatch: pytes
         raise AssertionError("a second pass ran")
 
     for name in ("decode_json", "check_repeated_keys"):
-        monkeypatch.setattr(rank, name, never)
+        monkeypatch.setattr(rank_body, name, never)
     monkeypatch.setattr(json_body, "name_repeated_key", never)
     req, _, lists = json_lists(q(f'"ids":["a","b"],"features":[{ROW},{ROW}]'), registry, SETTINGS)
     assert lists.features.shape == (2, N_FEATURES) and req.queries[0].ids == ["a", "b"]
@@ -226,7 +226,7 @@ def test_a_body_past_the_one_pass_size_takes_the_two_passes(registry: ModelRegis
     def never(*args: Any) -> None:
         raise AssertionError("the one pass ran")
 
-    monkeypatch.setattr(rank, "one_pass", never)
+    monkeypatch.setattr(rank_body, "one_pass", never)
     n = ONE_PASS_MAX_BYTES // len(ROW) + 1
     body = q('"ids":[' + ",".join(map(str, range(n))) + '],"features":[' + ",".join([ROW] * n) + "]")
     assert len(body) > ONE_PASS_MAX_BYTES

@@ -155,10 +155,10 @@ def test_an_escaped_explain_key_is_parsed_and_never_explained_on_the_event_loop(
     """Reproduction 4: ``"\\u0065xplain": 5`` passed the byte check for ``"explain`` and ran the
     explanation on the event loop. The body is parsed: it is an explain request, and the
     explanation runs on a thread with no event loop."""
-    from tunemix.service.routers import rank as rank_module
+    from tunemix.service import rank_explain
 
     on_loop: list[bool] = []
-    real = rank_module.explain_rows
+    real = rank_explain.explain_rows
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -168,7 +168,7 @@ def test_an_escaped_explain_key_is_parsed_and_never_explained_on_the_event_loop(
             on_loop.append(False)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(rank_module, "explain_rows", spy)
+    monkeypatch.setattr(rank_explain, "explain_rows", spy)
     body = json.dumps(rank_body(X[:9], [9], top_k=2)).encode()[:-1] + b',"\\u0065xplain":5}'
     assert len(body) < DEFAULTS.inline_max_bytes  # small enough to have been run on the loop
     r = client.post("/rank", content=body, headers=JSON)

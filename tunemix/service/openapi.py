@@ -1,7 +1,7 @@
-"""OpenAPI for endpoints that read their body themselves (JSON decoded by msgspec from the raw
-bytes, or a LETOR text body): ``msgspec_body_spec`` documents the body (the schema comes from the
-very msgspec structs that decode it); ``install_openapi`` adds the body types to
-``components/schemas``."""
+"""OpenAPI for endpoints that read their body and write their answer themselves, with msgspec:
+``msgspec_body_spec`` documents the body (the schema comes from the very structs that decode it),
+``msgspec_answer_spec`` the answer (from the very structs that are encoded and sent);
+``install_openapi`` adds both kinds of types to ``components/schemas``."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from pydantic import BaseModel
 REF = "#/components/schemas/{model}"
 #: each with the function that writes its example for a model of n features (None: not loaded yet)
 _BODY_STRUCTS: dict[type[msgspec.Struct], Callable[[int | None], dict[str, Any]] | None] = {}
+#: the answers' structs, as sent
+_ANSWER_STRUCTS: list[type[msgspec.Struct]] = []
 
 
 def msgspec_body_spec(struct: type[msgspec.Struct], example: Callable[[int | None], dict[str, Any]] | None, *,
@@ -30,6 +32,16 @@ def msgspec_body_spec(struct: type[msgspec.Struct], example: Callable[[int | Non
     if text is not None:
         content["text/plain"] = {"schema": {"type": "string", "description": text}}
     return {"requestBody": {"required": required, "content": content}}
+
+
+def msgspec_answer_spec(struct: type[msgspec.Struct], description: str) -> dict[int | str, Any]:
+    """``responses`` entry of a route whose 200 answer is ``struct`` encoded by msgspec: its schema
+    is the struct's own (``msgspec.json.schema_components``), so the documented answer is what is
+    sent."""
+    if struct not in _ANSWER_STRUCTS:
+        _ANSWER_STRUCTS.append(struct)
+    return {200: {"description": description,
+                  "content": {"application/json": {"schema": {"$ref": REF.format(model=struct.__name__)}}}}}
 
 
 def query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
@@ -53,7 +65,8 @@ def install_openapi(app: FastAPI) -> None:
         n_features = _default_n_features(app)
         schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
         comps = schema.setdefault("components", {}).setdefault("schemas", {})
-        _, struct_comps = msgspec.json.schema_components(list(_BODY_STRUCTS), ref_template=REF.replace("model", "name"))
+        structs = [*_BODY_STRUCTS, *_ANSWER_STRUCTS]
+        _, struct_comps = msgspec.json.schema_components(structs, ref_template=REF.replace("model", "name"))
         for name, sub in struct_comps.items():
             comps.setdefault(name, sub)
         for struct, example in _BODY_STRUCTS.items():

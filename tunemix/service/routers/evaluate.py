@@ -39,8 +39,9 @@ from tunemix.service.json_body import check_repeated_keys, decode_json
 from tunemix.service.letor import letor_lists
 from tunemix.service.openapi import msgspec_body_spec
 from tunemix.service.parsing import candidate_rows, check_ids, check_limits
+from tunemix.service.rank_body import Document, Id
 from tunemix.service.registry import ModelRegistry, ServedModel
-from tunemix.service.routers.rank import ERRORS, Document, Id
+from tunemix.service.routers.rank import ERRORS
 from tunemix.service.schemas import EvaluateResponse
 from tunemix.service.settings import Settings
 

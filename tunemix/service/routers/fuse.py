@@ -24,10 +24,11 @@ from tunemix.service.deadlines import start_deadline
 from tunemix.service.deps import HoldDep, SettingsDep, body_kind, json_bytes_response, python_work, read_body
 from tunemix.service.errors import input_error, query_label, too_large
 from tunemix.service.json_body import check_repeated_keys, decode_json
-from tunemix.service.openapi import msgspec_body_spec
+from tunemix.service.openapi import msgspec_answer_spec, msgspec_body_spec
 from tunemix.service.parsing import CandidateLists, check_ids, check_limits
-from tunemix.service.routers.rank import ENCODER, Id, ranked
-from tunemix.service.schemas import ErrorResponse, FuseResponse
+from tunemix.service.rank_answer import ENCODER, RankedQuery, described, ranked
+from tunemix.service.rank_body import Id
+from tunemix.service.schemas import ErrorResponse
 from tunemix.service.settings import Settings
 
 router = APIRouter(tags=["fusion"])
@@ -181,11 +182,20 @@ def fuse_entries(req: FuseRequest, settings: Settings) -> tuple[CandidateLists, 
     return lists, fused
 
 
+class FuseAnswer(msgspec.Struct):
+    """The answer of POST /fuse."""
+
+    method: Annotated[str, described("the fusion method", "rrf")]
+    results: Annotated[list[RankedQuery], described("each query's fused list, best first")]
+    server_time_ms: Annotated[float, described("time in the handler", 0.42)]
+
+
 @router.post(
     "/fuse",
     summary="Fuse several systems' rankings or scores per query",
-    response_model=FuseResponse,
-    responses={413: {"model": ErrorResponse, "description": "more bytes, queries, systems or ids than the limits"},
+    response_class=Response,
+    responses={**msgspec_answer_spec(FuseAnswer, "each query's fused list, best first"),
+               413: {"model": ErrorResponse, "description": "more bytes, queries, systems or ids than the limits"},
                422: {"model": ErrorResponse, "description": "the message names the query and the field"},
                503: {"model": ErrorResponse, "description": "the worker holds TUNEMIX_MAX_INFLIGHT_BYTES of requests "
                                                         "(Retry-After), or the request waited past its deadline"},
@@ -206,7 +216,7 @@ async def fuse(request: Request, settings: SettingsDep, hold: HoldDep) -> Respon
         check_repeated_keys(body)  # after the counts: its own pass is then small
         top_k = applied_top_k(req.top_k, lists.n_documents)
         check_deadline("/fuse: ranking")
-        return ENCODER.encode({"method": req.method, "results": ranked(fused, lists, top_k),
-                               "server_time_ms": round((time.perf_counter() - start) * 1e3, 3)})
+        return ENCODER.encode(FuseAnswer(method=req.method, results=ranked(fused, lists, top_k),
+                                         server_time_ms=round((time.perf_counter() - start) * 1e3, 3)))
 
     return json_bytes_response(await python_work(request, work, body_size=len(body)))
