@@ -24,7 +24,6 @@ from tunemix.service import dense_body, rank_body
 from tunemix.service.json_body import ONE_PASS_MAX_BYTES, ONE_PASS_MULTIPLE
 from tunemix.service.rank_body import DENSE_DECODER, json_lists
 from tunemix.service.registry import ModelRegistry
-from tunemix.service.routers import rank
 
 pytestmark = pytest.mark.skipif(not dense_body.AVAILABLE, reason="pysimdjson is not installed")
 
