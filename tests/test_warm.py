@@ -125,7 +125,7 @@ def test_the_parts_import_this_processes_code(monkeypatch: pytest.MonkeyPatch) -
     this process."""
     import io
 
-    import training
+    import tunemix
 
     started: list[dict[str, Any]] = []
 
@@ -145,7 +145,7 @@ def test_the_parts_import_this_processes_code(monkeypatch: pytest.MonkeyPatch) -
                         {"part": name, "seconds": 0.0, "compiled": 0, "loaded": 0})
     monkeypatch.setenv("PYTHONPATH", "/somewhere/else")
     parts, _ = warm_module._run_parts(io.StringIO())
-    root = str(Path(training.__file__).resolve().parents[1])
+    root = str(Path(tunemix.__file__).resolve().parents[1])
     assert [s["args"][-3:] for s in started] == [["--part", "learners", "rest"]] and here == ["serving"]
     assert sorted(p["part"] for p in parts) == sorted(warm_module.PART_MEMBERS)
     for s in started:

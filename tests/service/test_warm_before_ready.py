@@ -31,7 +31,7 @@ from tunemix.service.settings import Settings
 def dispatchers():
     out = {}
     for name, mod in list(sys.modules.items()):
-        if mod is None or not name.startswith(("training.", "tunemix.")):
+        if mod is None or not name.startswith("tunemix."):
             continue
         for attr, value in list(vars(mod).items()):
             if isinstance(value, Dispatcher):

@@ -184,8 +184,8 @@ def _warm_views(model: Any) -> None:
 
 @contextmanager
 def _quiet_logs() -> Iterator[None]:
-    """The ``training`` and ``tunemix`` loggers at WARNING inside the block."""
-    loggers = [logging.getLogger(name) for name in ("training", "tunemix")]
+    """The ``tunemix`` loggers at WARNING inside the block."""
+    loggers = [logging.getLogger("tunemix")]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(max(lg.getEffectiveLevel(), logging.WARNING))

@@ -92,14 +92,14 @@ def kernel_compile_log() -> AbstractContextManager[KernelCompileLog]:
 
 
 def kernel_specialisations() -> dict[str, dict[str, int]]:
-    """Per numba kernel of the loaded ``training`` modules (``module.function``): its type
+    """Per numba kernel of the loaded ``tunemix`` modules (``module.function``): its type
     signatures compiled in this process, compiled from scratch (``compiled``) and loaded from the
     disk cache (``loaded``). Several signatures of one kernel are several compilations."""
     from numba.core.dispatcher import Dispatcher
 
     out: dict[str, dict[str, int]] = {}
     for name, module in list(sys.modules.items()):
-        if not name.startswith("training.") or module is None:
+        if not name.startswith("tunemix.") or module is None:
             continue
         for attr, obj in list(vars(module).items()):
             if isinstance(obj, Dispatcher) and obj.__module__ == name and obj.signatures:
