@@ -8,7 +8,7 @@ real test documents, ``top_k`` 10, with ``"explain": 10`` and without) go throug
 ``tunemix.service.main.create_app`` (one worker's settings) in this process, the two kinds in turn
 (``bench.service_breakdown.asgi_request``): wall and CPU ms (every thread) of the whole request and
 the handler's ``server_time_ms``, medians. For the explained requests, the explain lane's part
-(``tunemix.service.deps.explain_work``): the wait from handing the work over to its start on the lane's thread,
+(``tunemix.service.lanes.explain_work``): the wait from handing the work over to its start on the lane's thread,
 and the lane's work; within it the steps (``scoring_pass``, ``explain_rows``,
 ``explained_documents``, ``ranked``) and within ``explain_rows`` the exact method's steps (the
 reference row and views, the mix layer's list statistics, the reference's source vectors, the

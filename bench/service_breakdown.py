@@ -328,7 +328,8 @@ def route_overhead(rep: int) -> dict[str, float]:
 
     from fastapi import Depends, FastAPI, Query, Request, Response
 
-    from tunemix.service.deps import held_body, query_model
+    from tunemix.service.body import held_body
+    from tunemix.service.deps import query_model
     from tunemix.service.routers.rank import RankParams
 
     async def dep(request: Request) -> Any:

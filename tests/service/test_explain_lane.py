@@ -1,4 +1,4 @@
-"""The explain lane (``tunemix.service.deps.explain_work`` on ``tunemix.service.deps.explain_lane``'s threads): its own
+"""The explain lane (``tunemix.service.lanes.explain_work`` on ``explain_lane``'s threads): its own
 bound of concurrent requests, never the event loop's thread, the request's deadline and context
 carried to the work, work cancelled while queued never started, work cancelled while running
 waited for. Every wait is on an event, with a generous cap only against a hang."""
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tunemix.core.deadline import Deadline, DeadlineExceeded, current_deadline
-from tunemix.service.deps import explain_lane, explain_work
+from tunemix.service.lanes import explain_lane, explain_work
 
 #: seconds a test waits for an event before it fails (never reached when the code is right)
 HANG = 60.0

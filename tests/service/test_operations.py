@@ -321,8 +321,8 @@ def test_every_openapi_example_is_answered_200(client: TestClient) -> None:
 
 def test_every_response_field_is_described(client: TestClient) -> None:
     comps = client.get("/openapi.json").json()["components"]["schemas"]
-    for name in ("RankResponse", "RankedQuery", "RankedDocument", "EvaluateResponse", "ConventionResult",
-                 "FuseResponse", "ModelsResponse", "ModelSummary", "ReloadResponse", "ErrorResponse"):
+    for name in ("RankAnswer", "RankedQuery", "RankedDocument", "Explained", "PairExplained", "EvaluateResponse",
+                 "ConventionResult", "FuseAnswer", "ModelsResponse", "ModelSummary", "ReloadResponse", "ErrorResponse"):
         for field, spec in comps[name]["properties"].items():
             assert spec.get("description"), f"{name}.{field} has no description"
 

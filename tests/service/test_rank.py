@@ -279,7 +279,7 @@ def test_a_small_body_is_answered_on_the_event_loop(client: TestClient, store: S
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """No thread hop for a small body when the worker is idle; the same answer as through the
     threads (the same functions run)."""
-    from tunemix.service import deps
+    from tunemix.service import lanes
     from tunemix.service.routers import rank as rank_module
 
     x = features(sum(SIZES), seed=5)
@@ -288,7 +288,7 @@ def test_a_small_body_is_answered_on_the_event_loop(client: TestClient, store: S
 
     async def no_hop(*args: Any) -> Any:
         calls.append("hop")
-        return await deps.parse_and_score(*args)
+        return await lanes.parse_and_score(*args)
 
     monkeypatch.setattr(rank_module, "parse_and_score", no_hop)
     inline = client.post("/rank", json=rank_body(x, SIZES))
@@ -302,7 +302,7 @@ def test_a_small_body_is_answered_on_the_event_loop(client: TestClient, store: S
 def test_an_idle_worker_parses_and_scores_in_one_hop_a_busy_one_in_two(
         client: TestClient, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     """A request goes to a single thread hop when no other request is scoring or waiting to
-    (``tunemix.service.deps.parse_and_score``), and to the two hops otherwise (parsing in ``python_work``,
+    (``tunemix.service.lanes.parse_and_score``), and to the two hops otherwise (parsing in ``python_work``,
     then ``scoring``); the answers are the same, and the counter and the scoring slot are given
     back either way, also after a 422. (Bodies up to ``inline_max_bytes`` are answered on the
     event loop instead: set to 0 here.)"""

@@ -32,8 +32,8 @@ from tunemix.core.scoring.runtime import configure as configure_runtime
 from tunemix.core.scoring.runtime import get_scoring_threads as scoring_threads
 from tunemix.core.version import __version__
 from tunemix.service.deadlines import budget_answer, deadline_answer
-from tunemix.service.deps import PYTHON_LANES, explain_lane
 from tunemix.service.errors import ServiceError, plain_errors, validation_message
+from tunemix.service.lanes import PYTHON_LANES, explain_lane
 from tunemix.service.observability import Metrics, MetricsMiddleware
 from tunemix.service.openapi import install_openapi
 from tunemix.service.rank_dispatch import RankShortcut
@@ -100,7 +100,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.python_lanes = anyio.CapacityLimiter(PYTHON_LANES)
     app.state.scoring_slots = anyio.CapacityLimiter(settings.scoring_concurrency())
     app.state.explain_lane = explain_lane(settings.explain_concurrency)  # its own threads, shut down below
-    app.state.scoring_requests = 0  # requests scoring or waiting to (tunemix.service.deps.scoring)
+    app.state.scoring_requests = 0  # requests scoring or waiting to (tunemix.service.lanes.scoring)
     metrics: Metrics = app.state.metrics
     metrics.served = registry.served_by_worker
 

@@ -15,9 +15,7 @@ import numpy.typing as npt
 
 from tunemix.core.deadline import check_deadline
 from tunemix.service.dense_body import dense_pass
-from tunemix.service.deps import (
-    resolve_model,
-)
+from tunemix.service.deps import resolve_model
 from tunemix.service.errors import ServiceError, input_error, query_label
 from tunemix.service.json_body import ONE_PASS_MAX_BYTES, check_repeated_keys, decode_json, one_pass
 from tunemix.service.parsing import CandidateLists, candidate_rows, check_ids, check_limits

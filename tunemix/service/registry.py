@@ -166,7 +166,7 @@ class ModelRegistry:
         self.failed: dict[str, str] = {}
         self.warm = False  # set by the start-up loader once the default model scores on one thread
         #: set once the parallel scoring paths are compiled too: until then every request scores
-        #: on one thread (``tunemix.service.deps.scoring_turn``)
+        #: on one thread (``tunemix.service.lanes.scoring_turn``)
         self.parallel_warm = False
         #: every kernel a request can reach is warm (tunemix.service.main.warm_in_background): /ready may say 200
         self.all_warm = False

@@ -64,7 +64,7 @@ class Settings(BaseSettings):
         16 * 1024 * 1024, ge=1024,
         description="request bytes one worker holds at once: bodies being read, waiting and processed (a body "
                     "that would pass it while other requests hold bytes: HTTP 503 with Retry-After; a body alone is "
-                    "always let in). Two bodies are decoded at a time (tunemix.service.deps.PYTHON_LANES), so a "
+                    "always let in). Two bodies are decoded at a time (tunemix.service.lanes.PYTHON_LANES), so a "
                     "worker's peak "
                     "memory stays below its resting size + 2 x DECODED_BODY_MULTIPLE x max_body_bytes + "
                     "max_inflight_bytes (224 MiB with the defaults)")

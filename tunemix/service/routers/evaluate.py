@@ -21,21 +21,12 @@ from fastapi.responses import Response
 
 from tunemix.core.deadline import check_deadline
 from tunemix.core.evaluation import CONVENTION_NAMES, EvaluationInputError, Measure, evaluate
+from tunemix.service.body import body_kind, read_body
 from tunemix.service.deadlines import start_deadline
-from tunemix.service.deps import (
-    HoldDep,
-    MetricsDep,
-    RegistryDep,
-    SettingsDep,
-    body_kind,
-    json_response,
-    python_work,
-    read_body,
-    resolve_model,
-    scoring,
-)
+from tunemix.service.deps import HoldDep, MetricsDep, RegistryDep, SettingsDep, json_response, resolve_model
 from tunemix.service.errors import input_error, query_label, too_large
 from tunemix.service.json_body import check_repeated_keys, decode_json
+from tunemix.service.lanes import python_work, scoring
 from tunemix.service.letor import letor_lists
 from tunemix.service.openapi import msgspec_body_spec
 from tunemix.service.parsing import candidate_rows, check_ids, check_limits

@@ -20,10 +20,12 @@ from fastapi.responses import Response
 
 from tunemix.core.deadline import check_deadline
 from tunemix.core.ensemble.list_fusion import competition_ranks, fuse_lists
+from tunemix.service.body import body_kind, read_body
 from tunemix.service.deadlines import start_deadline
-from tunemix.service.deps import HoldDep, SettingsDep, body_kind, json_bytes_response, python_work, read_body
+from tunemix.service.deps import HoldDep, SettingsDep, json_bytes_response
 from tunemix.service.errors import input_error, query_label, too_large
 from tunemix.service.json_body import check_repeated_keys, decode_json
+from tunemix.service.lanes import python_work
 from tunemix.service.openapi import msgspec_answer_spec, msgspec_body_spec
 from tunemix.service.parsing import CandidateLists, check_ids, check_limits
 from tunemix.service.rank_answer import ENCODER, RankedQuery, described, ranked

@@ -10,9 +10,11 @@ import msgspec
 from fastapi import APIRouter, Header, Request
 
 from tunemix.core.artifact import versions_on_disk
-from tunemix.service.deps import RegistryDep, SettingsDep, in_thread, read_body
+from tunemix.service.body import read_body
+from tunemix.service.deps import RegistryDep, SettingsDep
 from tunemix.service.errors import ServiceError
 from tunemix.service.json_body import check_repeated_keys, decode_json
+from tunemix.service.lanes import in_thread
 from tunemix.service.openapi import msgspec_body_spec
 from tunemix.service.schemas import ErrorResponse, ModelsResponse, ReloadResponse
 

@@ -2,7 +2,7 @@
 
 The whole route, top to bottom:
 
-1. **Read** the body (``tunemix.service.deps.read_body``): at most ``TUNEMIX_MAX_BODY_BYTES`` bytes, chunked
+1. **Read** the body (``tunemix.service.body.read_body``): at most ``TUNEMIX_MAX_BODY_BYTES`` bytes, chunked
    or not, within ``TUNEMIX_BODY_TIMEOUT_S`` seconds (413 / 408 otherwise), counted in the
    worker's in-flight bytes until the answer (503 past ``TUNEMIX_MAX_INFLIGHT_BYTES``).
 2. **Decode** it with msgspec into the typed structs (``rank_body.RankRequest``): a JSON body, or a
@@ -29,7 +29,7 @@ is what that reference document would score in the document's place, "the rest o
 (``tunemix.Model.explain``, docs/method.md). A model mixed by rank fusion is explained by the whole
 model's sampled Shapley values instead, within ``TUNEMIX_EXPLAIN_BUDGET`` forest rows per document.
 A request that asks for explanations (read from the parsed body, never from its bytes) is scored
-and explained in the explain lane (``tunemix.service.deps.explain_work``, ``TUNEMIX_EXPLAIN_CONCURRENCY``), on
+and explained in the explain lane (``tunemix.service.lanes.explain_work``, ``TUNEMIX_EXPLAIN_CONCURRENCY``), on
 one thread, under its own deadline (``TUNEMIX_EXPLAIN_TIMEOUT_S``), never on the event loop.
 
 A small body (``TUNEMIX_INLINE_MAX_BYTES``, 96 KiB: about 110 documents of 136 features or 290
@@ -58,24 +58,12 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from tunemix.core.scoring.runtime import single_threaded
+from tunemix.service.body import BodyHold, body_kind, held_body, read_body
 from tunemix.service.deadlines import start_deadline
-from tunemix.service.deps import (
-    LARGE_BODY_BYTES,
-    BodyHold,
-    body_kind,
-    explain_work,
-    held_body,
-    json_bytes_response,
-    parse_and_score,
-    python_work,
-    query_model,
-    read_body,
-    resolve_model,
-    score_call,
-    scoring,
-)
+from tunemix.service.deps import json_bytes_response, query_model, resolve_model
 from tunemix.service.errors import input_error
 from tunemix.service.json_body import gc_paused
+from tunemix.service.lanes import LARGE_BODY_BYTES, explain_work, parse_and_score, python_work, score_call, scoring
 from tunemix.service.letor import letor_lists
 from tunemix.service.observability import Metrics
 from tunemix.service.openapi import msgspec_answer_spec, msgspec_body_spec, query_parameters
