@@ -26,7 +26,7 @@ PRESENT = [README, *(p for p in DOCS if p not in SKIPPED)]
 PREFIXES = ("tunemix", "tests", "bench", "docs", "configs", "scripts", "deploy")
 #: a repo-relative path anywhere in the text (code spans and prose alike), not part of a URL or of a
 #: longer path such as ../shared/data
-PATH = re.compile(r"(?<![\w/.:~-])((?:%s)/[\w./-]*[\w/])" % "|".join(PREFIXES))
+PATH = re.compile(r"(?<![\w/.:~-])((?:" + "|".join(PREFIXES) + r")/[\w./-]*[\w/])")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 MODULE = re.compile(r"python -m ((?:tunemix|bench)(?:\.\w+)*)")
 
