@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.bench_service import Server, free_port, make_bodies, post_rank, sequential
+from bench.bench_service import Server, free_port, post_rank, sequential
 from bench.common import (
     MSLR,
     RESULTS,
@@ -53,6 +53,7 @@ from bench.common import (
     mslr_default_model,
     write_result,
 )
+from bench.service_requests import make_bodies
 
 N_DOCS = 100
 TOP = 10

@@ -75,8 +75,9 @@ from typing import Any
 import numpy as np
 
 from bench.common import ROOT, machine_probe_ms, write_result
-from bench.service_breakdown import breakdown, log, peer_breakdown
+from bench.service_breakdown import breakdown, peer_breakdown
 from bench.service_models import MODEL_SETS, ModelSet, check_data, prepare
+from bench.service_requests import log, make_bodies, service_config
 
 TARGETS = {
     "docs_100": {"p50_ms": 5.0, "p99_ms": 20.0, "errors": 0},
@@ -112,40 +113,6 @@ def pct(values: Sequence[float], q: float) -> float | None:
 
 def rounded(x: float | None, nd: int = 3) -> float | None:
     return None if x is None else round(x, nd)
-
-
-# ---------------------------------------------------------------------------- model and data
-def service_config(workers: int | None) -> tuple[int, int, int]:
-    """(workers, numba threads per worker, parallel floor in documents) of our service as
-    ``python -m tunemix.service`` runs it with ``workers`` (None: its default), by its settings' rules."""
-    from tunemix.service.settings import Settings
-
-    settings = Settings() if workers is None else Settings(workers=workers)
-    resolved = settings.model_copy(update={"workers": settings.worker_processes()})  # as its workers see it
-    return resolved.this_process_workers(), resolved.scoring_thread_count(), resolved.parallel_floor()
-
-
-def make_bodies(test: Any, n_docs: int, n_bodies: int, seed: int) -> list[bytes]:
-    """``n_bodies`` request bodies of one query with ``n_docs`` real test rows each."""
-    rng = np.random.default_rng(seed)
-    n = test.features.shape[0]
-    ids = test.docids if test.docids is not None else np.array([f"r{i}" for i in range(n)])
-    bodies = []
-    for b in range(n_bodies):
-        rows = rng.choice(n, size=n_docs, replace=n_docs > n)
-        docs = [{"id": f"{ids[r]}#{j}", "features": [round(float(v), 6) for v in test.features[r]]}
-                for j, r in enumerate(rows.tolist())]
-        bodies.append(json.dumps({"queries": [{"qid": f"q{b}", "documents": docs}]},
-                                 separators=(",", ":")).encode())
-    return bodies
-
-
-def columnar(body: bytes) -> bytes:
-    doc = json.loads(body)
-    q = doc["queries"][0]
-    return json.dumps({"queries": [{"qid": q["qid"], "ids": [d["id"] for d in q["documents"]],
-                                    "features": [d["features"] for d in q["documents"]]}]},
-                      separators=(",", ":")).encode()
 
 
 # ---------------------------------------------------------------------------- servers

@@ -25,10 +25,7 @@ from typing import Any
 import numpy as np
 
 from bench.common import median_ms
-
-
-def log(msg: str) -> None:
-    print(f"[bench_service {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+from bench.service_requests import columnar, log, make_bodies, service_config
 
 
 def breakdown(model_path: Path, bodies: dict[int, list[bytes]], quick: bool) -> dict[str, Any]:
@@ -135,7 +132,6 @@ def breakdown_one(registry: Any, body: bytes, rep: int) -> dict[str, Any]:
         "member_scores_ms": median_ms(lambda: model.member_scores(x, off), rep),
         "score_ms": median_ms(lambda: model.score(x, off), rep),
     }
-    from bench.bench_service import columnar
 
     cbody = columnar(body)
     entry["columnar_form"] = {"body_bytes": len(cbody),
@@ -250,7 +246,6 @@ async def _asgi_main(model_path: Path, peer_file: Path, workers: int, bodies: di
     import contextlib
 
     from bench import peer_lightgbm_service as peer
-    from bench.bench_service import service_config
     from tunemix.service.main import create_app
     from tunemix.service.settings import Settings
 
@@ -285,7 +280,6 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import tempfile
 
-    from bench.bench_service import make_bodies, service_config
     from bench.common import write_result
     from bench.service_models import MODEL_SETS, check_data, prepare
 

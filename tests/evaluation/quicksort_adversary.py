@@ -12,7 +12,7 @@ the input has no ties (a sort of it has one right answer).
 ``adversary_numba(n)`` drives numba's pure-Python build of its quicksort
 (``numba.misc.quicksort.make_py_quicksort(is_argsort=True)``, the same code ``np.argsort``
 compiles inside numba): exact, but about a million comparisons a second. ``adversary(n)`` is a
-compiled copy of it for the benchmark's sizes; the tests check that both give the same input.
+compiled copy of it for the larger sizes; the tests check that both give the same input.
 The result is the array of keys that numba's ``np.argsort`` sorts ascending; ranx sorts the
 negated scores, so ``scores = -keys`` is the adversarial run.
 """
