@@ -400,8 +400,8 @@ def health_poller(url: str, stop: threading.Event, worst: list[float]) -> None:
             time.sleep(0.02)
 
 
-def measure(case: Case, body: bytes, models: Path, work: Path, app_dir: Path = ROOT) -> dict[str, Any]:
-    server = Server(models, work / "server.log", cwd=app_dir)
+def measure(case: Case, body: bytes, models: Path, work: Path) -> dict[str, Any]:
+    server = Server(models, work / "server.log")
     try:
         server.wait_warm()
         pid = server.proc.pid
@@ -479,7 +479,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="run the cases whose name contains this (or one of these, "
                                                    "comma-separated)")
     parser.add_argument("--name", default="request_cost", help="result file name (bench/results/<name>.json)")
-    parser.add_argument("--app-dir", type=Path, default=ROOT, help="the tree whose app is served (a \"before\")")
     args = parser.parse_args(argv)
     from tunemix.service.settings import Settings
 
@@ -494,10 +493,9 @@ def main(argv: list[str] | None = None) -> int:
             if not any(part in case.name for part in args.only.split(",")):
                 continue
             body = case.make(body_size(case.size, limit))
-            rows[case.name] = measure(case, body, models, work, args.app_dir)
+            rows[case.name] = measure(case, body, models, work)
             print(case.name, json.dumps(rows[case.name]), flush=True)
-    out = {"command": "python -m bench.bench_request_cost" + (f" --only {args.only}" if args.only else "")
-           + (f" --app-dir {args.app_dir}" if args.app_dir != ROOT else ""),
+    out = {"command": "python -m bench.bench_request_cost" + (f" --only {args.only}" if args.only else ""),
            "max_body_bytes": limit, "small_body_counted_as": SMALL_BODY,
            "machine_probe_ms": [probe_before, machine_probe_ms()], "summary": summary(rows), "cases": rows}
     path = write_result(args.name, out)
