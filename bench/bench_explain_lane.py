@@ -1,8 +1,7 @@
-"""What explain traffic does to plain /rank latency (issue 37, reproduction 3: two concurrent
-explain requests moved /rank p50 at 100 documents from 6.7 ms to 3,183 ms).
+"""What explain traffic does to plain /rank latency: explanations run on each worker's explain
+lane, and plain requests must not queue behind them.
 
-    python -m bench.bench_explain_lane                  # ~2-4 min on 2 busy cores
-    python -m bench.bench_explain_lane --app-dir DIR    # serve the app of another tree (a "before")
+    python -m bench.bench_explain_lane [--requests 300]   # ~2-4 min on 2 busy cores
 
 Writes ``bench/results/explain_lane.json`` (``--name``: another name).
 

@@ -3,7 +3,6 @@ sent to the real service, the worst cost found per endpoint reported.
 
     python -m bench.cost_search                      # 30 bodies per endpoint (~5 min on 2 busy cores)
     python -m bench.cost_search --bodies 100 --seed 3
-    python -m bench.cost_search --app-dir DIR --name cost_search_before   # another tree's app
 
 Writes ``bench/results/cost_search.json`` (``--name``: another name).
 

@@ -6,10 +6,11 @@ response), the two applications alternating request by request.
     python -m bench.service_breakdown                        # both model sets (bench/results/service_breakdown.json)
     python -m bench.service_breakdown --model-set mslr-default --name service_breakdown_x --quick
 
-The model sets, their peers and the request bodies are ``bench.bench_service``'s (the same
-seeds); our application is ``tunemix.service.main.create_app`` with the settings ``python -m tunemix.service`` gives a
-worker of the benchmark's (``TUNEMIX_WORKERS`` workers: that many scoring threads and the
-parallel floor), the peer's ``bench.peer_lightgbm_service.app`` with the benchmark's environment.
+The model sets and their peers are ``bench.service_models``', the request bodies
+``bench.service_requests``' (the same seeds as ``bench.bench_service``); our application is
+``tunemix.service.main.create_app`` with the settings ``python -m tunemix.service`` gives a worker of
+the benchmark's (``TUNEMIX_WORKERS`` workers: that many scoring threads and the parallel floor),
+the peer's ``bench.peer_lightgbm_service.app`` with the benchmark's environment.
 """
 
 from __future__ import annotations
@@ -314,8 +315,8 @@ def main(argv: list[str] | None = None) -> int:
 def route_overhead(rep: int) -> dict[str, float]:
     """What FastAPI costs a route per request for what it resolves, in this process: median CPU
     ms (every thread) of an ASGI ``POST /rank`` to routes that do nothing, one declaring /rank's
-    eight query parameters and four dependencies (the route before), one reading its parameters
-    itself (``tunemix.service.deps.query_model``, the route now), and one declaring nothing (the floor)."""
+    eight query parameters and four dependencies (FastAPI resolving them), one reading its parameters
+    itself (``tunemix.service.deps.query_model``, as /rank does), and one declaring nothing (the floor)."""
     import asyncio
     from typing import Annotated
 
