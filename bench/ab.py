@@ -114,11 +114,10 @@ def run_side(tree: Path, module: str, args: list[str], result: str | None,
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--" not in argv:
-        raise SystemExit("usage: python -m bench.ab --before DIR [options] -- MODULE [ARGS...]")
-    split = argv.index("--")
+    split = argv.index("--") if "--" in argv else len(argv)
     own, bench_cmd = argv[:split], argv[split + 1:]
-    parser = argparse.ArgumentParser(prog="python -m bench.ab", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.ab", description=__doc__.split("\n\n")[0],
+                                     usage="%(prog)s --before DIR [options] -- MODULE [ARGS...]")
     parser.add_argument("--before", type=Path, required=True, help="the other checkout of the tree")
     parser.add_argument("--this", type=Path, default=ROOT, help="this side's tree (default: this checkout)")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each side (default 3)")
