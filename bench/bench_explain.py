@@ -11,16 +11,14 @@ either method gives a non-zero value, and the mean number of top-3 features (by 
 contribution) in common. And /rank p50 with ``"explain": 10`` at 100 documents over real HTTP
 (a ``python -m tunemix.service`` process, one worker; the MQ2008 model and the MSLR default model), beside the
 same requests without it, the two kinds in turn on one connection (``--requests`` of each, 150 by
-default: 30 until 2026-11-27, whose p50s moved by 10-20% between back-to-back runs).
+default: with 30, p50s move by 10-20% between back-to-back runs).
 
     python -m bench.bench_explain [--model MQ2008_VERSION_DIR] [--mslr-model VERSION_DIR] [--quick]
-                                  [--part all|service|agreement] [--name NAME] [--app-dir DIR]
-                                  [--requests N]
+                                  [--part all|service|agreement] [--name NAME] [--requests N]
 
 Writes ``bench/results/explain.json`` (``--name``: ``bench/results/NAME.json``, and the other part's
 figures, with ``--part``, are taken from that file when it exists, else from explain.json).
-``--app-dir``: the service part serves the app of another tree (a "before": its code on the path
-of the ``python -m tunemix.service`` process), the rest of the run this tree's.
+Against another checkout of the tree: ``python -m bench.ab --before DIR -- bench_explain ...``.
 
 Without ``--model`` the MQ2008 model is models/mq2008-fold1 (trained from configs/mq2008.toml when
 absent); without ``--mslr-model`` the default model is trained on the MSLR sample's train file
@@ -40,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.bench_service import Server, free_port, make_bodies, post_rank, sequential
+from bench.bench_service import Server, free_port, post_rank, sequential
 from bench.common import (
     MSLR,
     RESULTS,
@@ -53,6 +51,7 @@ from bench.common import (
     mslr_default_model,
     write_result,
 )
+from bench.service_requests import make_bodies
 
 N_DOCS = 100
 TOP = 10
@@ -169,28 +168,25 @@ def interleaved(base: str, bodies: dict[str, list[bytes]], n: int) -> dict[str, 
                 "server_time_p50_ms": round(float(np.percentile(st[k], 50)), 3)} for k in bodies}
 
 
-def http_side(model_path: Path, test: Any, n: int, workdir: Path, app_dir: Path | None = None) -> dict[str, Any]:
+def http_side(model_path: Path, test: Any, n: int, workdir: Path) -> dict[str, Any]:
     """/rank p50 at 100 documents, top_k 10, with ``"explain": 10`` and without, requests of the two
-    kinds in turn (``interleaved``), one worker serving ``model_path`` (the app of ``app_dir`` when given)."""
+    kinds in turn (``interleaved``), one worker serving ``model_path``."""
     port = free_port()
     env = {**os.environ, "TUNEMIX_MODELS_DIR": str(model_path.parent.parent.resolve()),
            "TUNEMIX_DEFAULT_MODEL": model_path.parent.name, "TUNEMIX_PORT": str(port), "TUNEMIX_HOST": "127.0.0.1",
            "TUNEMIX_WORKERS": "1", "TUNEMIX_LOG_LEVEL": "warning"}
     env.setdefault("NUMBA_CACHE_DIR", str(ROOT / ".venv" / "numba-cache"))
-    if app_dir is not None:
-        env["PYTHONPATH"] = str(app_dir.resolve())
     plain = make_bodies(test, N_DOCS, 8, seed=1)
     with_top = [json.dumps({**json.loads(b), "top_k": TOP}, separators=(",", ":")).encode() for b in plain]
     explained = [json.dumps({**json.loads(b), "top_k": TOP, "explain": EXPLAIN}, separators=(",", ":")).encode()
                  for b in plain]
     server = Server("python -m tunemix.service", [sys.executable, "-m", "tunemix.service"], env, port,
-                    workdir / f"server-{port}.log",
-                    cwd=app_dir)
+                    workdir / f"server-{port}.log")
     try:
         ready_s = server.wait_ready(600)
         sequential(server.base, explained, 3, TOP)  # warm the explanation path
         sequential(server.base, with_top, 3, TOP)
-        out: dict[str, Any] = {"model": str(model_path), "app": str(app_dir or ROOT), "ready_s": round(ready_s, 1),
+        out: dict[str, Any] = {"model": str(model_path), "app": str(ROOT), "ready_s": round(ready_s, 1),
                            "documents": N_DOCS,
                                "top_k": TOP, "workers": 1, "explain": EXPLAIN, "order": "interleaved",
                                **interleaved(server.base, {"without_explain": with_top, "with_explain": explained}, n)}
@@ -212,7 +208,6 @@ def main(argv: list[str] | None = None) -> int:
                    help="all; or only the /rank service part (both models) or only the cost and agreement part, "
                         "the other part's figures kept from bench/results/explain.json")
     p.add_argument("--name", default="explain", help="the result file, bench/results/NAME.json (default explain)")
-    p.add_argument("--app-dir", type=Path, help="serve the app of this tree in the service part (a before)")
     p.add_argument("--requests", type=int, default=REQUESTS,
                    help=f"requests of each kind in the service part, interleaved (default {REQUESTS}; --quick: 10)")
     args = p.parse_args(argv)
@@ -234,7 +229,6 @@ def main(argv: list[str] | None = None) -> int:
                + (f" --mslr-model {args.mslr_model}" if args.mslr_model else "")
                + (" --quick" if args.quick else "") + (f" --part {args.part}" if args.part != "all" else "")
                + (f" --name {args.name}" if args.name != "explain" else "")
-               + (f" --app-dir {args.app_dir}" if args.app_dir else "")
                + (f" --requests {args.requests}" if args.requests != REQUESTS else ""))
     with tempfile.TemporaryDirectory() as tmp:
         mq_path = args.model or ensure_model()
@@ -265,8 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.part in ("all", "service"):
             n = 10 if args.quick else args.requests
             results.pop("rank_http_p50_ratio", None)
-            results["rank_http"] = {"mq2008": http_side(mq_path, test, n, Path(tmp), args.app_dir),
-                                    "mslr_sample_default": http_side(mslr_path, mtest, n, Path(tmp), args.app_dir)}
+            results["rank_http"] = {"mq2008": http_side(mq_path, test, n, Path(tmp)),
+                                    "mslr_sample_default": http_side(mslr_path, mtest, n, Path(tmp))}
             results["service_command"] = command
     result = {
         **results, "command": command, "threads": 1, "reference": "the list's per-feature median document",

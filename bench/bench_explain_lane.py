@@ -1,8 +1,7 @@
-"""What explain traffic does to plain /rank latency (issue 37, reproduction 3: two concurrent
-explain requests moved /rank p50 at 100 documents from 6.7 ms to 3,183 ms).
+"""What explain traffic does to plain /rank latency: explanations run on each worker's explain
+lane, and plain requests must not queue behind them.
 
-    python -m bench.bench_explain_lane                  # ~2-4 min on 2 busy cores
-    python -m bench.bench_explain_lane --app-dir DIR    # serve the app of another tree (a "before")
+    python -m bench.bench_explain_lane [--requests 300]   # ~2-4 min on 2 busy cores
 
 Writes ``bench/results/explain_lane.json`` (``--name``: another name).
 
@@ -32,7 +31,7 @@ import httpx
 import numpy as np
 
 from bench.bench_request_cost import N_FEATURES, Server, train_model
-from bench.common import ROOT, machine_probe_ms, write_result
+from bench.common import machine_probe_ms, write_result
 
 JSON = {"Content-Type": "application/json"}
 
@@ -69,16 +68,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=300, help="plain /rank requests per phase")
     parser.add_argument("--name", default="explain_lane", help="result file name (bench/results/<name>.json)")
-    parser.add_argument("--app-dir", type=Path, default=ROOT, help="the tree whose app is served")
     args = parser.parse_args(argv)
     probe = machine_probe_ms()
     with tempfile.TemporaryDirectory(prefix="explain-lane-") as tmp:
         work = Path(tmp)
         models = work / "models"
         train_model(models)
-        server = Server(models, work / "server.log", workers=2, cwd=args.app_dir)
+        server = Server(models, work / "server.log", workers=2)
         try:
-            server.wait_warm(timeout=1800)  # another tree compiles its kernels afresh
+            server.wait_warm(timeout=1800)  # a cold numba cache compiles every kernel first
             plain_phase(server.url, 20)  # both workers past their first request
             quiet = plain_phase(server.url, args.requests)
             stop = threading.Event()
@@ -107,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     pooled = summarise(quiet + quiet_after)
     explain_ms = [ms for _, ms in answers]
     out = {
-        "command": "python -m bench.bench_explain_lane" + (f" --app-dir {args.app_dir}" if args.app_dir != ROOT
+        "command": "python -m bench.bench_explain_lane" + (f" --requests {args.requests}" if args.requests != 300
                                                            else ""),
         "explain_body_bytes": len(body(100, 2, explain=5, top_k=20)), "plain_body_bytes": len(body(100, 1)),
         "machine_probe_ms": [probe, machine_probe_ms()],

@@ -1,4 +1,4 @@
-"""A new user's first hour, measured on a fresh clone with an empty numba cache (issue 40).
+"""A new user's first hour, measured on a fresh clone with an empty numba cache.
 
     python -m bench.bench_first_hour [--install] [--cold-train] [--skip-train]
 

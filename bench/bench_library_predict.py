@@ -1,5 +1,5 @@
 """One 100-document list through the library's ``predict`` beside two busy CPU burners, against
-LightGBM's ``predict`` of the early-stopped model of the same data, in the same run (issue 40).
+LightGBM's ``predict`` of the early-stopped model of the same data, in the same run.
 
     python -m bench.bench_library_predict [--rounds 300] [--seed 0]
 
@@ -12,8 +12,8 @@ at the end) while the three are timed interleaved, round by round:
 
 - ``tunemix``: ``Model.predict`` as a user calls it (the library's floor: lists under
   ``TUNEMIX_PARALLEL_MIN_DOCUMENTS``, default 256, score on one thread);
-- ``tunemix_every_thread``: the same with the floor at 0 (what the library did before: every
-  numba thread for any list long enough in work);
+- ``tunemix_every_thread``: the same with the floor at 0 (every numba thread for any list long
+  enough in work: what the floor avoids);
 - ``lightgbm``: ``LGBMRanker.predict`` (its own threads, as a user calls it);
 - ``lightgbm_one_thread``: ``predict(x, num_threads=1)``, the stricter peer.
 

@@ -3,7 +3,6 @@ long the worker's event loop stalls, per endpoint, over a corpus of hostile and 
 
     python -m bench.bench_request_cost              # every case (~5-10 min on 2 busy cores)
     python -m bench.bench_request_cost --only rank   # the cases whose name contains "rank"
-    python -m bench.bench_request_cost --app-dir DIR --name request_cost_before  # another tree's app
 
 Writes ``bench/results/request_cost.json`` (``--name``: another name).
 
@@ -19,10 +18,11 @@ Writes ``bench/results/request_cost.json`` (``--name``: another name).
    connection: how long the event loop was held); the status of each answer, and whether the
    worker survived. Per endpoint the worst ``cpu_s_per_mib`` and ``peak_rise_per_body_byte``;
    a body under 64 KiB counts as 64 KiB there (a request's fixed cost is not a cost per byte).
-3. **Corpus** (``CASES``): the shapes of issue 31's table at 60 MiB and at the body limit
-   (``TUNEMIX_MAX_BODY_BYTES``, whatever it is in the tree measured: the largest body a client
-   may send), the small hostile ones as the issue gives them, ordinary bodies, and four large
-   bodies at once.
+3. **Corpus** (``cases()``): hostile shapes (empty rows, zeros, a long LETOR line, labels, ids,
+   empty lists where ids go, a repeated or escaped key) at 60 MiB and at the body limit
+   (``TUNEMIX_MAX_BODY_BYTES``: the largest body a client may send), small hostile bodies
+   (60,000 sparse keys, 200 metrics a query, a label of 1e6, a 100,000-character docid), ordinary
+   bodies, rows either side of the dense pass's row floor, and four large bodies at once.
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ def fuse_systems(size: int) -> bytes:
 
 
 def fuse_empty_id_lists(size: int) -> bytes:
-    """Issue 37, reproduction 1: empty lists where a system's ids go (a validator error each)."""
+    """Empty lists where a system's ids go (a validator error each)."""
     return repeat_to(b'{"queries":[{"qid":"q","systems":[{"ids":[', b"[],", b"]}]}]}", size)
 
 
@@ -235,12 +235,12 @@ def rank_narrow_rows(width: int) -> Callable[[int], bytes]:
 
 
 def rank_columnar_repeated_key(size: int) -> bytes:
-    """``rank_columnar`` with ``"top_k"`` twice (the last used to win silently)."""
+    """``rank_columnar`` with ``"top_k"`` twice (refused: a repeated key is a 422)."""
     return rank_columnar(size)[:-1] + b',"top_k":1,"top_k":2}'
 
 
 def rank_escaped_explain(size: int) -> bytes:
-    """Issue 37, reproduction 4: ``"\u0065xplain"`` on a body under the inline threshold (64 KiB)."""
+    """``"\u0065xplain"`` (an escaped key) on a body under the inline threshold (64 KiB)."""
     rows = ",".join(dense_row(j) for j in range(size))
     ids = ",".join(f'"d{j}"' for j in range(size))
     return ('{"queries":[{"qid":"q","ids":[' + ids + '],"features":[' + rows + ']}],"top_k":20,'
@@ -285,7 +285,7 @@ def cases() -> list[Case]:
             Case("evaluate_empty_queries_limit", "/evaluate", evaluate_empty_queries, "limit"),
             Case("fuse_one_id_systems_accepted", "/fuse", fuse_one_id_systems_accepted, "fixed"),
             Case("evaluate_small_queries_10000", "/evaluate", evaluate_small_queries, "fixed"),
-            # issue 37
+            # empty lists, repeated and escaped keys
             Case("fuse_empty_id_lists_limit", "/fuse", fuse_empty_id_lists, "limit"),
             Case("evaluate_empty_docid_lists_limit", "/evaluate", evaluate_empty_docid_lists, "limit"),
             Case("evaluate_empty_label_lists_limit", "/evaluate", evaluate_empty_label_lists, "limit"),
@@ -400,8 +400,8 @@ def health_poller(url: str, stop: threading.Event, worst: list[float]) -> None:
             time.sleep(0.02)
 
 
-def measure(case: Case, body: bytes, models: Path, work: Path, app_dir: Path = ROOT) -> dict[str, Any]:
-    server = Server(models, work / "server.log", cwd=app_dir)
+def measure(case: Case, body: bytes, models: Path, work: Path) -> dict[str, Any]:
+    server = Server(models, work / "server.log")
     try:
         server.wait_warm()
         pid = server.proc.pid
@@ -479,7 +479,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="run the cases whose name contains this (or one of these, "
                                                    "comma-separated)")
     parser.add_argument("--name", default="request_cost", help="result file name (bench/results/<name>.json)")
-    parser.add_argument("--app-dir", type=Path, default=ROOT, help="the tree whose app is served (a \"before\")")
     args = parser.parse_args(argv)
     from tunemix.service.settings import Settings
 
@@ -494,10 +493,9 @@ def main(argv: list[str] | None = None) -> int:
             if not any(part in case.name for part in args.only.split(",")):
                 continue
             body = case.make(body_size(case.size, limit))
-            rows[case.name] = measure(case, body, models, work, args.app_dir)
+            rows[case.name] = measure(case, body, models, work)
             print(case.name, json.dumps(rows[case.name]), flush=True)
-    out = {"command": "python -m bench.bench_request_cost" + (f" --only {args.only}" if args.only else "")
-           + (f" --app-dir {args.app_dir}" if args.app_dir != ROOT else ""),
+    out = {"command": "python -m bench.bench_request_cost" + (f" --only {args.only}" if args.only else ""),
            "max_body_bytes": limit, "small_body_counted_as": SMALL_BODY,
            "machine_probe_ms": [probe_before, machine_probe_ms()], "summary": summary(rows), "cases": rows}
     path = write_result(args.name, out)

@@ -1,11 +1,11 @@
-"""Slow and huge request heads against the service, before and after ``tunemix.service.http_protocol``.
+"""Slow and huge request heads against the service (``tunemix.service.http_protocol``), with uvicorn's
+own protocol as the peer.
 
     python -m bench.bench_request_heads [--models-dir DIR --model NAME] [--huge-mib 64]
 
 Two servers on the same model, two workers each: uvicorn's own httptools protocol
-(``python -m uvicorn tunemix.service.main:app --workers 2 --http httptools``, what ``python -m tunemix.service``
-served before)
-and ``python -m tunemix.service`` (head deadline ``TUNEMIX_HEADER_TIMEOUT_S``, default 10 s; head limit
+(``python -m uvicorn tunemix.service.main:app --workers 2 --http httptools``) and
+``python -m tunemix.service`` (head deadline ``TUNEMIX_HEADER_TIMEOUT_S``, default 10 s; head limit
 ``TUNEMIX_MAX_HEADER_BYTES``, default 32 KiB). Against each:
 
 - slow heads: 100 connections send half a request head, then one more header byte every 5 s, and 20

@@ -436,7 +436,7 @@ def ensemble_in_fresh_process(mq: dict[str, Any] | None, quick: bool) -> dict[st
 
 # ----------------------------------------------------------------------------- part 3
 def targets(kernels: dict[str, Any], ens: dict[str, Any]) -> dict[str, Any]:
-    """Issue 8's targets. Kernel targets hold per setting (data, batch, threads) with each peer at
+    """The scoring targets. Kernel targets hold per setting (data, batch, threads) with each peer at
     the same thread count (``pass``); ``pass_vs_best_peer_threads`` is stricter: each peer at its
     best thread count up to ours (lleaves is faster on one thread than on two for short lists)."""
     def rows_of(leaves: int) -> list[tuple[str, dict[str, Any]]]:

@@ -9,7 +9,7 @@ plain FastAPI + LightGBM peer, plus where the time goes inside one request.
 Writes ``bench/results/service.json`` (``--name``: another name; ``--quick``: ``service_quick.json``):
 one entry per model set under ``sets``, each with its own peer, servers, scenarios and
 breakdown, and per set and scenario ``at_most_peer`` (p50 and p99 at most the peer's in the same
-run, no error: the goal of issue 37).
+run, no error: the service's goal).
 
 1. **Model sets** (``bench/service_models.py``): ``mq2008``, the MQ2008 Fold1 ensemble (the
    latest ``models/mq2008-fold1/vN``, trained from ``configs/mq2008.toml`` when absent, about 5
@@ -41,7 +41,7 @@ run, no error: the goal of issue 37).
    for the second, so neither always runs first or always follows the other); each side's
    p50 and p99 are over all its rounds' requests pooled, and every round's own figures are kept
    (one run's p99 on this shared machine is mostly what the neighbours did during it: two
-   identical 40 s runs of ours gave 9.3 and 12.7 ms). Before each measured run: 20
+   identical 40 s runs can differ by a third). Before each measured run: 20
    unmeasured warm-up requests, then a one-at-a-time baseline (the latency with no queueing);
    after it, one at a time again with a pause of 1/rate (at most 0.2 s) before each request,
    the idle a worker has between requests at that rate (this machine is slower after idle).
@@ -50,10 +50,9 @@ run, no error: the goal of issue 37).
    (``machine_probe_ms``: a fixed Python loop, timed just before and after) around every run are
    recorded with the figures.
 5. **Where the time goes**, in this process, no HTTP: for 100 and 1,000 documents, the median
-   time of each step our /rank handler takes (body reading by the fast path of this body
-   shape, conversion to arrays, the
-   model's stages: views, forest pass, member differences, calibrators, mixer; ranking and
-   response serialisation), and the same for the peer's handler.
+   time of each step our /rank handler takes (body decoding, conversion to arrays, the model's
+   stages: views, forest pass, member differences, calibrators, mixer; ranking and response
+   serialisation), and the same for the peer's handler (``bench.service_breakdown``).
 """
 
 from __future__ import annotations
@@ -75,8 +74,9 @@ from typing import Any
 import numpy as np
 
 from bench.common import ROOT, machine_probe_ms, write_result
-from bench.service_breakdown import breakdown, log, peer_breakdown
+from bench.service_breakdown import breakdown, peer_breakdown
 from bench.service_models import MODEL_SETS, ModelSet, check_data, prepare
+from bench.service_requests import log, make_bodies, service_config
 
 TARGETS = {
     "docs_100": {"p50_ms": 5.0, "p99_ms": 20.0, "errors": 0},
@@ -112,40 +112,6 @@ def pct(values: Sequence[float], q: float) -> float | None:
 
 def rounded(x: float | None, nd: int = 3) -> float | None:
     return None if x is None else round(x, nd)
-
-
-# ---------------------------------------------------------------------------- model and data
-def service_config(workers: int | None) -> tuple[int, int, int]:
-    """(workers, numba threads per worker, parallel floor in documents) of our service as
-    ``python -m tunemix.service`` runs it with ``workers`` (None: its default), by its settings' rules."""
-    from tunemix.service.settings import Settings
-
-    settings = Settings() if workers is None else Settings(workers=workers)
-    resolved = settings.model_copy(update={"workers": settings.worker_processes()})  # as its workers see it
-    return resolved.this_process_workers(), resolved.scoring_thread_count(), resolved.parallel_floor()
-
-
-def make_bodies(test: Any, n_docs: int, n_bodies: int, seed: int) -> list[bytes]:
-    """``n_bodies`` request bodies of one query with ``n_docs`` real test rows each."""
-    rng = np.random.default_rng(seed)
-    n = test.features.shape[0]
-    ids = test.docids if test.docids is not None else np.array([f"r{i}" for i in range(n)])
-    bodies = []
-    for b in range(n_bodies):
-        rows = rng.choice(n, size=n_docs, replace=n_docs > n)
-        docs = [{"id": f"{ids[r]}#{j}", "features": [round(float(v), 6) for v in test.features[r]]}
-                for j, r in enumerate(rows.tolist())]
-        bodies.append(json.dumps({"queries": [{"qid": f"q{b}", "documents": docs}]},
-                                 separators=(",", ":")).encode())
-    return bodies
-
-
-def columnar(body: bytes) -> bytes:
-    doc = json.loads(body)
-    q = doc["queries"][0]
-    return json.dumps({"queries": [{"qid": q["qid"], "ids": [d["id"] for d in q["documents"]],
-                                    "features": [d["features"] for d in q["documents"]]}]},
-                      separators=(",", ":")).encode()
 
 
 # ---------------------------------------------------------------------------- servers
@@ -412,9 +378,8 @@ def run_scenario(servers: dict[str, Server], bodies: list[bytes], bodies_file: P
     peer, peer, ours, ... or the reverse for odd scenarios, so that neither always runs first or
     always follows the other). Each side's figures are over all its rounds' requests pooled (one
     40 s run's p99 is mostly what the neighbours did in those seconds: two identical runs of ours
-    gave 9.3 and 12.7 ms, bench/results/service_s6_mq2008{,_run2}.json); every round's own
-    figures are kept under ``rounds``, and ``rounds_won`` counts the rounds ours was at most the
-    peer's. ``judged``: ours against TARGETS too."""
+    can differ by a third); every round's own figures are kept under ``rounds``, and ``rounds_won``
+    counts the rounds ours was at most the peer's. ``judged``: ours against TARGETS too."""
     first = ["ours", "peer"] if si % 2 == 0 else ["peer", "ours"]
     entry: dict[str, Any] = {"n_docs": nd, "duration_s": duration, "rounds": rounds, "order": first}
     if rate_arg is None:
@@ -501,7 +466,7 @@ def pool_raw(raws: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def peer_verdict(ours: dict[str, Any], peer: dict[str, Any]) -> dict[str, bool]:
-    """Issue 37's goal for one scenario: our p50 and p99 at most the peer's in the same run (a
+    """The service's goal for one scenario: our p50 and p99 at most the peer's in the same run (a
     missing figure fails), and none of our requests failed."""
     out = {p: ours[f"{p}_ms"] is not None and peer[f"{p}_ms"] is not None and ours[f"{p}_ms"] <= peer[f"{p}_ms"]
            for p in ("p50", "p99")}

@@ -3,7 +3,6 @@ sent to the real service, the worst cost found per endpoint reported.
 
     python -m bench.cost_search                      # 30 bodies per endpoint (~5 min on 2 busy cores)
     python -m bench.cost_search --bodies 100 --seed 3
-    python -m bench.cost_search --app-dir DIR --name cost_search_before   # another tree's app
 
 Writes ``bench/results/cost_search.json`` (``--name``: another name).
 
@@ -49,7 +48,7 @@ from bench.bench_request_cost import (
     proc_status,
     train_model,
 )
-from bench.common import ROOT, machine_probe_ms, write_result
+from bench.common import machine_probe_ms, write_result
 
 JSON = {"Content-Type": "application/json"}
 
@@ -189,7 +188,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bodies", type=int, default=30, help="bodies per endpoint")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--name", default="cost_search", help="result file name (bench/results/<name>.json)")
-    parser.add_argument("--app-dir", type=Path, default=ROOT, help="the tree whose app is served")
     args = parser.parse_args(argv)
     from tunemix.service.settings import Settings
 
@@ -201,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         models = work / "models"
         train_model(models)
-        server = Server(models, work / "server.log", workers=2, cwd=args.app_dir)
+        server = Server(models, work / "server.log", workers=2)
         try:
             server.wait_warm(timeout=1800)
             pids = worker_pids(server.proc.pid)
@@ -248,8 +246,7 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
     for e in per.values():
         e["statuses"] = {str(k): v for k, v in sorted(e["statuses"].items())}
-    out = {"command": "python -m bench.cost_search" + f" --bodies {args.bodies} --seed {args.seed}"
-           + (f" --app-dir {args.app_dir}" if args.app_dir != ROOT else ""),
+    out = {"command": "python -m bench.cost_search" + f" --bodies {args.bodies} --seed {args.seed}",
            "max_body_bytes": limit, "machine_probe_ms": [probe, machine_probe_ms()], "endpoints": per,
            "largest_body_bytes": largest,
            "peak_rise_per_largest_body_byte": {str(p): round(r / max(largest, 1), 2) for p, r in rises.items()}}

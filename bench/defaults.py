@@ -13,10 +13,10 @@ Data:
 - ``mslr-sample``: the MSLR-WEB10K sample's train and test files pooled (86 queries) and cut into
   five query folds in file order; fold i tests on part i, validates on part i+1 (mod 5) and trains
   on the other three, as LETOR rotates its parts.
-- ``mslr-small``: a tiny validation set (issue 39's split): the MSLR-WEB10K sample's train file
-  in file order, its first 34 queries train and its last 9 validate; its test file (43 queries)
-  is the test set; one split. (The early-stopped peer scores 0.3881 there, as in the issue; with
-  the 9 validation queries drawn as ``TuneMixRanker.fit`` holds out, seed 0, it scores 0.2996.)
+- ``mslr-small``: a tiny validation set: the MSLR-WEB10K sample's train file in file order, its
+  first 34 queries train and its last 9 validate; its test file (43 queries) is the test set; one
+  split. (The early-stopped peer scores 0.3881 there; with the 9 validation queries drawn as
+  ``TuneMixRanker.fit`` holds out, seed 0, it scores 0.2996.)
 - ``synthetic-mslr``: McRank's cubic-polynomial data shaped like MSLR (136 features, 5 grades,
   60 to 180 documents a query; 250 training, 60 validation, 100 test queries, about 29k training
   documents), one split.
@@ -32,7 +32,7 @@ per-query difference to it too. ``tunemix_budget`` is ``TuneMixRanker(time_budge
 S the ``--tuned-budget``: the default members, then the search of "tune, then mix" until the
 boosting end (docs/method.md); it is fitted at every seed like ``tunemix``, its summary
 ``tunemix_budget_seeds`` gives its per-query differences to ``lgbm_es``, ``lgbm_es1`` and
-``lgbm_tuned``. Issue 39's comparison at one budget: ``--systems tunemix_budget,lgbm_tuned,lgbm_es1
+``lgbm_tuned``. The comparison at one budget: ``--systems tunemix_budget,lgbm_tuned,lgbm_es1
 --seeds 0,1,2 --tuned-budget 60 --tuned-at-once 2``.
 
 ``--datasets mq2008,mslr-sample`` picks some; ``--systems`` some systems; ``--config FILE.toml``
@@ -176,7 +176,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 #: the cost comparisons: (tunemix system, peer), one thread each or two each, and the default
-#: (two jobs) against the one-thread peer (issue 39's goal: at most 2)
+#: (two jobs) against the one-thread peer (the goal: at most 2)
 COST_PAIRS = (("tunemix", "lgbm_es1"), ("tunemix1", "lgbm_es1"), ("tunemix", "lgbm_es"))
 
 

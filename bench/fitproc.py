@@ -90,16 +90,15 @@ def _save(path: Path, sets: dict[str, RankingData]) -> None:
 def warm_up() -> dict[str, Any]:
     """One tunemix fit, not measured, before the measured ones: numba compiles a fresh checkout's
     kernels on their first call and caches them on disk, so the first fit of a clean clone pays
-    that once (at 30k documents: 49.8 s and 889 MB, against 20 s and 681 MB for every later fit).
+    that once (at 30k documents it takes more than twice as long as every later fit).
     The data are synthetic and MSLR-shaped (about 20k documents of 136 features, 5 grades): the
     code paths of the measured fits, AdaBoost.MH's bandit search among them. Returns that fit's
     seconds and peak memory, for the record.
 
     Before it, ``tunemix warm`` (``python -m tunemix.cli warm``): what an install runs (``make
     serve``, ``.ci/run``). The synthetic fit alone leaves kernels uncompiled that a measured fit
-    may need: AdaBoost.MH's for three grades (MQ2008) were compiled inside MQ2008's first fold,
-    whose AdaBoost.MH run then took 10.9 s against 2.8 s in the next fold
-    (bench/results/defaults_cost_s5_mq2008.json)."""
+    may need (AdaBoost.MH's for three grades, MQ2008's): without the warm-up they would compile
+    inside MQ2008's first measured fold."""
     from bench.common import mslr_shaped_sets
 
     t0 = time.perf_counter()

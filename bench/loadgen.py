@@ -22,12 +22,12 @@ recorded too. Writes raw per-request figures (JSON) to ``--out``.
 
 The client is a minimal HTTP/1.1 keep-alive client over asyncio streams (request bytes built
 once per body; a response read by its ``Content-Length``, or chunk by chunk): httpx's async
-client cost about 8 ms of generator CPU per request here, so that at 200 requests/s the
-generator, not the server, was the bottleneck (it sent 94 requests/s). Idle connections are
+client costs about 8 ms of generator CPU per request on these machines, so that at 200
+requests/s the generator, not the server, would be the bottleneck. Idle connections are
 reused last-in first-out; one idle longer than ``--idle-timeout`` (default 4 s, under uvicorn's 5 s
 keep-alive) is closed instead of reused, as a well-behaved client does, and a request whose
-reused connection turns out closed by the server is sent once more on a new connection (the
-retry used to take another idle connection, which the server had closed at the same moment).
+reused connection turns out closed by the server is sent once more on a new connection (not on
+another idle one, which the server may have closed at the same moment).
 """
 
 from __future__ import annotations

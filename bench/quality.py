@@ -14,10 +14,8 @@ Two stages per cell (data set x fold x training size):
    views raw, raw+std and raw+white and both label groupings, McRank (multi-class, ordinal),
    LambdaMART, the Crammer-Singer SVM, every calibrator of :data:`POOL`; then every member's
    scores on the calibration part, the validation and the test queries, saved as arrays
-   (``.npz``, loaded with ``allow_pickle=False``) plus a JSON of the member metadata. For the
-   review's before/after rows the same cell also holds the binary-grouping members calibrated
-   with class-gain targets (the class-gain targets, before) and raw+white runs with the old whitening
-   (the old whitening, before). The peers (``bench.quality_peers``) are trained here too.
+   (``.npz``, loaded with ``allow_pickle=False``) plus a JSON of the member metadata. The peers
+   (``bench.quality_peers``) are trained here too.
 2. *Mixes* (fast, recomputed on every run): every row of the table is a member subset and a
    mixer, fitted on the validation queries (or the calibration part) and scored on test.
 
@@ -34,12 +32,11 @@ The default configuration is chosen on validation means (``decision`` in the JSO
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,21 +47,13 @@ from bench.common import RESULTS, SHARED_DATA, machine_info
 
 OUT = RESULTS / "quality"
 MQ2008 = SHARED_DATA / "MQ2008"
-#: every calibrator under test: the old pool of configs/mq2008.toml plus the review's additions
-OLD_POOL = (
-    "shift", "cpc:ls", "cpc:ewls(C=2)", "cpc:el", "cpc:ell", "cpc:sndcg(sigma=0.1)",
-    "rbc:linear:gain", "rbc:linear:ndcg", "rbc:logistic:gain", "rbc:poly2:gain", "rbc:poly3:ndcg",
-    "rbc:nn:gain",
-)
-NEW_POOL = (
+#: every calibrator under test
+POOL = (
     "shift", "cpc:ls", "cpc:ewls(C=2)", "cpc:ewls(C=-1)", "cpc:el", "cpc:ell", "cpc:sndcg(sigma=0.01)",
     "rbc:linear:gain", "rbc:linear:ndcg", "rbc:logistic:gain", "rbc:logistic:ndcg", "rbc:poly2:gain",
     "rbc:poly2:ndcg", "rbc:poly3:gain", "rbc:poly3:ndcg", "rbc:poly4:gain", "rbc:poly4:ndcg",
     "rbc:nn:gain", "rbc:nn:ndcg",
 )
-POOL = tuple(dict.fromkeys([*OLD_POOL, *NEW_POOL]))
-#: the calibrators whose targets are gains (the own-gain targets' before/after)
-GAIN_TARGET = tuple(c for c in POOL if c.startswith("rbc:") or c.startswith("cpc:sndcg"))
 #: the six tools of docs/conventions.md (the JSON holds all ten)
 SIX = ("letor3", "letor4", "mslr", "yahoo", "ranklib", "trec")
 MEASURE, CONVENTION = "ndcg@10", "yahoo"
@@ -154,19 +143,6 @@ def subsample_queries(data: Any, n_queries: int, seed: int) -> Any:
     return data.subset_queries(np.sort(rng.choice(data.n_queries, size=n_queries, replace=False)))
 
 
-@contextlib.contextmanager
-def old_whitening() -> Iterator[None]:
-    """The whitening before null-space zeroing: null-space components left as rounding noise."""
-    from tunemix.core.data import normalization
-
-    saved = normalization.NULL_SPACE
-    normalization.NULL_SPACE = -math.inf
-    try:
-        yield
-    finally:
-        normalization.NULL_SPACE = saved
-
-
 # ------------------------------------------------------------------------------- members
 @dataclass
 class Cell:
@@ -202,13 +178,11 @@ def _config(fold_dir: Path, n_jobs: int, quick: bool, views: list[str], with_oth
         Path(fh.name).unlink()
 
 
-def _members(cfg: Any, sets: dict[str, Any], *, progress: bool, own_gains_runs: str = "all",
-             whiten_old: bool = False, others: Any = None
+def _members(cfg: Any, sets: dict[str, Any], *, progress: bool, others: Any = None
              ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray], dict[str, float]]:
     """Train ``cfg``'s AdaBoost.MH runs (and ``others``' runs of the other member types) on
     ``sets`` through the pipeline's stages; member metadata and the member scores on the
-    calibration part, validation and test. ``own_gains_runs="legacy"`` adds the binary-grouping
-    members calibrated with class-gain targets (the class-gain targets, before)."""
+    calibration part, validation and test."""
     import dataclasses
 
     from tunemix.train import train as tr
@@ -221,26 +195,19 @@ def _members(cfg: Any, sets: dict[str, Any], *, progress: bool, own_gains_runs: 
     if others is not None:
         specs += [dataclasses.replace(s, index=len(specs) + i)
                   for i, s in enumerate(x for x in run_specs(others) if x.type not in ("adaboost", "best_feature"))]
-    with old_whitening() if whiten_old else contextlib.nullcontext():
-        prep = tr.prepare(cfg, clock, specs, sets)
-        with parallel_backend(cfg.run.backend, cfg.run.n_jobs, None) as n_jobs:
-            t0 = time.perf_counter()
-            runs = tr.fit_runs(cfg, prep, specs, n_jobs, progress)
-            boost_s = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            cals = tr.calibrate_runs(cfg, prep, runs, n_jobs, progress)
-            cal_s = time.perf_counter() - t0
-            legacy = []
-            if own_gains_runs == "legacy":
-                binary = [r for r in runs if r.spec.grouping == "binary" and r.spec.type == "adaboost"]
-                lcfg = dataclasses.replace(cfg, members=dataclasses.replace(cfg.members, calibrators=list(GAIN_TARGET)))
-                legacy = tr.calibrate_runs(lcfg, prep, binary, n_jobs, progress, own_gains=False)
-        model, _ = tr.assemble(cfg, prep, runs, cals + legacy)
-        n_new = sum(len(c.fitted) for c in cals)
-        assert prep.test is not None
-        scores = {"cal": model.member_scores(prep.cal_part.features, prep.cal_part.query_offsets),
-                  "vali": model.member_scores(prep.vali.features, prep.vali.query_offsets),
-                  "test": model.member_scores(prep.test.features, prep.test.query_offsets)}
+    prep = tr.prepare(cfg, clock, specs, sets)
+    with parallel_backend(cfg.run.backend, cfg.run.n_jobs, None) as n_jobs:
+        t0 = time.perf_counter()
+        runs = tr.fit_runs(cfg, prep, specs, n_jobs, progress)
+        boost_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        cals = tr.calibrate_runs(cfg, prep, runs, n_jobs, progress)
+        cal_s = time.perf_counter() - t0
+    model, _ = tr.assemble(cfg, prep, runs, cals)
+    assert prep.test is not None
+    scores = {"cal": model.member_scores(prep.cal_part.features, prep.cal_part.query_offsets),
+              "vali": model.member_scores(prep.vali.features, prep.vali.query_offsets),
+              "test": model.member_scores(prep.test.features, prep.test.query_offsets)}
     members = list(model.members)
     its = member_snapshot_iterations(runs, members)
     meta = []
@@ -248,8 +215,7 @@ def _members(cfg: Any, sets: dict[str, Any], *, progress: bool, own_gains_runs: 
         r = runs[m.run]
         meta.append({"name": m.name, "type": r.spec.type, "view": r.spec.view, "grouping": r.spec.grouping,
                      "learner": r.spec.learner_tag, "run": int(m.run), "T": int(its[j]),
-                     "n_snapshots": len(r.snapshot_iterations), "calibrator": m.calibrator.name,
-                     "legacy_gains": j >= n_new})
+                     "n_snapshots": len(r.snapshot_iterations), "calibrator": m.calibrator.name})
     arrays: dict[str, np.ndarray] = {}
     for split, data in (("cal", prep.cal_part), ("vali", prep.vali), ("test", prep.test)):
         assert data is not None
@@ -262,11 +228,8 @@ def _members(cfg: Any, sets: dict[str, Any], *, progress: bool, own_gains_runs: 
 
 
 def build_cell(key: str, fold_dir: Path, sets: dict[str, Any], *, n_jobs: int, quick: bool, progress: bool,
-               groupings: tuple[str, ...] = ("original", "binary"), findings: bool = True) -> Cell:
-    """Stage 1 of one cell: the superset's members, the old-whitening raw+white members (with
-    ``findings``), peers."""
-    import dataclasses
-
+               groupings: tuple[str, ...] = ("original", "binary")) -> Cell:
+    """Stage 1 of one cell: the superset's members, the peers and the best single feature."""
     from bench.quality_peers import PEERS, fit_peer
     from tunemix.train.train import best_feature_baseline
 
@@ -277,19 +240,8 @@ def build_cell(key: str, fold_dir: Path, sets: dict[str, Any], *, n_jobs: int, q
                   short=short)
     # the other member types on the raw view and the original labels only (their own rows)
     others = None if quick else _config(fold_dir, n_jobs, quick, ["raw"], with_others=True, groupings=("original",))
-    meta, arrays, seconds = _members(cfg, sets, progress=progress, own_gains_runs="legacy" if findings else "all",
-                                     others=others)
+    meta, arrays, seconds = _members(cfg, sets, progress=progress, others=others)
     info: dict[str, Any] = {"seconds": seconds}
-    if findings:
-        old_cfg = _config(fold_dir, n_jobs, quick, ["raw+white"], with_others=False, groupings=groupings)
-        old_cfg = dataclasses.replace(old_cfg, members=dataclasses.replace(old_cfg.members, best_feature=False))
-        old_meta, old_arrays, old_seconds = _members(old_cfg, sets, progress=progress, whiten_old=True)
-        white = [i for i, m in enumerate(old_meta) if m["view"] == "raw+white"]
-        for split in ("cal", "vali", "test"):
-            arrays[f"{split}_scores"] = np.hstack([arrays[f"{split}_scores"],
-                                                   old_arrays[f"{split}_scores"][:, white]])
-        meta += [{**old_meta[i], "old_whitening": True, "run": 100_000 + old_meta[i]["run"]} for i in white]
-        info["old_whitening_seconds"] = old_seconds["boosting_s"]
     # the peers and the best single feature (chosen on the fit part: prepare's 80% split)
     for name in PEERS:
         res = fit_peer(name, sets["train"], sets["vali"], sets["test"], n_threads=n_jobs)
@@ -448,15 +400,11 @@ def _and(*fs: Select) -> Select:
     return lambda m: all(f(m) for f in fs)
 
 
-def _current(m: dict[str, Any]) -> bool:
-    return not m.get("legacy_gains") and not m.get("old_whitening")
-
-
-def _new_pool(m: dict[str, Any]) -> bool:
-    """A calibrator of the new pool (McRank's ordinal+<spec> by its inner spec) or a member
-    type's own (identity, McRank's expected relevance)."""
+def _in_pool(m: dict[str, Any]) -> bool:
+    """A calibrator of the pool (McRank's ordinal+<spec> by its inner spec) or a member type's own
+    (identity, McRank's expected relevance)."""
     cal = m["calibrator"].removeprefix("ordinal+")
-    return cal in NEW_POOL or cal == "identity" or cal.startswith("er:")
+    return cal in POOL or cal == "identity" or cal.startswith("er:")
 
 
 def _learner(prefix: str) -> Select:
@@ -465,18 +413,16 @@ def _learner(prefix: str) -> Select:
 
 #: the small-validation check: tuned on this many validation queries, this many draws
 SMALL_VALI, SMALL_VALI_DRAWS = 20, 3
-OLD_FORECASTER = {"omega_min_quantiles": (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9), "omega_min_top_k": (),
-                  "tie_tolerance": 1e-12, "dedupe": False}
 VIEW_SETS = {"raw": ("raw",), "raw+std": ("raw", "raw+std"), "raw+white": ("raw", "raw+white"),
              "all": ("raw", "raw+std", "raw+white")}
 
 
 def ab(views: tuple[str, ...], pool: tuple[str, ...]) -> Select:
-    return _and(_current, _is(type="adaboost", view=views, calibrator=pool))
+    return _is(type="adaboost", view=views, calibrator=pool)
 
 
 def decisions() -> list[dict[str, Any]]:
-    """The configuration choices measured on validation (new pool and forecaster): the members
+    """The configuration choices measured on validation: the members
     (AdaBoost.MH alone, or every member type), the views of the AdaBoost.MH runs, every
     snapshot a member or one T, tuned on validation or on the calibration part (the latter
     for AdaBoost.MH only: it loses everywhere there)."""
@@ -501,16 +447,16 @@ def rows_for(decision: dict[str, Any]) -> list[tuple[str, Select, dict[str, Any]
     """The table's rows under one configuration: (name, member selection, mix options)."""
     views = VIEW_SETS[decision["views"]]
     mixopt = {"snapshots": decision["snapshots"], "tune_on": decision["tune_on"]}
-    cpc = tuple(c for c in NEW_POOL if c.startswith("cpc:") or c == "shift")
-    rbc = tuple(c for c in NEW_POOL if c.startswith("rbc:"))
-    every = _and(_current, _new_pool, lambda m: m["type"] != "adaboost" or m["view"] in views)
-    other = _and(_current, _new_pool)
+    cpc = tuple(c for c in POOL if c.startswith("cpc:") or c == "shift")
+    rbc = tuple(c for c in POOL if c.startswith("rbc:"))
+    every = _and(_in_pool, lambda m: m["type"] != "adaboost" or m["view"] in views)
+    other = _in_pool
     return [
-        ("AB+EXP", ab(views, NEW_POOL), mixopt),
+        ("AB+EXP", ab(views, POOL), mixopt),
         ("AB+EXP.CPC", ab(views, cpc), mixopt),
         ("AB+EXP.RBC", ab(views, rbc), mixopt),
-        ("AB+OneBest", ab(views, NEW_POOL), {"mixer": "one_best", **mixopt}),
-        ("AB+EXP, cross-validated choice", ab(views, NEW_POOL), {**mixopt, "selection": "cv"}),
+        ("AB+OneBest", ab(views, POOL), {"mixer": "one_best", **mixopt}),
+        ("AB+EXP, cross-validated choice", ab(views, POOL), {**mixopt, "selection": "cv"}),
         ("SVM+EXP", _and(other, _is(type="svm")), {"tune_on": decision["tune_on"]}),
         ("McRank multiclass", _and(other, _is(type="mcrank"), _learner("mcrank-mc")), mixopt),
         ("McRank ordinal", _and(other, _is(type="mcrank"), _learner("mcrank-ord")), mixopt),
@@ -525,48 +471,13 @@ def rows_for(decision: dict[str, Any]) -> list[tuple[str, Select, dict[str, Any]
     ]
 
 
-def findings_rows(decision: dict[str, Any]) -> list[tuple[str, str, Select, dict[str, Any]]]:
-    """Each review finding as (finding, before/after, selection, mix options) on AB+EXP."""
-    views = VIEW_SETS[decision["views"]]
-    mixopt = {"snapshots": decision["snapshots"], "tune_on": decision["tune_on"]}
-    old_sndcg = (*(c for c in NEW_POOL if not c.startswith("cpc:sndcg")), "cpc:sndcg(sigma=0.1)")
-    gain_old = lambda m: (m["calibrator"] not in GAIN_TARGET or m["grouping"] == "original"  # noqa: E731
-                          or m.get("legacy_gains", False))
-    gain_new = lambda m: not m.get("legacy_gains", False)  # noqa: E731
-    white = ("raw+white",)
-    return [
-        ("1 omega_min grid and near-ties", "before", ab(views, NEW_POOL), {**mixopt, **OLD_FORECASTER, "dedupe": True}),
-        ("1 omega_min grid and near-ties", "after", ab(views, NEW_POOL), mixopt),
-        ("2 SNDCG sigma", "before (0.1)", ab(views, old_sndcg), mixopt),
-        ("2 SNDCG sigma", "after (0.01)", ab(views, NEW_POOL), mixopt),
-        ("3 duplicate members", "before (kept)", ab(views, NEW_POOL), {**mixopt, "dedupe": False}),
-        ("3 duplicate members", "after (dropped)", ab(views, NEW_POOL), mixopt),
-        ("5 regression/SNDCG targets", "before (class gains)",
-         _and(_is(type="adaboost", view=views, calibrator=NEW_POOL), lambda m: not m.get("old_whitening"), gain_old),
-         mixopt),
-        ("5 regression/SNDCG targets", "after (own gains)",
-         _and(_is(type="adaboost", view=views, calibrator=NEW_POOL), lambda m: not m.get("old_whitening"), gain_new),
-         mixopt),
-        ("6 whitening null space (raw+white runs only)", "before (noise)",
-         _and(lambda m: bool(m.get("old_whitening")), _is(type="adaboost", view=white, calibrator=NEW_POOL)), mixopt),
-        ("6 whitening null space (raw+white runs only)", "after (zero)",
-         _and(_current, _is(type="adaboost", view=white, calibrator=NEW_POOL)), mixopt),
-        ("7 calibrator pool", "before (old pool)", ab(views, OLD_POOL), mixopt),
-        ("7 calibrator pool", "after (new pool)", ab(views, NEW_POOL), mixopt),
-        ("all findings", "before (old pool, old forecaster, class gains)",
-         _and(_is(type="adaboost", view=views, calibrator=OLD_POOL), lambda m: not m.get("old_whitening"), gain_old),
-         {**mixopt, **OLD_FORECASTER}),
-        ("all findings", "after", ab(views, NEW_POOL), mixopt),
-    ]
-
-
 def mix_cell(cell: Cell, decision_list: list[dict[str, Any]], chosen: dict[str, Any] | None,
              done: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Stage 2 of one cell: validation of every decision on AB+EXP (unless ``done``); the
-    table's rows and the findings' rows under ``chosen`` (when known)."""
+    table's rows under ``chosen`` (when known)."""
     from tunemix.core.evaluation import mean_metric
 
-    out: dict[str, Any] = {"decisions": list(done or []), "rows": [], "findings": []}
+    out: dict[str, Any] = {"decisions": list(done or []), "rows": []}
     for d in [] if done is not None else decision_list:
         sel = _decision_members(d)
         r = mix(cell, sel, snapshots=d["snapshots"], tune_on=d["tune_on"])
@@ -599,14 +510,6 @@ def mix_cell(cell: Cell, decision_list: list[dict[str, Any]], chosen: dict[str, 
     bf = cell.info["best_feature"]
     out["rows"].append({"row": "Best single feature", "vali": bf.get("vali"), "test_ndcg@10": bf.get("test"),
                         "feature": f"{bf['sign']}{bf['feature']}"})
-    has_findings = any(m.get("legacy_gains") for m in cell.meta)
-    for finding, when, sel, opts in findings_rows(chosen) if has_findings else []:
-        r = mix(cell, sel, **opts)
-        if "test_scores" not in r:
-            continue
-        scores = r.pop("test_scores")
-        out["findings"].append({"finding": finding, "when": when, **r,
-                                **test_metrics(cell, scores, all_conventions=False)})
     return out
 
 
@@ -657,11 +560,6 @@ def render(summary: dict[str, Any]) -> str:
                      _fmt(*row["test_err"])] + [_fmt(row["conv"][c][0], None) for c in SIX] + [
                      "" if train_s is None else f"{train_s:.0f}"]
             lines.append("| " + " | ".join(cells) + " |")
-        lines += ["", "Review findings, before and after (AB+EXP under the chosen configuration):", "",
-                  "| finding | | members | validation NDCG@10 | test NDCG@10 | test ERR |", "|---|---|---|---|---|---|"]
-        for row in block["findings"]:
-            lines.append(f"| {row['finding']} | {row['when']} | {row.get('n_members', '')} | {_fmt(*row['vali'])} | "
-                         f"{_fmt(*row['test_ndcg@10'])} | {_fmt(*row['test_err'])} |")
         lines += ["", "Configuration choices (the choice reads validation only):", "",
                   "| members | views | snapshots | tuned on | validation NDCG@10 | test NDCG@10 | T per fold | "
                   f"tuned on {SMALL_VALI} validation queries: held-out validation | and test |",
@@ -684,7 +582,7 @@ def aggregate(mixed: dict[str, dict[str, Any]], sizes: list[str]) -> dict[str, A
         cells = [v for k, v in mixed.items() if k.endswith(f"-{size}")]
         if not cells:
             continue
-        block: dict[str, Any] = {"folds": len(cells), "rows": [], "findings": [], "decisions": []}
+        block: dict[str, Any] = {"folds": len(cells), "rows": [], "decisions": []}
         names = [r["row"] for r in cells[0]["rows"]]
         for name in names:
             rs = [r for c in cells for r in c["rows"] if r["row"] == name]
@@ -696,13 +594,6 @@ def aggregate(mixed: dict[str, dict[str, Any]], sizes: list[str]) -> dict[str, A
                                   "train_s": _mean_sd([r.get("train_s") for r in rs])[:2],
                                   "per_fold_test_ndcg@10": [r.get("test_ndcg@10") for r in rs],
                                   "conv": {c: v[:2] for c, v in conv.items()}})
-        keys = [(r["finding"], r["when"]) for r in cells[0]["findings"]]
-        for f, w in keys:
-            rs = [next(r for r in c["findings"] if (r["finding"], r["when"]) == (f, w)) for c in cells]
-            block["findings"].append({"finding": f, "when": w, "n_members": rs[0].get("n_members"),
-                                      "vali": _mean_sd([r["vali"] for r in rs])[:2],
-                                      "test_ndcg@10": _mean_sd([r["test_ndcg@10"] for r in rs])[:2],
-                                      "test_err": _mean_sd([r["test_err"] for r in rs])[:2]})
         for i, d in enumerate(cells[0]["decisions"]):
             rs = [c["decisions"][i] for c in cells]
             block["decisions"].append({"members": d.get("members", "adaboost"), "views": d["views"],
@@ -763,7 +654,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.quality", description=__doc__.split("\n")[0])
     ap.add_argument("--dataset", choices=("mq2008", "mslr-sample"), default="mq2008",
                     help="mq2008 (its five folds) or mslr-sample (the MSLR-WEB10K sample cut in five query "
-                         "folds, five-level labels; full size only, no before/after rows)")
+                         "folds, five-level labels)")
     ap.add_argument("--data", type=Path, default=None, help="the data folder (default: ../shared/data/<set>)")
     ap.add_argument("--folds", default="1,2,3,4,5")
     ap.add_argument("--sizes", default="full,60", help="training sets: 'full' and/or a number of queries")
@@ -816,7 +707,7 @@ def main(argv: list[str] | None = None) -> int:
                 n_labels = label_count(sets["train"])
                 cell = build_cell(key, args.data if sample else args.data / f"Fold{fold}", sets, n_jobs=args.n_jobs,
                                   quick=args.quick, progress=not args.no_progress,
-                                  groupings=tuple(groupings_for(["all"], n_labels)), findings=not sample)
+                                  groupings=tuple(groupings_for(["all"], n_labels)))
                 save_cell(cell, cache)
                 print(f"bench.quality: {key} built in {cell.info['build_seconds']:.0f} s", file=sys.stderr, flush=True)
             loaded[key] = cell.info
@@ -839,7 +730,7 @@ def main(argv: list[str] | None = None) -> int:
                "command": "python -m bench.quality " + " ".join(argv if argv is not None else sys.argv[1:]),
                "dataset": args.dataset, "decision": chosen, "folds": folds,
                "sizes": aggregate(mixed, size_keys),
-               "cells": {k: {"info": c.info, "rows": mixed[k]["rows"], "findings": mixed[k]["findings"],
+               "cells": {k: {"info": c.info, "rows": mixed[k]["rows"],
                              "decisions": mixed[k]["decisions"]} for k, c in cells.items()},
                "seconds_note": ", ".join(f"{k}: {_train_seconds(c):.0f} s" for k, c in cells.items())}
     (args.out / "quality.json").write_text(json.dumps(summary, indent=1, default=float) + "\n")

@@ -1,10 +1,14 @@
-"""Run every benchmark in turn (``make bench``); each writes its JSON to bench/results/.
+"""Run the engine and service benchmarks in turn (``make bench``); each writes its JSON to
+bench/results/.
 
     python -m bench.run_all [--quick]
 
-``--quick`` is passed to the benchmarks that accept it (smaller data, minutes instead of tens
-of minutes). Benchmarks run one after another, never in parallel: they measure ratios against
-a peer in the same run and must not compete with each other for the 2 cores.
+The data reader, evaluation, AdaBoost.MH, the scoring engine, the service under load and its
+request heads, each against its peer. ``--quick`` is passed to the benchmarks that accept it
+(smaller data, minutes instead of tens of minutes). Benchmarks run one after another, never in
+parallel: they measure ratios against a peer in the same run and must not compete with each
+other for the 2 cores. The other benchmarks (the figures of docs/performance.md among them) are
+run one by one; docs/performance.md lists them.
 """
 
 from __future__ import annotations
@@ -19,7 +23,6 @@ BENCHMARKS = [
     ("bench.bench_evaluation", ["--queries", "20000"]),
     ("bench.bench_adaboost", ["--quick"]),
     ("bench.bench_scoring", ["--quick"]),
-    ("bench.bench_idle", ["--calls", "10", "--rounds", "1"]),
     ("bench.bench_service", ["--quick"]),
     ("bench.bench_request_heads", []),
 ]

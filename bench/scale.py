@@ -13,7 +13,7 @@ machines are shared: absolute seconds drift, ratios much less).
 ``--update`` re-measures the given sizes and keeps the other rows of the existing ``--out`` (each
 row says when and at which commit it was measured: a change that only touches one size
 re-measures that size, peers included, not all four).
-Goal (issue "better than LightGBM out of the box"): at every size the default within 3x the
+Goal: at every size the default within 3x the
 early-stopped peer's fit time and peak memory, at least its NDCG@10; 1M documents within 15
 minutes on 2 cores.
 """

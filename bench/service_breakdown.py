@@ -6,10 +6,11 @@ response), the two applications alternating request by request.
     python -m bench.service_breakdown                        # both model sets (bench/results/service_breakdown.json)
     python -m bench.service_breakdown --model-set mslr-default --name service_breakdown_x --quick
 
-The model sets, their peers and the request bodies are ``bench.bench_service``'s (the same
-seeds); our application is ``tunemix.service.main.create_app`` with the settings ``python -m tunemix.service`` gives a
-worker of the benchmark's (``TUNEMIX_WORKERS`` workers: that many scoring threads and the
-parallel floor), the peer's ``bench.peer_lightgbm_service.app`` with the benchmark's environment.
+The model sets and their peers are ``bench.service_models``', the request bodies
+``bench.service_requests``' (the same seeds as ``bench.bench_service``); our application is
+``tunemix.service.main.create_app`` with the settings ``python -m tunemix.service`` gives a worker of
+the benchmark's (``TUNEMIX_WORKERS`` workers: that many scoring threads and the parallel floor),
+the peer's ``bench.peer_lightgbm_service.app`` with the benchmark's environment.
 """
 
 from __future__ import annotations
@@ -25,10 +26,7 @@ from typing import Any
 import numpy as np
 
 from bench.common import median_ms
-
-
-def log(msg: str) -> None:
-    print(f"[bench_service {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+from bench.service_requests import columnar, log, make_bodies, service_config
 
 
 def breakdown(model_path: Path, bodies: dict[int, list[bytes]], quick: bool) -> dict[str, Any]:
@@ -136,7 +134,6 @@ def breakdown_one(registry: Any, body: bytes, rep: int) -> dict[str, Any]:
         "member_scores_ms": median_ms(lambda: model.member_scores(x, off), rep),
         "score_ms": median_ms(lambda: model.score(x, off), rep),
     }
-    from bench.bench_service import columnar
 
     cbody = columnar(body)
     entry["columnar_form"] = {"body_bytes": len(cbody),
@@ -251,7 +248,6 @@ async def _asgi_main(model_path: Path, peer_file: Path, workers: int, bodies: di
     import contextlib
 
     from bench import peer_lightgbm_service as peer
-    from bench.bench_service import service_config
     from tunemix.service.main import create_app
     from tunemix.service.settings import Settings
 
@@ -286,7 +282,6 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import tempfile
 
-    from bench.bench_service import make_bodies, service_config
     from bench.common import write_result
     from bench.service_models import MODEL_SETS, check_data, prepare
 
@@ -321,8 +316,8 @@ def main(argv: list[str] | None = None) -> int:
 def route_overhead(rep: int) -> dict[str, float]:
     """What FastAPI costs a route per request for what it resolves, in this process: median CPU
     ms (every thread) of an ASGI ``POST /rank`` to routes that do nothing, one declaring /rank's
-    eight query parameters and four dependencies (the route before), one reading its parameters
-    itself (``tunemix.service.deps.query_model``, the route now), and one declaring nothing (the floor)."""
+    eight query parameters and four dependencies (FastAPI resolving them), one reading its parameters
+    itself (``tunemix.service.deps.query_model``, as /rank does), and one declaring nothing (the floor)."""
     import asyncio
     from typing import Annotated
 

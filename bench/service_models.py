@@ -4,7 +4,7 @@
 - ``mq2008``: the MQ2008 Fold1 ensemble of ``configs/mq2008.toml`` (the latest
   ``models/mq2008-fold1/vN``, trained when absent, about 5 min), 46 features. Its peer: a
   LightGBM lambdarank ``Booster`` trained on MQ2008 Fold1 train with as many trees as our forest
-  has bases, 8 leaves (the comparison of every earlier service run, kept so that runs compare).
+  has bases, 8 leaves (the same size of forest on both sides).
 - ``mslr-default``: ``TuneMixRanker()``'s defaults trained on the MSLR-WEB10K sample's train file,
   136 features (the latest ``models/mslr-sample-default/vN``, trained when absent, one job; see
   ``bench.common.mslr_default_model``). Its peer: LightGBM lambdarank stopped early on NDCG@10
@@ -12,7 +12,7 @@
   (``split_by_query(0.8, seed 0)``: the kind of hold-out the ranker makes for its calibration and
   mix), trained on the other four fifths.
 
-Requests are drawn from each set's own test file (``bench.bench_service.make_bodies``).
+Requests are drawn from each set's own test file (``bench.service_requests.make_bodies``).
 """
 
 from __future__ import annotations

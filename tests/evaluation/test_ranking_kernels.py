@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from numba import njit
 
-from bench.quicksort_adversary import adversary, adversary_numba, count_numba_comparisons
 from tests.evaluation.naive import evaluate_naive
+from tests.evaluation.quicksort_adversary import adversary, adversary_numba, count_numba_comparisons
 from tunemix.core.evaluation import evaluate, ranking_kernels
 from tunemix.core.evaluation.ranking_kernels import (
     TIE_DOCID,

@@ -12,7 +12,7 @@ import httpx
 import numpy as np
 import pytest
 
-from bench.quicksort_adversary import adversary
+from tests.evaluation.quicksort_adversary import adversary
 from tests.service.conftest import N_FEATURES, Store, copy_version
 from tests.service.two_workers import TwoWorkers, start_two_workers
 from tunemix.core.ensemble.list_fusion import fuse_lists
