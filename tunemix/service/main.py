@@ -49,11 +49,6 @@ lightgbm, xgboost, sklearn, ranx), fuse several systems' result lists.
 Every 4xx body is `{"detail": "<what is wrong, naming the query and field>"}`."""
 
 
-def warm_kernels() -> None:
-    """Compile (or load from numba's cache) the evaluation and fusion kernels (no model's)."""
-    warm_all(())
-
-
 def warm_in_background(registry: ModelRegistry) -> None:
     """After the default model is loaded (its one-thread kernels warm): every other kernel a
     request can reach, ``tunemix.compile.serving.warm_all`` (the served models' parallel scoring paths and

@@ -220,14 +220,6 @@ def best_split(hist, feat_nbins, S, criterion, allow_constant, best_L, per_featu
 
 
 @njit(cache=True, nogil=True)
-def stump_row_leaf(codes, feature, bin_index, row_leaf):  # pragma: no cover
-    """``row_leaf[i] = 1`` if ``code[i, feature] >= bin_index`` (phi = +1) else 0."""
-    cf = codes[feature]
-    for i in range(cf.shape[0]):
-        row_leaf[i] = 1 if cf[i] >= bin_index else 0
-
-
-@njit(cache=True, nogil=True)
 def base_edge(s, row_leaf, votes):  # pragma: no cover
     """Edge ``gamma = sum_{i,l} s[i,l] * votes[row_leaf[i], l]`` of a base classifier."""
     g = 0.0
