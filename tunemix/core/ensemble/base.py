@@ -196,7 +196,7 @@ class Mixer(ABC):
 
     @classmethod
     def _optional_init_params(cls) -> tuple[str, ...]:
-        """Init params added after artifacts were written: absent = the constructor default."""
+        """Init params that artifacts of earlier versions may lack: absent = the constructor default."""
         return ()
 
     def _get_init_params(self) -> dict[str, Any]:

@@ -4,14 +4,14 @@ which scoring stays on one thread, BLAS threads and the OpenMP wait policy.
 ``configure`` is the one place a service (``tunemix.service.main``) or a benchmark sets them; nothing writes
 the environment or a library's thread pool at import.
 
-- **OpenMP wait policy.** Scoring no longer launches numba's OpenMP threads (its kernels run on
-  Python threads, ``tunemix.core.threads``); ``configure`` still sets ``OMP_WAIT_POLICY=PASSIVE``
-  unless the user set a policy, for any OpenMP runtime loaded beside it. Measured when scoring did
-  use them (the MQ2008 ensemble, 100 documents, two threads, the other core loaded): median
-  16.0 ms spinning against 1.57 ms passive (1 thread: 2.08 ms).
+- **OpenMP wait policy.** Scoring launches no OpenMP threads (its kernels run on Python threads,
+  ``tunemix.core.threads``); ``configure`` sets ``OMP_WAIT_POLICY=PASSIVE`` unless the user set a
+  policy, for any OpenMP runtime loaded beside it: idle OpenMP threads that spin take the cores
+  the scoring threads need (the MQ2008 ensemble scored on two OpenMP threads, 100 documents, the
+  other core loaded: median 16.0 ms spinning against 1.57 ms passive; 1 thread: 2.08 ms).
 - **BLAS threads** (threadpoolctl): scoring calls BLAS only for small products (the linear
   members, the views' eigendecomposition) that gain nothing from threads, but OpenBLAS's idle
-  threads then spin on the cores numba's scoring threads need (the calibration step took 7.8 ms
+  threads then spin on the cores numba's scoring threads need (the calibration step takes 7.8 ms
   after the views against 4.5 ms with OpenBLAS held to one thread, 1,000 documents).
 """
 
