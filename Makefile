@@ -16,7 +16,7 @@ help:
 	@echo "make warm    - compile the numba kernels once (make test does it first; make serve's demo too)"
 
 # The installer: uv (PyPI's `uv`, Astral) downloads and installs the wheels in parallel: a fresh
-# install of the train and serve extras took 61 s against pip's 307 s (same machine, same hour,
+# install of the train and serve extras takes 61 s against pip's 307 s (same machine, same hour,
 # no cache). pip stays the fallback when uv cannot be had.
 INSTALL = sh -c 'if [ -x "$(VENV)/bin/uv" ]; then exec "$(VENV)/bin/uv" pip install --python "$(PY)" --quiet "$$@"; \
           else exec "$(PY)" -m pip install --quiet "$$@"; fi' install

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import tunemix
+from tests.conftest import tiny_config
 from tunemix.core.artifact import ArtifactError
 from tunemix.core.data.svmlight import write_svmlight
 from tunemix.train.config import ConfigError, load_config
@@ -116,11 +117,9 @@ def test_config_names_file_relative_to_the_toml(data: dict[str, Any], tmp_path: 
     for part in ("train", "vali"):
         write_svmlight(data["sets"][part], tmp_path / f"{part}.txt")
     (tmp_path / "names.txt").write_text("\n".join(NAMES) + "\n")
-    toml = ('name = "fromfile"\n[data]\ntrain = "train.txt"\nvali = "vali.txt"\nfeature_names = "names.txt"\n'
-            '[members]\nviews = ["raw"]\nlabel_groupings = ["original"]\ncalibrators = ["shift"]\n'
-            '[[members.adaboost]]\nbase = "tree"\nn_leaves = 3\nn_iterations = 4\ncheckpoints = [4]\n'
-            '[run]\nbackend = "sequential"\nreport_plots = false\n[relevance]\nenabled = false\n')
-    (tmp_path / "c.toml").write_text(toml)
+    tiny_config(tmp_path, {"name": "fromfile", "relevance.enabled": False,
+                           "data": {"train": "train.txt", "vali": "vali.txt", "feature_names": "names.txt"}},
+                "c.toml")
     cfg = load_config(tmp_path / "c.toml", {"run.models_dir": str(tmp_path / "models")})
     out = train(cfg, progress=False)
     assert out.path is not None and tunemix.load(out.path).feature_names == tuple(NAMES)

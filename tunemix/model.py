@@ -130,7 +130,7 @@ class Model:
         of grade k (rows sum to 1). Comparable across queries: among documents given P(y >= 1) =
         0.8, about 80% are relevant. Within a query a document ranked higher never gets a lower
         P(y >= k). ValueError for a model without a relevance head (trained with ``[relevance]
-        enabled = false`` or before the current head existed)."""
+        enabled = false``, or an artifact whose head is of another kind)."""
         x = features_matrix(X, self.n_features)
         return self.ensemble.score_and_relevance(x, self._offsets(x, group, "predict_proba"))[1]
 
@@ -226,5 +226,5 @@ def load(path_or_name: PathLike, *, models_dir: PathLike | None = None, version:
     set_openmp_wait_policy()  # before numba's first parallel launch (tunemix.core.scoring.runtime)
     ensemble, manifest = load_model(target)
     model = Model(ensemble=ensemble, manifest=manifest, path=target)
-    model.feature_names  # noqa: B018 (malformed names are an ArtifactError now, not at the first explanation)
+    model.feature_names  # noqa: B018 (malformed names: an ArtifactError at load, not at the first explanation)
     return model

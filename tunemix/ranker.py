@@ -141,7 +141,7 @@ class TuneMixRanker:
                             path=Path("."))
         self.n_features_in_ = outcome.model.n_features
         # feature_importances_ is computed on first access from this deterministic sample of the
-        # training rows (whole queries evenly spread, up to 5,000 documents): it cost 2.2-2.8 CPU-s
+        # training rows (whole queries evenly spread, up to 5,000 documents): it costs 2.2-2.8 CPU-s
         # of a 26 CPU-s fit on MQ2008 Fold1 (docs/performance.md)
         from tunemix.train.importance import importance_sample
 

@@ -8,35 +8,14 @@ import pytest
 
 pytest.importorskip("distributed")
 
+from tests.conftest import tiny_config
 from tunemix.train.config import load_config
 from tunemix.train.train import train
 
 
 def test_train_on_a_local_dask_cluster(tmp_path: Path) -> None:
-    cfg_path = tmp_path / "c.toml"
-    cfg_path.write_text("""
-name = "dasky"
-[data.synthetic]
-queries = [20, 10, 10]
-docs_per_query = [4, 8]
-features = 4
-levels = 3
-[members]
-views = ["raw"]
-label_groupings = ["original", "binary"]
-calibrators = ["shift", "rbc:linear:gain"]
-[[members.adaboost]]
-base = "tree"
-n_leaves = 3
-n_iterations = 5
-checkpoints = [5]
-[mixer]
-compare = []
-[run]
-backend = "dask"
-n_jobs = 2
-report_plots = false
-""")
+    cfg_path = tiny_config(tmp_path, {"name": "dasky", "members.label_groupings": ["original", "binary"],
+                                      "mixer.compare": [], "run.backend": "dask", "run.n_jobs": 2})
     cfg = load_config(cfg_path, {"run.models_dir": str(tmp_path / "models")})
     outcome = train(cfg, progress=False)
     assert (outcome.path / "manifest.json").is_file()

@@ -6,38 +6,17 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import tiny_config
 from tunemix.cli import main
 from tunemix.cli.train import DEFAULT_CONFIG
 from tunemix.train.config import load_config
 
-TINY = """
-name = "default"
-[data.synthetic]
-queries = [20, 10, 10]
-docs_per_query = [4, 9]
-features = 5
-levels = 3
-seed = 3
-[members]
-views = ["raw"]
-label_groupings = ["original"]
-calibrators = ["shift", "rbc:linear:gain"]
-[[members.adaboost]]
-base = "tree"
-n_leaves = 3
-n_iterations = 6
-checkpoints = [3, 6]
-[mixer]
-compare = ["one_best"]
-[run]
-backend = "sequential"
-report_plots = false
-"""
+#: the tiny configuration under the default model's name
+TINY = {"name": "default"}
 
 
 def test_demo_generates_trains_and_is_idempotent(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    cfg = tmp_path / "tiny.toml"
-    cfg.write_text(TINY)
+    cfg = tiny_config(tmp_path, TINY)
     args = ["demo", "--config", str(cfg), "--models-dir", str(tmp_path / "models"),
             "--data-dir", str(tmp_path / "data"), "--no-progress"]
     assert main(args) == 0
@@ -73,8 +52,7 @@ def test_progress_bar_counts_every_boosting_iteration(tmp_path: Path, backend: s
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     from tunemix.train.train import train
 
-    cfg_path = tmp_path / "tiny.toml"
-    cfg_path.write_text(TINY.replace('backend = "sequential"', f'backend = "{backend}"'))
+    cfg_path = tiny_config(tmp_path, {**TINY, "run.backend": backend})
     cfg = load_config(cfg_path, {"run.models_dir": str(tmp_path / "models")})
     train(cfg, progress=True)
     err = capsys.readouterr().err
@@ -142,8 +120,7 @@ def test_demo_on_a_cold_cache_fits_beside_the_learners_part(tmp_path: Path, monk
     monkeypatch.setattr(warm_module, "warm_processes", lambda: 2)
     monkeypatch.setattr(warm_module, "_start_part", Learners)
     monkeypatch.setattr(warm_module, "_warm_fit", serving_part)
-    cfg = tmp_path / "tiny.toml"
-    cfg.write_text(TINY)
+    cfg = tiny_config(tmp_path, TINY)
     args = ["demo", "--config", str(cfg), "--models-dir", str(tmp_path / "models"),
             "--data-dir", str(tmp_path / "data"), "--no-progress"]
     assert main(args) == 0

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 
+from tests.conftest import tiny_config
 from tunemix.train.config import ConfigError, load_config
 from tunemix.train.importance import explanation_lines, importance_plot
 from tunemix.train.members.names import MAX_NAME_LENGTH, md_text, plot_text
@@ -18,37 +19,13 @@ from tunemix.train.train import train
 HOSTILE = ["$\\foo$", "<img src=x onerror=alert(1)>", "a|b", "`tick`", "*em* _u_ [l](http://x) #h",
            "back\\slash", "$5 and $6", "ünï cödé ✓"]
 
-CONFIG = """
-name = "names"
-seed = 1
-[data]
-feature_names = {names}
-[data.synthetic]
-queries = [20, 8, 8]
-docs_per_query = [5, 9]
-features = {n}
-levels = 3
-seed = 4
-[members]
-views = ["raw"]
-label_groupings = ["original"]
-calibrators = ["shift"]
-[[members.adaboost]]
-base = "tree"
-n_leaves = 3
-n_iterations = 4
-checkpoints = [4]
-[run]
-backend = "sequential"
-[relevance]
-enabled = false
-"""
+#: the tiny configuration (tests/conftest.py) with plots and without a relevance head
+CONFIG = {"name": "names", "seed": 1, "run.report_plots": True, "relevance.enabled": False}
 
 
-def _toml_list(names: list[str]) -> str:
-    import json
-
-    return json.dumps(names)  # a JSON list of strings is a TOML array of basic strings
+def config(directory: Path, names: list[str] | str, n: int) -> Path:
+    """The configuration with ``[data] feature_names`` (a list, or a file) for ``n`` features."""
+    return tiny_config(directory, {**CONFIG, "data.feature_names": names, "data.synthetic.features": n}, "c.toml")
 
 
 def _cells(md: str) -> list[list[str]]:
@@ -114,20 +91,20 @@ def test_the_explanation_section_escapes_qids_docids_and_features() -> None:
 ])
 def test_a_bad_name_is_refused_when_the_config_is_read(tmp_path: Path, name: str, message: str) -> None:
     names = ["f1", name, "f3"]
-    (tmp_path / "c.toml").write_text(CONFIG.format(names=_toml_list(names), n=3))
+    config(tmp_path, names, 3)
     with pytest.raises(ConfigError, match=r"\[data\] feature_names\[1\]: a feature name .*" + message):
         load_config(tmp_path / "c.toml")
 
 
 def test_a_repeated_name_in_a_file_is_refused_with_its_line(tmp_path: Path) -> None:
     (tmp_path / "names.txt").write_text("a\nb\na\n")
-    (tmp_path / "c.toml").write_text(CONFIG.format(names='"names.txt"', n=3))
+    config(tmp_path, "names.txt", 3)
     with pytest.raises(ConfigError, match=r"names.txt, line 3: feature name 'a' repeats .*line 1"):
         load_config(tmp_path / "c.toml")
 
 
 def test_reproduction_9_hostile_names_train_and_are_written_literally(tmp_path: Path) -> None:
-    (tmp_path / "c.toml").write_text(CONFIG.format(names=_toml_list(HOSTILE), n=len(HOSTILE)))
+    config(tmp_path, HOSTILE, len(HOSTILE))
     cfg = load_config(tmp_path / "c.toml", {"run.models_dir": str(tmp_path / "models")})
     out = train(cfg, progress=False)
     path = Path(out.path)

@@ -32,6 +32,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.conftest import tiny_config
 from tunemix.core.scoring.ensemble_model import EnsembleModel, load_model
 from tunemix.service.main import create_app
 from tunemix.service.registry import ModelRegistry
@@ -48,39 +49,17 @@ os.environ.setdefault("TUNEMIX_MAX_REQUEST_TIMEOUT_S", "600")
 N_FEATURES = 5
 WIDE_FEATURES = 7
 
-CONFIG = """
-name = "{name}"
-seed = {seed}
-[data.synthetic]
-queries = [20, 10, 10]
-docs_per_query = [4, 9]
-features = {features}
-levels = 3
-seed = 3
-[members]
-views = ["raw", "raw+std"]
-label_groupings = ["original"]
-calibrators = ["shift", "rbc:linear:gain"]
-[[members.adaboost]]
-base = "tree"
-n_leaves = 3
-n_iterations = 6
-checkpoints = [3, 6]
-views = ["raw+std"]  # every member reads the query-wise view, whichever the mix keeps
-[mixer]
-compare = ["one_best"]
-[run]
-backend = "sequential"
-report_plots = false
-"""
+#: the models' configuration: the tiny one (tests/conftest.py) on the query-wise view too, and every
+#: member on it (whichever the mix keeps, scores depend on the list)
+CONFIG = {"members.views": ["raw", "raw+std"], "members.adaboost.0.views": ["raw+std"]}
 
 
 def _train(work: Path, models_dir: Path, name: str, seed: int, features: int) -> Path:
     from tunemix.train.config import load_config
     from tunemix.train.train import train
 
-    cfg_path = work / f"{name}-{seed}.toml"
-    cfg_path.write_text(CONFIG.format(name=name, seed=seed, features=features))
+    cfg_path = tiny_config(work, {**CONFIG, "name": name, "seed": seed, "data.synthetic.features": features},
+                           f"{name}-{seed}.toml")
     cfg = load_config(cfg_path, {"run.models_dir": str(models_dir)})
     return Path(train(cfg, progress=False).path)
 

@@ -4,7 +4,7 @@ The trainer's and the scorer's kernels are numba functions compiled on their fir
 type signature and cached on disk (``cache=True``; ``NUMBA_CACHE_DIR``, else ``__pycache__``
 beside the sources). A fresh checkout pays the compilation in its first fit: the stages that
 first call a kernel (``member_scoring_s``, ``calibration_s``) take tens of seconds there against
-a fraction of a second afterwards, and nothing said so. ``warm()`` runs every kernel once, on
+a fraction of a second afterwards, with no word of why. ``warm()`` runs every kernel once, on
 small generated data, in one step that says what it does and how long it took, then leaves a
 stamp in the cache so that later runs know the cache is warm:
 
@@ -289,8 +289,8 @@ def compile_bytecode() -> int:
     """Write the bytecode (``__pycache__``) of this project's modules that lack it or whose source
     changed; returns how many modules it wrote. Where ``PYTHONDONTWRITEBYTECODE`` is set (as on this
     project's machines) or the install is editable, nothing else writes them, and every process
-    compiled the about 80 modules a fit imports from source: 0.29 s of each fit's start on an MQ2008
-    fold (cProfile, 2026-11-27), and of each ``tunemix`` command and service worker. Installed
+    compiles the about 80 modules a fit imports from source: 0.29 s of each fit's start on an MQ2008
+    fold (cProfile), and of each ``tunemix`` command and service worker. Installed
     packages (pip's wheels, the image) have theirs already: nothing to do. A folder that cannot be
     written is left as it is."""
     import compileall

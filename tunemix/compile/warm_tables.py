@@ -14,15 +14,15 @@ from typing import Any
 #: Every member type of configs/mq2008.toml at a few iterations (the kernels, not the model,
 #: matter) on 5-grade data with every label grouping: the boosting and scoring kernels take the
 #: class count K as a tuple's length, so each K in 1..5 is a specialisation of its own (grow_tree,
-#: fit_product, the forest pass: LambdaMART's K = 1, binary 2, three-level 3, four 4, five 5),
-#: and data of up to five grades meets no kernel the warm-up did not compile. Each K once, not each
+#: fit_product, the forest pass: LambdaMART's K = 1, binary 2, three-level 3, four 4, five 5), and
+#: data of up to five grades meets no kernel the warm-up did not compile. Each K once, not each
 #: grouping (``K_GROUPINGS``: three-b is a second K = 3) nor each view times each grouping (the
-#: views change no kernel's types): every run's snapshot is calibrated with the whole default
-#: pool, about 1.7 CPU-s of L-BFGS a run that compiles nothing new: the learners' part with the
-#: cache warm took 71.0 s (46.9 CPU-s) for 22 runs, 17.8 s (20.8 CPU-s) for these 12, 6.1 s with
-#: the calibrators cut short too (``few_iterations``; shared machine, niced), and an empty cache
-#: filled by either holds the same 103 kernel signatures. One snapshot per run and a one-model
-#: relevance head: the calibrators' and the head's kernels, not their number.
+#: views change no kernel's types): every run's snapshot is calibrated with the whole default pool,
+#: about 1.7 CPU-s of L-BFGS a run that compiles nothing new: with the cache warm the learners'
+#: part takes 71.0 s (46.9 CPU-s) with 22 runs, 17.8 s (20.8 CPU-s) with these 12, 6.1 s with the
+#: calibrators cut short too (``few_iterations``; shared machine, niced), and an empty cache filled
+#: by either holds the same 103 kernel signatures. One snapshot per run and a one-model relevance
+#: head: the calibrators' and the head's kernels, not their number.
 K_GROUPINGS = ["original", "binary", "three-a", "four"]
 
 

@@ -4,7 +4,7 @@ numba saves a compiled signature in two steps (``numba.core.caching.IndexDataCac
 it reads the function's index, picks the first data file name the index does not use, writes the
 index, then the data file. Two processes saving two signatures of one function at the same time
 can both read the index before either writes it, pick the same name, and leave an index that
-maps one signature to the other's machine code (numba issue #10128 is the same race for
+maps one signature to the other's machine code (numba/numba#10128 is the same race for
 gufuncs; its maintainers suggest a file lock). ``tunemix warm`` compiles in two processes, and a
 fit on a cold cache compiles in its worker processes, so both can meet it. ``install`` (run when
 this module is first imported: every module with cached kernels imports it) wraps the

@@ -1,13 +1,13 @@
 """Work spread over Python threads that run nogil numba kernels.
 
 The scoring kernels (the forest pass, the calibration step) and the views' big-query kernels
-used to have a second, ``parallel=True`` twin whose ``prange`` loop ran the same body on numba's
-threads. Each twin was a compilation of its own, and numba's parallel compilation is its slowest:
-on a quiet 2-core machine ``_calibrate_parallel`` took 35.9 s and ``_score_parallel`` 10.8 s of
-the 203 s a fresh cache spent compiling (``tunemix warm``'s per-kernel log). The kernels are
-``nogil``, so the same work runs on Python threads calling the one serial kernel: each thread
-takes the next work item by an atomic counter (``tunemix.core.scoring.forest.claim``) or its fixed
-part, exactly as the ``prange`` bodies did, so the results are the same to the last bit.
+have no ``parallel=True`` twin with a ``prange`` loop: each such twin is a compilation of its own,
+and numba's parallel compilation is its slowest (on a quiet 2-core machine ``prange`` twins of
+``_calibrate_parallel`` and ``_score_parallel`` take 35.9 s and 10.8 s of the 203 s a fresh cache
+then spends compiling, ``tunemix warm``'s per-kernel log). The kernels are ``nogil``, so the
+work runs on Python threads calling the one serial kernel: each thread takes the next work item
+by an atomic counter (``tunemix.core.scoring.forest.claim``) or its fixed part, as a ``prange``
+body would, so the results are the same to the last bit.
 
 ``on_threads(fn, parts)`` calls ``fn(0)`` on the calling thread and ``fn(1) .. fn(parts - 1)``
 on a process-wide pool, waits for all of them and re-raises the first error. The pool holds
@@ -78,15 +78,15 @@ _blas_controllers: dict[bool, Any] = {}
 
 def one_blas_thread(*, load_scipy: bool = True) -> contextlib.AbstractContextManager[Any]:
     """A context holding BLAS (numpy's and scipy's OpenBLAS) at one thread while the block runs,
-    then as before; nothing to do where every library is at one thread already, as in the service
-    (``tunemix.core.scoring.runtime``: a check of the libraries' thread counts, 20-40 us a call on the
-    shared 2-core machine (helper 38f, load 4-6), not a limit of about 100 us).
+    then as they were; nothing to do where every library is at one thread already, as in the
+    service (``tunemix.core.scoring.runtime``: a check of the libraries' thread counts, 20-40 us a
+    call on the shared 2-core machine at load 4-6, not a limit of about 100 us).
 
     A fit calls BLAS only for small problems (L-BFGS-B's steps in the calibrators and the relevance
     head's recalibration, least squares on a few columns, the views' small eigendecompositions);
-    its parallelism is the runs and the kernels' threads. An OpenBLAS pool of two threads made
+    its parallelism is the runs and the kernels' threads. An OpenBLAS pool of two threads makes
     each L-BFGS-B iteration of a 6-parameter problem take 5.1 ms instead of 0.18 ms on the shared
-    2-core machine (load average 5: its threads wake and wait for each call), which was most of
+    2-core machine (load average 5: its threads wake and wait for each call), which is most of
     the calibration stage on MQ2008 (``python -m bench.defaults``; docs/method.md). With
     ``load_scipy`` (a fit) scipy's linear algebra is imported first when installed, so that its own
     OpenBLAS is loaded and capped too (only the libraries loaded when the controller is made are

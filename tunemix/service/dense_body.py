@@ -22,8 +22,8 @@ rows are all flat exactly when their bytes together hold one a row (``_flat``).
 
 The pass takes the valid dense body only. Anything else (a sparse document, a repeated key, a
 number beyond float64 or 64-bit integers, rows of unequal length, anything either parser refuses)
-returns None, and the caller's one pass and two passes take the body and name its error exactly
-as before (``tunemix.service.routers.rank.json_lists``). simdjson's own numbers are correctly rounded, as
+returns None, and the caller's one pass and two passes take the body and name its error
+(``tunemix.service.routers.rank.json_lists``). simdjson's own numbers are correctly rounded, as
 msgspec's and jiter's are: the same doubles (``tests/service/test_one_pass.py`` compares the bytes of
 every matrix the paths make).
 

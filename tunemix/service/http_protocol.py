@@ -14,7 +14,7 @@ closes both, as nginx's ``client_header_timeout`` and ``large_client_header_buff
   never fed more. Past it: HTTP 431 and the connection is closed.
 
 - chunked bodies: at most ``TUNEMIX_MAX_BODY_BYTES`` + ``TUNEMIX_MAX_HEADER_BYTES`` bytes on the wire,
-  chunk sizes, chunk extensions and trailers included (llhttp skips extensions: 200 MiB of them were
+  chunk sizes, chunk extensions and trailers included (llhttp skips extensions: 200 MiB of them are
   read for a body of a few bytes). Past it: HTTP 413 and the connection is closed.
 - pipelined requests: each request's head is counted on its own (``data_received`` feeds the parser
   a slice at a time while a head is awaited or a chunked body read, and a body of declared length
@@ -81,7 +81,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         """Feed ``data`` to the parser a slice at a time while a head is awaited or a chunked body
         read, so that each request's bytes are counted on their own even when a client pipelines
         many requests in one packet (counted over the packet, 32 KiB of small pipelined requests
-        looked like one oversized head and the connection was reset). A slice in which a request
+        would look like one oversized head and reset the connection). A slice in which a request
         ended counts whole towards the next one's head: a head may be refused up to ``SLICE``
         bytes early when pipelined, never let past its limit."""
         view = memoryview(data)

@@ -10,7 +10,7 @@ Two ways to the same structs and the same errors:
   validates the objects into the structs by the rules of msgspec's decoder (no coercion: ``true``
   or ``"2"`` is not a number, ``2.0`` not an integer; unknown fields refused; the same error
   texts and paths). A body the pass refuses goes to the two passes below, which name the error
-  exactly as before (``tunemix.service.routers.rank.json_lists``): the fast path is the valid body's.
+  (``tunemix.service.routers.rank.json_lists``): the fast path is the valid body's.
 - **Two passes** (``decode_json`` then ``check_repeated_keys``: larger /rank bodies, /evaluate,
   /fuse, /models/reload): msgspec decodes the bytes into the structs in one linear pass, first
   error only; the caller checks the counts; then jiter's pass looks for repeated keys, and only
@@ -209,7 +209,7 @@ def check_repeated_keys(body: bytes) -> None:
     (``"\\u0061"`` and ``"a"`` are one key), a hash set per object, so one linear pass. A body it
     passes is done; only one it refuses (a repeat, or anything it reads otherwise than msgspec
     did) takes the second pass, ``name_repeated_key``, which names the object or finds no repeat
-    (then the body is taken, as before). jiter's cost is building the numbers (``cache_mode="keys"``:
+    (then the body is taken). jiter's cost is building the numbers (``cache_mode="keys"``:
     keys interned, ids not): 0.56-0.71 times the standard library's pass's CPU on the service
     benchmark's bodies, 0.31 against 0.54 ms for 100 MQ2008 documents; 1.6 times it on one object
     of 60,000 keys; peak memory about 4 times the body (``python -m bench.bench_repeated_keys``,

@@ -34,7 +34,7 @@ from tunemix.service.settings import Settings
 #: a plain decimal number; one way to match any text (no nested choices: linear time on any token)
 _NUMBER = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 #: one ``id:value`` token (whitespace already split off: a fixed pattern per token, never a
-#: repetition over the line, whose backtracking stack grew about 172 bytes per byte of a line)
+#: repetition over the line, whose backtracking stack grows about 172 bytes per byte of a line)
 _PAIR = re.compile(rf"([^\s:]+):({_NUMBER})", re.ASCII)
 _SPACE = re.compile(r"\s+", re.ASCII)  # ASCII whitespace (str.split also splits at \x1c-\x1f, U+00A0...)
 _FID = re.compile(r"[1-9][0-9]{0,9}", re.ASCII)
@@ -47,8 +47,8 @@ MAX_LABEL = 2**31 - 1
 
 def repeated_block(qids: list[str]) -> tuple[int | None, int]:
     """(index of the first block whose qid an earlier block had, index of that earlier block), or
-    (None, -1): one pass with a dict, O(n) (the list scan it replaced was O(n^2): 1.6 CPU-s on a
-    2.7 MB body)."""
+    (None, -1): one pass with a dict, O(n) (a scan of the list is O(n^2): 1.6 CPU-s on a 2.7 MB
+    body)."""
     seen: dict[str, int] = {}
     for i, q in enumerate(qids):
         first = seen.setdefault(q, i)

@@ -49,11 +49,6 @@ lightgbm, xgboost, sklearn, ranx), fuse several systems' result lists.
 Every 4xx body is `{"detail": "<what is wrong, naming the query and field>"}`."""
 
 
-def warm_kernels() -> None:
-    """Compile (or load from numba's cache) the evaluation and fusion kernels (no model's)."""
-    warm_all(())
-
-
 def warm_in_background(registry: ModelRegistry) -> None:
     """After the default model is loaded (its one-thread kernels warm): every other kernel a
     request can reach, ``tunemix.compile.serving.warm_all`` (the served models' parallel scoring paths and
@@ -78,7 +73,7 @@ def warm_in_background(registry: ModelRegistry) -> None:
 async def _follow_reloads(registry: ModelRegistry, period: float) -> None:
     """Every ``period`` seconds, one ``stat`` of the pins file on the event loop; a thread hop (to
     read it and load what it pins: never on the event loop) only when it changed. A hop a second
-    in each worker was a thread taking the GIL from a request being answered inline."""
+    in each worker would be a thread taking the GIL from a request being answered inline."""
     while True:
         await asyncio.sleep(period)
         if registry.state_changed():

@@ -1,4 +1,4 @@
-"""``POST /rank`` handed straight to its route function, past FastAPI's routing (issue 37's p50).
+"""``POST /rank`` handed straight to its route function, past FastAPI's routing (a part of /rank's p50).
 
 A /rank request otherwise walks, before the route function runs and after it answers, through
 FastAPI's per-request machinery: the metrics middleware, Starlette's exception middleware, the
@@ -14,7 +14,7 @@ middleware, does for ``POST /rank`` what those layers do for it, and nothing els
   class, looked up along the class's MRO as Starlette's ``ExceptionMiddleware`` looks it up (for
   an ``HTTPException``, a handler for its status code first); one that only the handler of
   ``Exception`` takes is raised on, to ``ServerErrorMiddleware`` (which answers 500 with that
-  handler and lets uvicorn log it), as before;
+  handler and lets uvicorn log it), as FastAPI's path does;
 - the request is counted and timed in the service's metrics under the endpoint ``/rank``, as
   ``MetricsMiddleware`` counts it.
 
@@ -23,7 +23,7 @@ unchanged, and so does /rank in the OpenAPI schema and the docs; with ``app.stat
 False (the tests' switch), /rank too. The answers are the same bytes
 either way (``tests/service/test_rank_dispatch.py`` sends a set of good and bad requests down both
 paths). Measured in-process, the FastAPI layers this skips cost about 0.2 ms of CPU a request
-(``route_overhead`` in bench/results/service_breakdown.json; docs/performance.md).
+(``route_overhead`` of ``python -m bench.service_breakdown``; docs/performance.md).
 """
 
 from __future__ import annotations

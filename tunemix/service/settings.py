@@ -57,8 +57,8 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(
         4 * 1024 * 1024, ge=1024,
         description="request body size, chunked or not (more: HTTP 413, saying how to split the request). "
-                    "Decoding a body holds the worker's GIL in one call: at 4 MiB the costliest JSON shapes took "
-                    "0.1-0.2 CPU-s on 2 busy cores (bench/bench_request_cost.py); decoded, a body raises the "
+                    "Decoding a body holds the worker's GIL in one call: at 4 MiB the costliest JSON shapes take "
+                    "0.1-0.2 CPU-s on 2 busy cores (python -m bench.bench_request_cost); decoded, a body raises the "
                     "worker's peak memory by up to DECODED_BODY_MULTIPLE times the limit")
     max_inflight_bytes: int = Field(
         16 * 1024 * 1024, ge=1024,
@@ -126,7 +126,7 @@ class Settings(BaseSettings):
                     "(more: HTTP 413 naming the query; the default is one query of 5,000 ids or, e.g., 25 of 1,000). "
                     "Condorcet compares every pair of a query's documents across its S systems: O(n^2 S) time, "
                     "O(n S) memory (no n x n matrix); at most 0.25 CPU-s per 25 million pairs with up to 64 "
-                    "systems (bench/results/fuse_memory.json)")
+                    "systems (python -m bench.bench_fuse_memory)")
     max_cached_versions: int = Field(
         4, ge=1, description="older versions kept loaded for explicit requests. A request naming a version not in "
                              "memory loads it in a thread, never on the event loop, one load per version at a time "
@@ -186,18 +186,17 @@ class Settings(BaseSettings):
 
 
 #: How much a request raises a worker's peak memory, per byte of the body limit: measured worst
-#: 25.5 (bench/results/request_cost.json: 4 MiB of empty /rank rows, 102 MB; a body of many small
-#: objects reaches 86 times its own size, 101 MB for the 100,000 one-id /fuse systems the limits
-#: let in, 37 for 10,000 one-document /evaluate queries, still within this times the limit). With
-#: /evaluate and /fuse decoded by msgspec (issue 37, bench/results/request_cost_issue37.json): empty
-#: /rank rows 25.5 still the worst at the limit; the one-id /fuse systems 51 times their 1.2 MB
-#: (60 MB); bodies at the limit refused after the typed decode 14 times (57 MB).
+#: 25.5 (4 MiB of empty /rank rows, 102 MB; ``python -m bench.bench_request_cost``). A body of many
+#: small objects reaches more times its own size and stays within this times the limit: the
+#: 100,000 one-id /fuse systems the limits let in take 51 times their 1.2 MB (60 MB), as /fuse and
+#: /evaluate are decoded by msgspec; a body at the limit refused after the typed decode, 14 times
+#: (57 MB).
 DECODED_BODY_MULTIPLE = 26
 
 #: With several workers, lists of fewer documents score on one thread. Measured on 2 cores, the
-#: MQ2008 model (640 members), two workers: 100-document lists at 200/s had the same p99 on one
+#: MQ2008 model (640 members), two workers: 100-document lists at 200/s have the same p99 on one
 #: thread as on two (15.4 and 15.9 ms against 18.8 and 16.2), and a parallel launch costs a
-#: request about a tenth more CPU; 1,000-document lists at 20/s took p50 35-37 ms on one thread
+#: request about a tenth more CPU; 1,000-document lists at 20/s take p50 35-37 ms on one thread
 #: against 26-29 ms on two.
 SHARED_PARALLEL_MIN_DOCUMENTS = 256
 

@@ -119,7 +119,7 @@ VIEW_SHARE = 0.3
 #: seconds loading LightGBM takes before the first LightGBM run can start, when this process has
 #: not loaded it yet: its library only (``tunemix.train.learners.lightgbm_capi``: 4-7 ms on this
 #: project's 2-core machine, quiet; its Python package, which loads scikit-learn, SciPy's
-#: statistics and pandas, took 1.6-2.0 s and is not imported)
+#: statistics and pandas, takes 1.6-2.0 s and is not imported)
 LIGHTGBM_IMPORT_S = 0.05
 #: the fewest training queries a budget's subsample keeps (``affordable_fraction``)
 MIN_SUBSAMPLE_QUERIES = 50

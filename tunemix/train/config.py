@@ -220,7 +220,7 @@ class RelevanceConfig:
     # out (on small data the large-leaf models barely learn)
     keep_within: float = 0.02
     # each tree sees this share of the features, each iteration this share of the documents: the
-    # models differ more and their average is better (bench/bench_relevance.py)
+    # models differ more and their average is better (measured: python -m bench.bench_relevance)
     feature_fraction: float = 0.7
     bagging_fraction: float = 0.8
     # McRank multiclass members trained on the whole training set and stopped early on the

@@ -7,8 +7,8 @@ over every document of up to ``GLOBAL_QUERIES`` queries of the data (queries of 
 documents, evenly spread over the set in its order, so the sample is deterministic), stopping
 once ``GLOBAL_ROWS`` documents are in (``importance_sample``); each document is explained against
 its query's per-feature median document. ``TuneMixRanker.fit`` keeps that sample of its training
-rows and ``feature_importances_`` explains it on first access (``sample_importance``): it cost
-about 9% of a fit's CPU time on MQ2008 Fold1 (docs/performance.md).
+rows and ``feature_importances_`` explains it on first access (``sample_importance``), not in
+the fit: it costs about 9% of a fit's CPU time on MQ2008 Fold1 (docs/performance.md).
 
 Global importance is the mean absolute contribution of each feature over the top
 ``IMPORTANCE_TOP`` documents (the ones a user sees) of up to ``IMPORTANCE_QUERIES`` test queries

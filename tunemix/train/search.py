@@ -27,7 +27,7 @@ The sampler is a scrambled Sobol sequence (Owen 1998; ``scipy.stats.qmc.Sobol``)
 fit's seed: quasi-random points spread over the unit cube, mapped to the axes above (log axes
 by x -> lo (hi / lo)^x), so the population is diverse by construction and the same seed gives the
 same configurations in the same order (the first n of them, n set by the time). No adaptive
-(TPE-like) update: one was not measured better (docs/method.md, "Tune, then mix").
+(TPE-like) update: one measures no better (docs/method.md, "Tune, then mix").
 
 Cost known before work: seconds per iteration are measured on the default LambdaMART runs
 (their fit seconds over the iterations they trained: the best one plus the patience), then on

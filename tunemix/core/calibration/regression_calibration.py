@@ -58,7 +58,7 @@ from tunemix.core.calibration.regression_models import (
 RBC_MODELS = ("linear", "logistic", "poly", "nn")
 RBC_TARGETS = ("gain", "ndcg")
 # nn: 1e-2, not 1e-4: with a LightGBM multiclass member on MQ2008 (5 folds, ~1,900 calibration
-# documents) test NDCG@10 was 0.785 with 1e-2 and 0.761 with 1e-4 (overfitting)
+# documents) test NDCG@10 is 0.785 with 1e-2 and 0.761 with 1e-4 (overfitting)
 DEFAULT_RIDGE = {"linear": 1e-6, "logistic": 1e-4, "poly": 1e-4, "nn": 1e-2}
 POLY_DEGREES = (2, 3, 4, 5)
 _POLY_CLIP = 1e6

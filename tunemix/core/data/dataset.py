@@ -177,28 +177,6 @@ class RankingData:
             source=self.source,
         )
 
-    def with_features(self, features: npt.ArrayLike) -> RankingData:
-        """Same rows and groups, other features (e.g. an augmented view)."""
-        return RankingData(
-            features=np.asarray(features),
-            labels=self.labels,
-            query_offsets=self.query_offsets,
-            qids=self.qids,
-            docids=self.docids,
-            source=self.source,
-        )
-
-    def with_labels(self, labels: npt.ArrayLike) -> RankingData:
-        """Same rows and groups, other labels (e.g. grouped labels)."""
-        return RankingData(
-            features=self.features,
-            labels=np.asarray(labels),
-            query_offsets=self.query_offsets,
-            qids=self.qids,
-            docids=self.docids,
-            source=self.source,
-        )
-
     @classmethod
     def from_arrays(
         cls,

@@ -39,11 +39,6 @@ class NotFittedError(ValueError):
     """A mixer method that needs fitted attributes was called before ``fit``."""
 
 
-def query_of_row(query_offsets: Offsets, row: int) -> int:
-    """Index of the query that owns ``row``."""
-    return int(np.searchsorted(query_offsets, row, side="right") - 1)
-
-
 def check_member_scores(
     member_scores: npt.ArrayLike, *, name: str = "member_scores"
 ) -> Float2D:
@@ -201,7 +196,7 @@ class Mixer(ABC):
 
     @classmethod
     def _optional_init_params(cls) -> tuple[str, ...]:
-        """Init params added after artifacts were written: absent = the constructor default."""
+        """Init params that artifacts of earlier versions may lack: absent = the constructor default."""
         return ()
 
     def _get_init_params(self) -> dict[str, Any]:

@@ -16,13 +16,13 @@ mean (``Uniform``); c -> infinity ranks by the best member alone (``OneBest``). 
 are chosen by grid search on the validation queries: every candidate is one weight vector, so
 a candidate costs one matrix-vector product and one ``mean_metric`` call.
 
-Grid (our choices, after an independent review of the MQ2008 runs): c over 0..200 (tune and
-mix sect. 7.3); omega_min over -inf, the 0.1..0.9 quantiles of omega, the finer top quantiles
-0.95 and 0.975, and the thresholds that keep only the top 1, 2, 3, 5, 10 or 20 members (the
-chosen point sat at the old grid's 0.9-quantile edge). Grid points whose validation quality is
-within ``tie_tolerance`` (1e-4) of the best are near-ties; of those the simplest wins: the
-smallest c, then the most members kept. Without a tolerance, floating-point differences
-between machines flipped Fold1 between c = 0 and c = 100.
+Grid (our choices): c over 0..200 (tune and mix sect. 7.3); omega_min over -inf, the 0.1..0.9
+quantiles of omega, the finer top quantiles 0.95 and 0.975, and the thresholds that keep only the
+top 1, 2, 3, 5, 10 or 20 members (on MQ2008 the best point can lie at the 0.9 quantile, so the
+grid reaches past it). Grid points whose validation quality is within ``tie_tolerance`` (1e-4) of
+the best are near-ties; of those the simplest wins: the smallest c, then the most members kept.
+Without a tolerance, floating-point differences between machines can flip a fold (MQ2008 Fold1)
+between c = 0 and c = 100.
 Members whose rankings of the validation queries are identical to an earlier member's
 (``dedupe``; e.g. two CPC fits that both end at the slope bound and become the same step
 function) are dropped before the grid search: the mix would otherwise count one ranking twice.
@@ -262,7 +262,7 @@ class ExponentialForecaster(Mixer):
 
     @classmethod
     def _optional_init_params(cls) -> tuple[str, ...]:
-        # fitting only; older artifacts lack them
+        # fitting only; artifacts written by earlier versions may lack them
         return ("omega_min_top_k", "tie_tolerance", "selection", "cv_folds", "dedupe")
 
     def _get_init_params(self) -> dict[str, Any]:

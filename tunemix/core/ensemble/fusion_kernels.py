@@ -8,7 +8,7 @@ Every kernel takes plain C-contiguous arrays in the project's layout (docs/archi
 
 Example: three queries with 2, 3 and 1 documents have ``query_offsets = [0, 2, 5, 6]``.
 
-The kernels do no input checking: callers validate (``tunemix/core/ensemble/_validation.py``) and
+The kernels do no input checking: callers validate (``tunemix/core/ensemble/base.py``) and
 then dispatch here. Empty queries (two equal offsets) are allowed and produce nothing.
 
 Tie conventions (shared by all rank-based kernels, documented once here):

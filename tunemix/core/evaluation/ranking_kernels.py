@@ -14,7 +14,7 @@ Costs. A prefix of m <= ``SELECT_MAX`` ranks is found by insertion into a sorted
 m + 1 comparisons per document: O(n m)); longer prefixes by a bottom-up merge sort (at most
 n ceil(log2 n) comparisons). Numba's quicksort is quadratic on McIlroy's adversarial orders ("A
 killer adversary for quicksort", Software: Practice and Experience 29(4), 1999): a query of
-100,000 scores took 84 CPU-s. :func:`numba_argsort_bounded` runs the same algorithm with a
+100,000 scores takes 84 CPU-s. :func:`numba_argsort_bounded` runs the same algorithm with a
 budget of ``QUICKSORT_BUDGET * n * ceil(log2 n) + 16 n`` comparisons (random, sorted, reversed,
 constant and few-valued inputs use under a third of it); past the budget it stops and the query
 is merge-sorted by (score descending, input order). That is ranx's order whenever the query's

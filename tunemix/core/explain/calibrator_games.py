@@ -27,7 +27,7 @@ over the 2^K coalitions T (``shapley_matrix``), and ``sum_k phi_k = v(all) - v(e
 
 A list with k explained documents so costs ``1 + k (2^K - 2)`` evaluations of a member with K
 inputs (none beyond the first for K = 1): on the MQ2008 ensemble (K = 2 and 3) 2.7 thousand per
-document, where evaluating the 2^3 coalitions of the largest K for every member took 5.1 thousand.
+document, where evaluating the 2^3 coalitions of the largest K for every member would take 5.1 thousand.
 A member whose inputs do not all move is no special case: a coalition and its union with an input
 that does not move are the same vector, so that input's value is 0 and the others' are those of
 the smaller game.

@@ -22,7 +22,7 @@ Nat. Commun. 13:4512):
    explanation stays exact), are non-negative, and no feature gets more than phi_c from a column.
    The linear split ``phi_c s_jc / T_c`` (the Shapley values of the linear map) lets shares
    cancel: features pushing a column by +3 and -2.9 would get +30 phi_c and -29 phi_c of a
-   column that moved by 0.1 (measured on MQ2008: 0.18-0.37 of attribution became 1.6-50 of
+   column that moved by 0.1 (measured on MQ2008: 0.18-0.37 of attribution turn into 1.6-50 of
    absolute contribution, against scores of about 1-1.8).
 2. **Members.** Forests: the one-reference interventional TreeSHAP of ``tree_shap`` (exact
    Shapley values of every checkpoint's running sum, one pass); linear runs: ``W[c] (x_c - r_c)``

@@ -56,8 +56,8 @@ def default_feature_names(d: int) -> list[str]:
 
 
 def manifest_feature_names(manifest: dict[str, Any], d: int) -> tuple[str, ...]:
-    """The manifest's ``feature_names`` (d distinct strings), or f1 .. fd for a model trained
-    before names were stored; ArtifactError when they are malformed."""
+    """The manifest's ``feature_names`` (d distinct strings), or f1 .. fd for a manifest without
+    them; ArtifactError when they are malformed."""
     names = manifest.get("feature_names")
     if names is None:
         return tuple(default_feature_names(d))

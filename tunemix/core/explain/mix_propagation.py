@@ -347,8 +347,8 @@ def kernel_array(a: npt.ArrayLike, dtype: type) -> np.ndarray:
     """``a`` as the one array type the kernels are compiled for: C-contiguous and writable (copied
     only when it is not). A read-only one (``np.broadcast_to``'s view, which
     ``np.ascontiguousarray`` passes through uncopied when its strides are already C's: an (M,) row
-    broadcast to (1, M)) would make numba compile another specialisation, after ``/ready`` said
-    every kernel was warm (``tests/service/test_warm_before_ready.py``)."""
+    broadcast to (1, M)) would make numba compile another specialisation, after ``/ready`` has
+    said every kernel is warm (``tests/service/test_warm_before_ready.py``)."""
     return np.require(a, dtype=dtype, requirements=("C", "W"))
 
 

@@ -6,7 +6,7 @@ Imports numpy/numba code only (the service uses it). How a posted candidate list
    query-wise view the members use (``raw+std`` appends the standardised copy, ``raw+white`` the
    whitened copy; ``tunemix.core.data.normalization``). Views use statistics of the whole list,
    so a document's score depends on the documents posted with it.
-2. **One pass.** Every boosting run's trees were remapped to the wide columns and padded to the
+2. **One pass.** Every boosting run's trees are remapped to the wide columns and padded to the
    largest class count, then concatenated into one :class:`FlatForest`. One call of the scoring
    kernel returns the running sums at every checkpoint any member needs; member m (run r,
    snapshot after t iterations) has raw K-vector ``S[start_r + t] - S[start_r]``.
@@ -216,7 +216,7 @@ class EnsembleModel:
         self.members = list(members)
         self.mixer = mixer
         #: the relevance head (``tunemix.core.scoring.relevance_head``), set after training; None in
-        #: artifacts written before heads existed
+        #: an artifact without one
         self.relevance_head: RelevanceHead | None = None
         self.linear = {i: linear[i] for i, r in enumerate(runs) if r.kind == "linear"}
         forest_members = [m for m in members if runs[m.run].kind == "forest"]
@@ -512,7 +512,7 @@ class EnsembleModel:
             head = doc.get("relevance_head")
             if isinstance(head, dict) and head.get("kind") == HEAD_KIND:
                 model.relevance_head = RelevanceHead.from_artifact(head, arrays, model.n_features)
-            elif head is not None:  # an older head: the model ranks as before, without relevance
+            elif head is not None:  # a head of another kind: the model ranks, without relevance
                 log.warning("the model's relevance head (kind %r) is of an older kind and is not used: retrain "
                             "the model for relevance estimates", head.get("kind") if isinstance(head, dict) else head)
             return model

@@ -23,7 +23,7 @@ configuration mixes per-query z-scores). The head answers with two steps:
    are probabilities that sum to 1. Where the ensemble ranks better than the trees alone (the
    point of the mix), the probabilities follow the better order.
 3. **Recalibration, when it pays.** Trees that separate the grades less well than the mix ranks
-   them hand out probabilities too cautious for the order they now follow. The trainer tries a
+   them hand out probabilities too cautious for the order rank matching gives them. The trainer tries a
    per-grade logistic map P'(y >= k) = sigmoid(a_k logit P(y >= k) + b_k) (a_k > 0) on the
    validation queries and keeps it only when it lowers the held-out log loss in a five-fold
    cross-validation over those queries by more than two standard errors

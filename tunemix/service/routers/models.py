@@ -62,7 +62,7 @@ async def list_models(registry: RegistryDep) -> dict[str, Any]:
             responses={404: {"model": ErrorResponse}, 422: {"model": ErrorResponse}})
 async def get_model(name: str, registry: RegistryDep) -> dict[str, Any]:
     served = await in_thread(registry.get, name, None)
-    # the names explanations use (the manifest's feature_names; f1, f2, ... for older models)
+    # the names explanations use (the manifest's feature_names; f1, f2, ... for a manifest without them)
     return {**served.summary(detail=True),
             "feature_names": list(served.feature_names)}
 
@@ -88,7 +88,7 @@ async def reload_model(
         raise ServiceError(401, "missing or wrong bearer token (Authorization: Bearer <TUNEMIX_RELOAD_TOKEN>)",
                            kind="unauthorized")
     body = await read_body(request, settings, limit=RELOAD_BODY_BYTES)
-    req = reload_request(body)  # at most 64 KiB: decoded on the event loop, as before
+    req = reload_request(body)  # at most 64 KiB: decoded on the event loop
     new, old = await in_thread(registry.reload, req.model, req.version)
     total = settings.this_process_workers()
     serving, lagging = registry.workers_serving(new.name, new.version)

@@ -288,7 +288,7 @@ class AdaBoostMH:
         if tree_search is not None and boosts_in_chunks(self.base, self.search):
             self._boost_in_chunks(tree_search, s, F, classes, usable, nbins_all[usable], T,
                                   bases, alphas, edges, errors, callback, t0)
-            T = 0  # the loop below was done in chunks without the GIL
+            T = 0  # the chunks, without the GIL, did the loop's iterations
         for t in range(T):
             arms = bandit.select()
             fitted = self._fit_base(codes, s, usable[arms], nbins_all[usable[arms]],

@@ -37,26 +37,27 @@ The bandits:
   importance-weighted reward ``xhat_j = x_j / q_j`` for pulled arms, 0 otherwise;
   ``ln w_j += (k g / M) xhat_j`` for the arms not capped; the horizon-tuned
   ``g = min(1, sqrt(M ln(M / k) / ((e - 1) k T)))`` for M arms and horizon T (0.12 for M = 40,
-  k = 7, T = 400; Exp3.P's single-play ``min(3/5, 2 sqrt(3/5 M ln M / T))`` stayed at 0.6 unless
-  T was in the thousands). Exp3.P's confidence term ``a / (p_j sqrt(M T))`` is left out: it
-  grows like 1/q_j and kept lifting the arms that are rarely pulled (measured below). The name
-  and ``search="exp3p"`` are kept. Weights are kept as logarithms.
+  k = 7, T = 400; Exp3.P's single-play ``min(3/5, 2 sqrt(3/5 M ln M / T))`` stays at 0.6 unless
+  T is in the thousands). Exp3.P's confidence term ``a / (p_j sqrt(M T))`` is left out: it
+  grows like 1/q_j and keeps lifting the arms that are rarely pulled (measured below). The class
+  and ``search="exp3p"`` carry the family's name, Exp3.P. Weights are kept as logarithms.
 
 Why these choices (measured, ``tests/learners/test_bandit_learning.py``'s problem: 10,000 rows,
 40 uniform features of which 3 carry the label, 7 arms per iteration, 400 iterations; the share
 of pulls that go to the 3 informative features in iterations 200..400; uniform share 7.5%,
 ceiling 3/7 = 42.9%; stumps / 8-leaf trees):
 
-- before (rewards over the running maximum, plain UCB1 with ``ln(total pulls)``, Exp3.P with
-  g = 0.6, a tree rewarded by its root stump only): UCB1 8.4% / 8.2%, Exp3.P 7.5% / 7.5%. The
-  rewards over the running maximum fell towards 1e-3 under UCB1's exploration term (about 0.5).
+- rewards over the running maximum, plain UCB1 with ``ln(total pulls)``, Exp3.P with g = 0.6,
+  a tree rewarded by its root stump only: UCB1 8.4% / 8.2%, Exp3.P 7.5% / 7.5%, no better than
+  uniform: rewards over the running maximum fall towards 1e-3 under UCB1's exploration term
+  (about 0.5).
 - rewards relative to the iteration, plain UCB1, Exp3.M with Exp3.P's confidence term:
   UCB1 3.8x / 2.7x the uniform share, Exp3 2.3x / 1.4x; without the confidence term Exp3
   4.5x / 3.8x (0.3 or 0.1 of the term: 3.5x-4.0x / 2.7x-3.1x).
-- lambda from 0 to 0.95 moved the shares by at most 0.4x; weighting a tree's nodes by their
+- lambda from 0 to 0.95 moves the shares by at most 0.4x; weighting a tree's nodes by their
   scale rather than equally: UCB1 3.0x against 2.8x, Exp3 2.0x against 1.5x.
-- final (seeds 0..3): UCB1-Tuned 42.9% for stumps and trees (the ceiling; plain UCB1 was
-  3.6x-3.9x / 2.8x-3.2x); Exp3 30.6%-37.1% / 34.9%-37.7% (4.1x-5.0x).
+- the choices above together (seeds 0..3): UCB1-Tuned 42.9% for stumps and trees (the ceiling;
+  plain UCB1 3.6x-3.9x / 2.8x-3.2x); Exp3 30.6%-37.1% / 34.9%-37.7% (4.1x-5.0x).
 
 All draws come from ``numpy.random.default_rng(seed)``: a run is reproducible given the seed.
 """

@@ -3,26 +3,26 @@ early stopping, without importing the ``lightgbm`` Python package.
 
 Why: importing the package costs about 1.4 CPU-s of Python holding the GIL (it loads pandas,
 scikit-learn and SciPy's statistics: ``lightgbm.compat``), which on small data is a quarter of a
-whole default fit (issue 39: MQ2008, 5.6 s a fold; the LightGBM runs could not start before it
-ended). Loading ``lib_lightgbm`` itself takes a millisecond. The members use only a small part of
-the package (a Dataset of codes or floats, ``train`` with early stopping on one validation
-metric, the model as text and as its JSON dump), and this module makes the same C calls, in the
-same order and with the same parameters, as the package does for it (lightgbm 4.x
-``basic.Dataset.__init_from_seqs`` / ``__init_from_np2d`` / ``_init_from_ref_dataset``,
-``engine.train``, ``callback.early_stopping``): the trees are the same to the last bit
-(``tests/learners/test_lightgbm_capi.py`` trains both ways and compares the dumps).
+whole default fit (MQ2008: 5.6 s a fold), and no LightGBM run can start before it ends. Loading
+``lib_lightgbm`` itself takes a millisecond. The members use only a small part of the package (a
+Dataset of codes or floats, ``train`` with early stopping on one validation metric, the model as
+text and as its JSON dump), and this module makes the same C calls, in the same order and with the
+same parameters, as the package does for it (lightgbm 4.x ``basic.Dataset.__init_from_seqs`` /
+``__init_from_np2d`` / ``_init_from_ref_dataset``, ``engine.train``, ``callback.early_stopping``):
+the trees are the same to the last bit (``tests/learners/test_lightgbm_capi.py`` trains both ways
+and compares the dumps).
 
 The calls release the GIL (ctypes), so runs on threads train side by side. Every call that
 takes parameters is given ``num_threads`` (``THREADS`` unless the caller set it): LightGBM keeps
 the thread count in one process-wide variable that each such call sets (``OMP_SET_NUM_THREADS``
 sets ``LGBM_DEFAULT_NUM_THREADS``), and a call without it resets the count to all cores. A
 booster sizes its NDCG evaluation's per-thread buffers at one thread; a Dataset built on another
-thread without ``num_threads`` then made its next evaluation run on two threads, past those
-buffers (a segfault under a 60 s budget on MQ2008 Fold1, one fit in three to six; gdb: an OpenMP
-worker of ``NDCGMetric::Eval`` while another thread was in ``DatasetLoader::ConstructFromSampleData``).
-The package's Datasets of a ``Sequence`` pass no ``num_threads``, so the race was there before. The library is the
-one the installed package ships (found with ``importlib.util.find_spec``, which does not run the
-package), loaded once per process; where that layout is not found, the package's own loader.
+thread without ``num_threads`` makes its next evaluation run on two threads, past those buffers:
+a segfault (an OpenMP worker of ``NDCGMetric::Eval`` runs while another thread is in
+``DatasetLoader::ConstructFromSampleData``). The package's Datasets of a ``Sequence`` pass no
+``num_threads`` and so have the same race. The library is the one the installed package ships
+(found with ``importlib.util.find_spec``, which does not run the package), loaded once per
+process; where that layout is not found, the package's own loader.
 """
 
 from __future__ import annotations

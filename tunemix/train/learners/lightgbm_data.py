@@ -29,7 +29,7 @@ from tunemix.train.learners import lightgbm_capi as capi
 
 #: held while a dataset is built: runs on threads build theirs one after the other (the row
 #: sample is held twice as float64 while it builds: ``lightgbm_capi.code_dataset``; two at once
-#: doubled the peak)
+#: double the peak)
 _CONSTRUCTING = threading.Lock()
 
 
@@ -129,8 +129,9 @@ def sharing_datasets(seed: int = 0) -> Iterator[None]:
     threads share it. Its rows are sampled with ``seed`` (the same for every run: which run builds
     it first does not change the bins). Building a Dataset of codes is LightGBM pushing every row
     through its bin search: 2.1 of 2.7 CPU-s for 120k documents of 136 columns (cProfile,
-    ``_push_rows``), once per run before. Closed (the last opener), the Datasets are dropped; the
-    boosters keep their trees. Worker processes (backend loky) build their own, as before."""
+    ``_push_rows``), paid once per view here instead of once per run. Closed (the last opener),
+    the Datasets are dropped; the boosters keep their trees. Worker processes (backend loky)
+    build their own."""
     global _shared
     with _shared_lock:
         if _shared is None:

@@ -23,9 +23,9 @@ on each side (b in 1..nbins-1) unless ``allow_constant`` (then b = 0, phi = +1 e
 candidate too: used by product terms so a product of m terms can express fewer terms).
 
 Speed without giving up exactness: histograms stay float64 and every entry adds its rows in row
-order, so a split is chosen from the same sums as before (and as the slow twins in
-``tests/learners/naive.py``, up to rounding in the order of additions and the tree's
-parent-minus-child subtraction). The gains come from making K a compile-time constant
+order, so a split is chosen from the same sums as the slow twins in ``tests/learners/naive.py``
+compute (up to rounding in the order of additions and the tree's parent-minus-child
+subtraction). The speed comes from making K a compile-time constant
 (``class_lanes``), from sweeping each block of rows past two features' histograms at once, and
 from reading the root's rows directly (no ``order`` gather).
 """
@@ -217,14 +217,6 @@ def best_split(hist, feat_nbins, S, criterion, allow_constant, best_L, per_featu
                     best_L[l] = L[l]
         per_feature[f] = fbest
     return best_slot, best_bin, best_score
-
-
-@njit(cache=True, nogil=True)
-def stump_row_leaf(codes, feature, bin_index, row_leaf):  # pragma: no cover
-    """``row_leaf[i] = 1`` if ``code[i, feature] >= bin_index`` (phi = +1) else 0."""
-    cf = codes[feature]
-    for i in range(cf.shape[0]):
-        row_leaf[i] = 1 if cf[i] >= bin_index else 0
 
 
 @njit(cache=True, nogil=True)

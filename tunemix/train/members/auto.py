@@ -18,7 +18,7 @@ What is chosen, and why (measured with ``python -m bench.defaults``; docs/method
   trees are the regularised model such data want, and a third view of the errors; both cost
   seconds there. Test NDCG@10, mean of five seeds over the five folds: MQ2008 0.7839 to 0.7879
   (every seed at least 0.7857; early-stopped LightGBM 0.7809), the MSLR sample 0.4487 to 0.4550;
-  the rate alone gave 0.7865 and 0.4498, the third run alone 0.7860 and 0.4501. Not taken: a
+  the rate alone gives 0.7865 and 0.4498, the third run alone 0.7860 and 0.4501. Not taken: a
   linear SVM (0.7869 on MQ2008 but 0.4388 on the MSLR sample, three seeds), a second seed of
   each run, no bagging, patience 100, no AdaBoost.MH run (0.4413 on the MSLR sample).
 - **McRank** (LightGBM multi-class), on the whole training set, stopped early on the validation
@@ -27,27 +27,27 @@ What is chosen, and why (measured with ``python -m bench.defaults``; docs/method
   the method's own member and the ensemble's most different one. Its iteration count is sized to
   the data (fewer iterations on large sets: its cost grows with documents x iterations) and
   to the time budget; it is left out when the budget is too small for it, and above 100k
-  documents, where its members took no weight in the mix (``ADABOOST_MAX_DOCUMENTS``).
+  documents, where its members take no weight in the mix (``ADABOOST_MAX_DOCUMENTS``).
 - Above 200k documents (``LARGE_DOCUMENTS``) the LightGBM runs bag half the documents each
   iteration and McRank learns at 0.2: the boosting is then the whole cost of training. Above
   500k documents (``FAST_RATE_DOCUMENTS``) the LambdaMART runs learn faster too, at 0.1 x
   documents / 500k, up to 0.2 from 1M documents (``lambdamart_rate``): at 1M documents at 0.1
-  the query-standardised run took 1,075 iterations, 1,114 s, the critical path of a 19.5-minute
+  the query-standardised run takes 1,075 iterations, 1,114 s, the critical path of a 19.5-minute
   fit; at 0.2, 564 iterations and a 10.2-minute fit, 0.013 NDCG@10 lower and still 0.10 above
-  the early-stopped peer. At 500k documents 0.2 saved a third of the time (303 to 206 s, the
+  the early-stopped peer. At 500k documents 0.2 would save a third of the time (303 to 206 s, the
   peer 193-239 s) for 0.018 NDCG@10: there 0.1 stays (python -m bench.scale).
 - Below 15 validation queries (``SMALL_VALIDATION_QUERIES``, ``small_validation``) the
   LambdaMART runs wait 100 iterations before they stop and no LightGBM run bags: on so few queries the
-  validation curve is noise against the differences between iterations, and the runs stopped
-  at its first peak (issue 39's split of 34 / 9 / 43 queries: test NDCG@10 0.3924 over five
-  seeds against 0.3881 for early-stopped LightGBM). The record says whether it was used.
+  validation curve is noise against the differences between iterations, and the runs would stop
+  at its first peak (the MSLR sample's tiny split of 34 / 9 / 43 queries: test NDCG@10 0.3924 over
+  five seeds against 0.3881 for early-stopped LightGBM). The record says whether it is used.
 - Every run reads the shared codes of its view (``tunemix.train.data.binned``): one binning stage.
 - The calibrators of the AdaBoost.MH runs: a small pool (class-probability calibration by log
   loss and the linear regression on gains), not the whole grid: the pool's other members rarely
   take weight in the mix (the MQ2008 record) and each costs a pass over the calibration part.
 - The relevance head takes the McRank member as one of its models (the same kind of model) and
-  trains models of its own only on small data, two (``auto_relevance``): its whole grid of 12
-  was most of the default's time there, for a head 0.1% better in log loss.
+  trains a model of its own only on small data, one (``auto_relevance``): its whole grid of 12
+  would be most of the default's time there, for a head 0.1% better in log loss.
 
 Member runs on the whole training set use only calibrators that fit nothing (``identity``,
 ``er:*``): the calibration part is inside their training data.
@@ -71,16 +71,16 @@ log = logging.getLogger(__name__)
 AUTO_CALIBRATORS = ["cpc:ls", "rbc:linear:gain"]
 #: seconds of AdaBoost.MH (8-leaf trees) per document, searched feature and iteration on this
 #: project's reference machine (2-core x86-64, one thread a run: 1.05 s for 300 iterations on
-#: MQ2008 Fold1's 9,630 documents and 46 features, bench/results/bandit.json), used to size its
+#: MQ2008 Fold1's 9,630 documents and 46 features, python -m bench.bench_bandit), used to size its
 #: runs to a time budget
 ADABOOST_S_PER_DOC_FEATURE_ITER = 8.0e-9
-#: documents above which the default trains no AdaBoost.MH run: its members took no weight in the
+#: documents above which the default trains no AdaBoost.MH run: its members take no weight in the
 #: mix at 120k and 500k documents (python -m bench.scale: weight share 0.0 at both, against 0.33 at
 #: 30k), and its cost grows with documents x iterations
 ADABOOST_MAX_DOCUMENTS = 100_000
 #: documents below which the default is "small data": learning rate 0.05, a third LambdaMART run
-#: (7 leaves on raw+std), leaves of at least 20 documents, patience 50, two models of the
-#: relevance head's own
+#: (7 leaves on raw+std), leaves of at least 20 documents, patience 50 (McRank 20), one model of
+#: the relevance head's own
 SMALL_DOCUMENTS = 20_000
 #: documents above which the LightGBM runs bag half the documents an iteration (instead of 80%)
 #: and McRank learns at 0.2: there the data are plenty (bench.scale: 0.09 to 0.12 NDCG@10 above
@@ -90,19 +90,19 @@ LARGE_DOCUMENTS = 200_000
 FAST_RATE_DOCUMENTS = 500_000
 #: validation queries below which the validation set is "small" (``small_validation``): its
 #: mean NDCG@10 has a standard error of about 0.25 / sqrt(n) (0.083 for 9 queries), larger than
-#: most differences between stopping points of a run. Measured at two sizes: 9 queries (issue
-#: 39's MSLR split) gained 0.029 over five seeds; the MSLR sample's 17-query folds lost 0.005
+#: most differences between stopping points of a run. Measured at two sizes: 9 queries (the MSLR
+#: sample's tiny split) gain 0.029 over five seeds; the MSLR sample's 17-query folds lose 0.005
 #: (0.4550 to 0.4502, five seeds, fold SE 0.036): no gain there, so the rule starts below 15
 #: the per-query standard deviation of NDCG@10 that estimate takes (0.248 on the 9 validation
-#: queries of issue 39's MSLR split, 0.219 on its 43 test queries, early-stopped LightGBM's scores)
+#: queries of the MSLR sample's tiny split, 0.219 on its 43 test queries, early-stopped LightGBM's scores)
 PER_QUERY_SD = 0.25
 SMALL_VALIDATION_QUERIES = 15
 #: the patience of the LambdaMART runs on a small validation set (the early-stopped peer's)
 SMALL_VALIDATION_PATIENCE = 100
-#: McRank's patience on small data (50 before): it stops on the validation documents' log loss, a
+#: McRank's patience on small data: it stops on the validation documents' log loss, a
 #: smooth curve, unlike NDCG@10's. Recorded in the default's fits (MQ2008's five folds at seed 0 and
 #: the MSLR sample's five folds at seeds 0-2, 20 runs): the longest run of iterations without a new
-#: best before the best one was 8, and patience 10 to 40 picks the same best iteration as 50 in all
+#: best before the best one is 8, and patience 10 to 40 picks the same best iteration as 50 in all
 #: 20, i.e. the same model, for 30 fewer iterations (3 trees each on three grades) a run; the
 #: relevance head's 4-leaf model and the LambdaMART runs' NDCG@10 curves do not (docs/method.md)
 SMALL_MCRANK_PATIENCE = 20
@@ -136,17 +136,17 @@ def small_validation(shape: DataShape) -> dict[str, Any]:
     per-query NDCG@10 over n queries is sd / sqrt(n) with sd about 0.25 (``PER_QUERY_SD``): 0.083
     for 9 queries,
     while a run's curve moves by a few hundredths between iterations 20 and 300. Early stopping
-    then stops at the first noise peak (on issue 39's split of 34 training and 9 validation
-    queries the 31-, 15- and 7-leaf LambdaMART runs stopped after 23, 96 and 109 iterations,
-    where their test NDCG@10 was still rising to iteration 300). The rule: the LambdaMART runs
-    stop with patience ``SMALL_VALIDATION_PATIENCE`` (100; McRank, which stops on the log loss
-    of hundreds of documents, keeps its 50) and no LightGBM run bags (every document and
+    then stops at the first noise peak (on the MSLR sample's tiny split of 34 training and 9
+    validation queries the 31-, 15- and 7-leaf LambdaMART runs stop after 23, 96 and 109
+    iterations, where their test NDCG@10 is still rising to iteration 300). The rule: the
+    LambdaMART runs stop with patience ``SMALL_VALIDATION_PATIENCE`` (100; McRank, which stops on
+    the log loss of hundreds of documents, keeps its own) and no LightGBM run bags (every document and
     feature each iteration: a run's curve is then a function of the iterations alone, not of the
     bag each one drew, so a longer patience walks past the noise of the 9 queries instead of
     that of the bags). Measured (docs/method.md, "Tiny validation sets"): test NDCG@10 0.3634 to
     0.3924 over seeds 0-4 on that split, the early-stopped peer 0.3881; patience 100 alone
     0.3516 and no bagging alone 0.3354 at seed 0 (base 0.3525). On the MSLR sample's five folds of
-    17 validation queries it gave 0.4502 against 0.4550 (seeds 0-4): no gain, hence the
+    17 validation queries it gives 0.4502 against 0.4550 (seeds 0-4): no gain, hence the
     threshold of 15. Validation sets of at least 15 queries (the MSLR sample's 17, MQ2008's 157
     a fold) keep the default unchanged."""
     n = shape.vali_queries
@@ -169,11 +169,11 @@ def small_validation(shape: DataShape) -> dict[str, Any]:
 
 def adaboost_search(shape: DataShape) -> str:
     """The AdaBoost.MH base search: full on data of up to 2M document-features (MQ2008's and the
-    MSLR sample's folds: there the bandit's runs mixed 0.0025 and 0.018 NDCG@10 worse, python -m
+    MSLR sample's folds: there the bandit's runs mix 0.0025 and 0.018 NDCG@10 worse, python -m
     bench.defaults, and a full run takes seconds), the UCB1 bandit over the features above (each
     iteration searches ceil(sqrt(d)) features instead of all: 3.4x faster per iteration at equal
-    NDCG@10 on MQ2008's 46 features, bench/results/bandit.json, more on wider data; on 30k
-    documents of 136 features 300 iterations took 9 s instead of minutes)."""
+    NDCG@10 on MQ2008's 46 features, python -m bench.bench_bandit, more on wider data; on 30k
+    documents of 136 features 300 iterations take 9 s instead of minutes)."""
     return "ucb1" if shape.n_docs * shape.n_features > 2_000_000 else "full"
 
 
@@ -276,15 +276,15 @@ def auto_relevance(shape: DataShape) -> dict[str, Any]:
     """The relevance head's own grid (the default McRank member is always one of its models,
     ``[relevance] reuse_members``): up to 20k documents one model of its own
     (``SMALL_HEAD_GRID``: 4 leaves), above them the McRank member alone. The whole default grid
-    (12 models) was the default's largest fixed cost on small data (27 of 36 s on MQ2008 Fold1,
-    busy machine) for little: test log loss of the head, mean of five folds, whole grid / 4 and 15
-    leaves / the McRank member alone: MQ2008 0.5563 / 0.5570 / 0.5598, the MSLR sample (query
-    folds 1-3) 0.9824 / 0.9830 / 0.9879 (docs/method.md). The 15-leaf model was then dropped:
-    the heads of ``TuneMixRanker()`` on MQ2008's five folds (test log loss, mean), McRank and 4
-    and 15 leaves 0.5351, McRank and 4 leaves 0.5349 (-0.0002 +- 0.0005 per fold), McRank alone
-    0.5365 (+0.0014 +- 0.0007), and the 15-leaf model was the dearer of the two
-    (bench/results/head_grid_mq2008.json). (On 30k synthetic MSLR-shaped documents the whole grid took 1.8 times as
-    long as every member's boosting together, and one model of its own a quarter of the fit.)"""
+    (12 models) would be the default's largest fixed cost on small data (27 of 36 s on MQ2008
+    Fold1, busy machine) for little: test log loss of the head, mean of five folds, whole grid / 4
+    and 15 leaves / the McRank member alone: MQ2008 0.5563 / 0.5570 / 0.5598, the MSLR sample
+    (query folds 1-3) 0.9824 / 0.9830 / 0.9879 (docs/method.md). No 15-leaf model either: the
+    heads of ``TuneMixRanker()`` on MQ2008's five folds (test log loss, mean), McRank and 4 and 15
+    leaves 0.5351, McRank and 4 leaves 0.5349 (-0.0002 +- 0.0005 per fold), McRank alone 0.5365
+    (+0.0014 +- 0.0007), and the 15-leaf model is the dearer of the two. (On 30k synthetic
+    MSLR-shaped documents the whole grid takes 1.8 times as long as every member's boosting
+    together, and one model of its own a quarter of the fit.)"""
     if shape.n_docs < SMALL_DOCUMENTS:
         return dict(SMALL_HEAD_GRID)
     return {"n_leaves": [], "min_data_in_leaf": []}

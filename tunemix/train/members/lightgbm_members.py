@@ -11,7 +11,7 @@ trees in the one wide :class:`~tunemix.core.scoring.forest.FlatForest`.
   LambdaMART: NDCG@10) has not improved for R iterations and keep the best iteration.
   ``fit_on = "train"``: train on the whole training set (fit and calibration parts) instead of
   the fit part; the run's snapshots then get only the calibrators that fit nothing
-  (``identity``, ``er:*``), since the calibration part is no longer held out from it.
+  (``identity``, ``er:*``), since the calibration part is not held out from it.
   Snapshots after t iterations are members (the forest holds n_outputs trees per iteration,
   so snapshot t is ``t * n_outputs`` bases). Calibrators:
   McRank's expected relevance (``er:<link>:linear`` and ``er:<link>:gain``, T(k) = k and

@@ -3,18 +3,19 @@
 The head's own models (``tunemix.train.relevance.fit.fit_head_model``: McRank multiclass
 on the whole training set, stopped early on the validation documents' log loss) read the data
 and the head's settings only, not the mix: nothing they need comes later than the runs'. Trained
-in their own stage, after the mix, they were serial time with a core idle (on MQ2008 the default's
-one 4-leaf model took 0.38-0.67 s of a 0.47-0.74 s stage, a fold, 2026-11-27); as tasks after
-the runs in the boosting pool (``tunemix.train.train.fit_runs``) they start when a run's slot
-frees, while the last runs finish on the other core. The models are the same to the last bit:
-the same function with the same arguments (seed included) on one LightGBM thread, as before.
+in a stage of their own, after the mix, they would be serial time with a core idle (on MQ2008 the
+default's one 4-leaf model takes 0.38-0.67 s of a 0.47-0.74 s stage, a fold); as tasks after the
+runs in the boosting pool (``tunemix.train.train.fit_runs``) they start when a run's slot frees,
+while the last runs finish on the other core. The models are the same to the last bit as those
+the relevance stage trains itself: the same function with the same arguments (seed included) on
+one LightGBM thread.
 
 Only without a time budget: under one, the relevance stage decides how many of them it can
 afford from the time left to its end (``tunemix.train.relevance.stage``), which is not known
-before the runs; the stage then trains them as it did. Only when a LightGBM run is among the
-runs (LightGBM is then loaded before the pool starts; a fit without it gets no head, as before).
-A model that fails with a ValueError hands the error to the relevance stage, which records it as
-it did when it trained the model itself.
+before the runs; the stage then trains them itself. Only when a LightGBM run is among the runs
+(LightGBM is then loaded before the pool starts; a fit without it gets no head either way). A
+model that fails with a ValueError hands the error to the relevance stage, which records it as it
+records the failure of a model it trains itself.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ the best, and adds a per-grade logistic recalibration when a cross-validation ov
 validation queries says it lowers the held-out log loss. Small trees and
 large leaves are in the grid for small or noisy data, larger trees for data with more to learn;
 averaging differently regularised models gives better probabilities than any one of them
-(measured: ``bench/bench_relevance.py``)."""
+(measured: ``python -m bench.bench_relevance``)."""
 
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def assemble_head(fitted: list[tuple[FlatForest, float, dict[str, Any]]], n_grad
     ``keep_within`` of the best validation log loss, and the recalibration when the
     cross-validation over the validation queries (ranked by ``vali_scores``) says it pays
     (``recalibrate`` False: not tried, e.g. when the time budget is spent; its six L-BFGS fits
-    took seconds on a busy machine, 13.6 s on 24k validation documents under a 60 s budget).
+    take seconds on a busy machine, 13.6 s on 24k validation documents under a 60 s budget).
     ``stop`` (the time budget's: ``tunemix.train.relevance.stage``) is asked before each of
     the six fits; once it says so the recalibration is left out. Returns (head, the
     recalibration's record)."""

@@ -9,8 +9,8 @@ cut in advance), k = floor(left x jobs / cost) of them are trained in grid order
 only before that end and stopping at it. With none, the head is the McRank member alone; past
 that end the recalibration is not tried either, and before it each of the recalibration's six
 L-BFGS fits starts only while the time left exceeds what the fit before it took
-(:func:`recalibration_stop`: 3 s for the six on 24k validation documents, 13.6 s on a busy
-machine, when this stop was not yet passed to it).
+(:func:`recalibration_stop`; the six take 3 s on 24k validation documents, 13.6 s on a busy
+machine).
 
 Without a budget the head's own models are trained beside the member runs, in the boosting
 stage's pool (``tunemix.train.relevance.beside``), and this stage assembles the head from them.
@@ -101,7 +101,7 @@ def fit_head(cfg: TrainConfig, prep: Prepared, model: EnsembleModel, served: dic
     queries (and at the ``deadline``'s ``relevance_head`` end: module docstring); measure it on the
     test queries when there are some, else on validation (``served``: the model's scores of both,
     ``served_scores``). A fit that fails is logged and recorded; the model then has no head and
-    ranks as before. ``pretrained``: the head's own models, already trained beside the runs
+    ranks as it would with one. ``pretrained``: the head's own models, already trained beside the runs
     (``tunemix.train.relevance.beside``: ``fit_head_model``'s results in grid order, or the
     ValueError one raised), used instead of training them here."""
     from tunemix.train.relevance.fit import assemble_head, head_jobs, relevance_metrics
