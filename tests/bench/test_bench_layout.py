@@ -65,7 +65,7 @@ def test_bench_and_the_performance_page_narrate_no_history() -> None:
 def test_the_performance_page_is_short_and_its_paths_exist() -> None:
     assert len(PERFORMANCE.read_text().splitlines()) <= 300
     pages = [PERFORMANCE, *sorted(DECISIONS.glob("*.md"))]
-    assert len(pages) - 1 <= 4
+    assert len(pages) - 1 <= 10  # a few short decision pages, not a second notebook
     cited = re.compile(r"`((?:bench|tunemix|tests|docs|configs)/[\w./-]+\.(?:py|md|json|toml))`|\]\(([\w./-]+\.md)\)")
     for page in pages:
         for m in cited.finditer(page.read_text()):

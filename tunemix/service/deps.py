@@ -60,10 +60,9 @@ def query_model(request: Request, model: type[M]) -> M:
     hot route that declares none (``tunemix.service.openapi.query_parameters`` documents them): FastAPI
     resolves each declared parameter and dependency on every request. A route that does nothing
     costs 0.48 ms CPU a request declaring /rank's eight parameters and four dependencies, 0.21
-    reading them here, 0.21 declaring nothing (``route_overhead`` in
-    bench/results/service_breakdown.json); a request without a query string costs nothing here: a
-    frozen ``model``'s defaults are one instance, made once (pydantic's constructor took about 10
-    us a request)."""
+    reading them here, 0.21 declaring nothing (``route_overhead`` of ``python -m
+    bench.service_breakdown``); a request without a query string costs nothing here: a frozen
+    ``model``'s defaults are one instance, made once (pydantic's constructor costs about 10 us)."""
     if not request.scope.get("query_string"):
         if not model.model_config.get("frozen"):
             return model()

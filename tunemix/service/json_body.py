@@ -212,8 +212,8 @@ def check_repeated_keys(body: bytes) -> None:
     (then the body is taken). jiter's cost is building the numbers (``cache_mode="keys"``:
     keys interned, ids not): 0.56-0.71 times the standard library's pass's CPU on the service
     benchmark's bodies, 0.31 against 0.54 ms for 100 MQ2008 documents; 1.6 times it on one object
-    of 60,000 keys; peak memory about 4 times the body (``python -m bench.bench_repeated_keys``,
-    docs/performance.md)."""
+    of 60,000 keys; peak memory about 4 times the body (measured by ``bench/bench_repeated_keys.py``
+    of commit d12ea4b)."""
     try:
         with gc_paused():
             jiter.from_json(body, catch_duplicate_keys=True, cache_mode="keys")

@@ -126,7 +126,7 @@ class Settings(BaseSettings):
                     "(more: HTTP 413 naming the query; the default is one query of 5,000 ids or, e.g., 25 of 1,000). "
                     "Condorcet compares every pair of a query's documents across its S systems: O(n^2 S) time, "
                     "O(n S) memory (no n x n matrix); at most 0.25 CPU-s per 25 million pairs with up to 64 "
-                    "systems (python -m bench.bench_fuse_memory)")
+                    "systems, measured by bench/bench_fuse_memory.py of commit d12ea4b)")
     max_cached_versions: int = Field(
         4, ge=1, description="older versions kept loaded for explicit requests. A request naming a version not in "
                              "memory loads it in a thread, never on the event loop, one load per version at a time "
