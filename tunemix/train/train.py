@@ -17,7 +17,6 @@ import contextlib
 import dataclasses
 import importlib.util
 import logging
-import platform
 import sys
 import threading
 import time
@@ -33,7 +32,7 @@ from tunemix.core.artifact import save_artifact, sha256_file
 from tunemix.core.data.dataset import RankingData, query_rows
 from tunemix.core.data.svmlight import read_svmlight
 from tunemix.core.ensemble.registry import make_mixer
-from tunemix.core.evaluation import CONVENTION_NAMES, evaluate, mean_metric
+from tunemix.core.evaluation import evaluate, mean_metric
 from tunemix.core.scoring.ensemble_model import EXTRA_VIEWS, EnsembleModel, Member, RunInfo, prune, remap_forest
 from tunemix.core.scoring.forest import FlatForest, concatenate
 from tunemix.core.version import __version__
@@ -64,19 +63,17 @@ from tunemix.train.mixing import (
     compare_type_subsets,
     fit_mixer,
     mixer_params,
-    mixer_summary,
     score_members,
 )
 from tunemix.train.parallel import iteration_bar, parallel_backend, run_parallel
 from tunemix.train.prepared import Prepared
+from tunemix.train.record import build_record, metrics_all_conventions
 from tunemix.train.relevance.beside import HeadBeside, head_beside, head_model_task
 from tunemix.train.relevance.stage import fit_head, reusable_head_models
 from tunemix.train.search import add_weight_shares, search
 
 log = logging.getLogger(__name__)
 
-#: measures recorded for validation and test under every convention
-RECORD_MEASURES = [*(f"ndcg@{k}" for k in range(1, 11)), "err", "p@10", "map"]
 
 
 @dataclass
@@ -339,7 +336,7 @@ def calibrate_runs(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], n_jo
                    ) -> list[CalibrationResult]:
     """Every run's snapshots scored on the calibration part, then one calibration job per snapshot.
     Regression and SNDCG targets are the documents' own gains (``own_gains=False``: their class
-    gains, the behaviour before the own-gain targets, kept for the before/after measurement).
+    gains instead).
     Under a time budget every run's last snapshot goes first and is always calibrated; the earlier
     snapshots only while the ``deadline``'s calibration end is not passed."""
     deadline = deadline or FitBudget.begin(None)
@@ -470,6 +467,56 @@ def train(cfg: TrainConfig, *, progress: bool = True, sets: dict[str, RankingDat
 
 def _train(cfg: TrainConfig, clock: _Clock, progress: bool, sets: dict[str, RankingData] | None,
            save: bool, deadline: FitBudget) -> TrainOutcome:
+    """The stages in order: the choices that depend on the data, the views and bins, the members'
+    fits, their calibration and mix, the evaluation, the relevance head, the record."""
+    chosen = choose(cfg, clock, sets, deadline)
+    cfg = chosen.cfg
+    specs = run_specs(cfg)
+    prep = prepare(cfg, clock, specs, chosen.sets, chosen.records)
+    feature_names = resolve_feature_names(cfg.data, prep.sets["train"].n_features)  # checked before any fit
+    head = head_beside(cfg, prep, specs, deadline)  # the head's own models beside the runs (no budget)
+    runs, searched, cals = fit_members(cfg, clock, prep, specs, chosen.auto, progress, deadline, head)
+    mixed = mix_members(cfg, clock, prep, runs, cals, deadline)
+    checked = evaluate_mix(cfg, clock, prep, mixed, feature_names, save, deadline)
+    with clock("relevance_head_s"):
+        relevance = fit_head(cfg, prep, mixed.model, checked.served, progress, reusable_head_models(cfg, prep, runs),
+                             deadline, pretrained=head.models if head is not None else None)
+    clock.timings["total_s"] = time.perf_counter() - clock.start
+    numba_compile = clock.compile_record()
+    record = build_record(cfg, prep, runs, mixed.members, mixed.failures, mixed.model, mixed.full_size,
+                          mixed.mixing, checked.evaluation, clock.timings)
+    add_weight_shares(searched, [m.run for m in mixed.members], record["mixer"].get("weights"))
+    record.update({
+        "relevance_head": relevance,
+        "search": searched,
+        "time_budget": budget_record(clock, deadline, chosen, runs, cals, mixed, checked),
+        "auto_members": chosen.auto_reasons or None,
+        "small_validation": validation_rule_record(cfg, prep, checked.served, chosen.auto),
+        "mix_by_member_type": mixed.by_type,
+        "best_feature": checked.baseline,
+        "feature_names": feature_names,
+        "explanations": checked.explanations,
+        "numba_compile": numba_compile,
+    })
+    path = _save(cfg, mixed.model, record) if save else None
+    return TrainOutcome(path=path, record=record, model=mixed.model)
+
+
+@dataclass
+class Chosen:
+    """The configuration once the data is known, with the data read for it (None: not read yet)."""
+
+    cfg: TrainConfig
+    sets: dict[str, RankingData] | None
+    records: list[dict[str, Any]] | None
+    subsample: dict[str, Any] | None
+    auto: bool
+    auto_reasons: list[str]
+
+
+def choose(cfg: TrainConfig, clock: _Clock, sets: dict[str, RankingData] | None, deadline: FitBudget) -> Chosen:
+    """The choices that depend on the data: the members chosen from its shape (no member tables),
+    the queries a time budget can pay for, ``label_groupings = all`` for its number of labels."""
     records = None
     auto = not any(mt.blocks(cfg) for mt in member_types().values())
     auto_reasons: list[str] = []
@@ -493,10 +540,13 @@ def _train(cfg: TrainConfig, clock: _Clock, progress: bool, sets: dict[str, Rank
         cfg = dataclasses.replace(cfg, members=dataclasses.replace(
             cfg.members, label_groupings=groupings_for(list(cfg.members.label_groupings), n_labels)))
         log.info("label_groupings = all: %s for %d labels", ", ".join(cfg.members.label_groupings), n_labels)
-    specs = run_specs(cfg)
-    prep = prepare(cfg, clock, specs, sets, records)
-    feature_names = resolve_feature_names(cfg.data, prep.sets["train"].n_features)  # checked before any fit
-    head = head_beside(cfg, prep, specs, deadline)  # the head's own models beside the runs (no budget)
+    return Chosen(cfg, sets, records, subsample, auto, auto_reasons)
+
+
+def fit_members(cfg: TrainConfig, clock: _Clock, prep: Prepared, specs: list[RunSpec], auto: bool, progress: bool,
+                deadline: FitBudget, head: Any) -> tuple[list[RunResult], Any, list[CalibrationResult]]:
+    """The runs (boosting), the search of "tune, then mix" where it applies, and each snapshot's
+    calibrations, on the configured backend."""
     with parallel_backend(cfg.run.backend, cfg.run.n_jobs, cfg.run.scheduler) as n_jobs:
         with clock("boosting_s"):
             runs = fit_runs(cfg, prep, specs, n_jobs, progress, deadline, head=head)
@@ -504,6 +554,26 @@ def _train(cfg: TrainConfig, clock: _Clock, progress: bool, sets: dict[str, Rank
             runs, searched = search_runs(cfg, prep, runs, auto, n_jobs, deadline)
         with clock("calibration_s"):
             cals = calibrate_runs(cfg, prep, runs, n_jobs, progress, deadline=deadline)
+    return runs, searched, cals
+
+
+@dataclass
+class Mixed:
+    """The mixed model (pruned to what the mix uses) and what its mixing stage found."""
+
+    model: EnsembleModel
+    failures: Any
+    members: list[Member]
+    mixing: Mixing
+    full_size: tuple[int, int]
+    by_type: list[dict[str, Any]]
+    skipped: list[str]
+
+
+def mix_members(cfg: TrainConfig, clock: _Clock, prep: Prepared, runs: list[RunResult],
+                cals: list[CalibrationResult], deadline: FitBudget) -> Mixed:
+    """Score the calibrated members, fit the mixer, compare mixers and member-type subsets while the
+    mixing stage's time lasts, and drop what the mix never uses."""
     with clock("member_scoring_s"):
         model, failures = assemble(cfg, prep, runs, cals)
         members = list(model.members)
@@ -526,41 +596,49 @@ def _train(cfg: TrainConfig, clock: _Clock, progress: bool, sets: dict[str, Rank
     with clock("pruning_s"):  # drop what the mixer never uses
         full_size = (model.n_members, model.forest.n_base)
         model = prune(model)
+    return Mixed(model, failures, members, mixing, full_size, by_type, skipped)
+
+
+@dataclass
+class Checked:
+    """The served model's scores and evaluation, the best single feature's, the report's
+    explanations, and what the time budget left out."""
+
+    served: dict[str, np.ndarray]
+    evaluation: Any
+    baseline: dict[str, Any] | None
+    explanations: dict[str, Any]
+    skipped: list[str]
+
+
+def evaluate_mix(cfg: TrainConfig, clock: _Clock, prep: Prepared, mixed: Mixed, feature_names: list[str],
+                 save: bool, deadline: FitBudget) -> Checked:
+    """Evaluate the served model under every convention (the served one alone once the mixing
+    stage's time is over) and explain a few documents for the report when the model is saved."""
+    skipped = list(mixed.skipped)
     with clock("evaluation_s"):
-        served = served_scores(prep, model)
+        served = served_scores(prep, mixed.model)
         late = deadline.passed("mixing")  # past it: the served convention only, no baseline
         conventions = [cfg.mixer.convention] if late else None
-        evaluation = evaluate_model(prep, model, mixing, served, conventions)
+        evaluation = evaluate_model(prep, mixed.model, mixed.mixing, served, conventions)
         baseline = None if late else best_feature_baseline(cfg, prep)
         skipped += ["other_conventions", "best_feature"] if late else []
     with clock("explanations_s"):  # for the report, written only with the model
-        explanations = (explain_for_report(prep, model, feature_names) if save and not late
+        explanations = (explain_for_report(prep, mixed.model, feature_names) if save and not late
                         else {"skipped": "the time budget was spent" if late
                               else "the report computes them only when `tunemix train` saves the model"})
-    with clock("relevance_head_s"):
-        relevance = fit_head(cfg, prep, model, served, progress, reusable_head_models(cfg, prep, runs), deadline,
-                             pretrained=head.models if head is not None else None)
-    clock.timings["total_s"] = time.perf_counter() - clock.start
-    numba_compile = clock.compile_record()
-    record = build_record(cfg, prep, runs, members, failures, model, full_size, mixing, evaluation, clock.timings)
-    record["relevance_head"] = relevance
-    record["search"] = searched
-    add_weight_shares(searched, [m.run for m in members], record["mixer"].get("weights"))
-    record["time_budget"] = {**deadline.record(), "elapsed_s": round(deadline.elapsed(), 3), "skipped": skipped,
-                             "before_train_s": (round(clock.start - deadline.start, 3)
-                                                if deadline.clock is time.perf_counter else None),
-                             "subsample": subsample,
-                             "runs_stopped": [r.spec.tag for r in runs if r.stop_reason == "time_budget"],
-                             "snapshots_calibrated": len(cals), "mixing_candidates": len(mixing.rescaling)}
-    record["auto_members"] = auto_reasons or None
-    record["small_validation"] = validation_rule_record(cfg, prep, served, auto)
-    record["mix_by_member_type"] = by_type
-    record["best_feature"] = baseline
-    record["feature_names"] = feature_names
-    record["explanations"] = explanations
-    record["numba_compile"] = numba_compile
-    path = _save(cfg, model, record) if save else None
-    return TrainOutcome(path=path, record=record, model=model)
+    return Checked(served, evaluation, baseline, explanations, skipped)
+
+
+def budget_record(clock: _Clock, deadline: FitBudget, chosen: Chosen, runs: list[RunResult],
+                  cals: list[CalibrationResult], mixed: Mixed, checked: Checked) -> dict[str, Any]:
+    """The record's ``time_budget``: the budget, the time spent, what it left out or stopped."""
+    return {**deadline.record(), "elapsed_s": round(deadline.elapsed(), 3), "skipped": checked.skipped,
+            "before_train_s": (round(clock.start - deadline.start, 3)
+                               if deadline.clock is time.perf_counter else None),
+            "subsample": chosen.subsample,
+            "runs_stopped": [r.spec.tag for r in runs if r.stop_reason == "time_budget"],
+            "snapshots_calibrated": len(cals), "mixing_candidates": len(mixed.mixing.rescaling)}
 
 
 def validation_rule_record(cfg: TrainConfig, prep: Prepared, served: dict[str, np.ndarray],
@@ -594,112 +672,6 @@ def explain_for_report(prep: Prepared, model: EnsembleModel, names: list[str]) -
     except (ValueError, MemoryError) as exc:
         log.warning("no explanations in the report: %s", exc)
         return {"error": f"{type(exc).__name__}: {exc}"}
-
-
-def build_record(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], members: list[Member],
-                 failures: list[dict[str, Any]], model: EnsembleModel, full_size: tuple[int, int], mixing: Mixing,
-                 evaluation: dict[str, Any], timings: dict[str, float]) -> dict[str, Any]:
-    """The training record (copied into the manifest and the report)."""
-    omega = mixing.omega
-    best = int(np.argmax(omega))
-    measure, convention = cfg.mixer.measure, cfg.mixer.convention
-    summary = mixer_summary(mixing.mixer)
-    return {
-        "config": cfg.to_dict(),
-        "data": prep.records,
-        "split": {"fit_queries": prep.fit_part.n_queries, "calibration_queries": prep.cal_part.n_queries,
-                  "fit_rows": prep.fit_part.n_docs, "calibration_rows": prep.cal_part.n_docs, "seed": cfg.seed},
-        "n_labels": prep.n_labels,
-        "runs": [{"tag": r.spec.tag, "type": r.spec.type, "view": r.spec.view, "grouping": r.spec.grouping,
-                  "params": r.spec.params, "iterations": r.n_iterations, "stop_reason": r.stop_reason,
-                  "fit_seconds": r.fit_seconds, "train_error": r.train_error, "checkpoints": r.snapshot_iterations}
-                 for r in runs],
-        "members": [{"name": m.name, "type": runs[m.run].spec.type, "omega": float(omega[j])}
-                    for j, m in enumerate(members)],
-        "calibration_failures": failures,
-        "served": {"members": len(model.members), "bases": model.forest.n_base,
-                   "members_before_pruning": full_size[0], "bases_before_pruning": full_size[1]},
-        "mixer": {"name": cfg.mixer.name, "measure": measure, "convention": convention,
-                  "rescale": mixing.chosen_rescale, "snapshots": cfg.mixer.snapshots, "snapshot_T": mixing.snapshot_T,
-                  "tie_tolerance": cfg.mixer.tie_tolerance, "tie_tolerance_used": mixing.tolerance,
-                  "tune_on": cfg.mixer.tune_on, **summary},
-        "member_types": member_type_summary(runs, members, omega, summary.get("weights")),
-        "best_member": {"index": best, "name": members[best].name, "omega": float(omega[best])},
-        "mixer_comparison": mixing.comparison,
-        "rescaling_comparison": mixing.rescaling,
-        "evaluation": evaluation,
-        "timings": timings,
-        "versions": _versions(),
-    }
-
-
-def member_type_summary(runs: list[RunResult], members: list[Member], omega: np.ndarray,
-                        weights: list[float] | None) -> list[dict[str, Any]]:
-    """Per member type: runs, members, the best validation omega and its member, and the share of
-    the mixer's weight its members hold (None for mixers without per-member weights)."""
-    types = np.array([runs[m.run].spec.type for m in members])
-    w = None if weights is None else np.asarray(weights, dtype=np.float64)
-    total = None if w is None else float(w.sum())
-    out = []
-    for name in dict.fromkeys(r.spec.type for r in runs):
-        idx = np.flatnonzero(types == name)
-        row: dict[str, Any] = {"type": name, "runs": sum(r.spec.type == name for r in runs), "members": int(idx.size),
-                               "best_omega": None, "best_member": None, "weight_share": None,
-                               "members_kept": None}
-        if idx.size:
-            b = int(idx[np.argmax(omega[idx])])
-            row.update(best_omega=float(omega[b]), best_member=members[b].name)
-        if w is not None and total:
-            row["weight_share"] = float(w[idx].sum() / total)
-            row["members_kept"] = int(np.sum(w[idx] > 0))
-        if name == "best_feature":
-            row["detail"] = next(r.stop_reason for r in runs if r.spec.type == name)
-        out.append(row)
-    return out
-
-
-# ---------------------------------------------------------------------------------- metrics
-def metrics_all_conventions(labels: np.ndarray, scores: np.ndarray, offsets: np.ndarray,
-                            docids: np.ndarray | None = None, top_label: int = 4,
-                            conventions: list[str] | None = None) -> dict[str, dict[str, float | None]]:
-    """Mean of RECORD_MEASURES under each of the ten conventions (or of ``conventions``; None
-    where the tool refuses).
-
-    With fewer than five levels, ERR with the data's own top label (``err:top=K-1``, the papers'
-    ERR: R = (2^l - 1) / 2^top) is recorded too.
-    """
-    measures = list(RECORD_MEASURES)
-    if top_label < 4:
-        measures.insert(measures.index("err") + 1, f"err:top={top_label}")
-    out: dict[str, dict[str, float | None]] = {}
-    for conv in conventions or CONVENTION_NAMES:
-        try:  # one call validates and ranks once for all measures
-            means = evaluate(labels, scores, offsets, measures, conv, docids=docids).mean
-        except ValueError:  # a measure this tool refuses: take them one at a time
-            means = {}
-            for measure in measures:
-                try:
-                    means.update(evaluate(labels, scores, offsets, [measure], conv, docids=docids).mean)
-                except ValueError as exc:
-                    log.debug("%s under %s: %s", measure, conv, exc)
-        row: dict[str, float | None] = {}
-        for measure in measures:
-            value = means.get(measure)
-            row[measure] = None if value is None or np.isnan(value) else float(value)
-        out[conv] = row
-    return out
-
-
-def _versions() -> dict[str, str]:
-    import numba
-
-    out = {"tunemix": __version__, "python": platform.python_version(), "numpy": np.__version__,
-           "numba": numba.__version__, "joblib": joblib.__version__}
-    with contextlib.suppress(ImportError):
-        import scipy
-
-        out["scipy"] = scipy.__version__
-    return out
 
 
 def save_model(cfg: TrainConfig, model: EnsembleModel, record: dict[str, Any]) -> Path:
