@@ -5,7 +5,6 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 MODEL  ?= default
 PORT   ?= 8000
-export NUMBA_CACHE_DIR ?= $(CURDIR)/.venv/numba-cache
 
 .PHONY: serve test lint typecheck pytest bench train-default warm clean help docker-test fuzz test-boundscheck
 
@@ -34,7 +33,8 @@ $(VENV)/.stamp-dev: pyproject.toml | $(VENV)/bin/python
 	@touch $@ $(VENV)/.stamp-train
 
 # numba compiles every kernel of training and scoring once, saying so and how long it took (a cache
-# that already holds them: nothing to do); the compiled code stays in NUMBA_CACHE_DIR
+# that already holds them: nothing to do); the compiled code stays in .venv/numba-cache, the cache
+# every entry point of the environment shares (NUMBA_CACHE_DIR overrides it)
 warm: $(VENV)/.stamp-train
 	$(VENV)/bin/tunemix warm --if-cold
 

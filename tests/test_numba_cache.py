@@ -103,3 +103,45 @@ def test_an_unopenable_lock_path_does_not_stop_the_work(tmp_path: Path) -> None:
     with locked(str(tmp_path / "missing-dir" / "x.lock"), exclusive=True):
         done = True
     assert done
+
+
+def test_every_entry_point_uses_one_cache() -> None:
+    """Without NUMBA_CACHE_DIR, the library, the service, the compile plan and the ``tunemix``
+    command of this environment all point numba at one cache (``default_cache_dir``: this virtual
+    environment's, or the user's), and export it to their child processes."""
+    from tunemix.core.numba_cache import default_cache_dir
+
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    probe = ("import os, numba, {module}; "
+             "print(numba.config.CACHE_DIR); print(os.environ['NUMBA_CACHE_DIR'])")
+    seen = set()
+    for module in ("tunemix", "tunemix.core.evaluation", "tunemix.service.main", "tunemix.compile.warm"):
+        proc = subprocess.run([sys.executable, "-c", probe.format(module=module)], env=env, cwd=ROOT,
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        seen.update(proc.stdout.split())
+    script = Path(sys.executable).parent / "tunemix"
+    if script.exists():  # the command on PATH of this environment
+        proc = subprocess.run([str(script), "warm", "--where"], env=env, cwd=ROOT, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        seen.add(proc.stdout.strip())
+    assert seen == {str(default_cache_dir())}
+
+
+def test_the_cache_follows_numba_cache_dir(tmp_path: Path) -> None:
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "mine")}
+    proc = subprocess.run([sys.executable, "-m", "tunemix.cli", "warm", "--where"], env=env, cwd=ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == str(tmp_path / "mine"), proc.stderr[-2000:]
+
+
+def test_the_default_cache_is_the_environments_or_the_users(tmp_path: Path, monkeypatch) -> None:
+    from tunemix.core import numba_cache
+
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "venv"))
+    monkeypatch.setattr(sys, "base_prefix", "/usr")
+    (tmp_path / "venv").mkdir()
+    assert numba_cache.default_cache_dir() == tmp_path / "venv" / "numba-cache"
+    monkeypatch.setattr(sys, "prefix", "/usr")  # not a virtual environment: the user's cache
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert numba_cache.default_cache_dir() == tmp_path / "cache" / "tunemix" / "numba-cache"

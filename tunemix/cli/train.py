@@ -39,12 +39,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
     warm = subparsers.add_parser(
         "warm", help="compile the numba kernels of training and scoring once (or load them from the cache)",
-        description="Compile every numba kernel of training and scoring (or load it from numba's disk cache, "
-                    "NUMBA_CACHE_DIR), saying how long it took: a fresh install's first fit otherwise pays it "
-                    "unannounced. tunemix train and demo run it first when the cache is cold.",
+        description="Compile every numba kernel of training and scoring (or load it from numba's disk cache: "
+                    "the environment's numba-cache, or NUMBA_CACHE_DIR), saying how long it took: a fresh "
+                    "install's first fit otherwise pays it unannounced. tunemix train and demo run it first "
+                    "when the cache is cold.",
     )
     warm.add_argument("--if-cold", action="store_true",
                       help="only when the cache does not hold this install's kernels yet (what make serve runs)")
+    warm.add_argument("--where", action="store_true", help="print the cache directory and exit")
     warm.set_defaults(func=run_warm)
 
 
@@ -150,6 +152,9 @@ def run_warm(args: argparse.Namespace) -> int:
     from tunemix.compile.warm import cache_dir, compile_bytecode, is_warm, warm
     from tunemix.compile.warm_child import wait_for_background
 
+    if args.where:
+        sys.stdout.write(f"{cache_dir()}\n")
+        return 0
     wait_for_background(cache_dir(), sys.stderr)  # tunemix demo's background part: not the same kernels twice
     if args.if_cold and is_warm():
         compile_bytecode()  # the modules' bytecode: source edited since, or never written

@@ -1,8 +1,8 @@
 """Compilation paid once and visibly: ``tunemix warm`` and the warm-up before a first fit.
 
 The trainer's and the scorer's kernels are numba functions compiled on their first call for each
-type signature and cached on disk (``cache=True``; ``NUMBA_CACHE_DIR``, else ``__pycache__``
-beside the sources). A fresh checkout pays the compilation in its first fit: the stages that
+type signature and cached on disk (``cache=True``, in the one cache every entry point shares:
+``tunemix.core.numba_cache``). A fresh checkout pays the compilation in its first fit: the stages that
 first call a kernel (``member_scoring_s``, ``calibration_s``) take tens of seconds there against
 a fraction of a second afterwards, with no word of why. ``warm()`` runs every kernel once, on
 small generated data, in one step that says what it does and how long it took, then leaves a
@@ -84,12 +84,10 @@ def _stamp_key() -> dict[str, str]:
 
 
 def cache_dir() -> Path:
-    """Where numba caches this project's kernels: ``NUMBA_CACHE_DIR``, else the training
-    package's ``__pycache__`` (numba's default for sources it can write beside)."""
-    import numba
+    """Where numba caches this project's kernels (``tunemix.core.numba_cache.cache_dir``)."""
+    from tunemix.core.numba_cache import cache_dir as where
 
-    configured = str(getattr(numba.config, "CACHE_DIR", "") or "")
-    return Path(configured) if configured else Path(__file__).resolve().parents[1] / "__pycache__"
+    return where()
 
 
 def is_warm() -> bool:

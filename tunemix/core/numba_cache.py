@@ -1,5 +1,16 @@
-"""One process at a time writes an entry of numba's on-disk cache.
+"""numba's on-disk cache of tunemix's kernels: one location for every entry point, and one process
+at a time writing an entry.
 
+**Where.** ``NUMBA_CACHE_DIR`` when it is set; else, in a virtual environment that can be
+written, ``<environment>/numba-cache``; else the user's cache directory
+(``$XDG_CACHE_HOME`` or ``~/.cache``, then ``tunemix/numba-cache``). ``use_cache_dir`` (run
+when this module is first imported, before any kernel is defined: every module with cached
+kernels imports it) sets numba's cache to that place and exports it to ``NUMBA_CACHE_DIR``, so
+the ``tunemix`` command, ``import tunemix``, ``python -m tunemix.service``, their child processes
+and ``make`` all compile into, and load from, the same cache. Without it numba caches beside each
+source file, in ``__pycache__``, where an installed package may not write.
+
+**One writer at a time.**
 numba saves a compiled signature in two steps (``numba.core.caching.IndexDataCacheFile.save``):
 it reads the function's index, picks the first data file name the index does not use, writes the
 index, then the data file. Two processes saving two signatures of one function at the same time
@@ -18,7 +29,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 try:
@@ -27,6 +40,37 @@ except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
 _installed = False
+
+
+def default_cache_dir() -> Path:
+    """The cache of this installation when ``NUMBA_CACHE_DIR`` is not set (module docstring)."""
+    prefix = Path(sys.prefix)
+    if sys.prefix != sys.base_prefix and os.access(prefix, os.W_OK):
+        return prefix / "numba-cache"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "tunemix" / "numba-cache"
+
+
+def use_cache_dir() -> Path:
+    """Point numba's cache at ``NUMBA_CACHE_DIR``, or at ``default_cache_dir()`` (then exported to
+    ``NUMBA_CACHE_DIR`` for child processes); returns it. numba reads the setting when a kernel
+    is defined, so this runs before tunemix defines any."""
+    from numba.core import config
+
+    configured = os.environ.get("NUMBA_CACHE_DIR", "").strip()
+    where = Path(configured) if configured else default_cache_dir()
+    if not configured:
+        os.environ["NUMBA_CACHE_DIR"] = str(where)
+    config.CACHE_DIR = str(where)  # type: ignore[attr-defined]
+    return where
+
+
+def cache_dir() -> Path:
+    """Where numba caches tunemix's kernels in this process."""
+    from numba.core import config
+
+    configured = str(getattr(config, "CACHE_DIR", "") or "")
+    return Path(configured) if configured else use_cache_dir()
 
 
 @contextlib.contextmanager
@@ -81,5 +125,6 @@ def install() -> bool:
     return True
 
 
-# imported by every module with cached kernels (``import tunemix.core.numba_cache``), before its first compile
+# imported by every module with cached kernels (``import tunemix.core.numba_cache``), before its first kernel
+use_cache_dir()
 install()
