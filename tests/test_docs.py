@@ -119,3 +119,41 @@ def test_no_line_tells_the_story_of_a_change(page: Path) -> None:
 def test_decision_pages_are_short() -> None:
     for page in DECISIONS:
         assert len(page.read_text().splitlines()) <= 120, page.name
+
+
+DOTTED = re.compile(r"(?<![\w./])(tunemix(?:\.[A-Za-z_]\w*)+)")
+
+
+def _resolves(name: str) -> bool:
+    """``name`` is a module of the package, or an attribute (a pydantic field too) of one."""
+    import importlib
+
+    parts = name.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj: object = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attr in parts[i:]:
+            fields = getattr(obj, "model_fields", {})
+            if not hasattr(obj, attr) and attr not in fields:
+                return False
+            obj = getattr(obj, attr, None)
+        return True
+    return False
+
+
+def test_every_dotted_name_resolves() -> None:
+    """``tunemix.x.y`` in the README, the docs and the package's own docstrings and comments names
+    a module or an attribute that exists (a file name such as ``tunemix.core.x.py`` aside)."""
+    pages = [README, *DOCS, *DECISIONS, ROOT / "CHANGELOG.md", *sorted((ROOT / "tunemix").rglob("*.py"))]
+    missing = []
+    for page in pages:
+        for n, line in enumerate(page.read_text().splitlines(), 1):
+            for m in DOTTED.finditer(line):
+                name = m.group(1)
+                if name.rsplit(".", 1)[-1] in ("py", "md", "toml", "json"):
+                    name = name.rsplit(".", 1)[0]
+                if not _resolves(name):
+                    missing.append(f"{_rel(page)}:{n}: {name}")
+    assert not missing, "\n".join(missing)

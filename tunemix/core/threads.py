@@ -6,7 +6,7 @@ and numba's parallel compilation is its slowest (on a quiet 2-core machine ``pra
 ``_calibrate_parallel`` and ``_score_parallel`` take 35.9 s and 10.8 s of the 203 s a fresh cache
 then spends compiling, ``tunemix warm``'s per-kernel log). The kernels are ``nogil``, so the
 work runs on Python threads calling the one serial kernel: each thread takes the next work item
-by an atomic counter (``tunemix.core.scoring.forest.claim``) or its fixed part, as a ``prange``
+by an atomic counter (``tunemix.core.scoring.forest_kernel.claim``) or its fixed part, as a ``prange``
 body would, so the results are the same to the last bit.
 
 ``on_threads(fn, parts)`` calls ``fn(0)`` on the calling thread and ``fn(1) .. fn(parts - 1)``
