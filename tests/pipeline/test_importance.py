@@ -94,10 +94,11 @@ def test_tunemix_explain_from_the_command_line(trained: dict[str, Any]) -> None:
     data = read_svmlight(tmp / "test.txt")
     lo, hi = (int(v) for v in data.query_offsets[1:3])
     model = tunemix.load(trained["path"])
-    e = model.explain(data.features[lo:hi], rows=[2])
+    e = model.explain(data.features[lo:hi], group=[hi - lo], rows=[2])
     proc = run_cli("explain", str(tmp / "test.txt"), "--model", str(trained["path"]), "--doc", f"doc{lo + 2}",
                    "--top", "3")
     assert proc.returncode == 0, proc.stderr
+    assert "warning" not in proc.stderr  # the file says the query: no library warning about group=
     lines = proc.stdout.splitlines()
     assert f"score {e.scores[0]:.6g} = {e.baseline[0]:.6g} from the rest of the list" in lines[1]
     assert "(exact)" in lines[1]
@@ -112,7 +113,7 @@ def test_tunemix_explain_from_the_command_line(trained: dict[str, Any]) -> None:
     assert by_line.stdout.splitlines()[1:] == lines[1:]
     pair = run_cli("explain", str(tmp / "test.txt"), "--model", str(trained["path"]), "--doc", f"doc{lo}",
                    "--doc", f"doc{lo + 1}")
-    assert pair.returncode == 0 and "difference" in pair.stdout
+    assert pair.returncode == 0 and "difference" in pair.stdout and "warning" not in pair.stderr
     assert f"doc{lo}" in pair.stdout.splitlines()[2] and "baseline" not in pair.stdout  # ids whole, plain words
     for doc, message in (("nope", "no document 'nope'"), (f"{data.qids[1]}:99", "asks for document 99")):
         bad = run_cli("explain", str(tmp / "test.txt"), "--model", str(trained["path"]), "--doc", doc)

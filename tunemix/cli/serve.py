@@ -227,7 +227,7 @@ def run_explain(args: argparse.Namespace) -> int:
     x = data.features[lo:hi]
     local = [r - lo for r in rows]
     if len(rows) == 1:
-        e = model.explain(x, rows=local, method=args.method, budget=args.budget)
+        e = model.explain(x, group=[hi - lo], rows=local, method=args.method, budget=args.budget)
         c, exact, columns = e.contributions[0], bool(e.exact[0]), ("value", "median")
         values = (x[local[0]], e.reference[0])
         head = (f"query {data.qids[q[0]]}, document {args.doc[0]} ({hi - lo} documents in the query)\n"
@@ -235,7 +235,7 @@ def run_explain(args: argparse.Namespace) -> int:
                 "document would score in its place) + the features' contributions")
         se = float(e.standard_error[0].max())
     else:
-        p = model.explain_pair(x, local[0], local[1], method=args.method, budget=args.budget)
+        p = model.explain_pair(x, local[0], local[1], group=[hi - lo], method=args.method, budget=args.budget)
         c, exact, columns = p.contributions, p.exact, (args.doc[0], args.doc[1])
         values = (x[local[0]], x[local[1]])
         v = p.rest_of_list
