@@ -63,6 +63,26 @@ def test_fit_predict_save_load_predict_again(fitted: tunemix.TuneMixRanker, data
     assert ranked[0][0] == (f"d{int(np.argmax(first))}", float(first.max()))
 
 
+def test_lightgbms_eval_x_and_eval_y_are_eval_set(fitted: tunemix.TuneMixRanker, data: dict[str, Any]) -> None:
+    """LightGBM 4.7's ``eval_X``/``eval_y`` (a matrix or a tuple of them) train the same model as
+    ``eval_set``; both spellings at once, or one half alone, are refused."""
+    x, y, g = data["train"]
+    xv, yv, gv = data["vali"]
+    xt, _, gt = data["test"]
+    want = fitted.predict(xt, group=gt)
+    for ex, ey in ((xv, yv), ((xv,), (yv,))):
+        other = tunemix.TuneMixRanker(TABLES, n_jobs=1, progress=False).fit(x, y, g, eval_X=ex, eval_y=ey,
+                                                                           eval_group=[gv])
+        np.testing.assert_array_equal(other.predict(xt, group=gt), want)
+    ranker = tunemix.TuneMixRanker(TABLES, n_jobs=1, progress=False)
+    with pytest.raises(ValueError, match="not both"):
+        ranker.fit(x, y, g, eval_set=[(xv, yv)], eval_X=xv, eval_y=yv, eval_group=[gv])
+    with pytest.raises(ValueError, match="go together"):
+        ranker.fit(x, y, g, eval_X=xv, eval_group=[gv])
+    with pytest.raises(ValueError, match="eval_group"):
+        ranker.fit(x, y, g, eval_X=xv, eval_y=yv)
+
+
 def test_fit_without_an_eval_set_holds_queries_out(data: dict[str, Any]) -> None:
     x, y, g = data["train"]
     ranker = tunemix.TuneMixRanker(TABLES, n_jobs=1, progress=False).fit(x, y, g)

@@ -86,10 +86,13 @@ class TuneMixRanker:
         return load_config(None, overrides, tables=tables, require_data=False)
 
     def fit(self, X: Any, y: Any, group: Any, eval_set: list[tuple[Any, Any]] | None = None,
-            eval_group: list[Any] | None = None, feature_names: Any = None) -> TuneMixRanker:
+            eval_group: list[Any] | None = None, feature_names: Any = None, *, eval_X: Any = None,
+            eval_y: Any = None) -> TuneMixRanker:
         """Train on ``X`` (n, d; dense or scipy CSR), integer grades ``y`` and query sizes
         ``group``. The first ``eval_set`` pair (with its ``eval_group``) tunes the calibration and
         the mix; without one, ``HOLDOUT_FRACTION`` of the training queries is held out for it.
+        ``eval_X`` and ``eval_y`` (a matrix and its grades, or tuples of them, with ``eval_group``)
+        are LightGBM's other spelling of ``eval_set``; give one spelling, not both.
         ``feature_names`` (d distinct strings; default: the columns of a pandas DataFrame, else
         f1, f2, ...) are stored with the model and name the features of its explanations."""
         # the budget bounds the whole fit, the imports below included (seconds on a busy machine)
@@ -121,6 +124,7 @@ class TuneMixRanker:
             resolve_feature_names(cfg.data, train_set.n_features)
         except ConfigError as exc:
             raise ValueError(str(exc).replace("[data] feature_names", "feature_names")) from None
+        eval_set = _eval_pairs(eval_set, eval_X, eval_y)
         if eval_set:
             if not eval_group or len(eval_group) < 1:
                 raise ValueError("eval_set needs eval_group: the query sizes of each evaluation set")
@@ -229,3 +233,19 @@ def _ranking_data(X: Any, y: Any, group: Any, xn: str, yn: str, gn: str, n_featu
     off = query_offsets(group, x.shape[0], gn)
     return RankingData(features=x, labels=labels, query_offsets=off,
                        qids=np.arange(off.shape[0] - 1).astype(np.str_))
+
+
+def _eval_pairs(eval_set: list[tuple[Any, Any]] | None, eval_X: Any, eval_y: Any) -> list[tuple[Any, Any]] | None:
+    """``eval_set``, or the pairs of LightGBM's ``eval_X`` / ``eval_y`` (each a matrix and its
+    grades, or tuples of them)."""
+    if eval_X is None and eval_y is None:
+        return eval_set
+    if eval_set is not None:
+        raise ValueError("pass eval_set or eval_X and eval_y, not both")
+    if eval_X is None or eval_y is None:
+        raise ValueError("eval_X and eval_y go together: the evaluation matrix and its grades")
+    xs = eval_X if isinstance(eval_X, tuple) else (eval_X,)
+    ys = eval_y if isinstance(eval_y, tuple) else (eval_y,)
+    if len(xs) != len(ys):
+        raise ValueError(f"eval_X has {len(xs)} matrices and eval_y {len(ys)} label arrays: one each")
+    return list(zip(xs, ys, strict=True))
