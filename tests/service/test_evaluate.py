@@ -196,3 +196,10 @@ def test_documents_scored_by_evaluate_are_counted(client: TestClient) -> None:
     post(client, queries=[{"qid": "c", "labels": [1, 0, 2], "features": np.eye(3, N_FEATURES).tolist()}],
          model="default")
     assert scored() == before + 3
+
+
+def test_a_letor_line_without_its_label_is_refused_naming_the_line(client: TestClient) -> None:
+    """/evaluate needs the grades: a line that starts with ``qid:`` (which /rank takes) is a 422."""
+    text = b"1 qid:7 1:1 2:0.5\nqid:7 1:0.2\n"
+    r = client.post("/evaluate?model=default&metrics=ndcg@10", content=text, headers={"Content-Type": "text/plain"})
+    assert r.status_code == 422 and "body:2" in r.json()["detail"] and "no label" in r.json()["detail"], r.text

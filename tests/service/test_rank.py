@@ -157,14 +157,16 @@ def test_version_and_model_selection(client: TestClient, store: Store) -> None:
     np.testing.assert_allclose([got[f"d{j}"] for j in range(3)], direct, rtol=1e-12)
 
 
-def letor_text(x: np.ndarray, sizes: list[int], labels: np.ndarray, *, docids: bool = True) -> bytes:
+def letor_text(x: np.ndarray, sizes: list[int], labels: np.ndarray | None, *, docids: bool = True) -> bytes:
+    """LETOR lines of ``x``; ``labels`` None: lines without a label, as serving data has none."""
     lines, lo = [], 0
     for q, n in enumerate(sizes):
         for j in range(n):
             vals = format_float32(x[lo + j])
             feats = " ".join(f"{f + 1}:{v}" for f, v in enumerate(vals))
             tail = f" # docid = d{j}" if docids else ""
-            lines.append(f"{int(labels[lo + j])} qid:q{q} {feats}{tail}")
+            head = "" if labels is None else f"{int(labels[lo + j])} "
+            lines.append(f"{head}qid:q{q} {feats}{tail}")
         lo += n
     return ("\n".join(lines) + "\n").encode()
 
@@ -173,7 +175,7 @@ def test_letor_text_body_ranks_like_json_and_ignores_labels(client: TestClient, 
     x = features(sum(SIZES), seed=9)
     json_res = client.post("/rank", json=rank_body(x, SIZES)).json()["results"]
     rng = np.random.default_rng(0)
-    for labels in (np.zeros(sum(SIZES)), rng.integers(0, 3, sum(SIZES))):
+    for labels in (np.zeros(sum(SIZES)), rng.integers(0, 3, sum(SIZES)), None):
         r = client.post("/rank", content=letor_text(x, SIZES, labels), headers={"Content-Type": "text/plain"})
         assert r.status_code == 200, r.text
         body = r.json()
@@ -181,7 +183,7 @@ def test_letor_text_body_ranks_like_json_and_ignores_labels(client: TestClient, 
         assert [q["qid"] for q in body["results"]] == ["q0", "q1", "q2"]
         for t, j in zip(body["results"], json_res, strict=True):
             assert t["ranking"] == j["ranking"]
-    # query parameters: version and top_k; without docid comments the ids are positions
+    # query parameters: version and top_k; without docid comments the ids are positions, as strings
     r = client.post("/rank?version=v1&top_k=3", content=letor_text(x, SIZES, np.zeros(sum(SIZES)), docids=False),
                     headers={"Content-Type": "text/plain; charset=utf-8"})
     assert r.status_code == 200, r.text
@@ -191,7 +193,7 @@ def test_letor_text_body_ranks_like_json_and_ignores_labels(client: TestClient, 
     for res, w, n in zip(body["results"], want, SIZES, strict=True):
         assert len(res["ranking"]) == min(3, n)
         for doc in res["ranking"]:
-            assert isinstance(doc["id"], int)
+            assert isinstance(doc["id"], str)
             assert doc["score"] == pytest.approx(w[f"d{doc['id']}"], rel=1e-12)
 
 
@@ -199,7 +201,7 @@ def test_letor_lines_without_docid_among_lines_with_one(client: TestClient) -> N
     text = b"0 qid:7 1:1 2:0.5 # docid = first\n1 qid:7 1:0.2\n2 qid:7 3:1\n"
     r = client.post("/rank", content=text, headers={"Content-Type": "text/plain"})
     assert r.status_code == 200, r.text
-    assert sorted(str(d["id"]) for d in r.json()["results"][0]["ranking"]) == ["1", "2", "first"]
+    assert sorted(d["id"] for d in r.json()["results"][0]["ranking"]) == ["1", "2", "first"]  # strings, all
 
 
 def _dense_body(x: np.ndarray, sizes: list[int]) -> dict[str, Any]:

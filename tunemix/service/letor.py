@@ -8,14 +8,15 @@ Untrusted bytes are read only by Python's own UTF-8 decoder, ``str.split`` and t
 (one anchored pattern per line), then ``float``/``int`` on tokens the pattern has already
 checked: no byte-level code of ours touches them. The rules:
 
-- the label is a non-negative integer (``2`` or ``2.0``; /rank ignores it, /evaluate uses it);
+- the label is a non-negative integer (``2`` or ``2.0``): /evaluate needs it; /rank ignores it
+  and takes lines without one too (``qid:10002 1:0.007477 ...``, as serving data has none);
 - ``qid:Q`` follows it; a query's lines are contiguous (a qid that reappears after another is an
   error);
 - features are ``id:value`` with ``id`` a canonical 1-based integer no larger than the model's
   feature count (absent features are 0), each id at most once per line, ``value`` a plain
   decimal number (no ``nan``, ``inf``, hex or ``_``) that is finite in float32;
 - a comment ``# ... docid = X ...`` names the document; without one its id is its 0-based
-  position in its query.
+  position in its query, as a string (``"3"``): every id of a text body is a string.
 
 Errors name the line: ``body:3: feature id 47 is out of range 1..46``.
 """
@@ -57,10 +58,12 @@ def repeated_block(qids: list[str]) -> tuple[int | None, int]:
     return None, -1
 
 
-def letor_lists(body: bytes, d: int, settings: Settings, *, max_label: int = MAX_LABEL) -> CandidateLists:
+def letor_lists(body: bytes, d: int, settings: Settings, *, max_label: int = MAX_LABEL,
+                require_labels: bool = False) -> CandidateLists:
     """A LETOR/SVMlight text body as candidate lists (labels kept for /evaluate, at most
-    ``max_label``). Each line costs time and memory in proportion to its length: a line of more
-    ``id:value`` pairs than the model's ``d`` features is refused before it is split."""
+    ``max_label``; with ``require_labels`` a line without one is refused, else it counts as 0).
+    Each line costs time and memory in proportion to its length: a line of more ``id:value``
+    pairs than the model's ``d`` features is refused before it is split."""
     if not body.strip():
         raise input_error("the request body is empty; send LETOR lines 'label qid:Q 1:v 2:v ...'")
     try:
@@ -83,6 +86,11 @@ def letor_lists(body: bytes, d: int, settings: Settings, *, max_label: int = MAX
         where = f"body:{line_no}"
         if len(labels) >= settings.max_documents:
             check_limits(0, len(labels) + 1, settings)
+        if head[0].startswith("qid:"):  # a line without a label
+            if require_labels:
+                raise input_error(f"{where}: the line has no label: each line starts with its grade, then "
+                                  "'qid:<query id>'")
+            head = ["0", *content.split(None, 1)]
         label = head[0]
         value = float(label) if _LABEL.fullmatch(label) else -1.0
         if not value.is_integer() or not 0 <= value <= max_label:
@@ -122,7 +130,7 @@ def letor_lists(body: bytes, d: int, settings: Settings, *, max_label: int = MAX
         values.extend(v for _, v in pairs)
         labels.append(int(value))
         match = _DOCID.search(comment)
-        ids.append(match.group(1) if match else position)
+        ids.append(match.group(1) if match else str(position))
     if not labels:
         raise input_error("body: no data lines (LETOR lines 'label qid:Q 1:v 2:v ...')")
     check_limits(len(qids), len(labels), settings)

@@ -283,7 +283,7 @@ async def evaluate_endpoint(
                 raise input_error("model: a LETOR body is scored by a model; pass ?model=<name>")
             served = _get(registry, model, version)
             measures = _measures(metrics.split(","), settings)
-            lists = letor_lists(body, served.n_features, settings, max_label=settings.max_label)
+            lists = letor_lists(body, served.n_features, settings, max_label=settings.max_label, require_labels=True)
             assert lists.labels is not None
             _check_answer_size(len(lists.qids), measures, convention, per_query, settings)
             ids = [str(x) for x in lists.ids]

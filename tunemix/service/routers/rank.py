@@ -116,8 +116,9 @@ class RankParams(BaseModel):
     responses={**msgspec_answer_spec(RankAnswer, "each query's documents ranked, best first"),
                **ERRORS},  # type: ignore[dict-item]
     openapi_extra={**msgspec_body_spec(RankRequest, example,
-                                       text="LETOR/SVMlight lines `label qid:Q 1:v 2:v ... # docid = X` "
-                                            "(labels ignored); model, version and top_k as query parameters"),
+                                       text="LETOR/SVMlight lines `[label] qid:Q 1:v 2:v ... # docid = X` "
+                                            "(the label optional and ignored); model, version and top_k as "
+                                            "query parameters"),
                    "parameters": query_parameters(RankParams)},
 )
 async def rank(request: Request) -> Response:
