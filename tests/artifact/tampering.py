@@ -77,3 +77,31 @@ def first_member(version_dir: Path, dtype: str = "<f8") -> str:
                 if np.lib.format.read_array_header_1_0(fp)[2].str == dtype:
                     return info.filename
     raise AssertionError(f"no {dtype} member")
+
+
+def npy_bytes(array: np.ndarray) -> bytes:
+    """``array`` as a ``.npy`` member's bytes."""
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, array, allow_pickle=False)
+    return buf.getvalue()
+
+
+def declare_width(version_dir: Path, n_features: int) -> None:
+    """Make a trained version declare ``n_features`` features, consistently everywhere the width is
+    stored (the manifest, its model section, the forest's and the relevance head's ``n_features``
+    members; the feature names dropped), as a 1 MB tampered artifact would: only a bound on the
+    width itself stands in the way."""
+    manifest = json.loads((version_dir / MANIFEST).read_text())
+    blocks = 1 + len(manifest["model"]["extra_views"])
+    replace = {"forest/n_features.npy": npy_bytes(np.array(n_features * blocks, dtype=np.int64))}
+    if "relevance_head" in manifest["model"]:
+        replace["relevance_head/forest/n_features.npy"] = npy_bytes(np.array(n_features, dtype=np.int64))
+    rewrite(version_dir, replace)
+
+    def widen(m: dict[str, Any]) -> None:
+        m["n_features"] = m["model"]["n_features"] = n_features
+        m.pop("feature_names", None)
+
+    edit_manifest(version_dir, widen)

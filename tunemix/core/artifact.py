@@ -21,9 +21,10 @@ bytes: a version directory may be copied in from anywhere):
 - the manifest: at most ``MAX_MANIFEST_BYTES``; before it is decoded, at most
   ``MAX_MANIFEST_CONTAINERS`` ``{`` and ``[`` bytes (each object or array opens with one) and at
   most ``MAX_MANIFEST_ITEMS`` ``,`` bytes (each value after the first of its object or array
-  follows one), counted in the raw bytes, so what it decodes to is bounded (about 70 bytes per
-  container and 100 per value at most: under 100 MB for a manifest at every limit, against
-  about 450 MB that 15 MiB of empty objects decoded to before); once decoded, nested at most
+  follows one), counted in the raw bytes, so what it decodes to is bounded: about 70 bytes per
+  object and 100 per value at most, a process grows by about 100 MiB reading a manifest at every
+  limit (100,000 objects, 400,000 distinct keys, 10 MiB of the longest strings), and 15 MiB of
+  empty objects (about 450 MB decoded) is refused unread; once decoded, nested at most
   ``MAX_MANIFEST_DEPTH`` deep and no key or string longer than ``MAX_MANIFEST_STRING`` characters;
 - the declared width ``n_features``: at least 1 and at most ``MAX_FEATURES`` (the scoring kernels,
   the warm-up and every explanation allocate rows of that width; the model's loader holds it
