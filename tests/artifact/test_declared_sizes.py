@@ -128,7 +128,7 @@ def _model_width(m: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize(("change", "words"), [
     (_runs_classes, r"model\.runs\[0\]\.n_classes is 1000000; it must be 1 to the forest's stored outputs \(3\)"),
-    (_linear_classes, r"model\.runs\[\d+\]\.n_classes is \d; it must be 1 to the columns of its stored linear/"),
+    (_linear_classes, r"model\.runs\[\d+\]\.n_classes is \d; it must be the columns of its stored linear/\d+/weights"),
     (_columns, r"model\.members\[\d+\]\.calibrator\.n_columns_ is 1000000; its run has \d columns, so at most \d"),
     (_inner_columns, r"model\.members\[\d+\]\.calibrator\.inner\.n_columns_ is 1000000"),
     (_mixer, r"model\.mixer\.n_members is 1000000; the model has 43 members"),

@@ -379,27 +379,30 @@ def _check_manifest_bytes(raw: bytes, where: str) -> None:
 def _check_manifest_shape(manifest: Any, where: str) -> None:
     """Nesting at most ``MAX_MANIFEST_DEPTH`` deep, keys and strings at most ``MAX_MANIFEST_STRING``
     characters (one walk, without recursion; the counts bound its length)."""
-    stack: list[tuple[Any, int, str]] = [(manifest, 1, "$")]
+    # each entry: a value, its depth, its parent's path and its key or index there (a path is
+    # spelled out only for objects and arrays, and for what an error names)
+    stack: list[tuple[Any, int, str, str]] = [(manifest, 1, "", "$")]
     while stack:
-        value, depth, path = stack.pop()
+        value, depth, parent, key = stack.pop()
         if isinstance(value, str):
             if len(value) > MAX_MANIFEST_STRING:
-                raise ArtifactError(f"{where}: the string at {path} has {len(value)} characters; at most "
+                raise ArtifactError(f"{where}: the string at {parent}{key} has {len(value)} characters; at most "
                                     f"{MAX_MANIFEST_STRING} (MAX_MANIFEST_STRING)")
             continue
         if not isinstance(value, dict | list):
             continue
+        path = parent + key
         if depth > MAX_MANIFEST_DEPTH:
             raise ArtifactError(f"{where}: {path} is nested {depth} deep; at most {MAX_MANIFEST_DEPTH} "
                                 "(MAX_MANIFEST_DEPTH)")
         if isinstance(value, dict):
-            for key, item in value.items():
-                if len(key) > MAX_MANIFEST_STRING:
-                    raise ArtifactError(f"{where}: a key in {path} has {len(key)} characters; at most "
+            for name, item in value.items():
+                if len(name) > MAX_MANIFEST_STRING:
+                    raise ArtifactError(f"{where}: a key in {path} has {len(name)} characters; at most "
                                         f"{MAX_MANIFEST_STRING} (MAX_MANIFEST_STRING)")
-                stack.append((item, depth + 1, f"{path}.{key[:40]}"))
+                stack.append((item, depth + 1, path, "." + name[:40]))
         else:
-            stack.extend((item, depth + 1, f"{path}[{i}]") for i, item in enumerate(value))
+            stack.extend((item, depth + 1, path, f"[{i}]") for i, item in enumerate(value))
 
 
 def _decode_manifest(raw: bytes, where: str) -> dict[str, Any]:

@@ -609,12 +609,12 @@ def check_declared_sizes(doc: dict[str, Any], arrays: dict[str, np.ndarray]) -> 
         if run.get("kind", "forest") == "linear":
             weights = arrays.get(f"linear/{i}/weights")
             stored = weights.shape[1] if weights is not None and weights.ndim == 2 else None
-            bound = f"the columns of its stored linear/{i}/weights ({stored})"
-        else:
-            stored = int(leaves.shape[1])
-            bound = f"the forest's stored outputs ({stored})"
-        if stored is None or not 1 <= k <= stored or (run.get("kind") == "linear" and k != stored):
-            raise ArtifactError(f"model.runs[{i}].n_classes is {k}; it must be 1 to {bound}")
+            if k != stored:
+                raise ArtifactError(f"model.runs[{i}].n_classes is {k}; it must be the columns of its stored "
+                                    f"linear/{i}/weights ({stored})")
+        elif not 1 <= k <= leaves.shape[1]:
+            raise ArtifactError(f"model.runs[{i}].n_classes is {k}; it must be 1 to the forest's stored outputs "
+                                f"({leaves.shape[1]})")
         classes.append(k)
     for i, m in enumerate(members):
         if not isinstance(m, dict):
