@@ -12,6 +12,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +23,34 @@ import pytest
 
 import tunemix.service.registry as registry_module
 from tests.artifact.tampering import declare_width, edit_manifest
-from tests.service.conftest import N_FEATURES, HealthWatch, Store, copy_version, rank_body, ready_client, vm, wait_ready
+from tests.service.conftest import (
+    N_FEATURES,
+    ROOT,
+    HealthWatch,
+    Store,
+    copy_version,
+    rank_body,
+    ready_client,
+    vm,
+    wait_ready,
+)
 from tests.service.two_workers import start_two_workers
 from tunemix.core.artifact import MAX_FEATURES
 from tunemix.service.registry import MAX_TRAINING_SUMMARY_BYTES
 from tunemix.service.settings import Settings
 
 WIDTH = 3_500_000
+
+#: the one-thread and parallel warm-up of a version in a fresh process: the growth of its peak
+#: resident size (``ru_maxrss``, KiB) from after the load
+WARM = """
+import json, resource, sys
+from tunemix.core.scoring.ensemble_model import load_model
+model, _ = load_model(sys.argv[1])
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+model.warm_up(serial=True, parallel=True)
+print(json.dumps({"grown_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before}))
+"""
 
 
 def test_a_version_declaring_millions_of_features_is_refused_by_both_workers_without_allocating(
@@ -64,6 +87,22 @@ def test_a_version_declaring_millions_of_features_is_refused_by_both_workers_wit
         assert httpx.get(server.url + "/ready", timeout=None).status_code == 200
     finally:
         server.stop()
+
+
+def test_the_widest_model_warms_its_parallel_paths_within_the_bound(store: Store, tmp_path: Path) -> None:
+    """A model of ``MAX_FEATURES`` features whose forest has few bases (6: its parallel path wants
+    a list of 6,667 documents) warms on a list of ``WARM_UP_MAX_VALUES`` feature values (1,024
+    rows), not on a list that long (about 790 MB)."""
+    import numba
+
+    if int(numba.config.NUMBA_NUM_THREADS) < 2:  # type: ignore[attr-defined]
+        pytest.skip("numba has one thread here: no parallel path to warm")
+    v = copy_version(store.default_v1, tmp_path / "models", "default", "v1")
+    declare_width(v, MAX_FEATURES)
+    proc = subprocess.run([sys.executable, "-c", WARM, str(v)], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    grown = json.loads(proc.stdout.strip().splitlines()[-1])["grown_kib"]
+    assert grown < 300 * 1024, grown  # about 175 MiB
 
 
 @pytest.fixture()
