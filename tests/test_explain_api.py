@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import tunemix
+from tests.artifact.tampering import edit_manifest
 from tests.conftest import tiny_config
 from tunemix.core.artifact import ArtifactError
 from tunemix.core.data.svmlight import write_svmlight
@@ -60,9 +61,7 @@ def test_names_round_trip_through_the_artifact(fitted: tunemix.TuneMixRanker, da
     np.testing.assert_allclose(e.baseline + e.contributions.sum(axis=1), scores[[0, 7]], rtol=0, atol=1e-9)
     np.testing.assert_array_equal(e.contributions, fitted.explain(xt, gt, rows=[0, 7]).contributions)
     # a manifest whose names do not fit is refused at load
-    manifest = json.loads((path / "manifest.json").read_text())
-    manifest["feature_names"] = NAMES[:-1]
-    (path / "manifest.json").write_text(json.dumps(manifest))
+    edit_manifest(path, lambda manifest: manifest.update(feature_names=NAMES[:-1]))
     with pytest.raises(ArtifactError, match="feature_names"):
         tunemix.load(path)
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.artifact.tampering import reseal
 from tunemix.core.artifact import (
     SCHEMA_VERSION,
     ArtifactError,
@@ -68,6 +69,8 @@ def test_truncated_and_corrupt_arrays_are_reported(tmp_path: Path) -> None:
 
 def test_bad_manifests(tmp_path: Path) -> None:
     v = _save(tmp_path)
+    # the manifests written below have no manifest.sha256: each is read as the version it declares
+    (v / "manifest.sha256").unlink()
     (v / "manifest.json").write_text("{not json")
     with pytest.raises(ArtifactError, match="corrupt manifest"):
         load_artifact(v)
@@ -102,6 +105,7 @@ def test_pickled_npz_is_refused(tmp_path: Path) -> None:
     raw = (v / "arrays.npz").read_bytes()
     manifest["arrays"].update(sha256=hashlib.sha256(raw).hexdigest(), bytes=len(raw), keys=["w"])
     (v / "manifest.json").write_text(json.dumps(manifest))
+    reseal(v)
     with pytest.raises(ArtifactError, match=r"dtype \|O is not allowed"):
         load_artifact(v)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.artifact.tampering import edit_manifest
 from tunemix.cli import main
 from tunemix.core.artifact import ArtifactError
 from tunemix.core.evaluation import CONVENTION_NAMES
@@ -137,9 +138,7 @@ def test_corrupt_artifact_is_refused(trained: tuple[Path, dict], tmp_path: Path)
     path, _ = trained
     copy = tmp_path / "v1"
     shutil.copytree(path, copy)
-    manifest = json.loads((copy / "manifest.json").read_text())
-    manifest["model"]["members"][0]["run"] = 999
-    (copy / "manifest.json").write_text(json.dumps(manifest))
+    edit_manifest(copy, lambda manifest: manifest["model"]["members"][0].update(run=999))
     with pytest.raises(ArtifactError, match="run 999"):
         load_model(copy)
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.artifact.tampering import reseal
 from tests.service.conftest import N_FEATURES, Store, copy_version, rank_body, ready_client, wait_ready
 from tunemix.service.settings import Settings
 
@@ -72,6 +73,7 @@ def test_a_model_without_a_head_says_so(store: Store, tmp_path: Path, head: str)
         manifest["model"]["relevance_head"] = {"kind": "ordinal_logit", "n_grades": 3, "a": [0.5, 0.0], "g": 0.0,
                                                "b": [0.0, 0.0, 0.0], "theta": [0.0, 1.0]}
     (old / "manifest.json").write_text(json.dumps(manifest))
+    reseal(old)
     with ready_client(Settings(models_dir=models, default_model="default")) as c:
         wait_ready(c)
         body = rank_body(_x(), SIZES)

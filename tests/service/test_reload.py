@@ -4,7 +4,6 @@ while the old version keeps serving."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.artifact.tampering import edit_manifest
 from tests.service.conftest import N_FEATURES, Store, copy_version, offsets_of, rank_body, wait_ready
 from tunemix.service.main import create_app
 from tunemix.service.settings import Settings
@@ -152,13 +152,10 @@ def test_a_corrupt_manifest_is_refused(reloadable: TestClient, models_dir: Path,
 
 
 def test_a_manifest_missing_model_fields_is_refused(reloadable: TestClient, models_dir: Path, store: Store) -> None:
-    """The checksums cover the arrays, not the manifest: a hand-edited model section must be a
-    4xx too, not a crash."""
+    """A model section edited with its checksum rewritten (as whoever can write the models directory
+    can) is a 4xx too, not a crash."""
     bad = copy_version(store.default_v2, models_dir, "default", "v2")
-    manifest = json.loads((bad / "manifest.json").read_text())
-    section = manifest["model"]
-    section.pop(next(iter(section)))
-    (bad / "manifest.json").write_text(json.dumps(manifest))
+    edit_manifest(bad, lambda manifest: manifest["model"].pop(next(iter(manifest["model"]))))
     refused(reloadable, 422, ["v2", "cannot be loaded"])
 
 

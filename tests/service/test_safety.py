@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.artifact.tampering import edit_manifest
 from tests.service.conftest import (
     N_FEATURES,
     LiveServer,
@@ -297,9 +298,7 @@ def test_a_broken_manifest_is_a_clear_error_read_once(store: Store, tmp_path: Pa
     models = tmp_path / "models"
     copy_version(store.default_v1, models, "default", "v1")
     broken = copy_version(store.default_v2, models, "default", "v2")
-    manifest = json.loads((broken / "manifest.json").read_text())
-    manifest[field] = value
-    (broken / "manifest.json").write_text(json.dumps(manifest))
+    edit_manifest(broken, lambda manifest: manifest.update({field: value}))
     with ready_client(Settings(models_dir=models, default_model="default")) as c:
         # the latest version is broken: the service says so and is not ready
         status = c.get("/ready").json()

@@ -1,6 +1,7 @@
 """Loaded models and atomic reloads.
 
-A ``ServedModel`` is one loaded, warmed version (its ``EnsembleModel``, manifest and a summary).
+A ``ServedModel`` is one loaded, warmed version (its ``EnsembleModel``, manifest, and what
+``GET /models`` shows of it, made once when it is loaded).
 ``ModelRegistry`` keeps the *current* version of each served model name; a request that names an
 older version explicitly gets it from a small cache. Reloading loads and warms the new version
 completely before one assignment replaces the old one, so requests in flight keep the object
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import threading
@@ -29,7 +29,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tunemix.core.artifact import check_name, check_version, list_versions, versions_on_disk
+import msgspec
+
+from tunemix.core.artifact import (
+    MANIFEST,
+    MANIFEST_SUM,
+    check_name,
+    check_version,
+    list_versions,
+    versions_on_disk,
+)
 from tunemix.core.explain.explanation import manifest_feature_names
 from tunemix.core.scoring.ensemble_model import EnsembleModel, load_model
 from tunemix.service import worker_state
@@ -40,6 +49,14 @@ log = logging.getLogger(__name__)
 
 #: what ``GET /models/{name}`` shows of the manifest's training record
 TRAINING_SUMMARY_KEYS = ("config", "data", "served", "mixer", "best_member", "evaluation", "timings", "versions")
+#: the manifest's own fields it shows beside them (where the record has none of that name)
+MANIFEST_SUMMARY_KEYS = ("metrics", "data", "config", "timings", "packages")
+#: bytes of JSON the training parts of ``GET /models/{name}`` take at most: each part is shown
+#: whole while the total fits (a trained model's take about 20 KB), a part that does not is named
+#: in ``training_omitted``
+MAX_TRAINING_SUMMARY_BYTES = 256 * 1024
+#: characters of the manifest's ``created`` shown at most (an ISO-8601 time takes 20)
+_MAX_CREATED_CHARS = 64
 
 
 class NotInMemory(Exception):
@@ -58,27 +75,29 @@ def on_event_loop() -> bool:
 
 @dataclass(frozen=True, eq=False)
 class ServedModel:
+    """One loaded version. What ``GET /models`` and ``GET /models/{name}`` show of it is made once,
+    here, when the version is loaded (in the loading thread): ``brief`` (identity and shape) and
+    ``detail_json`` (the whole answer of ``GET /models/{name}``, JSON bytes, bounded: the names
+    by the model's limits, the training parts by ``MAX_TRAINING_SUMMARY_BYTES``). A request sends
+    them as they are; nothing of the manifest is serialised per request."""
+
     name: str
     version: str
     path: Path
     model: EnsembleModel
     manifest: dict[str, Any]
     loaded_at: float = field(default_factory=time.time)
+    #: the manifest's feature names, checked against the model's width (``manifest_feature_names``)
+    feature_names: tuple[str, ...] = field(init=False, repr=False)
+    #: what ``GET /models`` lists of this version
+    brief: dict[str, Any] = field(init=False, repr=False)
+    #: the body of ``GET /models/{name}``
+    detail_json: bytes = field(init=False, repr=False)
 
-    @property
-    def n_features(self) -> int:
-        return self.model.n_features
-
-    @functools.cached_property
-    def feature_names(self) -> tuple[str, ...]:
-        """The manifest's feature names, checked against the model's width
-        (``manifest_feature_names``): once per loaded model, as the manifest never changes after."""
-        return manifest_feature_names(self.manifest, self.n_features)
-
-    def summary(self, *, detail: bool = False) -> dict[str, Any]:
-        """What ``GET /models`` shows: identity, shape, mixer, training metrics."""
-        m = self.manifest
-        out: dict[str, Any] = {
+    def __post_init__(self) -> None:
+        names = manifest_feature_names(self.manifest, self.n_features)
+        created = self.manifest.get("created")
+        brief: dict[str, Any] = {
             "name": self.name,
             "version": self.version,
             "n_features": self.n_features,
@@ -86,20 +105,47 @@ class ServedModel:
             "n_bases": self.model.forest.n_base,
             "views": ["raw", *self.model.extra_views],
             "mixer": self.model.mixer.name,
-            "created": m.get("created"),
+            "created": created if isinstance(created, str) and len(created) <= _MAX_CREATED_CHARS else None,
             "loaded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.loaded_at)),  # ISO-8601, as created
         }
-        if detail:
-            out["members"] = [mem.name for mem in self.model.members]
-            # the trainer writes its record under "training_record" (tunemix.train.train)
-            record = m.get("training_record")
-            record = record if isinstance(record, dict) else {}
-            training = {k: record[k] for k in TRAINING_SUMMARY_KEYS if k in record}
-            training.update({k: m[k] for k in ("metrics", "data", "config", "timings", "packages")
-                             if k in m and k not in training})
+        training, omitted = self._training()
+        detail: dict[str, Any] = {**brief, "members": [mem.name for mem in self.model.members], "training": training}
+        if omitted:
+            detail["training_omitted"] = omitted
+        # the names explanations use (the manifest's feature_names; f1, f2, ... for a manifest without them)
+        detail["feature_names"] = list(names)
+        object.__setattr__(self, "feature_names", names)
+        object.__setattr__(self, "brief", brief)
+        object.__setattr__(self, "detail_json", msgspec.json.encode(detail))
+
+    @property
+    def n_features(self) -> int:
+        return self.model.n_features
+
+    def _training(self) -> tuple[dict[str, Any], list[str]]:
+        """(the training parts shown, the names of those left out): the record's
+        ``TRAINING_SUMMARY_KEYS`` and the manifest's ``MANIFEST_SUMMARY_KEYS``, in that order, each
+        whole while their JSON adds up to at most ``MAX_TRAINING_SUMMARY_BYTES``, without server
+        paths."""
+        m = self.manifest
+        # the trainer writes its record under "training_record" (tunemix.train.train)
+        record = m.get("training_record")
+        record = record if isinstance(record, dict) else {}
+        parts = {k: record[k] for k in TRAINING_SUMMARY_KEYS if k in record}
+        parts.update({k: m[k] for k in MANIFEST_SUMMARY_KEYS if k in m and k not in parts})
+        shown: dict[str, Any] = {}
+        omitted: list[str] = []
+        left = MAX_TRAINING_SUMMARY_BYTES
+        for key, value in parts.items():
             # the record names the trainer's files (data, models_dir): clients see no server path
-            out["training"] = without_server_paths(training, self.path.parent.parent)
-        return out
+            value = without_server_paths(value, self.path.parent.parent)
+            size = len(msgspec.json.encode(value))
+            if size <= left:
+                shown[key] = value
+                left -= size
+            else:
+                omitted.append(key)
+        return shown, omitted
 
 
 def load_served(models_dir: Path, name: str, version: str | None = None, *,
@@ -134,12 +180,13 @@ def load_served(models_dir: Path, name: str, version: str | None = None, *,
         started = time.perf_counter()
         model.warm_up(parallel=False)  # the parallel paths: tunemix.service.main.warm_in_background
         log.info("model %s %s: one-thread scoring kernels warm in %.1f s", name, version, time.perf_counter() - started)
+        served = ServedModel(name=name, version=version, path=path, model=model, manifest=manifest)
     except Exception as exc:  # every load failure is the artifact's, reported with its reason
         reason = f"{type(exc).__name__}: {exc}" if isinstance(exc, MemoryError) or not str(exc) else str(exc)
         log.error("model %s %s cannot be loaded: %s", name, version, reason)
         raise ServiceError(422, f"model {name!r} {version} cannot be loaded: {without_paths(reason, models_dir)}",
                            kind="corrupt_model") from None
-    return ServedModel(name=name, version=version, path=path, model=model, manifest=manifest)
+    return served
 
 
 class ModelRegistry:
@@ -252,14 +299,16 @@ class ModelRegistry:
         return served
 
     def _load_once(self, name: str, version: str | None) -> ServedModel:
-        """``load_served``, remembering a version that cannot be loaded until its manifest changes."""
+        """``load_served``, remembering a version that cannot be loaded until its manifest or the
+        manifest's checksum file changes."""
         stamp = -1.0
         if version is None:
             with contextlib.suppress(OSError, ValueError):
                 version = next(reversed(list_versions(self.models_dir, name)), None)
         if version is not None:
-            with contextlib.suppress(OSError, ValueError):
-                stamp = (self.models_dir / name / version / "manifest.json").stat().st_mtime
+            for file in (MANIFEST, MANIFEST_SUM):
+                with contextlib.suppress(OSError, ValueError):
+                    stamp = max(stamp, (self.models_dir / name / version / file).stat().st_mtime)
             failed = self._failed.get((name, version))
             if failed is not None and failed[0] == stamp:
                 raise failed[1]

@@ -49,6 +49,7 @@ import numpy.typing as npt
 from tunemix.core.artifact import (
     MAX_ARRAYS_BYTES,
     ArtifactError,
+    check_width,
     join_arrays,
     load_artifact,
     resolve_artifact,
@@ -75,6 +76,22 @@ EXTRA_VIEWS = ("raw+std", "raw+white")
 
 RUN_KINDS = ("forest", "linear")
 LINEAR_KEYS = ("weights", "intercept", "mean", "scale")
+
+#: members of a stored model at most (the widest grid here, ``configs/mq2008-all-members.toml``,
+#: makes 2,005)
+MAX_MEMBERS = 10_000
+#: the declared width of a stored model with the ``raw+white`` view at most: whitening a query
+#: decomposes a (d, d) covariance matrix, O(d^3) (0.7 s at 1,024 features, 44 s at 4,096), and the
+#: warm-up whitens four queries before a worker is ready
+MAX_WHITENED_FEATURES = 1024
+#: characters of a member's or a feature's name in a stored model at most (``GET /models/{name}``
+#: lists them, explanations repeat the feature names in every answer)
+MAX_NAME_CHARS = 256
+#: feature values (rows x ``n_features``) of the list the parallel warm-up scores at most: 1,024
+#: rows at ``MAX_FEATURES`` (the views' parallel paths take two queries of 512), about 175 MB of
+#: peak memory. A model whose forest needs a longer list to take its parallel path (fewer than
+#: ``PARALLEL_MIN_WORK / rows`` bases) leaves that path to the first list that long
+WARM_UP_MAX_VALUES = 2**22
 
 
 @dataclass(frozen=True)
@@ -453,14 +470,17 @@ class EnsembleModel:
         one-thread paths with a short list (``serial``), and, when scoring may use several
         threads, the parallel paths of the views, the forest and the calibration step with a list
         long enough to take them (``parallel``). A service warms the one-thread paths before it
-        says it is ready and the parallel ones after, scoring on one thread until they are warm."""
+        says it is ready and the parallel ones after, scoring on one thread until they are warm.
+        The parallel paths' list holds at most ``WARM_UP_MAX_VALUES`` feature values."""
         sizes = [4] if serial else []
         if parallel and runtime.get_scoring_threads() > 1:
-            sizes.append(max(-(-forest.PARALLEL_MIN_WORK // max(self.forest.n_base, 1)),
-                             -(-calibration_step.PARALLEL_MIN_WORK // max(self.n_members, 1)), 8,
-                             runtime.get_parallel_min_documents(),
-                             # two queries of PARALLEL_MIN_DOCUMENTS: the views' parallel kernels
-                             2 * PARALLEL_MIN_DOCUMENTS if self.extra_views else 0))
+            n_base = self.forest.n_base
+            rows = max(-(-forest.PARALLEL_MIN_WORK // n_base) if n_base else 0,
+                       -(-calibration_step.PARALLEL_MIN_WORK // max(self.n_members, 1)), 8,
+                       runtime.get_parallel_min_documents(),
+                       # two queries of PARALLEL_MIN_DOCUMENTS: the views' parallel kernels
+                       2 * PARALLEL_MIN_DOCUMENTS if self.extra_views else 0)
+            sizes.append(max(8, min(rows, WARM_UP_MAX_VALUES // self.n_features)))
         for n in sizes:
             x = np.zeros((n, self.n_features), dtype=np.float32)
             x[1::2] = 1.0
@@ -493,8 +513,11 @@ class EnsembleModel:
 
     @classmethod
     def from_artifact(cls, doc: dict[str, Any], arrays: dict[str, np.ndarray]) -> EnsembleModel:
-        """Rebuild from :meth:`to_artifact` output; any inconsistency is an ArtifactError."""
+        """Rebuild from :meth:`to_artifact` output; any inconsistency is an ArtifactError. Every size
+        the description declares is held against its limit and the stored arrays first
+        (:func:`check_declared_sizes`), before anything is allocated from it."""
         try:
+            check_declared_sizes(doc, arrays)
             forest = FlatForest.from_arrays(
                 {k.split("/", 1)[1]: v for k, v in arrays.items() if k.startswith("forest/")}
             )
@@ -520,6 +543,98 @@ class EnsembleModel:
             raise
         except (KeyError, TypeError, ValueError) as exc:
             raise ArtifactError(f"the model description is invalid: {exc!r}") from None
+
+
+def _declared_int(value: Any, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ArtifactError(f"{what} must be int, not {type(value).__name__}")
+    return value
+
+
+def _declared_columns(params: Any, path: str) -> list[tuple[str, Any]]:
+    """Every ``n_columns_`` a calibrator's parameters declare (an ordinal calibrator's inner one
+    too), with where."""
+    found: list[tuple[str, Any]] = []
+    stack = [(params, path)]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if key == "n_columns_":
+                    found.append((f"{where}.n_columns_", item))
+                elif isinstance(item, dict):
+                    stack.append((item, f"{where}.{key}"))
+    return found
+
+
+def check_declared_sizes(doc: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+    """The sizes a model description declares, each held against its limit and the arrays stored
+    with it before anything is allocated from it (ArtifactError naming the field and the bound):
+
+    - ``n_features``: 1 to ``MAX_FEATURES`` (at most ``MAX_WHITENED_FEATURES`` with the ``raw+white``
+      view), and the forest's stored width (``forest/n_features``) that times the blocks of its
+      distinct ``extra_views``; the forest's arrays then hold every feature index below it;
+    - each run's ``n_classes``: at least 1, at most the forest's stored outputs (``leaf_values``
+      columns) for a forest run, the columns of its stored ``weights`` for a linear one;
+    - the members: at most ``MAX_MEMBERS``, each name at most ``MAX_NAME_CHARS`` characters, each
+      ``n_columns_`` its calibrator declares at most its run's ``n_classes`` + 1 (an ordinal
+      calibrator's inner one reads one column more);
+    - the mixer's ``n_members``: the number of members.
+    """
+    n = check_width(_declared_int(doc.get("n_features"), "model.n_features"), "model.n_features")
+    views = doc.get("extra_views")
+    if (not isinstance(views, list) or not all(isinstance(v, str) and v in EXTRA_VIEWS for v in views)
+            or len(set(views)) != len(views)):
+        raise ArtifactError(f"model.extra_views must be distinct names among {', '.join(EXTRA_VIEWS)}")
+    if "raw+white" in views and n > MAX_WHITENED_FEATURES:
+        raise ArtifactError(f"model.n_features declares {n} features with the raw+white view; a whitened model "
+                            f"takes at most {MAX_WHITENED_FEATURES} (MAX_WHITENED_FEATURES)")
+    width = arrays.get("forest/n_features")
+    if width is None or width.shape != () or int(width) != n * (1 + len(views)):
+        raise ArtifactError(f"forest/n_features is {None if width is None else width.tolist()}; "
+                            f"{n} features in {1 + len(views)} blocks make {n * (1 + len(views))}")
+    leaves = arrays.get("forest/leaf_values")
+    if leaves is None or leaves.ndim != 2:
+        raise ArtifactError("forest/leaf_values is missing or not 2-D")
+    runs, members = doc.get("runs"), doc.get("members")
+    if not isinstance(runs, list) or not isinstance(members, list):
+        raise ArtifactError("model.runs and model.members must be lists")
+    if len(members) > MAX_MEMBERS:
+        raise ArtifactError(f"model.members has {len(members)} members; at most {MAX_MEMBERS} (MAX_MEMBERS)")
+    classes = []
+    for i, run in enumerate(runs):
+        if not isinstance(run, dict):
+            raise ArtifactError(f"model.runs[{i}] must be an object")
+        k = _declared_int(run.get("n_classes"), f"model.runs[{i}].n_classes")
+        if run.get("kind", "forest") == "linear":
+            weights = arrays.get(f"linear/{i}/weights")
+            stored = weights.shape[1] if weights is not None and weights.ndim == 2 else None
+            if k != stored:
+                raise ArtifactError(f"model.runs[{i}].n_classes is {k}; it must be the columns of its stored "
+                                    f"linear/{i}/weights ({stored})")
+        elif not 1 <= k <= leaves.shape[1]:
+            raise ArtifactError(f"model.runs[{i}].n_classes is {k}; it must be 1 to the forest's stored outputs "
+                                f"({leaves.shape[1]})")
+        classes.append(k)
+    for i, m in enumerate(members):
+        if not isinstance(m, dict):
+            raise ArtifactError(f"model.members[{i}] must be an object")
+        name = m.get("name")
+        if not isinstance(name, str) or len(name) > MAX_NAME_CHARS:
+            raise ArtifactError(f"model.members[{i}].name must be a string of at most {MAX_NAME_CHARS} characters "
+                                "(MAX_NAME_CHARS)")
+        run = _declared_int(m.get("run"), f"model.members[{i}].run")
+        if not 0 <= run < len(classes):
+            raise ArtifactError(f"model.members[{i}] refers to run {run}, but there are {len(classes)} runs")
+        for where, value in _declared_columns(m.get("calibrator"), f"model.members[{i}].calibrator"):
+            cols = _declared_int(value, where)
+            if not 1 <= cols <= classes[run] + 1:
+                raise ArtifactError(f"{where} is {cols}; its run has {classes[run]} columns, so at most "
+                                    f"{classes[run] + 1}")
+    mixer = doc.get("mixer")
+    declared = _declared_int(mixer.get("n_members") if isinstance(mixer, dict) else None, "model.mixer.n_members")
+    if declared != len(members):
+        raise ArtifactError(f"model.mixer.n_members is {declared}; the model has {len(members)} members")
 
 
 def slice_forest(forest: FlatForest, start: int, end: int) -> FlatForest:
@@ -609,16 +724,30 @@ def load_model(
     version_dir = resolve_artifact(path, name)
     manifest, arrays = load_artifact(version_dir, max_bytes=max_bytes)
     where = f"{version_dir.parent.name}/{version_dir.name}"
-    if not isinstance(manifest.get("model"), dict):
+    doc = manifest.get("model")
+    if not isinstance(doc, dict):
         raise ArtifactError(f"{where}: the manifest has no 'model' section (an object)")
+    if doc.get("n_features") != manifest["n_features"]:
+        raise ArtifactError(f"{where}: n_features {manifest['n_features']} disagrees with the model's "
+                            f"{str(doc.get('n_features'))[:40]}")
+    _check_feature_names(manifest.get("feature_names"), manifest["n_features"], where)
     try:
-        model = EnsembleModel.from_artifact(manifest["model"], arrays)
-    except ArtifactError:
-        raise
+        model = EnsembleModel.from_artifact(doc, arrays)
+    except ArtifactError as exc:
+        raise ArtifactError(f"{where}: {exc}") from None
     except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
         # a manifest that parses but does not describe a model (a field missing or of a wrong type)
         raise ArtifactError(f"{where}: the model section cannot be read ({type(exc).__name__}: {exc})") from None
-    if model.n_features != int(manifest["n_features"]):
-        raise ArtifactError(f"{version_dir}: n_features {manifest['n_features']} disagrees with the model's "
-                            f"{model.n_features}")
     return model, manifest
+
+
+def _check_feature_names(names: Any, n_features: int, where: str) -> None:
+    """The manifest's ``feature_names``, when it has them: ``n_features`` distinct non-empty strings of
+    at most ``MAX_NAME_CHARS`` characters."""
+    if names is None:
+        return
+    if (not isinstance(names, list) or len(names) != n_features
+            or not all(isinstance(v, str) and 0 < len(v) <= MAX_NAME_CHARS for v in names)
+            or len(set(names)) != n_features):
+        raise ArtifactError(f"{where}: the manifest's feature_names must be {n_features} distinct non-empty strings "
+                            f"of at most {MAX_NAME_CHARS} characters (MAX_NAME_CHARS)")

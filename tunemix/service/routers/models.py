@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import anyio
 import msgspec
-from fastapi import APIRouter, Header, Request
+from fastapi import APIRouter, Header, Request, Response
 
 from tunemix.core.artifact import versions_on_disk
 from tunemix.service.body import read_body
@@ -53,18 +53,22 @@ async def list_models(registry: RegistryDep) -> dict[str, Any]:
     served = [registry.current(n) for n in registry.names()]
     return {
         "default": registry.default_model,
-        "models": [s.summary() for s in served if s is not None],
+        "models": [s.brief for s in served if s is not None],  # made when each version was loaded
         "on_disk": await in_thread(versions_on_disk, registry.models_dir),
     }
 
 
 @router.get("/{name}", summary="One model's manifest summary (features, members, mixer, training metrics)",
-            responses={404: {"model": ErrorResponse}, 422: {"model": ErrorResponse}})
-async def get_model(name: str, registry: RegistryDep) -> dict[str, Any]:
+            response_class=Response,
+            responses={200: {"content": {"application/json": {}},
+                             "description": "name, version, shape, members, the training record's parts "
+                                            "(those past its size limit named in training_omitted), "
+                                            "feature_names"},
+                       404: {"model": ErrorResponse}, 422: {"model": ErrorResponse}})
+async def get_model(name: str, registry: RegistryDep) -> Response:
     served = await in_thread(registry.get, name, None)
-    # the names explanations use (the manifest's feature_names; f1, f2, ... for a manifest without them)
-    return {**served.summary(detail=True),
-            "feature_names": list(served.feature_names)}
+    # the JSON made once when the version was loaded (ServedModel.detail_json): sent as it is
+    return Response(served.detail_json, media_type="application/json")
 
 
 @router.post(
