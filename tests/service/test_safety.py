@@ -4,7 +4,10 @@ body, outgrow the documented bounds, or get a 500 from a broken model on disk.""
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,7 @@ from fastapi.testclient import TestClient
 
 from tests.service.conftest import (
     N_FEATURES,
+    ROOT,
     LiveServer,
     Store,
     copy_version,
@@ -270,6 +274,35 @@ def test_no_error_reveals_a_server_path(client: TestClient, served_dir: Path) ->
         assert r.status_code in (404, 422), r.text
         assert str(served_dir) not in r.text and "/tmp" not in r.text, r.text
         assert "available: default, wide" in r.text
+
+
+SCRUB = """
+import json, sys
+from pathlib import Path
+from tunemix.service.server_paths import without_paths
+cases = json.loads(sys.argv[1])
+print(json.dumps([[without_paths(m, Path(link)) for m in messages] for link, messages in cases]))
+"""
+
+
+def test_scrubbing_a_symlinked_models_dir_is_the_same_in_every_worker(tmp_path: Path) -> None:
+    """A models directory given by a symlink whose path begins with the real one's, or the real
+    one's with the link's: every error message loses both, whole, under every hash seed (each
+    worker has its own; the roots were once taken out in a set's order)."""
+    base = tmp_path.resolve()
+    cases, want = [], []
+    for real, link in ((base / "a" / "models", base / "a" / "models-link"),
+                       (base / "b" / "models.real", base / "b" / "models")):
+        (real / "default" / "v1").mkdir(parents=True)
+        link.symlink_to(real)
+        cases.append((str(link), [f"cannot read {d}/default/v1/manifest.json" for d in (link, real)]
+                      + [f"bad models dir {real}"]))
+        want.append(["cannot read default/v1/manifest.json"] * 2 + ["bad models dir <models>"])
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for seed in range(8):
+        out = subprocess.run([sys.executable, "-c", SCRUB, json.dumps(cases)], capture_output=True, text=True,
+                             check=True, env={**env, "PYTHONHASHSEED": str(seed)}, cwd=ROOT)
+        assert json.loads(out.stdout) == want, (seed, out.stdout)
 
 
 def test_the_metrics_content_type_is_documented(client: TestClient) -> None:
