@@ -244,6 +244,8 @@ def number_texts(draw: Any) -> str:
         return f"{sign}0.{'0' * zeros}{d}e{e + zeros}"
     if form == "trailing zeros":
         return f"{sign}{d[0]}.{d[1:]}{'0' * zeros}e{e - 1}" if d[1:] or zeros else f"{sign}{d}e{e - 1}"
+    if x == 0:  # "00e0" is not JSON
+        return f"{sign}0e{zeros}"
     return f"{sign}{d}{'0' * zeros}e{e - len(d) - zeros}"
 
 
