@@ -71,3 +71,12 @@ def test_parse_measures_list_and_csv() -> None:
     assert parse_measures(["map", Measure("p", 5)]) == [Measure("map"), Measure("p", 5)]
     with pytest.raises(ValueError):
         parse_measures(" , ")
+
+
+@pytest.mark.parametrize("text", ["ndcg@" + "9" * 5000, "err@5:top=" + "1" * 5000, "ndcg@10:empty=" + "0" * 5000])
+def test_an_integer_of_thousands_of_digits_is_our_own_value_error(text: str) -> None:
+    """Python's ``int`` refuses more than 4,300 digits with a message of its own (and a hint to raise
+    the interpreter's limit): a measure's integer is bounded in digits before it is read."""
+    with pytest.raises(ValueError, match=r"has 5000 digits; at most 100") as info:
+        Measure.parse(text)
+    assert "int_max_str_digits" not in str(info.value) and len(str(info.value)) < 200

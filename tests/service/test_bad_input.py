@@ -201,6 +201,47 @@ def test_integers_beyond_64_bits_are_a_422_naming_the_field(client: TestClient) 
     assert r.status_code == 422
 
 
+DIGITS = "9" * 5000  # past Python's 4,300-digit limit on int(text)
+ROW_TEXT = json.dumps(ROW)
+# (path, body, the field the 422 names): a 5,000-digit integer in every integer field and id
+HUGE_INTEGERS: list[tuple[str, str, str]] = [
+    ("/rank", f'{{"queries":[{{"qid":{DIGITS},"ids":["a"],"features":[{ROW_TEXT}]}}]}}', "qid"),
+    ("/rank", f'{{"queries":[{{"qid":"q","ids":[{DIGITS}],"features":[{ROW_TEXT}]}}]}}', "ids[0]"),
+    ("/rank", f'{{"queries":[{{"qid":"q","documents":[{{"id":{DIGITS},"features":{ROW_TEXT}}}]}}]}}',
+     "documents[0].id"),
+    ("/rank", f'{{"queries":[{{"qid":"q","ids":["a","b"],"features":[{ROW_TEXT},{ROW_TEXT}],'
+              f'"explain_pair":["a",{DIGITS}]}}]}}', "explain_pair[1]"),
+    ("/rank", f'{{"queries":[{{"qid":"q","ids":["a"],"features":[{ROW_TEXT}]}}],"top_k":{DIGITS}}}', "top_k"),
+    ("/rank", f'{{"queries":[{{"qid":"q","ids":["a"],"features":[{ROW_TEXT}]}}],"explain":{DIGITS}}}', "explain"),
+    ("/evaluate", f'{{"queries":[{{"qid":{DIGITS},"labels":[1],"scores":[1]}}]}}', "qid"),
+    ("/evaluate", f'{{"queries":[{{"qid":"q","labels":[{DIGITS}],"scores":[1]}}]}}', "labels[0]"),
+    ("/evaluate", f'{{"queries":[{{"qid":"q","labels":[1],"docids":[{DIGITS}],"ranking":[1]}}]}}', "docids[0]"),
+    ("/evaluate", f'{{"queries":[{{"qid":"q","labels":[1],"docids":["a"],"ranking":[{DIGITS}]}}]}}', "ranking[0]"),
+    ("/evaluate", f'{{"queries":[{{"qid":"q","labels":[1],"scores":[1]}}],"metrics":["ndcg@{DIGITS}"]}}',
+     "metrics[0]"),
+    ("/evaluate?model=default&metrics=ndcg@" + DIGITS, "0 qid:1 1:1\n", "metrics[0]"),
+    ("/fuse", f'{{"queries":[{{"qid":{DIGITS},"systems":[{{"ids":["a"]}}]}}]}}', "qid"),
+    ("/fuse", f'{{"queries":[{{"qid":"q","systems":[{{"ids":[{DIGITS}]}}]}}]}}', "ids[0]"),
+    ("/fuse", f'{{"queries":[{{"qid":"q","systems":[{{"ids":["a"]}}]}}],"top_k":{DIGITS}}}', "top_k"),
+    ("/rank", f"{DIGITS} qid:1 1:1\n", "label"),
+    ("/rank", f"0 qid:{DIGITS} 1:1\n", "qid"),
+    ("/rank", f"0 qid:1 {DIGITS}:1\n", "feature id"),
+    ("/evaluate?model=default", f"0 qid:1 1:1 # docid = {DIGITS}\n", "docid"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "field"), HUGE_INTEGERS, ids=[str(i) for i in range(len(HUGE_INTEGERS))])
+def test_a_5000_digit_integer_is_our_own_422_naming_the_field(client: TestClient, path: str, body: str,
+                                                              field: str) -> None:
+    """No message of Python's 4,300-digit limit on ``int(text)`` reaches a client: every integer
+    field and id refuses a 5,000-digit integer with a 422 of the service's own, naming the field."""
+    ctype = "text/plain" if "qid:" in body else "application/json"
+    r = client.post(path, content=body.encode(), headers={"Content-Type": ctype})
+    assert r.status_code == 422, r.text[:300]
+    detail = r.json()["detail"]
+    assert field in detail and "4300" not in detail and "int_max_str_digits" not in detail, detail[:300]
+
+
 def test_scores_whose_spread_overflows_fuse_to_finite_json(client: TestClient) -> None:
     body = {"queries": [{"qid": "f", "systems": [{"ids": ["a", "b", "c"], "scores": [1e308, 0.0, -1e308]}]}]}
     for method in ("combsum", "combmnz", "rrf", "condorcet"):

@@ -4,7 +4,10 @@ body, outgrow the documented bounds, or get a 500 from a broken model on disk.""
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,7 @@ from fastapi.testclient import TestClient
 from tests.artifact.tampering import edit_manifest
 from tests.service.conftest import (
     N_FEATURES,
+    ROOT,
     LiveServer,
     Store,
     copy_version,
@@ -25,6 +29,7 @@ from tests.service.conftest import (
     stop_server,
     wait_ready,
 )
+from tunemix.service.json_body import MAX_NUMBER_CHARS
 from tunemix.service.settings import Settings
 
 ROW = [0.1, 0.2, 0.3, 0.4, 0.5]
@@ -76,10 +81,15 @@ def test_bad_bodies_are_4xx_and_the_worker_lives(client: TestClient, name: str, 
     assert ok.status_code == 200, ok.text
 
 
-def test_a_5000_digit_fraction_is_just_a_number(client: TestClient) -> None:
+def test_a_long_fraction_is_just_a_number_up_to_the_bound(client: TestClient) -> None:
+    """A fraction of ``MAX_NUMBER_CHARS`` characters is a number like any other; a longer one is a
+    422 naming the field (past the bound the JSON libraries read one text differently)."""
     body = json.dumps(_rank(ids=["a", "b"], features=[ROW, ROW[::-1]])).encode()
-    r = client.post("/rank", content=body.replace(b"0.1", b"0." + b"1" * 5000, 1), headers=JSON)
+    longest = b"0." + b"1" * (MAX_NUMBER_CHARS - 2)
+    r = client.post("/rank", content=body.replace(b"0.1", longest, 1), headers=JSON)
     assert r.status_code == 200, r.text
+    r = client.post("/rank", content=body.replace(b"0.1", b"0." + b"1" * 5000, 1), headers=JSON)
+    assert r.status_code == 422 and "features[0][0]: a number of 5002 characters" in r.json()["detail"], r.text
 
 
 @pytest.fixture(scope="module")
@@ -271,6 +281,35 @@ def test_no_error_reveals_a_server_path(client: TestClient, served_dir: Path) ->
         assert r.status_code in (404, 422), r.text
         assert str(served_dir) not in r.text and "/tmp" not in r.text, r.text
         assert "available: default, wide" in r.text
+
+
+SCRUB = """
+import json, sys
+from pathlib import Path
+from tunemix.service.server_paths import without_paths
+cases = json.loads(sys.argv[1])
+print(json.dumps([[without_paths(m, Path(link)) for m in messages] for link, messages in cases]))
+"""
+
+
+def test_scrubbing_a_symlinked_models_dir_is_the_same_in_every_worker(tmp_path: Path) -> None:
+    """A models directory given by a symlink whose path begins with the real one's, or the real
+    one's with the link's: every error message loses both, whole, under every hash seed (each
+    worker has its own; the roots were once taken out in a set's order)."""
+    base = tmp_path.resolve()
+    cases, want = [], []
+    for real, link in ((base / "a" / "models", base / "a" / "models-link"),
+                       (base / "b" / "models.real", base / "b" / "models")):
+        (real / "default" / "v1").mkdir(parents=True)
+        link.symlink_to(real)
+        cases.append((str(link), [f"cannot read {d}/default/v1/manifest.json" for d in (link, real)]
+                      + [f"bad models dir {real}"]))
+        want.append(["cannot read default/v1/manifest.json"] * 2 + ["bad models dir <models>"])
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for seed in range(8):
+        out = subprocess.run([sys.executable, "-c", SCRUB, json.dumps(cases)], capture_output=True, text=True,
+                             check=True, env={**env, "PYTHONHASHSEED": str(seed)}, cwd=ROOT)
+        assert json.loads(out.stdout) == want, (seed, out.stdout)
 
 
 def test_the_metrics_content_type_is_documented(client: TestClient) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tunemix.train.config import BACKENDS, load_config
+from tunemix.train.members.names import plain_text
 from tunemix.train.report_remarks import feature_label
 
 #: the default model's configuration, shipped inside the package (an installed wheel has it too)
@@ -127,7 +128,7 @@ def _summary(outcome: Any) -> str:
         lines.append(f"  of the {rec['timings']['total_s']:.1f} s, {comp['total_s']:.1f} s were numba compiling "
                      f"kernels or loading them from its cache ({stages}); a warm cache skips that")
     lines.append(f"  report: {outcome.path / 'report.md'}")
-    return "\n".join(lines) + "\n"
+    return "".join(plain_text(line) + "\n" for line in lines)  # a name's line break or escape: its code
 
 
 def run_train(args: argparse.Namespace) -> int:

@@ -36,6 +36,11 @@ from tunemix.service.supervisor import serve_workers
 
 log = logging.getLogger("tunemix.service")
 
+#: seconds an idle kept-alive connection stays open (uvicorn's ``timeout_keep_alive``); a proxy
+#: that keeps connections to the service (deploy/nginx/nginx.conf's upstream) must close its idle
+#: ones sooner, else it may send a request on one the service is closing
+KEEP_ALIVE_S = 5
+
 
 def http_protocol(settings: Settings) -> tuple[str | type[asyncio.Protocol], dict[str, int]]:
     """(uvicorn's ``http`` setting, extra Config arguments): the bounded httptools protocol, or, without
@@ -81,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     log.info("starting %d uvicorn worker(s)", workers)
     options: dict[str, Any] = dict(host=settings.host, port=settings.port, workers=workers,
                                    log_level=settings.log_level, access_log=settings.access_log,
-                                   timeout_keep_alive=5, http=http, **extra)
+                                   timeout_keep_alive=KEEP_ALIVE_S, http=http, **extra)
     try:
         if workers > 1:
             serve_workers(uvicorn.Config("tunemix.service.main:app", **options),

@@ -24,6 +24,15 @@ any count is checked, so its peak is the two together: measured with tracemalloc
 ``DECODED_BODY_MULTIPLE`` times the body limit (104 MiB at 4 MiB); at the limit it would not be.
 Past ``ONE_PASS_MAX_BYTES`` the typed decode comes first and the counts refuse a body before a
 second tree is built.
+
+**One reading of every number.** Each path reads a number with another library (msgspec's
+decoder, jiter, simdjson): within ``MAX_NUMBER_CHARS`` characters they read every number text
+as Python's ``float(text)`` does (correctly rounded), past it they part (msgspec reads
+``0.`` + 99,999 zeros + ``1e100000`` as 0.0, jiter and simdjson as 1.0). So no value read from
+a longer number is used: the fast passes (one pass, /rank's dense pass) leave a body that may
+hold one (``long_run``) to the two passes, and the two passes refuse it after their counts,
+before the repeated-key pass (``check_number_lengths``): a 422 naming the query and the field,
+whichever path the body would take (``tests/service/test_number_readings.py``).
 """
 
 from __future__ import annotations
@@ -47,6 +56,10 @@ T = TypeVar("T")
 ONE_PASS_MAX_BYTES = 1024 * 1024
 #: the one pass's peak memory per body byte, at most (measured worst 42.7: a list of empty rows)
 ONE_PASS_MULTIPLE = 48
+#: the longest number a JSON body may hold, in characters: every double fits written out in full
+#: (its exact decimal expansion, at most 1,077 characters with its sign; 17 significant digits
+#: name it), and within it msgspec, jiter and simdjson read every number text alike
+MAX_NUMBER_CHARS = 1100
 
 
 # ---------------------------------------------------------------------------- two passes: msgspec's decode
@@ -76,13 +89,18 @@ def _json_path(path: str) -> list[str | int]:
     return [name or (int(index) if index else "[...]") for name, index, _ in _PATH_PART.findall(path.removeprefix("$"))]
 
 
-def _where(parts: Sequence[str | int], body: bytes) -> str:
-    """``query 'q7' (queries[3]): documents[0].features[7]`` for a path into a /rank-like body."""
-    def path(ps: Sequence[str | int]) -> str:
-        return "".join(f"[{p}]" if isinstance(p, int) else p if p == "[...]" else f".{p}" for p in ps).lstrip(".")
+def _dotted(parts: Sequence[str | int]) -> str:
+    """``documents[0].features[7]`` for ["documents", 0, "features", 7]."""
+    return "".join(f"[{p}]" if isinstance(p, int) else p if p == "[...]" else f".{p}" for p in parts).lstrip(".")
+
+
+def _where(parts: Sequence[str | int], body: bytes, qid: Any = None, *, qid_known: bool = False) -> str:
+    """``query 'q7' (queries[3]): documents[0].features[7]`` for a path into a /rank-like body
+    (the qid read from ``body``, unless given: ``qid_known``)."""
     if len(parts) >= 2 and parts[0] == "queries" and isinstance(parts[1], int):
-        return f"{query_label(parts[1], qid_at(body, parts[1]))}: {path(parts[2:]) or 'the query'}"
-    return path(parts) or "body"
+        label = query_label(parts[1], qid if qid_known else qid_at(body, parts[1]))
+        return f"{label}: {_dotted(parts[2:]) or 'the query'}"
+    return _dotted(parts) or "body"
 
 
 _gc_lock = threading.Lock()
@@ -144,6 +162,99 @@ def _near(body: bytes, message: str) -> str:
         return ""
     at = int(found.group(1))
     return f" near {body[max(0, at - 12):at + 12].decode('utf-8', 'replace')!r}"
+
+
+# ---------------------------------------------------------------------------- numbers' length
+#: the bytes a JSON number is made of, as 1; every other byte as 0 (a ``bytes.translate`` table)
+_NUMBER_BYTES = bytes(int(chr(b) in "+-.0123456789Ee") for b in range(256))
+#: a run of number bytes longer than a number may be
+_LONG_RUN = b"\x01" * (MAX_NUMBER_CHARS + 1)
+
+
+def long_run(body: bytes) -> bool:
+    """Whether ``body`` holds a run of more than ``MAX_NUMBER_CHARS`` of the bytes a number is
+    made of (``+-.0-9Ee``), in a number or a string: a body without one holds no longer number.
+    ``bytes.translate`` maps those bytes to 1 and the others to 0, and ``bytes.find`` looks for
+    the long run, both in C and linear (two-way search): 0.55-0.7 CPU-ms per MiB on the service
+    benchmark's /rank bodies and on bodies of runs made to be just short (msgspec's decode of the
+    same bodies: 3-7), and a transient copy of the body."""
+    return len(body) > MAX_NUMBER_CHARS and body.translate(_NUMBER_BYTES).find(_LONG_RUN) >= 0
+
+
+def check_number_lengths(body: bytes) -> None:
+    """422 naming the query and the field of the first number longer than ``MAX_NUMBER_CHARS``
+    characters (in document order). The two passes run it after their counts and checks, before
+    ``check_repeated_keys``: the body's shape is then the endpoint's, and bounded, and the
+    standard library's tree no larger than ``name_repeated_key``'s. A body with no long run
+    (``long_run``) costs the scan alone."""
+    if long_run(body):
+        name_long_number(body)
+
+
+class _LongNumber:
+    """A number longer than ``MAX_NUMBER_CHARS`` in the standard library's tree: its length."""
+
+    __slots__ = ("length",)
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+
+_NAME = re.compile(r"[A-Za-z_]\w{0,63}", re.ASCII)
+
+
+def name_long_number(body: bytes) -> None:
+    """The standard library's decoder (fuzzed with CPython) tokenises the body and hands each
+    number's text to ``parse_float`` / ``parse_int``: a number longer than ``MAX_NUMBER_CHARS``
+    becomes a marker, a shorter one None (no number is built); an object is the tuple of its pairs
+    (a repeated key's too; ``{}`` is the one empty tuple: at most 23 times the body). A body
+    it refuses is not JSON (or nested past the interpreter's recursion limit, deeper than any
+    endpoint's type): every reader refuses it, and the decoders name its error. Otherwise the
+    first marker in document order is a 422 naming its query and field."""
+    longest: list[int] = []
+
+    def number(text: str) -> _LongNumber | None:
+        if len(text) <= MAX_NUMBER_CHARS:
+            return None
+        longest.append(len(text))
+        return _LongNumber(len(text))
+
+    try:
+        with gc_paused():
+            doc = json.loads(body, object_pairs_hook=tuple, parse_float=number, parse_int=number, strict=False)
+    except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError: not JSON
+        return
+    if not longest:
+        return
+    path, length = _first_long_number(doc) or ([], longest[0])
+    raise input_error(f"{_where_long(path, doc, body)}: a number of {length} characters; the limit is "
+                      f"{MAX_NUMBER_CHARS} (send at most 17 significant digits and an exponent: "
+                      "1.2345678901234567e-300)")
+
+
+def _first_long_number(doc: Any) -> tuple[list[str | int], int] | None:
+    """(the path to, the length of) the first ``_LongNumber`` in document order."""
+    stack: list[tuple[Any, list[str | int]]] = [(doc, [])]
+    while stack:
+        node, path = stack.pop()
+        if type(node) is _LongNumber:
+            return path, node.length
+        if type(node) is tuple:  # an object's pairs
+            stack.extend((v, [*path, k if _NAME.fullmatch(k) else "[...]"]) for k, v in reversed(node))
+        elif type(node) is list:
+            stack.extend((v, [*path, j]) for j, v in reversed(list(enumerate(node))) if v is not None)
+    return None
+
+
+def _where_long(path: Sequence[str | int], doc: Any, body: bytes) -> str:
+    """``_where`` for a long number's path; a query whose qid is itself a long number is named by
+    its index alone (the decoders would read that qid otherwise than each other)."""
+    if len(path) >= 2 and path[0] == "queries" and isinstance(path[1], int) and type(doc) is tuple:
+        queries = dict(doc).get("queries")
+        query = queries[path[1]] if type(queries) is list else None
+        if type(query) is tuple and type(dict(query).get("qid")) is _LongNumber:
+            return _where(path, body, None, qid_known=True)
+    return _where(path, body)
 
 
 # ---------------------------------------------------------------------------- one pass
@@ -247,5 +358,6 @@ def name_repeated_key(body: bytes) -> None:
         raise input_error(f"{_where(path, body)}: key {key!r} appears twice in one object; send each key once")
 
 
-__all__ = ["ONE_PASS_MAX_BYTES", "ONE_PASS_MULTIPLE", "check_repeated_keys", "decode_json", "gc_paused",
-           "name_repeated_key", "one_pass", "qid_at"]
+__all__ = ["MAX_NUMBER_CHARS", "ONE_PASS_MAX_BYTES", "ONE_PASS_MULTIPLE", "check_number_lengths",
+           "check_repeated_keys", "decode_json", "gc_paused", "long_run", "name_long_number", "name_repeated_key",
+           "one_pass", "qid_at"]

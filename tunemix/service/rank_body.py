@@ -17,7 +17,14 @@ from tunemix.core.deadline import check_deadline
 from tunemix.service.dense_body import dense_pass
 from tunemix.service.deps import resolve_model
 from tunemix.service.errors import ServiceError, input_error, query_label
-from tunemix.service.json_body import ONE_PASS_MAX_BYTES, check_repeated_keys, decode_json, one_pass
+from tunemix.service.json_body import (
+    ONE_PASS_MAX_BYTES,
+    check_number_lengths,
+    check_repeated_keys,
+    decode_json,
+    long_run,
+    one_pass,
+)
 from tunemix.service.parsing import CandidateLists, candidate_rows, check_ids, check_limits
 from tunemix.service.registry import ModelRegistry, ServedModel
 from tunemix.service.settings import Settings
@@ -169,8 +176,10 @@ def json_lists(body: bytes, registry: ModelRegistry, settings: Settings, model: 
     passes or a check after them refuse goes through the two passes (``json_lists_two_passes``),
     which name the error as they always did: msgspec's first (a number beyond float64, which the
     one pass reads as infinity, is "out of range" at its path), then the checks', then the
-    repeated key's. A valid body costs one parse; a refused one, two."""
-    if len(body) <= ONE_PASS_MAX_BYTES:
+    repeated key's. A valid body costs one parse; a refused one, two. A body that may hold a
+    number longer than ``tunemix.service.json_body.MAX_NUMBER_CHARS`` (``long_run``), which the
+    libraries would read otherwise than each other, goes to the two passes, which refuse it."""
+    if len(body) <= ONE_PASS_MAX_BYTES and not long_run(body):
         req: RankRequest | DenseRequest | None
         dense: list[npt.NDArray[np.float64]] | None = None
         if (fast := dense_pass(DENSE_DECODER, body)) is not None:
@@ -196,6 +205,7 @@ def json_lists_two_passes(body: bytes, registry: ModelRegistry, settings: Settin
     req = decode_json(DECODER, body, "/rank")
     served = resolve_model(registry, req.model or model, req.version or version)
     lists = rank_lists(req, served.n_features, settings)
+    check_number_lengths(body)  # after the counts, as the repeated keys: the values read are then unused
     check_repeated_keys(body)  # after the counts: its own pass is then small (bench_request_cost)
     return req, served, lists
 

@@ -31,7 +31,11 @@ def _is_server_path(text: str) -> bool:
 
 
 def without_paths(message: str, models_dir: Path) -> str:
-    """An error message with the server's directories taken out (clients see model/version)."""
-    for root in {str(models_dir.resolve()), str(models_dir)}:
+    """An error message with the server's directories taken out (clients see model/version): the
+    models directory as given and as resolved (they differ when it is or lies under a symlink),
+    the longer first. One may begin with the other (``/srv/models`` and ``/srv/models.real``):
+    taken out first, the shorter would leave the longer's rest (``<models>.real/...``). The order
+    is fixed (by length, then text), so every worker answers alike whatever its hash seed."""
+    for root in sorted({str(models_dir.resolve()), str(models_dir)}, key=lambda r: (-len(r), r)):
         message = message.replace(root + "/", "").replace(root, "<models>")
     return message

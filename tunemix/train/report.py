@@ -20,6 +20,7 @@ import numpy as np
 
 from tunemix.core.artifact import json_safe
 from tunemix.train.importance import explanation_lines, importance_plot
+from tunemix.train.members.names import md_code, md_text
 from tunemix.train.report_remarks import (
     TRAIN_ERROR_NOTE,
     compile_lines,
@@ -43,12 +44,12 @@ def _fmt(v: Any) -> str:
 def render_markdown(record: dict[str, Any]) -> str:
     cfg = record["config"]
     mixer = record["mixer"]
-    lines = [f"# Training report: {cfg['name']}", ""]
+    lines = [f"# Training report: {md_text(cfg['name'])}", ""]
     lines.append("## Data")
     for d in record["data"]:
         src = d.get("path", "synthetic")
-        lines.append(f"- {d['role']}: `{src}` — {d['rows']} rows, {d['queries']} queries, {d['features']} features"
-                     + (f", sha256 `{d['sha256'][:16]}…`" if "sha256" in d else ""))
+        lines.append(f"- {d['role']}: {md_code(src)} — {d['rows']} rows, {d['queries']} queries, "
+                     f"{d['features']} features" + (f", sha256 `{d['sha256'][:16]}…`" if "sha256" in d else ""))
     sp = record["split"]
     lines += [f"- fit / calibration split of train by query: {sp['fit_queries']} / {sp['calibration_queries']}"
               f" queries (seed {sp['seed']})"]
@@ -66,7 +67,7 @@ def render_markdown(record: dict[str, Any]) -> str:
                  f"{len(record['calibration_failures'])} calibrators dropped.")
     lines += ["", "| run | iterations | stop | train error | seconds |", "|---|---|---|---|---|"]
     for r in record["runs"]:
-        lines.append(f"| {r['tag']} | {r['iterations']} | {r['stop_reason']} | "
+        lines.append(f"| {md_text(r['tag'])} | {r['iterations']} | {r['stop_reason']} | "
                      f"{train_error_cell(r['train_error'])} | {r['fit_seconds']:.1f} |")
     lines += ["", TRAIN_ERROR_NOTE]
     if record.get("member_types"):
@@ -76,7 +77,7 @@ def render_markdown(record: dict[str, Any]) -> str:
         for row in record["member_types"]:
             share = row.get("weight_share")
             lines.append(f"| {row['type']} | {row['runs']} | {row['members']} | {_fmt(row.get('best_omega'))} | "
-                         f"`{row.get('best_member')}` | {_fmt(row.get('members_kept'))} | "
+                         f"{md_code(row.get('best_member'), in_table=True)} | {_fmt(row.get('members_kept'))} | "
                          f"{'–' if share is None else f'{100 * share:.1f}%'} |")
         for row in record["member_types"]:
             if row.get("detail"):
@@ -84,11 +85,11 @@ def render_markdown(record: dict[str, Any]) -> str:
     if record.get("best_feature"):
         bf = record["best_feature"]
         lines += ["", "Best single feature (the paper's baseline, chosen on the fit part): "
-                      f"{feature_label(record, bf['feature'])} "
+                      f"{feature_label(record, bf['feature'], md_text)} "
                       f"({bf['sign']}), {bf['measure']} {bf['convention']}: fit {_fmt(bf['fit'])}, validation "
                       f"{_fmt(bf.get('vali'))}, test {_fmt(bf.get('test'))}."]
     best = record["best_member"]
-    lines += ["", f"Best single member on validation: `{best['name']}` "
+    lines += ["", f"Best single member on validation: {md_code(best['name'])} "
               f"({mixer['measure']} {mixer['convention']} = {best['omega']:.4f}).", ""]
     lines.append("## Mixer")
     detail = ", ".join(f"{k} = {_fmt(mixer[k])}" for k in ("c", "omega_min", "members_kept", "validation_quality")

@@ -6,9 +6,12 @@ report values without float32 noise."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from tunemix.train.members.names import md_code, plain_text
 
 
 def ensemble_below_best_member(record: dict[str, Any]) -> list[str]:
@@ -27,8 +30,8 @@ def ensemble_below_best_member(record: dict[str, Any]) -> list[str]:
             continue
         if math.isfinite(ens) and math.isfinite(member) and ens < member:
             out.append(f"On {split} the ensemble ({measure} {ens:.4f}) scores below its best single member "
-                       f"`{best.get('name', '?')}` ({member:.4f}, {member - ens:.4f} more). That member was the best "
-                       "on the validation queries, where the mix was tuned too; the mixers side by side in "
+                       f"{md_code(best.get('name', '?'))} ({member:.4f}, {member - ens:.4f} more). That member was "
+                       "the best on the validation queries, where the mix was tuned too; the mixers side by side in "
                        "report.md say whether another mix would have done better, and on a few hundred queries a "
                        "difference of this size is often within noise.")
     return out
@@ -47,11 +50,13 @@ def train_error_cell(value: Any) -> str:
     return f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
-def feature_label(record: dict[str, Any], feature: int) -> str:
-    """``feature 5`` or, when the features were named, ``feature 5 (bm25)`` (1-based id)."""
+def feature_label(record: dict[str, Any], feature: int, write: Callable[[object], str] = plain_text) -> str:
+    """``feature 5`` or, when the features were named, ``feature 5 (bm25)`` (1-based id); the name
+    as ``write`` makes it literal (``tunemix.train.members.names``: one line of printable text by
+    default, ``md_text`` for Markdown)."""
     names = record.get("feature_names") or []
     if 1 <= feature <= len(names) and names[feature - 1] != f"f{feature}":
-        return f"feature {feature} ({names[feature - 1]})"
+        return f"feature {feature} ({write(names[feature - 1])})"
     return f"feature {feature}"
 
 

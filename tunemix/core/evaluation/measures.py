@@ -40,6 +40,9 @@ _PATTERN: Final = re.compile(
     r"^(?P<name>[a-z_]+)(?:@(?P<cutoff>[0-9]+))?(?P<minus>-)?(?::gain=(?P<gain>[a-z]+))?"
     r"(?::empty=(?P<empty>[0-9]+))?(?::top=(?P<top>[0-9]+))?$"
 )
+#: digits of a measure's integer (cutoff, top, empty) at most (its range is checked after): well
+#: within Python's ``int``, which refuses a text of more than 4,300 digits with a message of its own
+MAX_DIGITS: Final = 100
 # The tools' own spellings of the exponential-gain variants (ranx's ndcg_burges, dcg_burges).
 _ALIASES: Final = {"ndcg_burges": ("ndcg", "exp"), "dcg_burges": ("dcg", "exp")}
 
@@ -120,6 +123,11 @@ class Measure:
             if gain is not None:
                 raise ValueError(f"cannot parse measure {text!r}: {name} already sets the gain")
             name, gain = _ALIASES[name]
+        for part in ("cutoff", "top", "empty"):
+            digits = m.group(part)
+            if digits is not None and len(digits) > MAX_DIGITS:
+                raise ValueError(f"cannot parse measure {text[:40]!r}{'...' if len(text) > 40 else ''}: its {part} "
+                                 f"has {len(digits)} digits; at most {MAX_DIGITS}")
         cutoff = int(m.group("cutoff")) if m.group("cutoff") is not None else None
         top = int(m.group("top")) if m.group("top") is not None else None
         empty = int(m.group("empty")) if m.group("empty") is not None else None

@@ -25,7 +25,7 @@ from tunemix.service.body import body_kind, read_body
 from tunemix.service.deadlines import start_deadline
 from tunemix.service.deps import HoldDep, MetricsDep, RegistryDep, SettingsDep, json_response, resolve_model
 from tunemix.service.errors import input_error, query_label, too_large
-from tunemix.service.json_body import check_repeated_keys, decode_json
+from tunemix.service.json_body import check_number_lengths, check_repeated_keys, decode_json
 from tunemix.service.lanes import python_work, scoring
 from tunemix.service.letor import letor_lists
 from tunemix.service.openapi import msgspec_body_spec
@@ -297,6 +297,7 @@ async def evaluate_endpoint(
         name = req.model or model
         chosen = _get(registry, name, req.version or version) if name else None
         batch = _json_batch(req, chosen, settings)
+        check_number_lengths(body)  # a number the libraries read otherwise: refused
         check_repeated_keys(body)  # after the counts: its own pass is then small
         return batch, measures, req.convention, req.per_query, chosen
 

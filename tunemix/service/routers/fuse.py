@@ -24,7 +24,7 @@ from tunemix.service.body import body_kind, read_body
 from tunemix.service.deadlines import start_deadline
 from tunemix.service.deps import HoldDep, SettingsDep, json_bytes_response
 from tunemix.service.errors import input_error, query_label, too_large
-from tunemix.service.json_body import check_repeated_keys, decode_json
+from tunemix.service.json_body import check_number_lengths, check_repeated_keys, decode_json
 from tunemix.service.lanes import python_work
 from tunemix.service.openapi import msgspec_answer_spec, msgspec_body_spec
 from tunemix.service.parsing import CandidateLists, check_ids, check_limits
@@ -215,6 +215,7 @@ async def fuse(request: Request, settings: SettingsDep, hold: HoldDep) -> Respon
         req = decode_json(DECODER, body, "/fuse", {"method": METHODS})
         check_deadline("/fuse: decoding")
         lists, fused = fuse_entries(req, settings)
+        check_number_lengths(body)  # a number the libraries read otherwise: refused
         check_repeated_keys(body)  # after the counts: its own pass is then small
         top_k = applied_top_k(req.top_k, lists.n_documents)
         check_deadline("/fuse: ranking")

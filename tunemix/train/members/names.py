@@ -8,6 +8,12 @@ text (plots) and JSON (``report.json``, the manifest; ``json`` escapes everythin
   punctuation character may be backslash-escaped"), so ``|`` cannot end a table cell, backticks
   cannot open code, ``<img ...>`` is not HTML and ``*``/``_``/``[`` are not emphasis or links;
   a character that is not printable is written as its ``\\uXXXX`` code.
+- :func:`md_code` makes a name a literal code span (a path, a member's name): fenced by more
+  backticks than any run of them in the name (CommonMark 0.31, section 6.1), padded with a space
+  where it starts or ends with a backtick or a space; in a table cell each ``|`` is written ``\\|``
+  (GitHub-flavoured Markdown splits cells at a pipe even inside a code span).
+- :func:`plain_text` makes a name one line of terminal text: a character that is not printable
+  (a control character, a line break, an escape sequence's ESC) is written as its ``\\uXXXX`` code.
 - :func:`plot_text` makes a name literal for matplotlib: a ``$`` is escaped as ``\\$`` (matplotlib
   parses text between unescaped dollar signs as mathtext, where ``$\\foo$`` raises at draw time;
   an escaped one is drawn as ``$``).
@@ -18,6 +24,7 @@ text (plots) and JSON (``report.json``, the manifest; ``json`` escapes everythin
 
 from __future__ import annotations
 
+import re
 import string
 
 #: characters of a feature name at most
@@ -37,6 +44,19 @@ def md_text(name: object) -> str:
         else:
             out.append(ch)
     return "".join(out)
+
+
+def plain_text(name: object) -> str:
+    """``name`` as one line of printable text (module docstring)."""
+    return "".join(ch if ch.isprintable() else f"\\u{ord(ch):04x}" for ch in str(name))
+
+
+def md_code(name: object, *, in_table: bool = False) -> str:
+    """``name`` as a literal Markdown code span (module docstring)."""
+    text = plain_text(name)
+    fence = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
+    pad = " " if not text or text[0] in "` " or text[-1] in "` " else ""
+    return f"{fence}{pad}{text.replace('|', chr(92) + '|') if in_table else text}{pad}{fence}"
 
 
 def plot_text(name: object) -> str:
