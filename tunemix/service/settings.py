@@ -68,9 +68,30 @@ class Settings(BaseSettings):
                     "worker's peak "
                     "memory stays below its resting size + 2 x DECODED_BODY_MULTIPLE x max_body_bytes + "
                     "max_inflight_bytes (224 MiB with the defaults)")
+    inflight_reserve_bytes: int | None = Field(
+        None, ge=0,
+        description="the part of max_inflight_bytes only small bodies (at most small_body_bytes) may hold: larger "
+                    "bodies together hold at most max_inflight_bytes - inflight_reserve_bytes (one more: HTTP 503 "
+                    "with Retry-After), so a few large bodies held one byte short never refuse small requests. "
+                    "Default: a quarter of max_inflight_bytes (4 MiB), at most max_inflight_bytes - max_body_bytes "
+                    "(a body of the largest size alone is always let in)")
+    small_body_bytes: int = Field(
+        128 * 1024, ge=0,
+        description="bodies of at most this many bytes may hold the in-flight reserve (inflight_reserve_bytes); a "
+                    "body counts as large from its first byte past it")
     body_timeout_s: float = Field(30.0, gt=0, le=3600,
                                   description="seconds a client has to send the whole body of a request "
                                               "(more: HTTP 408 and the connection is closed)")
+    body_stall_s: float = Field(
+        5.0, gt=0, le=3600,
+        description="a body being received must bring body_min_rate x body_stall_s bytes (or its end) within every "
+                    "body_stall_s seconds (less: HTTP 408 and the connection is closed): a body that stops "
+                    "arriving, one byte short or not, stops holding the worker's in-flight bytes within this many "
+                    "seconds, not body_timeout_s")
+    body_min_rate: int = Field(
+        8192, ge=0,
+        description="bytes a second a body must keep arriving at, measured over each body_stall_s window (0: any "
+                    "byte starts a new window)")
     header_timeout_s: float = Field(10.0, gt=0, le=3600,
                                     description="`python -m tunemix.service`: seconds a client has to send a "
                                                 "request's line and "
@@ -154,7 +175,19 @@ class Settings(BaseSettings):
         if self.max_inflight_bytes < self.max_body_bytes:
             raise ValueError(f"max_inflight_bytes ({self.max_inflight_bytes}) must be at least max_body_bytes "
                              f"({self.max_body_bytes}): a worker must be able to take one body of the largest size")
+        room = self.max_inflight_bytes - self.max_body_bytes
+        if self.inflight_reserve_bytes is not None and self.inflight_reserve_bytes > room:
+            raise ValueError(f"inflight_reserve_bytes ({self.inflight_reserve_bytes}) must be at most "
+                             f"max_inflight_bytes - max_body_bytes ({room}): a worker must be able to take one body "
+                             "of the largest size")
         return self
+
+    def inflight_reserve(self) -> int:
+        """``inflight_reserve_bytes``, else a quarter of ``max_inflight_bytes``, at most what leaves
+        room for one body of ``max_body_bytes``."""
+        if self.inflight_reserve_bytes is not None:
+            return self.inflight_reserve_bytes
+        return min(self.max_inflight_bytes // 4, self.max_inflight_bytes - self.max_body_bytes)
 
     def worker_processes(self) -> int:
         """Workers ``python -m tunemix.service`` starts: ``workers``, else one per usable core."""

@@ -1,0 +1,180 @@
+"""What a few clients can hold of a worker, against ``python -m tunemix.service`` with two workers
+and the default limits: bodies held one byte short (cut off once they stop arriving; small
+requests keep their reserve of the in-flight bytes), and work a small body implies on the event
+loop (chosen by its items, not its bytes alone, and under its deadline)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import select
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.service.conftest import N_FEATURES, rank_body, worker_pids
+from tunemix.service.settings import Settings
+
+DEFAULTS = Settings()
+JSON = {"Content-Type": "application/json"}
+TEXT = {"Content-Type": "text/plain"}
+X = np.random.default_rng(41).random((100, N_FEATURES)).round(4)
+
+
+# ---------------------------------------------------------------------------- bodies held one byte short
+def tcp_sockets() -> dict[tuple[int, int], tuple[int, int, int]]:
+    """``/proc/net/tcp``'s sockets: (local port, remote port) -> (send queue, receive queue, inode)."""
+    out = {}
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, remote, queues, inode = fields[1], fields[2], fields[4], int(fields[9])
+        tx, rx = (int(v, 16) for v in queues.split(":"))
+        out[(int(local.split(":")[1], 16), int(remote.split(":")[1], 16))] = (tx, rx, inode)
+    return out
+
+
+def socket_owner(inode: int, pids: list[int]) -> int | None:
+    """The process among ``pids`` that holds the socket ``inode`` open."""
+    target = f"socket:[{inode}]"
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                if fd.readlink().as_posix() == target:
+                    return pid
+    return None
+
+
+class HeldBody:
+    """A connection that declares a body of ``size`` bytes and sends all but its last byte at once."""
+
+    def __init__(self, port: int, size: int) -> None:
+        self.port = port
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.client_port = self.sock.getsockname()[1]
+        self.head = (b"POST /rank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     + f"Content-Length: {size}\r\n\r\n".encode())
+        self.size = size
+        self.stalled_at: float | None = None  # when the last byte sent was sent
+        self.refused = False  # the server stopped reading it (an answer before the body ended)
+
+    def send(self) -> None:
+        try:
+            self.sock.sendall(self.head + b" " * (self.size - 1))
+            self.stalled_at = time.monotonic()
+        except OSError:
+            self.refused = True
+
+    def worker(self, pids: list[int]) -> int | None:
+        """The worker that accepted the connection (None until one has)."""
+        entry = tcp_sockets().get((self.port, self.client_port))
+        return socket_owner(entry[2], pids) if entry is not None and entry[2] else None
+
+    def read_by_server(self) -> bool:
+        """Every byte sent has left the kernel's queues into the worker (or the server closed it)."""
+        sockets = tcp_sockets()
+        server_side = sockets.get((self.port, self.client_port))
+        client_side = sockets.get((self.client_port, self.port))
+        if server_side is None or client_side is None:
+            self.refused = True
+            return True
+        return client_side[0] == 0 and server_side[1] == 0
+
+    def answer(self, timeout: float) -> bytes:
+        """What the server sends until it closes the connection (waited for, at most ``timeout`` s)."""
+        self.sock.settimeout(timeout)
+        out = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := self.sock.recv(65536):
+                out += chunk
+        return out
+
+
+def test_bodies_held_one_byte_short_neither_starve_small_requests_nor_stay(
+        app_two: tuple[str, subprocess.Popen[bytes]]) -> None:
+    """Connections that send 4 MiB - 1 of a 4 MiB body at once and stop, five per worker (about
+    40 MB, the attack's whole cost): with admission counting received bytes, four of them held a
+    worker's 16 MiB and every small /rank it got was answered 503 for the 30 s of the body
+    timeout. Now bodies over TUNEMIX_SMALL_BODY_BYTES hold at most the in-flight bytes less the
+    reserve (three of them; the rest are refused, 503), small /rank requests are answered, and a
+    body that stops arriving is cut off (408) once TUNEMIX_BODY_STALL_S passes without
+    TUNEMIX_BODY_MIN_RATE's bytes."""
+    url, proc = app_two
+    port = int(url.rsplit(":", 1)[1])
+    pids = worker_pids(proc.pid)
+    assert len(pids) == 2
+    held: list[HeldBody] = []
+    owner: dict[HeldBody, int] = {}
+    try:
+        while min(list(owner.values()).count(p) for p in pids) < 5:  # five accepted by each worker (the event)
+            assert len(held) < 100, "one worker accepted every connection"
+            h = HeldBody(port, DEFAULTS.max_body_bytes)
+            held.append(h)
+            while (pid := h.worker(pids)) is None:
+                time.sleep(0.005)
+            owner[h] = pid
+        senders = [threading.Thread(target=h.send) for h in held]
+        for t in senders:
+            t.start()
+        for t in senders:
+            t.join(timeout=120)
+        assert not any(t.is_alive() for t in senders)
+        for h in held:  # the event: every byte sent is in a worker (or the worker refused it)
+            waited = time.monotonic()
+            while not h.read_by_server():
+                assert time.monotonic() - waited < 30, "the server stopped reading a body"
+                time.sleep(0.01)
+        holding = [h for h in held if not h.refused]
+        for pid in pids:  # each worker holds at least 12 MiB of bodies one byte short
+            assert [owner[h] for h in holding].count(pid) >= 3, [owner[h] for h in holding]
+        body = json.dumps(rank_body(X, [100])).encode()
+        assert len(body) <= DEFAULTS.small_body_bytes
+        statuses = [httpx.post(url + "/rank", content=body, headers={**JSON, "Connection": "close"},
+                               timeout=None).status_code for _ in range(20)]
+        answered, _, _ = select.select([h.sock for h in holding], [], [], 0)
+        assert statuses.count(200) >= 18, statuses
+        assert not answered  # the held bodies held throughout
+        for h in holding:
+            answer = h.answer(timeout=DEFAULTS.body_timeout_s + 10)
+            assert h.stalled_at is not None
+            cut_after = time.monotonic() - h.stalled_at
+            assert cut_after < DEFAULTS.body_timeout_s / 2, cut_after
+            assert answer.startswith(b"HTTP/1.1 408 "), answer[:300]
+            assert b"TUNEMIX_BODY_MIN_RATE" in answer, answer[:400]
+    finally:
+        for h in held:
+            h.sock.close()
+
+
+def test_large_bodies_leave_the_reserve_to_small_ones() -> None:
+    """The accounting: large bodies (past ``small``) together stay within ``limit - reserve``;
+    small ones may use the whole limit; a body alone is always let in; releases restore both."""
+    from tunemix.service.body import Admission, BodyHold
+    from tunemix.service.errors import ServiceError
+
+    adm = Admission(limit=100, reserve=30, small=10)
+    a, b, c = BodyHold(adm), BodyHold(adm), BodyHold(adm)
+    a.take(8)
+    a.take(40)  # past ``small``: its 48 bytes count as large
+    assert (adm.held, adm.large) == (48, 48)
+    b.take(10)
+    with pytest.raises(ServiceError) as refused:
+        b.take(15)  # 48 + 25 > 70 for the large bodies
+    assert refused.value.status == 503 and "TUNEMIX_INFLIGHT_RESERVE_BYTES" in refused.value.message
+    for _ in range(4):
+        BodyHold(adm).take(10)  # small bodies take the reserve, and the rest
+    assert adm.held == 98
+    with pytest.raises(ServiceError, match="TUNEMIX_MAX_INFLIGHT_BYTES"):
+        c.take(5)
+    a.release()
+    assert (adm.held, adm.large) == (50, 0)
+    b.take(20)
+    assert (adm.held, adm.large) == (70, 30)
+    alone = Admission(limit=100, reserve=30, small=10)
+    BodyHold(alone).take(100)  # a body alone: let in whatever its size
+    assert (alone.held, alone.large) == (100, 100)
