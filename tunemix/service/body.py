@@ -11,6 +11,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+import numpy as np
 from fastapi import Request
 from starlette.requests import ClientDisconnect
 
@@ -158,6 +159,25 @@ async def read_body(request: Request, settings: Settings, limit: int | None = No
                                 f"({size} bytes received; TUNEMIX_BODY_TIMEOUT_S)", kind="body_timeout",
                            headers={"Connection": "close"}) from None
     return b"".join(chunks)
+
+
+#: colons (a LETOR line's ``id:value`` pairs, a JSON object's keys) that weigh as much as one
+#: line or object in ``body_items`` (measured on the event loop: a LETOR line about 8 us, a pair
+#: about 0.8 us; a sparse JSON feature about 0.6 us)
+COLONS_PER_ITEM = 8
+
+
+def body_items(body: bytes, kind: str) -> int:
+    """The work a body implies, counted by numpy over its bytes (about 20 us for 96 KiB), never
+    fewer than its documents or its queries: for JSON (``kind`` ``"json"``) its ``{`` and ``[``
+    (every query is an object, every document an object or a row of the columnar features; one
+    inside a string only counts more), for LETOR text its lines (a document each); and for
+    either, one more per ``COLONS_PER_ITEM`` colons (a sparse document's keys, a line's pairs)."""
+    a = np.frombuffer(body, dtype=np.uint8)
+    colons = int(np.count_nonzero(a == 0x3A)) // COLONS_PER_ITEM
+    if kind == "text":
+        return int(np.count_nonzero(a == 0x0A)) + 1 + colons
+    return int(np.count_nonzero((a | 0x20) == 0x7B)) + colons  # "[" is 0x5B, "{" 0x7B: they differ in bit 0x20 only
 
 
 JSON_TYPES = frozenset({"application/json"})
