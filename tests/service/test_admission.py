@@ -287,3 +287,68 @@ def test_the_loop_keeps_the_deadline(client: TestClient, monkeypatch: pytest.Mon
     assert "deadline of 1e-06 s passed" in r.json()["detail"]
     assert seen == [True]
     assert client.post("/rank", content=body, headers=TEXT).status_code == 200
+
+
+# ---------------------------------------------------------------------------- answers nobody reads
+def big_answer_request() -> bytes:
+    """A 1.8 MB /rank of 100,000 documents with relevance: a 16 MB answer."""
+    n = DEFAULTS.max_documents
+    body = json.dumps({"relevance": True, "queries": [{"qid": "q", "ids": list(range(n)),
+                                                       "features": [[0] * N_FEATURES] * n}]},
+                      separators=(",", ":")).encode()
+    return (b"POST /rank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+
+
+def test_answers_nobody_reads_count_until_written_and_are_cut_off(
+        app_two: tuple[str, subprocess.Popen[bytes]]) -> None:
+    """Clients that ask for 16 MB answers and read nothing: the worker kept each answer's unsent
+    bytes for as long as the connection lived (forever: closing a connection waits for its
+    buffer to be written), outside its in-flight bytes. Now the unsent bytes of an answer count
+    as a large body's until written (a large body is refused while they fill the large bodies'
+    share; small requests keep their reserve), and a client that takes less than
+    TUNEMIX_BODY_MIN_RATE x TUNEMIX_BODY_STALL_S bytes of its answer in TUNEMIX_BODY_STALL_S
+    seconds has its connection reset."""
+    url, proc = app_two
+    port = int(url.rsplit(":", 1)[1])
+    pids = worker_pids(proc.pid)
+    request = big_answer_request()
+    readers: list[socket.socket] = []
+    owner: dict[socket.socket, int] = {}
+    try:
+        while min(list(owner.values()).count(p) for p in pids) < 2:  # two per worker (the event)
+            assert len(readers) < 40, "one worker accepted every connection"
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a client that reads nothing
+            sock.connect(("127.0.0.1", port))
+            readers.append(sock)
+            client_port = sock.getsockname()[1]
+            while (entry := tcp_sockets().get((port, client_port))) is None or not entry[2] or (
+                    pid := socket_owner(entry[2], pids)) is None:
+                time.sleep(0.005)
+            owner[sock] = pid
+        for sock in readers:
+            sock.sendall(request)
+        started = time.monotonic()
+        for sock in readers:  # the event: each answer fills the kernel's buffers (4 MiB at most)
+            client_port = sock.getsockname()[1]
+            while (entry := tcp_sockets().get((port, client_port))) is not None and entry[0] < 1024 * 1024:
+                assert time.monotonic() - started < 120, "no answer"
+                time.sleep(0.01)
+        large = json.dumps(rank_body(np.zeros((8000, N_FEATURES)), [8000]), separators=(",", ":")).encode()
+        small = json.dumps(rank_body(X, [100])).encode()
+        assert len(small) <= DEFAULTS.small_body_bytes < len(large)
+        refused = [httpx.post(url + "/rank", content=large, headers={**JSON, "Connection": "close"},
+                              timeout=None).status_code for _ in range(6)]
+        assert set(refused) == {503}, refused  # the unwritten answers hold the large bodies' share
+        assert {httpx.post(url + "/rank", content=small, headers={**JSON, "Connection": "close"},
+                           timeout=None).status_code for _ in range(6)} == {200}
+        for sock in readers:  # the event: the server resets the connection
+            client_port = sock.getsockname()[1]
+            while tcp_sockets().get((port, client_port)) is not None:
+                assert time.monotonic() - started < DEFAULTS.body_timeout_s, "a client that reads nothing kept"
+                time.sleep(0.05)
+        assert httpx.post(url + "/rank", content=large, headers=JSON, timeout=None).status_code == 200
+    finally:
+        for sock in readers:
+            sock.close()

@@ -1,15 +1,18 @@
 """How a body comes in: bounded in bytes and time (``read_body``), of a type the endpoint takes
 (``body_kind``), and counted in the worker's ``Admission`` as it is received, until the request
 ends: past ``TUNEMIX_MAX_INFLIGHT_BYTES`` (or, for a large body, past what the small bodies'
-reserve leaves) a body is answered 503 with ``Retry-After``."""
+reserve leaves) a body is answered 503 with ``Retry-After``. And how an answer goes out: its
+bytes not yet written to the connection count in the same ``Admission`` until they are
+(``AnswerBytes``)."""
 
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from fastapi import Request
@@ -37,6 +40,29 @@ class Admission:
     def of(cls, settings: Settings) -> Admission:
         return cls(settings.max_inflight_bytes, settings.inflight_reserve(), settings.small_body_bytes)
 
+    def past_reserve(self) -> int:
+        """Bytes the large bodies and unwritten answers hold past their share (answers are counted,
+        never refused): not counted against a small body, whose reserve they may not take."""
+        return max(0, self.large - self.large_limit)
+
+    def hold_answer(self, n: int) -> None:
+        """Count ``n`` bytes of an answer not yet written, as a large body's (never refused: the
+        answer is made); ``release_answer`` with the same ``n`` once written."""
+        self.held += n
+        self.large += n
+
+    def release_answer(self, n: int) -> None:
+        self.held -= n
+        self.large -= n
+
+
+def admission_of(state: Any) -> Admission:
+    """The application's ``Admission`` (made on first use, on the serving loop, once per application)."""
+    admission: Admission | None = getattr(state, "admission", None)
+    if admission is None:
+        admission = state.admission = Admission.of(state.settings)
+    return admission
+
 
 @dataclass
 class BodyHold:
@@ -55,7 +81,7 @@ class BodyHold:
         after = self.held + n
         large = after > adm.small
         mine = self.held if self.held > adm.small else 0  # this body's bytes already counted as large
-        if others and adm.held + n > adm.limit:
+        if others and adm.held - (0 if large else adm.past_reserve()) + n > adm.limit:
             self._refuse(f"the worker holds {others} bytes of other requests and this body would take it past "
                          f"{adm.limit} (TUNEMIX_MAX_INFLIGHT_BYTES)")
         if others and large and adm.large - mine + after > adm.large_limit:
@@ -86,15 +112,60 @@ RETRY_AFTER_S = 1
 
 async def body_hold(request: Request) -> AsyncIterator[BodyHold]:
     """A ``BodyHold`` on the worker's admission, released when the request ends."""
-    state = request.app.state
-    admission = getattr(state, "admission", None)
-    if admission is None:  # made on first use, on the serving loop, once per application
-        admission = state.admission = Admission.of(state.settings)
-    hold = BodyHold(admission)
+    hold = BodyHold(admission_of(request.app.state))
     try:
         yield hold
     finally:
         hold.release()
+
+
+#: the ASGI scope extension ``tunemix.service.http_protocol`` gives each request: ``await
+#: written(count)`` returns once the answer sent has left the process (or its connection was
+#: aborted for a client that does not read it), having first told ``count`` its bytes still unsent
+ANSWER_WRITTEN = "tunemix-answer-written"
+
+
+class AnswerBytes:
+    """Pure ASGI middleware, the outermost: the bytes of an answer still unsent once the
+    application has sent it (a client slower than the answer, or one that reads nothing) count
+    in the worker's ``Admission`` as a large body's until they are written, with the deadline
+    of ``ANSWER_WRITTEN`` (``TUNEMIX_BODY_STALL_S``, ``TUNEMIX_BODY_MIN_RATE``,
+    ``TUNEMIX_BODY_TIMEOUT_S``). Large bodies are refused while they fill the large bodies'
+    share; small ones keep their reserve. Where the server gives no such extension (not
+    ``python -m tunemix.service``), nothing is counted."""
+
+    def __init__(self, app: Any, fastapi_app: Any) -> None:
+        self.app = app
+        self.fastapi_app = fastapi_app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        written: Callable[[Callable[[int], None]], Any] | None = (
+            scope.get("extensions", {}).get(ANSWER_WRITTEN) if scope["type"] == "http" else None)
+        if written is None:
+            await self.app(scope, receive, send)
+            return
+        sent = False
+
+        async def sender(message: Any) -> None:
+            nonlocal sent
+            await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                sent = True
+
+        await self.app(scope, receive, sender)
+        if sent:
+            admission = admission_of(self.fastapi_app.state)
+            unsent = 0
+
+            def count(n: int) -> None:
+                nonlocal unsent
+                unsent = n
+                admission.hold_answer(n)
+
+            try:
+                await written(count)
+            finally:
+                admission.release_answer(unsent)
 
 
 #: ``body_hold`` for a route that takes no dependencies: ``async with held_body(request) as hold``

@@ -95,11 +95,13 @@ class Settings(BaseSettings):
         description="a body being received must bring body_min_rate x body_stall_s bytes (or its end) within every "
                     "body_stall_s seconds (less: HTTP 408 and the connection is closed): a body that stops "
                     "arriving, one byte short or not, stops holding the worker's in-flight bytes within this many "
-                    "seconds, not body_timeout_s")
+                    "seconds, not body_timeout_s. `python -m tunemix.service`: the same for an answer, whose bytes not "
+                    "yet written count in the in-flight bytes as a large body's (a client that takes less of it, or "
+                    "not all of it within body_timeout_s: the connection is reset, the bytes dropped)")
     body_min_rate: int = Field(
         8192, ge=0,
-        description="bytes a second a body must keep arriving at, measured over each body_stall_s window (0: any "
-                    "byte starts a new window)")
+        description="bytes a second a body, or an answer, must keep moving at, measured over each body_stall_s "
+                    "window (0: any byte starts a new window)")
     header_timeout_s: float = Field(10.0, gt=0, le=3600,
                                     description="`python -m tunemix.service`: seconds a client has to send a "
                                                 "request's line and "
