@@ -352,3 +352,11 @@ def test_answers_nobody_reads_count_until_written_and_are_cut_off(
     finally:
         for sock in readers:
             sock.close()
+
+
+def test_the_reserve_leaves_room_for_one_body_of_the_largest_size() -> None:
+    assert DEFAULTS.inflight_reserve() == 4 * 1024 * 1024  # a quarter of 16 MiB
+    assert Settings(max_body_bytes=64 * 1024, max_inflight_bytes=100 * 1024).inflight_reserve() == 25 * 1024
+    assert Settings(max_body_bytes=64 * 1024, max_inflight_bytes=64 * 1024).inflight_reserve() == 0
+    with pytest.raises(ValueError, match="inflight_reserve_bytes"):
+        Settings(max_inflight_bytes=8 * 1024 * 1024, inflight_reserve_bytes=5 * 1024 * 1024)
