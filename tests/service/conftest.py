@@ -275,11 +275,12 @@ def app_two(store: Store, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 
 class HealthWatch:
     """``/health`` polled back to back on its own connection while a block runs; ``worst``: the
-    slowest answer in seconds (each poll waits for its answer: the event)."""
+    slowest answer in seconds, ``times``: every answer's (each poll waits for its answer: the event)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
         self.worst = 0.0
+        self.times: list[float] = []
         self.failed: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -294,7 +295,8 @@ class HealthWatch:
                 except httpx.TransportError as exc:
                     self.failed = repr(exc)
                     return
-                self.worst = max(self.worst, time.perf_counter() - t0)
+                self.times.append(time.perf_counter() - t0)
+                self.worst = max(self.worst, self.times[-1])
 
     def __enter__(self) -> HealthWatch:
         self._thread.start()

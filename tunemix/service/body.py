@@ -1,15 +1,20 @@
 """How a body comes in: bounded in bytes and time (``read_body``), of a type the endpoint takes
 (``body_kind``), and counted in the worker's ``Admission`` as it is received, until the request
-ends: past ``TUNEMIX_MAX_INFLIGHT_BYTES`` a body is answered 503 with ``Retry-After``."""
+ends: past ``TUNEMIX_MAX_INFLIGHT_BYTES`` (or, for a large body, past what the small bodies'
+reserve leaves) a body is answered 503 with ``Retry-After``. And how an answer goes out: its
+bytes not yet written to the connection count in the same ``Admission`` until they are
+(``AnswerBytes``)."""
 
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 from fastapi import Request
 from starlette.requests import ClientDisconnect
 
@@ -19,19 +24,53 @@ from tunemix.service.settings import Settings
 
 class Admission:
     """The request bytes one worker holds at once (``TUNEMIX_MAX_INFLIGHT_BYTES``): bodies being
-    read, waiting for a thread, decoded and answered. Changed on the event loop only (no race)."""
+    read, waiting for a thread, decoded and answered. ``reserve`` bytes of it are for small bodies
+    (at most ``small`` bytes, ``TUNEMIX_SMALL_BODY_BYTES``): the large ones together hold at most
+    ``limit - reserve`` (``large`` counts them), so large bodies held one byte short leave room
+    for small requests. Changed on the event loop only (no race)."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, reserve: int = 0, small: int = 0) -> None:
         self.limit = limit
+        self.large_limit = limit - reserve
+        self.small = small
         self.held = 0
+        self.large = 0
+
+    @classmethod
+    def of(cls, settings: Settings) -> Admission:
+        return cls(settings.max_inflight_bytes, settings.inflight_reserve(), settings.small_body_bytes)
+
+    def past_reserve(self) -> int:
+        """Bytes the large bodies and unwritten answers hold past their share (answers are counted,
+        never refused): not counted against a small body, whose reserve they may not take."""
+        return max(0, self.large - self.large_limit)
+
+    def hold_answer(self, n: int) -> None:
+        """Count ``n`` bytes of an answer not yet written, as a large body's (never refused: the
+        answer is made); ``release_answer`` with the same ``n`` once written."""
+        self.held += n
+        self.large += n
+
+    def release_answer(self, n: int) -> None:
+        self.held -= n
+        self.large -= n
+
+
+def admission_of(state: Any) -> Admission:
+    """The application's ``Admission`` (made on first use, on the serving loop, once per application)."""
+    admission: Admission | None = getattr(state, "admission", None)
+    if admission is None:
+        admission = state.admission = Admission.of(state.settings)
+    return admission
 
 
 @dataclass
 class BodyHold:
     """The bytes of one request's body counted in its worker's ``Admission`` until the request
-    ends (``HoldDep`` releases them). A body that would take the worker past its limit while
-    other requests hold bytes is refused (HTTP 503 with ``Retry-After``); a body alone is always
-    let in (``max_body_bytes <= max_inflight_bytes``)."""
+    ends (``HoldDep`` releases them). A body that would take the worker past its limit, or a large
+    body that would take the large bodies past theirs, while other requests hold bytes is refused
+    (HTTP 503 with ``Retry-After``); a body alone is always let in (``max_body_bytes <=
+    max_inflight_bytes - inflight_reserve``)."""
 
     admission: Admission
     held: int = 0
@@ -39,16 +78,31 @@ class BodyHold:
     def take(self, n: int) -> None:
         adm = self.admission
         others = adm.held - self.held
-        if others and adm.held + n > adm.limit:
-            raise ServiceError(503, f"the worker holds {others} bytes of other requests and this body would take it "
-                                    f"past {adm.limit} (TUNEMIX_MAX_INFLIGHT_BYTES); retry after the time in "
-                                    "Retry-After, or send smaller requests", kind="busy",
-                               headers={"Retry-After": str(RETRY_AFTER_S), "Connection": "close"})
+        after = self.held + n
+        large = after > adm.small
+        mine = self.held if self.held > adm.small else 0  # this body's bytes already counted as large
+        if others and adm.held - (0 if large else adm.past_reserve()) + n > adm.limit:
+            self._refuse(f"the worker holds {others} bytes of other requests and this body would take it past "
+                         f"{adm.limit} (TUNEMIX_MAX_INFLIGHT_BYTES)")
+        if others and large and adm.large - mine + after > adm.large_limit:
+            self._refuse(f"the worker holds {adm.large - mine} bytes of other bodies over {adm.small} bytes "
+                         f"(TUNEMIX_SMALL_BODY_BYTES) and this one would take them past {adm.large_limit} "
+                         "(TUNEMIX_MAX_INFLIGHT_BYTES less TUNEMIX_INFLIGHT_RESERVE_BYTES, kept for small bodies)")
         adm.held += n
-        self.held += n
+        if large:
+            adm.large += after - mine
+        self.held = after
+
+    @staticmethod
+    def _refuse(why: str) -> None:
+        raise ServiceError(503, f"{why}; retry after the time in Retry-After, or send smaller requests", kind="busy",
+                           headers={"Retry-After": str(RETRY_AFTER_S), "Connection": "close"})
 
     def release(self) -> None:
-        self.admission.held -= self.held
+        adm = self.admission
+        adm.held -= self.held
+        if self.held > adm.small:
+            adm.large -= self.held
         self.held = 0
 
 
@@ -58,15 +112,60 @@ RETRY_AFTER_S = 1
 
 async def body_hold(request: Request) -> AsyncIterator[BodyHold]:
     """A ``BodyHold`` on the worker's admission, released when the request ends."""
-    state = request.app.state
-    admission = getattr(state, "admission", None)
-    if admission is None:  # made on first use, on the serving loop, once per application
-        admission = state.admission = Admission(state.settings.max_inflight_bytes)
-    hold = BodyHold(admission)
+    hold = BodyHold(admission_of(request.app.state))
     try:
         yield hold
     finally:
         hold.release()
+
+
+#: the ASGI scope extension ``tunemix.service.http_protocol`` gives each request: ``await
+#: written(count)`` returns once the answer sent has left the process (or its connection was
+#: aborted for a client that does not read it), having first told ``count`` its bytes still unsent
+ANSWER_WRITTEN = "tunemix-answer-written"
+
+
+class AnswerBytes:
+    """Pure ASGI middleware, the outermost: the bytes of an answer still unsent once the
+    application has sent it (a client slower than the answer, or one that reads nothing) count
+    in the worker's ``Admission`` as a large body's until they are written, with the deadline
+    of ``ANSWER_WRITTEN`` (``TUNEMIX_BODY_STALL_S``, ``TUNEMIX_BODY_MIN_RATE``,
+    ``TUNEMIX_BODY_TIMEOUT_S``). Large bodies are refused while they fill the large bodies'
+    share; small ones keep their reserve. Where the server gives no such extension (not
+    ``python -m tunemix.service``), nothing is counted."""
+
+    def __init__(self, app: Any, fastapi_app: Any) -> None:
+        self.app = app
+        self.fastapi_app = fastapi_app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        written: Callable[[Callable[[int], None]], Any] | None = (
+            scope.get("extensions", {}).get(ANSWER_WRITTEN) if scope["type"] == "http" else None)
+        if written is None:
+            await self.app(scope, receive, send)
+            return
+        sent = False
+
+        async def sender(message: Any) -> None:
+            nonlocal sent
+            await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                sent = True
+
+        await self.app(scope, receive, sender)
+        if sent:
+            admission = admission_of(self.fastapi_app.state)
+            unsent = 0
+
+            def count(n: int) -> None:
+                nonlocal unsent
+                unsent = n
+                admission.hold_answer(n)
+
+            try:
+                await written(count)
+            finally:
+                admission.release_answer(unsent)
 
 
 #: ``body_hold`` for a route that takes no dependencies: ``async with held_body(request) as hold``
@@ -84,8 +183,10 @@ async def read_body(request: Request, settings: Settings, limit: int | None = No
                     hold: BodyHold | None = None) -> bytes:
     """The request body: at most ``limit`` bytes (default ``max_body_bytes``; HTTP 413, refused
     from the declared length before reading when there is one, else as soon as the chunks add up
-    to more), all of it within ``body_timeout_s`` seconds (HTTP 408, and the connection closed:
-    a client that sends a byte a second holds no worker past that). With ``hold``, the bytes
+    to more), all of it within ``body_timeout_s`` seconds, and arriving: every ``body_stall_s``
+    seconds must bring ``body_min_rate`` x ``body_stall_s`` bytes or the body's end (HTTP 408
+    either way, and the connection closed: a client that sends a byte a second, or all but the
+    last byte and then nothing, holds no worker past ``body_stall_s``). With ``hold``, the bytes
     count in the worker's admission as they are received (HTTP 503 past it), never the length a
     client declares: 16 connections that announce 4 MiB and send a byte hold 16 bytes, not 64 MiB
     (a client that sends nothing holds nothing)."""
@@ -96,10 +197,16 @@ async def read_body(request: Request, settings: Settings, limit: int | None = No
         raise too_large(f"the body has {length} bytes; {split_hint(limit)}")
     chunks: list[bytes] = []
     size = 0
+    loop = asyncio.get_running_loop()
+    end = loop.time() + settings.body_timeout_s
+    stall = settings.body_stall_s
+    window = int(settings.body_min_rate * stall)  # bytes each window must bring (or the body's end)
+    mark = 0  # the size when the current window began
     try:
         # asyncio's own timeout: one timer on the loop (anyio's fail_after first asks which async
-        # library runs, about 2% of a 100-document /rank's event-loop time in a py-spy profile)
-        async with asyncio.timeout(settings.body_timeout_s):
+        # library runs, about 2% of a 100-document /rank's event-loop time in a py-spy profile),
+        # moved on each time a window's bytes have arrived
+        async with asyncio.timeout_at(min(end, loop.time() + stall)) as timer:
             async for chunk in request.stream():
                 size += len(chunk)
                 if size > limit:
@@ -107,14 +214,41 @@ async def read_body(request: Request, settings: Settings, limit: int | None = No
                 if hold is not None and size > hold.held:
                     hold.take(size - hold.held)
                 chunks.append(chunk)
+                if size - mark >= window and chunk:
+                    mark = size
+                    timer.reschedule(min(end, loop.time() + stall))
     except ClientDisconnect:  # gone, or refused by the protocol (a chunked body past its wire limit)
         raise ServiceError(400, f"the client disconnected after {size} bytes of the body", kind="disconnected",
                            headers={"Connection": "close"}) from None
     except TimeoutError:
+        if (timer.when() or end) < end:
+            raise ServiceError(408, f"the body stopped arriving: fewer than {max(window, 1)} bytes in "
+                                    f"{stall:g} s ({size} bytes received; TUNEMIX_BODY_MIN_RATE x "
+                                    "TUNEMIX_BODY_STALL_S)", kind="body_stalled",
+                               headers={"Connection": "close"}) from None
         raise ServiceError(408, f"the body did not arrive within {settings.body_timeout_s:g} s "
                                 f"({size} bytes received; TUNEMIX_BODY_TIMEOUT_S)", kind="body_timeout",
                            headers={"Connection": "close"}) from None
     return b"".join(chunks)
+
+
+#: colons (a LETOR line's ``id:value`` pairs, a JSON object's keys) that weigh as much as one
+#: line or object in ``body_items`` (measured on the event loop: a LETOR line about 8 us, a pair
+#: about 0.8 us; a sparse JSON feature about 0.6 us)
+COLONS_PER_ITEM = 8
+
+
+def body_items(body: bytes, kind: str) -> int:
+    """The work a body implies, counted by numpy over its bytes (about 20 us for 96 KiB), never
+    fewer than its documents or its queries: for JSON (``kind`` ``"json"``) its ``{`` and ``[``
+    (every query is an object, every document an object or a row of the columnar features; one
+    inside a string only counts more), for LETOR text its lines (a document each); and for
+    either, one more per ``COLONS_PER_ITEM`` colons (a sparse document's keys, a line's pairs)."""
+    a = np.frombuffer(body, dtype=np.uint8)
+    colons = int(np.count_nonzero(a == 0x3A)) // COLONS_PER_ITEM
+    if kind == "text":
+        return int(np.count_nonzero(a == 0x0A)) + 1 + colons
+    return int(np.count_nonzero((a | 0x20) == 0x7B)) + colons  # "[" is 0x5B, "{" 0x7B: they differ in bit 0x20 only
 
 
 JSON_TYPES = frozenset({"application/json"})

@@ -7,7 +7,8 @@ the smaller of the two when both are sent), capped at ``TUNEMIX_MAX_REQUEST_TIME
 ask is cut to the cap, as Elasticsearch's ``search.max_timeout`` does.
 
 The deadline (``tunemix.core.deadline.Deadline``) travels with the work to the thread that does it
-(``tunemix.service.deps``) and is checked between batches by every loop that can run long: the decoding
+(``tunemix.service.lanes``), or is made active around /rank's work on the event loop (a body of
+little work, ``TUNEMIX_INLINE_MAX_ITEMS``), and is checked between batches by every loop that can run long: the decoding
 stages, per query while the queries are checked, per measure in evaluation, per query in
 fusion, at every forest pass (so per batch of an explanation's coalitions). Past it the thread
 stops at its next check and the request is answered **504** with what to do; a request that

@@ -20,6 +20,14 @@ closes both, as nginx's ``client_header_timeout`` and ``large_client_header_buff
   a slice at a time while a head is awaited or a chunked body read, and a body of declared length
   exactly): any number of small pipelined requests in one packet is served, in order.
 
+- answers: each request's scope carries ``tunemix-answer-written`` (``tunemix.service.body.ANSWER_WRITTEN``),
+  which waits until the answer sent has left the process, its bytes still unsent counted in the
+  worker's in-flight bytes meanwhile (``tunemix.service.body.AnswerBytes``). The client must take
+  ``TUNEMIX_BODY_MIN_RATE`` x ``TUNEMIX_BODY_STALL_S`` bytes of it in every ``TUNEMIX_BODY_STALL_S``
+  seconds, and all of it within ``TUNEMIX_BODY_TIMEOUT_S``; else the connection is reset and the
+  unsent bytes dropped (a plain close waits for them to be written: for ever, for a client that
+  reads nothing).
+
 A refusal is written, the sending side shut (the client reads the answer, then end of file) and what
 the client still sends is discarded unread for at most ``LINGER_S`` seconds before the socket closes
 (closing at once, with unread bytes, would reset the connection and could lose the answer).
@@ -33,11 +41,16 @@ Where httptools is not installed (the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import socket
+import struct
+from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from tunemix.service.body import ANSWER_WRITTEN
 from tunemix.service.settings import get_settings
 
 #: seconds a refused connection's further bytes are read and dropped before it is closed
@@ -67,10 +80,18 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._chunked = False  # the current request's body is chunked
         self._wire_bytes = 0  # and the bytes of it received so far, framing and extensions included
         self._body_left = 0  # bytes still to come of a body of declared length
+        #: an answer's writing: its time in all, and each stall window's time and bytes
+        self.write_timeout = settings.body_timeout_s
+        self.write_stall = settings.body_stall_s
+        self.write_window = int(settings.body_min_rate * settings.body_stall_s)
 
     # ------------------------------------------------------------------ connection
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        # writing paused from the first byte the transport buffers, resumed when its buffer is
+        # empty: the end of an answer's writing is an event (uvicorn's flow control then waits for
+        # an empty buffer, not one below a quarter of 64 KiB, before it writes more)
+        transport.set_write_buffer_limits(high=0)
         self._arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -124,6 +145,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         self._head_begun = True
         super().on_message_begin()
+        self.scope["extensions"] = {ANSWER_WRITTEN: self.answer_written}  # type: ignore[dict-item]
 
     def on_headers_complete(self) -> None:
         self._awaiting_head = False
@@ -153,6 +175,42 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         # the service answered before reading it (a 413 from the declared length)
         if not self.transport.is_closing():
             self._arm_head_timer()
+
+    # ------------------------------------------------------------------ an answer's writing
+    async def answer_written(self, count: Callable[[int], None]) -> None:
+        """Return once the answer sent has left the process (the kernel holds what the client has
+        not read yet), having told ``count`` its bytes unsent; abort the connection, dropping
+        them, when a stall window passes with fewer than ``write_window`` of them written, or
+        ``write_timeout`` in all."""
+        left = self.transport.get_write_buffer_size()
+        if not left:
+            return
+        count(left)
+        loop = self.loop
+        end = loop.time() + self.write_timeout
+        window_end, mark = min(end, loop.time() + self.write_stall), left
+        while left:
+            stalled = False
+            try:
+                async with asyncio.timeout_at(window_end):
+                    await self.flow.drain()  # set when the buffer is empty, or the connection lost
+            except TimeoutError:
+                stalled = True
+            left = self.transport.get_write_buffer_size()
+            if left and stalled:
+                if mark - left < self.write_window or window_end >= end:
+                    self._reset()
+                    return
+                window_end, mark = min(end, loop.time() + self.write_stall), left
+
+    def _reset(self) -> None:
+        """Abort the connection with a reset: the unsent bytes in the process and in the kernel
+        are dropped (closed without it, the kernel keeps trying to deliver its part for minutes)."""
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.transport.abort()
 
     # ------------------------------------------------------------------ the deadline
     def _arm_head_timer(self) -> None:

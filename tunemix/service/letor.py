@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from tunemix.core.deadline import check_deadline
 from tunemix.service.errors import input_error
 from tunemix.service.parsing import CandidateLists, check_ids, check_limits
 from tunemix.service.settings import Settings
@@ -41,6 +42,9 @@ _SPACE = re.compile(r"\s+", re.ASCII)  # ASCII whitespace (str.split also splits
 _FID = re.compile(r"[1-9][0-9]{0,9}", re.ASCII)
 _LABEL = re.compile(_NUMBER, re.ASCII)
 _DOCID = re.compile(r"docid\s*=\s*(\S+)")
+
+#: lines read between two checks of the request's deadline
+DEADLINE_LINES = 1024
 
 #: the largest label a LETOR body may carry (the evaluation kernels' gain tables stop there)
 MAX_LABEL = 2**31 - 1
@@ -79,6 +83,8 @@ def letor_lists(body: bytes, d: int, settings: Settings, *, max_label: int = MAX
     starts: list[int] = []  # the first row of each query
     start_lines: list[int] = []  # and its line number
     for line_no, line in enumerate(text.split("\n"), start=1):
+        if not line_no % DEADLINE_LINES:
+            check_deadline("LETOR lines")
         content, _, comment = line.partition("#")
         head = content.split(None, 2)
         if not head:

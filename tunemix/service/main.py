@@ -31,6 +31,7 @@ from tunemix.core.deadline import BudgetExceeded, DeadlineExceeded
 from tunemix.core.scoring.runtime import configure as configure_runtime
 from tunemix.core.scoring.runtime import get_scoring_threads as scoring_threads
 from tunemix.core.version import __version__
+from tunemix.service.body import AnswerBytes
 from tunemix.service.deadlines import budget_answer, deadline_answer
 from tunemix.service.errors import ServiceError, plain_errors, validation_message
 from tunemix.service.lanes import PYTHON_LANES, explain_lane
@@ -190,7 +191,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for module in (health, rank, evaluate, fuse, models):
         app.include_router(module.router)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
-    app.add_middleware(RankShortcut, fastapi_app=app, route=rank.ROUTE, metrics=metrics)  # outermost of ours
+    app.add_middleware(RankShortcut, fastapi_app=app, route=rank.ROUTE, metrics=metrics)
+    app.add_middleware(AnswerBytes, fastapi_app=app)  # outermost of ours: an answer counted until written
     app.state.rank_shortcut = True
     install_openapi(app)
     return app

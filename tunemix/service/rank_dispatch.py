@@ -4,8 +4,9 @@ A /rank request otherwise walks, before the route function runs and after it ans
 FastAPI's per-request machinery: the metrics middleware, Starlette's exception middleware, the
 exit-stack middleware, the router's match over every route, the route's request-response
 wrapper and its dependency solver (with nothing to solve: /rank declares no parameter and no
-dependency, ``tunemix.service.deps.query_model``). ``RankShortcut``, the outermost of the application's own
-middleware, does for ``POST /rank`` what those layers do for it, and nothing else:
+dependency, ``tunemix.service.deps.query_model``). ``RankShortcut``, the outermost of the
+application's own middleware but ``tunemix.service.body.AnswerBytes``, does for ``POST /rank``
+what those layers do for it, and nothing else:
 
 - the scope gets what the router gives a matched route (``app``, ``route``, ``endpoint``,
   ``path_params``), and the route function (``tunemix.service.routers.rank.rank``, the same function the

@@ -43,11 +43,19 @@ class Settings(BaseSettings):
     concurrency: int | None = Field(
         None, ge=1, le=256, description="requests one worker scores at once (default: cores / workers)")
     inline_max_bytes: int = Field(
-        96 * 1024, ge=0, description="a /rank body of at most this many bytes is decoded, scored and answered on the "
-                                     "event loop when no other request of the worker is scoring (no thread hop: a "
-                                     "100-document request holds the loop about 2 ms: 100 MSLR documents of 136 "
-                                     "features, 86 KB, 2.1 ms in-process, 100 MQ2008 ones 2.6-3.8 ms); larger ones go "
-                                     "to worker threads, so the loop keeps answering /health. 0: always threads")
+        96 * 1024, ge=0, description="a /rank body of at most this many bytes and inline_max_items items is decoded, "
+                                     "scored and answered on the event loop when no other request of the worker is "
+                                     "scoring (no thread hop), under the request's deadline: a 100-document request "
+                                     "holds the loop about 2 ms (100 MSLR documents of 136 features, 86 KB, 2.1 ms "
+                                     "in-process); larger ones go to worker threads, so the loop keeps answering "
+                                     "/health. 0: always threads")
+    inline_max_items: int = Field(
+        256, ge=0, description="a /rank body is answered on the event loop only when its items are at most this many "
+                               "(tunemix.service.body.body_items: a JSON body's objects and arrays or a LETOR body's "
+                               "lines, and one per 8 colons, its sparse keys or id:value pairs; never fewer than its "
+                               "documents or its queries; the costliest shapes at 256 take 1.7-2.4 ms in-process): the "
+                               "loop's work follows the queries and documents, not the bytes alone (8,000 one-line "
+                               "LETOR queries fit in 87 KB and take 120 ms). 0: always threads")
     reload_token: str | None = Field(None, description="bearer token of POST /models/reload; unset disables it")
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     access_log: bool = Field(False, description="one log line per request (off by default: /metrics counts "
@@ -68,9 +76,32 @@ class Settings(BaseSettings):
                     "worker's peak "
                     "memory stays below its resting size + 2 x DECODED_BODY_MULTIPLE x max_body_bytes + "
                     "max_inflight_bytes (224 MiB with the defaults)")
+    inflight_reserve_bytes: int | None = Field(
+        None, ge=0,
+        description="the part of max_inflight_bytes only small bodies (at most small_body_bytes) may hold: larger "
+                    "bodies together hold at most max_inflight_bytes - inflight_reserve_bytes (one more: HTTP 503 "
+                    "with Retry-After), so a few large bodies held one byte short never refuse small requests. "
+                    "Default: a quarter of max_inflight_bytes (4 MiB), at most max_inflight_bytes - max_body_bytes "
+                    "(a body of the largest size alone is always let in)")
+    small_body_bytes: int = Field(
+        128 * 1024, ge=0,
+        description="bodies of at most this many bytes may hold the in-flight reserve (inflight_reserve_bytes); a "
+                    "body counts as large from its first byte past it")
     body_timeout_s: float = Field(30.0, gt=0, le=3600,
                                   description="seconds a client has to send the whole body of a request "
                                               "(more: HTTP 408 and the connection is closed)")
+    body_stall_s: float = Field(
+        5.0, gt=0, le=3600,
+        description="a body being received must bring body_min_rate x body_stall_s bytes (or its end) within every "
+                    "body_stall_s seconds (less: HTTP 408 and the connection is closed): a body that stops "
+                    "arriving, one byte short or not, stops holding the worker's in-flight bytes within this many "
+                    "seconds, not body_timeout_s. `python -m tunemix.service`: the same for an answer, whose bytes not "
+                    "yet written count in the in-flight bytes as a large body's (a client that takes less of it, or "
+                    "not all of it within body_timeout_s: the connection is reset, the bytes dropped)")
+    body_min_rate: int = Field(
+        8192, ge=0,
+        description="bytes a second a body, or an answer, must keep moving at, measured over each body_stall_s "
+                    "window (0: any byte starts a new window)")
     header_timeout_s: float = Field(10.0, gt=0, le=3600,
                                     description="`python -m tunemix.service`: seconds a client has to send a "
                                                 "request's line and "
@@ -154,7 +185,19 @@ class Settings(BaseSettings):
         if self.max_inflight_bytes < self.max_body_bytes:
             raise ValueError(f"max_inflight_bytes ({self.max_inflight_bytes}) must be at least max_body_bytes "
                              f"({self.max_body_bytes}): a worker must be able to take one body of the largest size")
+        room = self.max_inflight_bytes - self.max_body_bytes
+        if self.inflight_reserve_bytes is not None and self.inflight_reserve_bytes > room:
+            raise ValueError(f"inflight_reserve_bytes ({self.inflight_reserve_bytes}) must be at most "
+                             f"max_inflight_bytes - max_body_bytes ({room}): a worker must be able to take one body "
+                             "of the largest size")
         return self
+
+    def inflight_reserve(self) -> int:
+        """``inflight_reserve_bytes``, else a quarter of ``max_inflight_bytes``, at most what leaves
+        room for one body of ``max_body_bytes``."""
+        if self.inflight_reserve_bytes is not None:
+            return self.inflight_reserve_bytes
+        return min(self.max_inflight_bytes // 4, self.max_inflight_bytes - self.max_body_bytes)
 
     def worker_processes(self) -> int:
         """Workers ``python -m tunemix.service`` starts: ``workers``, else one per usable core."""

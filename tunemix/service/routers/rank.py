@@ -32,9 +32,12 @@ A request that asks for explanations (read from the parsed body, never from its 
 and explained in the explain lane (``tunemix.service.lanes.explain_work``, ``TUNEMIX_EXPLAIN_CONCURRENCY``), on
 one thread, under its own deadline (``TUNEMIX_EXPLAIN_TIMEOUT_S``), never on the event loop.
 
-A small body (``TUNEMIX_INLINE_MAX_BYTES``, 96 KiB: about 110 documents of 136 features or 290
-of 46) runs steps 2-5 on the event loop when no other request of the worker is scoring: a thread
-hop costs more than such a request's work. Otherwise an idle worker runs them in one thread hop
+A body of little work runs steps 2-5 on the event loop when no other request of the worker is
+scoring, under the request's deadline (504 past it, as on a thread): a thread hop costs more than
+its work. Little is at most ``TUNEMIX_INLINE_MAX_BYTES`` (96 KiB: about 110 documents of 136
+features) and ``TUNEMIX_INLINE_MAX_ITEMS`` items (256: ``tunemix.service.body.body_items`` counts,
+with numpy, never fewer than the body's documents or its queries, so 8,000 one-line LETOR
+queries in 87 KB go to a thread). Otherwise an idle worker runs them in one thread hop
 and a busy one in two (``tunemix.service.deps``), so that decoding overlaps other requests'
 scoring. The same functions run either way.
 
@@ -58,7 +61,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from tunemix.core.scoring.runtime import single_threaded
-from tunemix.service.body import BodyHold, body_kind, held_body, read_body
+from tunemix.service.body import BodyHold, body_items, body_kind, held_body, read_body
 from tunemix.service.deadlines import start_deadline
 from tunemix.service.deps import json_bytes_response, query_model, resolve_model
 from tunemix.service.errors import input_error
@@ -200,15 +203,17 @@ async def rank_request(request: Request, registry: ModelRegistry, settings: Sett
             scored = score(served, options)(lists.features, lists.offsets)
         return answer(served, lists, options, scored)
 
-    start_deadline(request, settings)
+    deadline = start_deadline(request, settings)
     state = request.app.state
     content: bytes | None = None
     done: tuple[ServedModel, CandidateLists, Options, bytes | None] | None = None
-    # a small body is decoded on the event loop (a thread hop costs more than its work), and
-    # scored there too unless it asks for explanations: those never run on the event loop
-    if len(body) <= settings.inline_max_bytes and not state.scoring_requests:
+    # a body of little work is decoded on the event loop (a thread hop costs more than its work),
+    # and scored there too unless it asks for explanations: those never run on the event loop
+    if (len(body) <= settings.inline_max_bytes and not state.scoring_requests
+            and body_items(body, kind) <= settings.inline_max_items):
         try:
-            done = whole(False)  # one thread, as when other requests score
+            with deadline.active():  # checked as on a thread: past it, 504
+                done = whole(False)  # one thread, as when other requests score
         except NotInMemory:
             pass  # the model version must be loaded first: in a thread, below
     if done is None and len(body) <= LARGE_BODY_BYTES:
