@@ -92,3 +92,12 @@ def test_the_python_model_gives_probabilities(store: Store) -> None:
     np.testing.assert_allclose(model.predict_relevance(x, SIZES), proba @ np.arange(proba.shape[1]), atol=1e-12)
     np.testing.assert_array_equal(model.predict(x, SIZES), model.ensemble.score_and_relevance(
         x.astype(np.float32), np.concatenate([[0], np.cumsum(SIZES)]))[0])
+
+
+def test_an_infinite_min_relevance_is_refused_in_the_query_string_too(client: TestClient) -> None:
+    """``?min_relevance=1e999`` (a text body's threshold) is a 422, as ``"min_relevance": 1e999``
+    in a JSON body is, not an empty ranking."""
+    text = b"qid:1 1:0.5\nqid:1 1:0.25\n"
+    for value in ("1e999", "inf", "nan"):
+        r = client.post(f"/rank?min_relevance={value}", content=text, headers={"Content-Type": "text/plain"})
+        assert r.status_code == 422 and "min_relevance" in r.text, (value, r.text)

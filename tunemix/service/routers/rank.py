@@ -106,7 +106,8 @@ class RankParams(BaseModel):
     version: str | None = Field(None, description="model version (text bodies)")
     top_k: int | None = Field(None, ge=1, description="best top_k per query (text bodies)")
     relevance: bool = Field(False, description="text bodies: also return relevance and probabilities")
-    min_relevance: float | None = Field(None, ge=0, description="text bodies: cut below this expected grade")
+    min_relevance: float | None = Field(None, ge=0, allow_inf_nan=False,
+                                         description="text bodies: cut below this expected grade")
     min_probability: float | None = Field(None, ge=0, le=1, description="text bodies: cut below this P(grade >= 1)")
     explain: int = Field(0, ge=0, le=MAX_EXPLAIN, description="text bodies: each returned document's k largest "
                                                              "feature contributions")
