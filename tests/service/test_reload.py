@@ -162,3 +162,64 @@ def test_a_manifest_missing_model_fields_is_refused(reloadable: TestClient, mode
 def test_another_feature_count_is_refused(reloadable: TestClient, models_dir: Path, store: Store) -> None:
     copy_version(store.wide_v1, models_dir, "default", "v2")
     refused(reloadable, 409, ["v2", "7 features", "v1 takes 5"])
+
+
+def test_the_pins_poll_during_the_start_up_load_loads_nothing_twice(
+        models_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker starting beside another: the other pins default v1 while this one still loads it,
+    and this one's pins poll runs then. The first load is held until the poll has either loaded the
+    version itself or waits for the load under way; one load of v1 in all, installed once."""
+    import logging
+    import threading
+
+    from tunemix.service import registry as registry_module
+    from tunemix.service import worker_state
+
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    reg = registry_module.ModelRegistry(models_dir, "default", state_dir=state_dir)
+    real = registry_module.load_served
+    loads: list[tuple[str, str | None]] = []
+    loading, poll_ran, release = threading.Event(), threading.Event(), threading.Event()
+
+    def counted(models: Path, name: str, version: str | None = None, **kw: Any) -> Any:
+        loads.append((name, version))
+        if len(loads) == 1:
+            loading.set()
+            assert release.wait(30), "the first load was never released"
+        else:
+            poll_ran.set()  # a second load: the poll did not share the first
+        return real(models, name, version, **kw)
+
+    class Waiting(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "waiting for its load under way" in record.getMessage():
+                poll_ran.set()
+
+    handler = Waiting()
+    registry_module.log.addHandler(handler)
+    level = registry_module.log.level
+    registry_module.log.setLevel(logging.INFO)
+    monkeypatch.setattr(registry_module, "load_served", counted)
+    installs: list[str] = []
+    real_install = reg.install
+    monkeypatch.setattr(reg, "install", lambda served: installs.append(served.version) or real_install(served))
+    try:
+        start = threading.Thread(target=reg.load_initial, args=([],))
+        start.start()
+        assert loading.wait(30), "the start-up load did not begin"
+        worker_state.write_pins(state_dir, {"default": "v1"})  # the other worker pinned what it loaded
+        assert reg.state_changed()
+        poll = threading.Thread(target=reg.follow_state)
+        poll.start()
+        assert poll_ran.wait(30), "the poll neither loaded nor waited"
+        release.set()
+        start.join(30)
+        poll.join(30)
+    finally:
+        release.set()
+        registry_module.log.removeHandler(handler)
+        registry_module.log.setLevel(level)
+    assert loads == [("default", "v1")]
+    assert installs == ["v1"]
+    assert reg.current("default") is not None and reg.current("default").version == "v1"  # type: ignore[union-attr]

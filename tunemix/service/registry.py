@@ -199,6 +199,9 @@ class ModelRegistry:
         #: loads under way, by (name, version) or ("", name) for a current model: a request for a
         #: version being loaded waits for that one load (single flight)
         self._loading: dict[tuple[str, str], Future[ServedModel]] = {}
+        #: loads of a named version under way, by (name, version), as the start-up load and the pins
+        #: poll make them: a version is loaded once however many of the two ask for it at once
+        self._version_loads: dict[tuple[str, str], Future[ServedModel]] = {}
         self.default_model = default_model
         self.max_cached = max_cached_versions
         self.state_dir = state_dir
@@ -320,6 +323,40 @@ class ModelRegistry:
             raise
 
     # ------------------------------------------------------------------ loading
+    def _load_version(self, name: str, version: str | None) -> ServedModel:
+        """``load_served`` of ``name`` at ``version`` (None: the newest on disk, named before the load),
+        once per version at a time: the start-up load and the pins poll asking for the same version
+        together share one load (a second copy of the arrays would double the worker's peak memory),
+        and a version already current is not loaded again."""
+        if version is None:
+            with contextlib.suppress(OSError, ValueError):
+                version = next(reversed(list_versions(self.models_dir, name)), None)
+        if version is None:  # no version on disk: load_served says so
+            return load_served(self.models_dir, name, version, max_bytes=self.max_artifact_bytes)
+        key = (name, version)
+        with self._lock:
+            cur = self._current.get(name)
+            if cur is not None and cur.version == version:
+                return cur
+            pending = self._version_loads.get(key)
+            owner = pending is None
+            if pending is None:
+                pending = self._version_loads[key] = Future()
+        if not owner:
+            log.info("model %s %s: waiting for its load under way", name, version)
+            return pending.result()
+        try:
+            served = load_served(self.models_dir, name, version, max_bytes=self.max_artifact_bytes)
+        except BaseException as exc:
+            pending.set_exception(exc)
+            raise
+        else:
+            pending.set_result(served)
+            return served
+        finally:
+            with self._lock:
+                self._version_loads.pop(key, None)
+
     @property
     def load_error(self) -> str | None:
         """Why the default model could not be loaded at start-up (None: it was, or is loading)."""
@@ -338,7 +375,9 @@ class ModelRegistry:
         self._state_mtime = mtime
         for name in dict.fromkeys([self.default_model, *names]):
             try:
-                self.install(load_served(self.models_dir, name, pins.get(name), max_bytes=self.max_artifact_bytes))
+                served = self._load_version(name, pins.get(name))
+                if self._current.get(name) is None:  # (the pins poll may have installed what another worker pinned)
+                    self.install(served)
             except ServiceError as exc:
                 log.error("%s", exc.message)
                 self.failed[name] = exc.message
@@ -357,6 +396,11 @@ class ModelRegistry:
         log.info("serving %s %s (was %s)", served.name, served.version, old.version if old else "nothing")
         self.publish_self()
         return old
+
+    def _install_new(self, served: ServedModel) -> None:
+        """``install``, unless ``served`` is current already (a load the other path shared)."""
+        if self._current.get(served.name) is not served:
+            self.install(served)
 
     def reload(self, name: str | None = None, version: str | None = None) -> tuple[ServedModel, ServedModel | None]:
         """Load ``name`` (latest or ``version``), check it fits, swap it in; the old one stays on error."""
@@ -473,6 +517,6 @@ class ModelRegistry:
             cur = self._current.get(name)
             if cur is None or cur.version != version:
                 try:
-                    self.install(load_served(self.models_dir, name, version, max_bytes=self.max_artifact_bytes))
+                    self._install_new(self._load_version(name, version))
                 except ServiceError as exc:
                     log.error("could not follow %s %s: %s", name, version, exc.message)
