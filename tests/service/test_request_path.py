@@ -10,6 +10,7 @@ import json
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from tests.service.conftest import N_FEATURES, HealthWatch, rank_body, ready_cli
 from tunemix.core.deadline import BudgetExceeded, Deadline, DeadlineExceeded, check_deadline
 from tunemix.core.evaluation import evaluate as evaluate_offsets
 from tunemix.service.deadlines import TIMEOUT_HEADER, deadline_answer, request_seconds
+from tunemix.service.errors import ServiceError
 from tunemix.service.observability import Metrics
 from tunemix.service.settings import DECODED_BODY_MULTIPLE, Settings
 
@@ -255,7 +257,12 @@ def test_the_asked_deadline_is_capped_and_the_default_documented(monkeypatch: py
     assert request_seconds(Asked(None, None), settings) == 10  # type: ignore[arg-type]
     assert request_seconds(Asked("2.5", None), settings) == 2.5  # type: ignore[arg-type]
     assert request_seconds(Asked("30", "20"), settings) == 20  # type: ignore[arg-type]
-    assert request_seconds(Asked(None, "3600"), settings) == 60  # type: ignore[arg-type]
+    assert request_seconds(Asked(None, "60"), settings) == 60  # type: ignore[arg-type]
+    for header, param, where in (("61", None, TIMEOUT_HEADER), (None, "3600", "timeout_s"), ("5", "60.5", "timeout_s")):
+        with pytest.raises(ServiceError) as refused:
+            request_seconds(Asked(header, param), settings)  # type: ignore[arg-type]
+        assert refused.value.status == 422 and where in refused.value.message, refused.value.message
+        assert "60 s (TUNEMIX_MAX_REQUEST_TIMEOUT_S)" in refused.value.message
     for key in ("TUNEMIX_REQUEST_TIMEOUT_S", "TUNEMIX_MAX_REQUEST_TIMEOUT_S", "TUNEMIX_EXPLAIN_TIMEOUT_S"):
         monkeypatch.delenv(key, raising=False)
     fresh = Settings(_env_file=None)  # type: ignore[call-arg]
@@ -263,12 +270,65 @@ def test_the_asked_deadline_is_capped_and_the_default_documented(monkeypatch: py
 
 
 def test_work_that_waited_past_its_deadline_never_starts() -> None:
+    """503 "busy" only when the deadline passed while the work waited behind other requests; 504
+    when it passed during the request's own work or with nothing else in flight."""
     ran: list[int] = []
+    now = time.monotonic()
+    queued_behind_others = Deadline(at=now - 0.01, seconds=1.0, busy=lambda: True)  # started 1 s ago, passed since
     with pytest.raises(DeadlineExceeded) as info:
-        Deadline.after(-1).run(ran.append, 1)
-    assert ran == []
+        queued_behind_others.run(ran.append, 1)
+    assert ran == [] and info.value.busy
     answer = deadline_answer(info.value, Metrics())
     assert answer.status_code == 503 and answer.headers["Retry-After"] == "1"
+    assert b"busy with other requests" in answer.body
+    alone = Deadline(at=now - 0.01, seconds=1.0, busy=lambda: False)
+    with pytest.raises(DeadlineExceeded) as info:
+        alone.run(ran.append, 1)
+    assert ran == [] and not info.value.busy
+    assert deadline_answer(info.value, Metrics()).status_code == 504
+    # the request's own first piece of work used the time: the next piece's start is a 504, busy or not
+    own = Deadline.after(0.05)
+    own.busy = lambda: True
+
+    def until_past() -> None:
+        while not own.expired():
+            threading.Event().wait(max(own.remaining(), 0.001))
+
+    own.run(until_past)
+    with pytest.raises(DeadlineExceeded) as info:
+        own.run(ran.append, 1)
+    assert ran == [] and not info.value.busy
+    answer = deadline_answer(info.value, Metrics())
+    assert answer.status_code == 504 and b"busy" not in answer.body
+
+
+def test_a_short_deadline_alone_in_the_worker_is_a_504_and_a_long_one_a_422(
+        client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """?timeout_s=0.05 whose deadline passes before the work starts, nothing else in flight: 504
+    (the deadline passed), not 503 (the worker was not busy). A deadline above the server's bound
+    (TUNEMIX_MAX_REQUEST_TIMEOUT_S, 600 in these tests) is a 422 naming timeout_s and the bound."""
+    from tunemix.service import deadlines as deadlines_module
+
+    real = deadlines_module.Deadline.after
+
+    def passed(seconds: float, **kw: Any) -> Deadline:
+        d = real(seconds, **kw)
+        while not d.expired():  # the deadline passes before any work starts
+            threading.Event().wait(max(d.remaining(), 0.001))
+        return d
+
+    monkeypatch.setattr(deadlines_module.Deadline, "after", passed)
+    body = {"queries": [{"qid": "a", "labels": [2, 0, 1], "scores": [0.9, 0.8, 0.3]}]}
+    r = client.post("/evaluate?timeout_s=0.05", json=body)
+    assert r.status_code == 504, r.text
+    assert "deadline of 0.05 s passed" in r.json()["detail"] and "busy" not in r.json()["detail"]
+    monkeypatch.setattr(deadlines_module.Deadline, "after", real)
+    r = client.post("/evaluate?timeout_s=601", json=body)
+    assert r.status_code == 422, r.text
+    assert "timeout_s" in r.json()["detail"] and "600 s (TUNEMIX_MAX_REQUEST_TIMEOUT_S)" in r.json()["detail"]
+    r = client.post("/rank?timeout_s=601", json=rank_body(np.zeros((2, N_FEATURES), dtype=np.float32), [2]))
+    assert r.status_code == 422 and "timeout_s" in r.json()["detail"], r.text
+    assert client.post("/evaluate?timeout_s=600", json=body).status_code == 200
 
 
 def test_the_library_checks_the_deadline_per_measure() -> None:

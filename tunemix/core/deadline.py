@@ -40,12 +40,15 @@ T = TypeVar("T")
 
 
 class DeadlineExceeded(Exception):
-    """The work passed its deadline; ``stage`` names the loop that noticed."""
+    """The work passed its deadline; ``stage`` names the loop that noticed; ``busy``: the deadline
+    passed while the work waited for a thread behind other requests (the worker was busy), not
+    while the request's own work ran."""
 
-    def __init__(self, seconds: float, stage: str) -> None:
+    def __init__(self, seconds: float, stage: str, *, busy: bool = False) -> None:
         super().__init__(f"the request's deadline of {seconds:g} s passed" + (f" (at {stage})" if stage else ""))
         self.seconds = seconds
         self.stage = stage
+        self.busy = busy
 
 
 class BudgetExceeded(Exception):
@@ -62,12 +65,18 @@ class BudgetExceeded(Exception):
 @dataclass
 class Deadline:
     """``at``: the ``time.monotonic()`` instant the work must be done by; ``seconds``: the length
-    it was given (for messages); ``row_budget``: forest rows the work may score (None: no limit)."""
+    it was given (for messages); ``row_budget``: forest rows the work may score (None: no limit);
+    ``busy``: whether other requests are in flight (the service's probe; None: never), asked only
+    when the work finds its deadline passed before it starts."""
 
     at: float
     seconds: float
     row_budget: int | None = None
     rows: int = field(default=0)
+    busy: Callable[[], bool] | None = field(default=None, repr=False)
+    #: the ``time.monotonic()`` instant the last piece of work of ``run`` ended (None: none ran yet,
+    #: the deadline's start counts)
+    idle_since: float | None = field(default=None, repr=False)
 
     @classmethod
     def after(cls, seconds: float, *, row_budget: int | None = None) -> Deadline:
@@ -110,11 +119,21 @@ class Deadline:
             _CURRENT.reset(token)
 
     def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` with this deadline active, checked first (work that waited for a thread past
-        its deadline does not start)."""
-        self.check("the start of the work: it waited for a thread")
-        with self.active():
-            return fn(*args)
+        """``fn(*args)`` with this deadline active, checked first: work whose deadline passed does
+        not start. ``DeadlineExceeded.busy`` says why it passed: while the work waited for a thread
+        with other requests in flight (the deadline was still ahead when the request's previous
+        work ended, or when the deadline started, and ``busy()`` says so), or not (the request's
+        own work used the time, or nothing else held the threads)."""
+        if time.monotonic() >= self.at:
+            start = self.idle_since if self.idle_since is not None else self.at - self.seconds
+            busy = start < self.at and self.busy is not None and self.busy()
+            raise DeadlineExceeded(self.seconds, "the start of the work: it waited for a thread behind other "
+                                                 "requests" if busy else "the start of the work", busy=busy)
+        try:
+            with self.active():
+                return fn(*args)
+        finally:
+            self.idle_since = time.monotonic()
 
 
 _CURRENT: ContextVar[Deadline | None] = ContextVar("tunemix_deadline", default=None)

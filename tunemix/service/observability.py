@@ -57,6 +57,9 @@ class Metrics:
         #: each label set's children, as ``labels`` returns them (as many as the label sets seen)
         self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self._document_children: dict[str, Any] = {}
+        #: HTTP requests of this worker in flight (changed on the event loop only): the handler has
+        #: started and not yet answered (``MetricsMiddleware``, ``tunemix.service.rank_dispatch``)
+        self.in_flight = 0
         if prom is None:
             return
         multiproc_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
@@ -82,6 +85,11 @@ class Metrics:
                                                           self.latency.labels(endpoint))
             children[0].inc()
             children[1].observe(seconds)
+
+    def busy(self) -> bool:
+        """Whether other requests than the asking one are in flight in this worker (a deadline's
+        probe, read from a worker thread: one int read)."""
+        return self.in_flight > 1
 
     def count_documents(self, model: str, n: int) -> None:
         if self.enabled:
@@ -170,9 +178,11 @@ class MetricsMiddleware:
             return
         start = time.perf_counter()
         sender = StatusRecorder(send)
+        self.metrics.in_flight += 1
         try:
             await self.app(scope, receive, sender)
         finally:
+            self.metrics.in_flight -= 1
             route = scope.get("route")
             endpoint = getattr(route, "path", None) or "unmatched"
             self.metrics.observe_request(endpoint, scope.get("method", ""), sender.status,

@@ -63,6 +63,7 @@ class RankShortcut:
         scope["endpoint"] = route.endpoint
         scope.setdefault("path_params", {})
         request = Request(scope, receive, sender)
+        self.metrics.in_flight += 1
         try:
             try:
                 response = await route.endpoint(request)
@@ -74,6 +75,7 @@ class RankShortcut:
                 exc.__traceback__ = None  # as Starlette: a reused exception keeps no traceback
             await response(scope, receive, sender)
         finally:
+            self.metrics.in_flight -= 1
             self.metrics.observe_request(PATH, METHOD, sender.status, time.perf_counter() - start)
 
     def handler(self, exc: Exception) -> Any:

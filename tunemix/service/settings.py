@@ -115,13 +115,13 @@ class Settings(BaseSettings):
     request_timeout_s: float = Field(
         10.0, gt=0, le=3600,
         description="seconds a request's work may take once its body has arrived (the deadline; a client may ask "
-                    "for another with ?timeout_s= or the X-Request-Timeout-S header, capped at "
+                    "for another with ?timeout_s= or the X-Request-Timeout-S header, 0 < seconds <= "
                     "max_request_timeout_s). Checked between batches of every loop that can run long; past it: "
-                    "HTTP 504 and the work stops; a request that waited for a thread past it: HTTP 503 with "
-                    "Retry-After")
+                    "HTTP 504 and the work stops; a request whose deadline passed while it waited for a thread "
+                    "behind other requests: HTTP 503 with Retry-After")
     max_request_timeout_s: float = Field(60.0, gt=0, le=3600,
-                                         description="the longest deadline a client may ask for (a longer ask is "
-                                                     "cut to it)")
+                                         description="the longest deadline a client may ask for (a longer ask: "
+                                                     "HTTP 422 naming timeout_s or the header and this bound)")
     explain_timeout_s: float = Field(
         5.0, gt=0, le=3600,
         description="/rank \"explain\": seconds a request's explanations may take (within its deadline; more: "
