@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
@@ -348,3 +351,70 @@ def test_the_reload_poll_hops_to_a_thread_only_when_the_pins_change(served_dir: 
     assert not registry.state_changed()
     assert registry.current("default").version == version  # type: ignore[union-attr]
     assert not registry_module.ModelRegistry(served_dir, "default").state_changed()  # no state directory
+
+
+def queue_series(m: dict[Any, float], endpoint: str) -> tuple[float, float]:
+    """(count, sum) of ``tunemix_http_request_queue_seconds`` for ``endpoint``."""
+    labels = (("endpoint", endpoint),)
+    return (m.get(("tunemix_http_request_queue_seconds_count", labels), 0.0),
+            m.get(("tunemix_http_request_queue_seconds_sum", labels), 0.0))
+
+
+def test_the_wait_before_the_handler_is_in_the_queue_histogram(served_dir: Path) -> None:
+    """Requests that arrived 0.25 s before their handler started (the arrival the protocol stamps,
+    set here by an outer layer): the queue histogram holds the wait, the latency histogram does not."""
+    from tunemix.service.observability import ARRIVAL
+
+    app = create_app(Settings(models_dir=served_dir, default_model="default"))
+    waited = 0.25
+
+    async def arrived_earlier(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] != "/metrics":
+            scope["extensions"] = {**(scope.get("extensions") or {}), ARRIVAL: time.perf_counter() - waited}
+        await app(scope, receive, send)
+
+    with TestClient(arrived_earlier) as c:
+        wait_ready(c)
+        before = samples(c)
+        x = np.random.default_rng(1).normal(size=(3, N_FEATURES)).astype(np.float32)
+        assert c.post("/rank", json=rank_body(x, [3])).status_code == 200  # (the /rank shortcut)
+        assert c.get("/health").status_code == 200
+        after = samples(c)
+    for endpoint in ("/rank", "/health"):
+        (n0, s0), (n1, s1) = queue_series(before, endpoint), queue_series(after, endpoint)
+        assert n1 == n0 + 1, (endpoint, n0, n1)
+        assert s1 - s0 >= waited, (endpoint, s1 - s0)
+    latency = ("tunemix_http_request_duration_seconds_sum", (("endpoint", "/health"),))
+    assert after[latency] - before.get(latency, 0.0) < waited
+
+
+def test_a_request_pipelined_behind_a_slow_one_shows_its_wait(app_two: tuple[str, subprocess.Popen[bytes]]) -> None:
+    """``python -m tunemix.service``: a /health pipelined behind a /rank of 20,000 documents, both
+    in one send, is read at once but handled after the /rank's answer: the queue histogram of
+    /health holds that wait (the /rank's handling, as its latency histogram says), while /health's
+    own latency is small."""
+    url, _ = app_two
+    port = int(url.rsplit(":", 1)[1])
+    with httpx.Client(base_url=url) as c:
+        before = samples(c)  # type: ignore[arg-type]
+    x = np.random.default_rng(2).normal(size=(20_000, N_FEATURES)).astype(np.float32)
+    body = json.dumps(rank_body(x, [20_000])).encode()
+    post = (b"POST /rank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    last = b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(post + last)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    statuses = [part[:3] for part in answer.split(b"HTTP/1.1 ")[1:]]
+    assert statuses[0] == b"200" and statuses[-1] == b"200", statuses
+    with httpx.Client(base_url=url) as c:
+        after = samples(c)  # type: ignore[arg-type]
+    (n0, s0), (n1, s1) = queue_series(before, "/health"), queue_series(after, "/health")
+    assert n1 == n0 + 1, (n0, n1)
+    rank_key = ("tunemix_http_request_duration_seconds_sum", (("endpoint", "/rank"),))
+    rank_took = after[rank_key] - before.get(rank_key, 0.0)
+    health_key = ("tunemix_http_request_duration_seconds_sum", (("endpoint", "/health"),))
+    health_took = after[health_key] - before.get(health_key, 0.0)
+    assert s1 - s0 >= 0.5 * rank_took > health_took, (s1 - s0, rank_took, health_took)

@@ -27,6 +27,10 @@ closes both, as nginx's ``client_header_timeout`` and ``large_client_header_buff
   seconds, and all of it within ``TUNEMIX_BODY_TIMEOUT_S``; else the connection is reset and the
   unsent bytes dropped (a plain close waits for them to be written: for ever, for a client that
   reads nothing).
+- arrival: each request's scope carries ``tunemix-arrival`` (``tunemix.service.observability.ARRIVAL``),
+  the ``time.perf_counter()`` of the moment the parser met the first byte of its head: the metrics
+  measure from it the time the request waited before its handler started
+  (``tunemix_http_request_queue_seconds``).
 
 A refusal is written, the sending side shut (the client reads the answer, then end of file) and what
 the client still sends is discarded unread for at most ``LINGER_S`` seconds before the socket closes
@@ -45,12 +49,14 @@ import contextlib
 import json
 import socket
 import struct
+import time
 from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from tunemix.service.body import ANSWER_WRITTEN
+from tunemix.service.observability import ARRIVAL
 from tunemix.service.settings import get_settings
 
 #: seconds a refused connection's further bytes are read and dropped before it is closed
@@ -145,7 +151,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         self._head_begun = True
         super().on_message_begin()
-        self.scope["extensions"] = {ANSWER_WRITTEN: self.answer_written}  # type: ignore[dict-item]
+        self.scope["extensions"] = {ANSWER_WRITTEN: self.answer_written,  # type: ignore[dict-item]
+                                    ARRIVAL: time.perf_counter()}  # type: ignore[dict-item]
 
     def on_headers_complete(self) -> None:
         self._awaiting_head = False

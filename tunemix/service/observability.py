@@ -1,7 +1,11 @@
 """Prometheus metrics and logging set-up.
 
 Metrics (prefix ``tunemix_``): ``http_requests_total{endpoint,method,status}``,
-``http_request_duration_seconds{endpoint}`` (histogram), ``documents_scored_total{model}``,
+``http_request_duration_seconds{endpoint}`` (histogram, from the handler's start to the answer's
+end), ``http_request_queue_seconds{endpoint}`` (histogram, from the request's arrival, the first
+byte of its head as the protocol read it, to its handler's start: the time a request waited in
+the worker before any of its work; ``python -m tunemix.service`` only, whose protocol stamps the
+arrival, ``ARRIVAL``), ``documents_scored_total{model}``,
 ``errors_total{kind}`` and ``model_info{name,version}`` (1 per model version a worker serves; with
 several workers one series per worker, labelled ``pid``). With several uvicorn workers the client's
 multiprocess mode sums the counters and histograms over the workers' files in
@@ -43,6 +47,10 @@ _BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2
 _FOLDED_KINDS = ("counter", "histogram", "summary")
 _LOCK_FILE = ".scrape.lock"  # not *.db: the collector reads only those
 
+#: the scope's extension holding the request's arrival, the ``time.perf_counter()`` of the first byte of
+#: its head (``tunemix.service.http_protocol``)
+ARRIVAL = "tunemix-arrival"
+
 #: what every running worker serves, {pid: {name: version}} (``ModelRegistry.served_by_worker``)
 ServedSource = Callable[[], dict[int, dict[str, str]]]
 
@@ -55,7 +63,7 @@ class Metrics:
         #: set by the lifespan once the registry exists; model_info is empty until then
         self.served: ServedSource | None = None
         #: each label set's children, as ``labels`` returns them (as many as the label sets seen)
-        self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self._request_children: dict[tuple[str, str, int], tuple[Any, Any, Any]] = {}
         self._document_children: dict[str, Any] = {}
         #: HTTP requests of this worker in flight (changed on the event loop only): the handler has
         #: started and not yet answered (``MetricsMiddleware``, ``tunemix.service.rank_dispatch``)
@@ -70,21 +78,29 @@ class Metrics:
                                      ["endpoint", "method", "status"], **kw)
         self.latency = prom.Histogram("tunemix_http_request_duration_seconds", "Request latency by endpoint",
                                       ["endpoint"], buckets=_BUCKETS, **kw)
+        self.queued = prom.Histogram("tunemix_http_request_queue_seconds",
+                                     "Seconds from the request's arrival (the first byte of its head) to its "
+                                     "handler's start, by endpoint", ["endpoint"], buckets=_BUCKETS, **kw)
         self.documents = prom.Counter("tunemix_documents_scored_total", "Documents scored, by model", ["model"], **kw)
         self.errors = prom.Counter("tunemix_errors_total", "Error responses by kind", ["kind"], **kw)
         if self.multiprocess_dir:
             multiprocess.MultiProcessCollector(self.registry)
         self.registry.register(_ModelInfo(self))
 
-    def observe_request(self, endpoint: str, method: str, status: int, seconds: float) -> None:
+    def observe_request(self, endpoint: str, method: str, status: int, seconds: float,
+                        queued: float | None = None) -> None:
+        """Count a request and its latency; ``queued``: the seconds from its arrival to its handler's
+        start (None: unknown, the server stamps no arrival)."""
         if self.enabled:
             key = (endpoint, method, status)
             children = self._request_children.get(key)
             if children is None:  # the labels' children, found once (``labels`` checks and locks each call)
                 children = self._request_children[key] = (self.requests.labels(endpoint, method, str(status)),
-                                                          self.latency.labels(endpoint))
+                                                          self.latency.labels(endpoint), self.queued.labels(endpoint))
             children[0].inc()
             children[1].observe(seconds)
+            if queued is not None:
+                children[2].observe(max(queued, 0.0))
 
     def busy(self) -> bool:
         """Whether other requests than the asking one are in flight in this worker (a deadline's
@@ -186,7 +202,13 @@ class MetricsMiddleware:
             route = scope.get("route")
             endpoint = getattr(route, "path", None) or "unmatched"
             self.metrics.observe_request(endpoint, scope.get("method", ""), sender.status,
-                                         time.perf_counter() - start)
+                                         time.perf_counter() - start, queued_since(scope, start))
+
+
+def queued_since(scope: Any, start: float) -> float | None:
+    """Seconds from the request's arrival (``ARRIVAL``) to ``start``; None without an arrival stamp."""
+    arrival = (scope.get("extensions") or {}).get(ARRIVAL)
+    return start - arrival if isinstance(arrival, float) else None
 
 
 class StatusRecorder:

@@ -35,7 +35,7 @@ from typing import Any
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
-from tunemix.service.observability import Metrics, StatusRecorder
+from tunemix.service.observability import Metrics, StatusRecorder, queued_since
 
 #: the path and method taken past the routing
 PATH, METHOD = "/rank", "POST"
@@ -76,7 +76,8 @@ class RankShortcut:
             await response(scope, receive, sender)
         finally:
             self.metrics.in_flight -= 1
-            self.metrics.observe_request(PATH, METHOD, sender.status, time.perf_counter() - start)
+            self.metrics.observe_request(PATH, METHOD, sender.status, time.perf_counter() - start,
+                                         queued_since(scope, start))
 
     def handler(self, exc: Exception) -> Any:
         """The application's handler of ``exc`` as ``ExceptionMiddleware`` finds it, or None
