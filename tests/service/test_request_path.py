@@ -462,3 +462,62 @@ def test_the_installed_uvicorn_is_in_the_pinned_range() -> None:
     spec = next(re.sub(r"^uvicorn(\[[^\]]*\])?", "", d) for d in deps["dependencies"] if d.startswith("uvicorn"))
     assert "<" in spec, f"uvicorn is not pinned from above: {spec!r}"
     assert version("uvicorn") in SpecifierSet(spec), (version("uvicorn"), spec)
+
+
+def test_a_deadline_passed_behind_other_requests_is_a_503(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two evaluations hold both Python lanes; a third, ?timeout_s=0.05, waits for a lane until its
+    deadline has passed (waited for on the deadline, not a guessed time). One holder is let go: the
+    third never starts and is answered 503 "busy" with Retry-After (the other holder is in flight)."""
+    from tunemix.service import deadlines as deadlines_module
+    from tunemix.service.routers import evaluate as evaluate_module
+
+    real_evaluate = evaluate_module.evaluate
+    entered = threading.Semaphore(0)
+    release = threading.Semaphore(0)
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        entered.release()
+        assert release.acquire(timeout=60), "never released"
+        return real_evaluate(*args, **kwargs)
+
+    real_after = deadlines_module.Deadline.after
+    short: list[Deadline] = []
+    started = threading.Event()
+
+    def after(seconds: float, **kw: Any) -> Deadline:
+        d = real_after(seconds, **kw)
+        if seconds == 0.05:
+            short.append(d)
+            started.set()
+        return d
+
+    monkeypatch.setattr(evaluate_module, "evaluate", held)
+    monkeypatch.setattr(deadlines_module.Deadline, "after", after)
+    body = {"queries": [{"qid": "a", "labels": [2, 0, 1], "scores": [0.9, 0.8, 0.3]}]}
+    answers: dict[str, Any] = {}
+
+    def send(key: str, path: str) -> None:
+        answers[key] = client.post(path, json=body)
+
+    holders = [threading.Thread(target=send, args=(f"holder{i}", "/evaluate")) for i in range(2)]
+    for t in holders:
+        t.start()
+    for _ in holders:
+        assert entered.acquire(timeout=60), "the holders did not take the lanes"
+    late = threading.Thread(target=send, args=("late", "/evaluate?timeout_s=0.05"))
+    late.start()
+    try:
+        assert started.wait(60), "the late request's deadline never started"  # once its body has arrived
+        while not short[0].expired():
+            threading.Event().wait(max(short[0].remaining(), 0.001))
+        release.release()  # one lane free: the late request's work finds its deadline passed
+        late.join(60)
+    finally:
+        release.release()
+        release.release()
+        for t in holders:
+            t.join(60)
+    r = answers["late"]
+    assert r.status_code == 503 and r.headers["Retry-After"] == "1", r.text
+    assert "busy with other requests" in r.json()["detail"]
+    assert [answers[f"holder{i}"].status_code for i in range(2)] == [200, 200]
