@@ -28,6 +28,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import os
+import sys
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -112,10 +115,22 @@ async def explain_work(request: Request, fn: Callable[..., T], *args: Any) -> T:
     return await lane_work(request.app.state.explain_lane, request, fn, *args)
 
 
-def large_lane(concurrency: int) -> ThreadPoolExecutor:
+def large_lane(concurrency: int, nice: int = 0) -> ThreadPoolExecutor:
     """The worker's large lane: ``concurrency`` threads of its own (``TUNEMIX_LARGE_CONCURRENCY``),
-    made in the application's lifespan and shut down with it, as ``explain_lane``."""
-    return ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="tunemix-large")
+    made in the application's lifespan and shut down with it, as ``explain_lane``; each thread
+    ``nice`` steps below the worker's priority (``TUNEMIX_LARGE_NICE``, Linux: a thread has its
+    own), so that a small request's threads take a core from it as soon as they wake."""
+    return ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="tunemix-large",
+                              initializer=lower_priority, initargs=(nice,))
+
+
+def lower_priority(nice: int) -> None:
+    """This thread ``nice`` steps below its current priority, where the system lets a thread have
+    its own (Linux); elsewhere nothing."""
+    if nice and sys.platform == "linux":
+        tid = threading.get_native_id()
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
 
 
 async def large_work(request: Request, fn: Callable[..., T], *args: Any) -> T:

@@ -146,6 +146,10 @@ class Settings(BaseSettings):
         1, ge=1, le=64,
         description="large requests one worker works on at once (their own lane, one core each at most; the others "
                     "wait for the lane within their deadline)")
+    large_nice: int = Field(
+        10, ge=0, le=19,
+        description="the large lane's threads run this many nice steps below the worker (Linux): a small request's "
+                    "threads take a core from large work as soon as they wake. 0: the worker's priority")
     explain_max_documents: int = Field(
         20, ge=0, description="/rank \"explain\": documents explained per request at most (each query's returned "
                               "top_k; more: HTTP 422 asking for a smaller top_k). 0 disables explanations")
