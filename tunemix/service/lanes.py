@@ -8,8 +8,9 @@ lifespan, on its event loop: an anyio limiter must not be shared by two event lo
   requests/s of 100 documents saturated the service at 170/s with the CPU at 63%).
 - ``large_lane``: large work, a body over ``TUNEMIX_LARGE_BODY_BYTES`` or of more than
   ``TUNEMIX_LARGE_BODY_ITEMS`` items (``is_large``), on threads of its own
-  (``TUNEMIX_LARGE_CONCURRENCY``, one by default): a /rank request's decoding, scoring (on one
-  numba thread) and answer in one hop (``large_work``), another route's GIL-bound work on such a
+  (``TUNEMIX_LARGE_CONCURRENCY``, one by default, ``TUNEMIX_LARGE_NICE`` steps below the
+  worker's priority): a /rank request's decoding, scoring (on one numba thread) and answer in
+  one hop (``large_work``), another route's GIL-bound work on such a
   body (``python_work``'s ``body_size``). The lane holds none of the Python lanes or scoring
   slots small requests wait for: a 100,000-document request takes the worker's large lane and
   one core at most, and small requests queue behind small ones only.

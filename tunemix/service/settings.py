@@ -145,7 +145,8 @@ class Settings(BaseSettings):
     large_concurrency: int = Field(
         1, ge=1, le=64,
         description="large requests one worker works on at once (their own lane, one core each at most; the others "
-                    "wait for the lane within their deadline)")
+                    "wait for the lane within their deadline). Each raises the worker's peak memory by up to "
+                    "DECODED_BODY_MULTIPLE x max_body_bytes")
     large_nice: int = Field(
         10, ge=0, le=19,
         description="the large lane's threads run this many nice steps below the worker (Linux): a small request's "
