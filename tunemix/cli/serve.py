@@ -147,9 +147,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def run_models(args: argparse.Namespace) -> int:
-    import json
-
-    from tunemix.core.artifact import versions_on_disk
+    from tunemix.core.artifact import read_manifest, versions_on_disk
 
     root = Path(args.models_dir)
     if not root.is_dir():
@@ -158,8 +156,8 @@ def run_models(args: argparse.Namespace) -> int:
     for name, versions in versions_on_disk(root).items():
         for v in versions:
             try:
-                created = json.loads((root / name / v / "manifest.json").read_text()).get("created", "")
-            except (OSError, ValueError):
+                created = read_manifest(root / name / v).get("created", "")
+            except (OSError, ValueError):  # ArtifactError is a ValueError
                 created = "(unreadable manifest)"
             rows.append((name, v, str(created)))
     if not rows:
