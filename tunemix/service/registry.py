@@ -376,8 +376,9 @@ class ModelRegistry:
         for name in dict.fromkeys([self.default_model, *names]):
             try:
                 served = self._load_version(name, pins.get(name))
-                if self._current.get(name) is None:  # (the pins poll may have installed what another worker pinned)
-                    self.install(served)
+                with self._lock:  # (the pins poll or a reload may have installed a version meanwhile)
+                    if self._current.get(name) is None:
+                        self.install(served)
             except ServiceError as exc:
                 log.error("%s", exc.message)
                 self.failed[name] = exc.message
@@ -399,19 +400,25 @@ class ModelRegistry:
 
     def _install_new(self, served: ServedModel) -> None:
         """``install``, unless ``served`` is current already (a load the other path shared)."""
-        if self._current.get(served.name) is not served:
-            self.install(served)
+        with self._lock:
+            if self._current.get(served.name) is not served:
+                self.install(served)
 
     def reload(self, name: str | None = None, version: str | None = None) -> tuple[ServedModel, ServedModel | None]:
-        """Load ``name`` (latest or ``version``), check it fits, swap it in; the old one stays on error."""
+        """Load ``name`` (latest or ``version``), check it fits, swap it in; the old one stays on error.
+        The load is ``_load_version``'s: a reload asking for a version the start-up load, the pins
+        poll or another reload is loading waits for that load, and a version already served is
+        not loaded again."""
         name = name or self.default_model
-        new = load_served(self.models_dir, name, version, max_bytes=self.max_artifact_bytes)
-        old = self._current.get(name)
-        if old is not None and new.n_features != old.n_features:
-            raise ServiceError(409, f"model {name!r} {new.version} takes {new.n_features} features but the served "
-                               f"{old.version} takes {old.n_features}; clients would break, so {old.version} stays",
-                               kind="feature_mismatch")
-        self.install(new)
+        new = self._load_version(name, version)
+        with self._lock:  # checked and installed at once: a load the other paths shared is installed once
+            old = self._current.get(name)
+            if old is not None and new.n_features != old.n_features:
+                raise ServiceError(409, f"model {name!r} {new.version} takes {new.n_features} features but the "
+                                   f"served {old.version} takes {old.n_features}; clients would break, so "
+                                   f"{old.version} stays", kind="feature_mismatch")
+            if old is not new:
+                self.install(new)
         self._publish()
         return new, old
 
