@@ -145,7 +145,19 @@ class Settings(BaseSettings):
     max_metrics: int = Field(32, ge=1, le=1000, description="/evaluate: measures per request (more: HTTP 413)")
     max_per_query_values: int = Field(
         200_000, ge=1, description="/evaluate with per_query: queries x measures x conventions in the answer "
-                                   "(more: HTTP 413; about 30 bytes of JSON each)")
+                                   "(more: HTTP 413); their bytes, each keyed by its qid, count in "
+                                   "max_answer_bytes")
+    max_answer_bytes: int = Field(
+        32 * 1024 * 1024, ge=64 * 1024,
+        description="bytes of JSON one answer of /rank, /evaluate or /fuse may take, as bounded from the decoded "
+                    "request before any scoring, fusion or evaluation (more: HTTP 413 naming the query where the "
+                    "running total passes it). The bound counts every float at 24 bytes, every id and qid as "
+                    "encoded (escapes included), the keys and punctuation: /rank and /fuse each query's top_k "
+                    "documents (id, score, rank; with relevance the expected grade and one probability per grade; "
+                    "with explanations their contributions), /evaluate per convention each measure's mean, flag "
+                    "and warnings, and with per_query each query's value of each measure keyed by its qid (1,000 "
+                    "queries of 256-character qids x 20 measures x the ten conventions: about 57 MB, refused). "
+                    "An answer's bytes not yet written count in max_inflight_bytes")
     max_label: int = Field(1000, ge=1, le=1_000_000,
                            description="/evaluate: the largest relevance label (more: HTTP 422; the gain tables "
                                        "have one entry per label up to it)")

@@ -11,7 +11,9 @@ The whole route, top to bottom:
 3. **Check and stack** the queries into the project's array layout (``CandidateLists``: float32
    features (n, d), int64 query offsets): the request's limits, every row of exactly the model's
    feature count, finite float32 values, canonical sparse keys, ids of bounded length and unique
-   within their query. Each error is a 4xx naming the query and the field.
+   within their query. Each error is a 4xx naming the query and the field. The answer's size is
+   bounded from them before the scoring (``tunemix.service.answer_size``: 413 past
+   ``TUNEMIX_MAX_ANSWER_BYTES``).
 4. **Score** with the model's kernels (``EnsembleModel.score``), which see only arrays whose
    shapes were checked in step 3; with ``relevance`` or a threshold, also the relevance head
    (``EnsembleModel.score_and_relevance``: P(grade = k) and E[grade] per document).
@@ -61,6 +63,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from tunemix.core.scoring.runtime import single_threaded
+from tunemix.service.answer_size import check_rank_answer
 from tunemix.service.body import BodyHold, body_items, body_kind, held_body, read_body
 from tunemix.service.deadlines import start_deadline
 from tunemix.service.deps import json_bytes_response, query_model, resolve_model
@@ -170,6 +173,7 @@ async def rank_request(request: Request, registry: ModelRegistry, settings: Sett
             raise input_error(f"relevance: model {served.name!r} {served.version} has no relevance head (trained with "
                               "[relevance] enabled = false, or before the current head existed): retrain it, or ask "
                               "for the ranking alone")
+        check_rank_answer(served, lists, options, settings.max_answer_bytes, PAIR_TOP)  # before the scoring
         return served, lists, options
 
     def score(served: ServedModel, options: Options) -> Callable[..., Any]:
