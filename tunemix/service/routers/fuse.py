@@ -206,7 +206,8 @@ FUSE_ENVELOPE = fixed_bytes(FuseAnswer(method="", results=[], server_time_ms=0.0
     summary="Fuse several systems' rankings or scores per query",
     response_class=Response,
     responses={**msgspec_answer_spec(FuseAnswer, "each query's fused list, best first"),
-               413: {"model": ErrorResponse, "description": "more bytes, queries, systems or ids than the limits"},
+               413: {"model": ErrorResponse, "description": "more bytes, queries, systems or ids than the limits, "
+                                                        "or an answer that may pass TUNEMIX_MAX_ANSWER_BYTES"},
                422: {"model": ErrorResponse, "description": "the message names the query and the field"},
                503: {"model": ErrorResponse, "description": "the worker holds TUNEMIX_MAX_INFLIGHT_BYTES of requests "
                                                         "(Retry-After), or the request waited past its deadline"},

@@ -88,7 +88,8 @@ PAIR_TOP = 10
 
 #: the error answers of the endpoints that score posted documents (/rank, /evaluate)
 ERRORS = {408: {"model": ErrorResponse, "description": "the body did not arrive within TUNEMIX_BODY_TIMEOUT_S"},
-          413: {"model": ErrorResponse, "description": "more bytes, queries or documents than the limits"},
+          413: {"model": ErrorResponse, "description": "more bytes, queries or documents than the limits, or an "
+                                                        "answer that may pass TUNEMIX_MAX_ANSWER_BYTES"},
           415: {"model": ErrorResponse, "description": "neither application/json nor text/plain"},
           422: {"model": ErrorResponse, "description": "the message names the query and the field"},
           503: {"model": ErrorResponse, "description": "no model loaded yet, or the model cannot be loaded; or the "
