@@ -225,12 +225,13 @@ def test_the_pins_poll_during_the_start_up_load_loads_nothing_twice(
     assert reg.current("default") is not None and reg.current("default").version == "v1"  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize("first", ["start-up", "pins poll", "reload"])
+@pytest.mark.parametrize("first", ["start-up", "pins poll", "reload", "request"])
 def test_a_reload_during_a_load_of_the_same_version_loads_nothing_twice(
         first: str, models_dir: Path, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A reload asking for the version the start-up load, the pins poll (another worker reloaded)
-    or another reload is loading: the first load is held until the reload has either loaded the
-    version itself or waits for the load under way; one load of the version in all, installed once."""
+    """A reload asking for the version the start-up load, the pins poll (another worker reloaded),
+    another reload or a request naming the version is loading: the first load is held until the
+    reload has either loaded the version itself or waits for the load under way; one load of the
+    version in all, installed once."""
     import logging
     import threading
 
@@ -283,8 +284,10 @@ def test_a_reload_during_a_load_of_the_same_version_loads_nothing_twice(
         worker_state.write_pins(state_dir, {"default": wanted})  # another worker reloaded v2
         assert reg.state_changed()
         loader = threading.Thread(target=reg.follow_state)
-    else:
+    elif first == "reload":
         loader = threading.Thread(target=reload)
+    else:  # a request naming v2 while v1 is served: loaded in a thread, kept among the older versions
+        loader = threading.Thread(target=reg.get, args=("default", wanted))
     try:
         loader.start()
         assert loading.wait(30), "the first load did not begin"

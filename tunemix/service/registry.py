@@ -316,7 +316,7 @@ class ModelRegistry:
             if failed is not None and failed[0] == stamp:
                 raise failed[1]
         try:
-            return load_served(self.models_dir, name, version, max_bytes=self.max_artifact_bytes)
+            return self._load_version(name, version)  # shared with the start-up load, the pins poll, reloads
         except ServiceError as exc:
             if version is not None and exc.kind == "corrupt_model":
                 self._failed[(name, version)] = (stamp, exc)
@@ -325,9 +325,10 @@ class ModelRegistry:
     # ------------------------------------------------------------------ loading
     def _load_version(self, name: str, version: str | None) -> ServedModel:
         """``load_served`` of ``name`` at ``version`` (None: the newest on disk, named before the load),
-        once per version at a time: the start-up load and the pins poll asking for the same version
-        together share one load (a second copy of the arrays would double the worker's peak memory),
-        and a version already current is not loaded again."""
+        once per version at a time: the start-up load, the pins poll, a reload and a request
+        naming a version not in memory, asking for the same version together, share one load (a
+        second copy of the arrays would double the worker's peak memory), and a version already
+        current is not loaded again."""
         if version is None:
             with contextlib.suppress(OSError, ValueError):
                 version = next(reversed(list_versions(self.models_dir, name)), None)
