@@ -114,11 +114,14 @@ class Settings(BaseSettings):
                                               "(more: HTTP 431 and the connection is closed)")
     request_timeout_s: float = Field(
         10.0, gt=0, le=3600,
-        description="seconds a request's work may take once its body has arrived (the deadline; a client may ask "
-                    "for another with ?timeout_s= or the X-Request-Timeout-S header, 0 < seconds <= "
-                    "max_request_timeout_s). Checked between batches of every loop that can run long; past it: "
-                    "HTTP 504 and the work stops; a request whose deadline passed while it waited for a thread "
-                    "behind other requests: HTTP 503 with Retry-After")
+        description="seconds a request may take, counted from its first byte (`python -m tunemix.service` stamps "
+                    "the moment it reads the first byte of the request's head; elsewhere the handler's start): its "
+                    "wait in the worker, its body's arrival and its work count, on the event loop as on threads (the "
+                    "deadline; a client may ask for another with ?timeout_s= or the X-Request-Timeout-S header, "
+                    "0 < seconds <= max_request_timeout_s). A body still arriving when it passes is cut off: HTTP 504 "
+                    "and the connection closed, nothing done. Checked between batches of every loop that can run "
+                    "long; past it: HTTP 504 and the work stops; a request whose deadline passed while it waited for "
+                    "a thread behind other requests: HTTP 503 with Retry-After")
     max_request_timeout_s: float = Field(60.0, gt=0, le=3600,
                                          description="the longest deadline a client may ask for (a longer ask: "
                                                      "HTTP 422 naming timeout_s or the header and this bound)")

@@ -285,8 +285,7 @@ async def evaluate_endpoint(
 ) -> Response:
     start = time.perf_counter()
     text = body_kind(request) == "text"
-    body = await read_body(request, settings, hold=hold)
-    start_deadline(request, settings)
+    body = await read_body(request, settings, hold=hold, deadline=start_deadline(request, settings))
 
     def parse() -> tuple[_Batch, list[str], str, bool, ServedModel | None]:
         if text:

@@ -218,8 +218,7 @@ FUSE_ENVELOPE = fixed_bytes(FuseAnswer(method="", results=[], server_time_ms=0.0
 async def fuse(request: Request, settings: SettingsDep, hold: HoldDep) -> Response:
     start = time.perf_counter()
     body_kind(request, text=False)
-    body = await read_body(request, settings, hold=hold)
-    start_deadline(request, settings)
+    body = await read_body(request, settings, hold=hold, deadline=start_deadline(request, settings))
 
     def work() -> bytes:
         req = decode_json(DECODER, body, "/fuse", {"method": METHODS})

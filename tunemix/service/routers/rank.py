@@ -3,8 +3,9 @@
 The whole route, top to bottom:
 
 1. **Read** the body (``tunemix.service.body.read_body``): at most ``TUNEMIX_MAX_BODY_BYTES`` bytes, chunked
-   or not, within ``TUNEMIX_BODY_TIMEOUT_S`` seconds (413 / 408 otherwise), counted in the
-   worker's in-flight bytes until the answer (503 past ``TUNEMIX_MAX_INFLIGHT_BYTES``).
+   or not, within ``TUNEMIX_BODY_TIMEOUT_S`` seconds (413 / 408 otherwise) and within the request's
+   deadline, counted from its first byte (504), counted in the worker's in-flight bytes until the
+   answer (503 past ``TUNEMIX_MAX_INFLIGHT_BYTES``).
 2. **Decode** it with msgspec into the typed structs (``rank_body.RankRequest``): a JSON body, or a
    LETOR/SVMlight text body (``Content-Type: text/plain``, ``tunemix.service.letor``). msgspec is the only
    thing that reads the JSON bytes; a body it refuses is a 422 naming the JSON path.
@@ -150,7 +151,7 @@ async def rank_request(request: Request, registry: ModelRegistry, settings: Sett
     relevance, min_relevance, min_probability = params.relevance, params.min_relevance, params.min_probability
     start = time.perf_counter()
     kind = body_kind(request)
-    body = await read_body(request, settings, hold=hold)
+    body = await read_body(request, settings, hold=hold, deadline=start_deadline(request, settings))
 
     def decode() -> tuple[ServedModel, CandidateLists, Options]:
         pairs: list[tuple[int, Any]] = []
