@@ -8,9 +8,11 @@ Three classes (``draw``), each a few variants whose sizes, counts and rates are 
 - **answers**: clients send bodies whose answers are large and read them slowly or not at all
   (raw sockets with a small receive buffer): ``/evaluate`` with per-query values, long qids,
   up to 32 measures under every convention; ``/rank?relevance=true`` on a LETOR text body of
-  thousands of documents with long ids. The service counts an answer's unsent bytes in the
-  worker's in-flight bytes and resets a connection that does not take them
-  (``TUNEMIX_BODY_STALL_S``, ``TUNEMIX_BODY_MIN_RATE``, ``TUNEMIX_BODY_TIMEOUT_S``).
+  thousands of documents with long ids; bodies under ``TUNEMIX_SMALL_BODY_BYTES`` and over it,
+  up to 40 connections. The service counts an answer's unsent bytes in the worker's in-flight
+  bytes, drops one that would take it past them while others are unsent, and resets a
+  connection that does not take its answer (``TUNEMIX_BODY_STALL_S``, ``TUNEMIX_BODY_MIN_RATE``,
+  ``TUNEMIX_BODY_TIMEOUT_S``).
 - **held**: bodies sent to one byte short of their declared length at full speed, then held;
   bodies trickled just under or just over ``TUNEMIX_BODY_MIN_RATE``; many connections declaring
   the body limit and sending a few bytes.
@@ -34,28 +36,24 @@ after; what the attackers saw (statuses, connections cut by a reset or closed by
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import http.client
-import io
 import json
 import math
 import random
-import shutil
-import socket
 import threading
 import time
-import zipfile
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 
+from bench.crafted_artifacts import Tampered
+from bench.raw_connections import Conn, Crowd, http_request
+from tunemix.core.evaluation import CONVENTION_NAMES
 from tunemix.service.settings import DECODED_BODY_MULTIPLE, Settings
 
 CLASSES = ("answers", "held", "artifacts")
@@ -63,9 +61,6 @@ CLASSES = ("answers", "held", "artifacts")
 STEADY_DOCUMENTS = 100
 #: the fraction of the steady client's requests that must be answered 200 during an attack
 SERVED_FLOOR = 0.9
-#: seconds between two rounds of the attackers' loop (sending, reading, watching for closes)
-TICK_S = 0.02
-_TCP_ESTABLISHED = 1
 
 
 def memory_bound(settings: Settings) -> int:
@@ -186,151 +181,6 @@ class Steady:
                 "statuses": {str(k): v for k, v in sorted(Counter(s for s, _ in got).items())}}
 
 
-# ---------------------------------------------------------------------------- raw connections
-@dataclass
-class Conn:
-    """One attacker connection, kept open (reopened when the server ends it) until the attack
-    stops: ``request`` (head and body) sent up to ``send_bytes`` bytes at ``send_rate`` bytes a second
-    (None: as fast as the socket takes them), the answer read at ``read_rate`` bytes a second (None:
-    never; 0 is the same), through a receive buffer of ``rcvbuf`` bytes (None: the system's)."""
-
-    request: bytes
-    send_bytes: int
-    send_rate: float | None = None
-    read_rate: float | None = None
-    rcvbuf: int | None = None
-    #: seconds a connection is held before the attacker ends it itself (None: until the server does)
-    hold_s: float | None = None
-    sock: socket.socket | None = None
-    started: float = 0.0
-    sent: int = 0
-    read: int = 0
-    head: bytes = b""
-    ended: int = 0  # connections ended (by the server, or after hold_s)
-
-
-@dataclass
-class Crowd:
-    """Drives ``conns`` on one thread (``TICK_S`` rounds of non-blocking sends, reads and TCP state
-    checks); counts what happened to them in ``seen``: ``opened``, ``reset`` (the server aborted
-    it), ``closed`` (the server closed it), ``held_to_end`` (the attacker's ``hold_s`` passed),
-    ``status_<n>`` (the status lines read). ``done`` is set once every connection has ended at
-    least once."""
-
-    host: str
-    port: int
-    conns: list[Conn]
-    seen: Counter[str] = field(default_factory=Counter)
-    done: threading.Event = field(default_factory=threading.Event)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        for c in self.conns:
-            self._drop(c)
-
-    def _open(self, c: Conn) -> None:
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        if c.rcvbuf is not None:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, c.rcvbuf)
-        try:
-            s.connect((self.host, self.port))
-        except OSError:
-            s.close()
-            self.seen["connect_failed"] += 1
-            return
-        s.setblocking(False)
-        c.sock, c.started, c.sent, c.read, c.head = s, time.monotonic(), 0, 0, b""
-        self.seen["opened"] += 1
-
-    @staticmethod
-    def _drop(c: Conn) -> None:
-        if c.sock is not None:
-            with contextlib.suppress(OSError):
-                c.sock.close()
-            c.sock = None
-
-    def _end(self, c: Conn, how: str) -> None:
-        self.seen[how] += 1
-        self._drop(c)
-        c.ended += 1
-        if all(x.ended for x in self.conns):
-            self.done.set()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            now = time.monotonic()
-            for c in self.conns:
-                if c.sock is None:
-                    self._open(c)
-                    continue
-                how = self._step(c, now)
-                if how:
-                    self._end(c, how)
-            self._stop.wait(TICK_S)
-
-    def _step(self, c: Conn, now: float) -> str | None:
-        """One round of ``c``: what ended it, if anything did."""
-        s = c.sock
-        assert s is not None
-        elapsed = now - c.started
-        state = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[0]
-        if state != _TCP_ESTABLISHED:
-            with contextlib.suppress(OSError):  # the status line of an answer (a 408, a 503) when one came
-                c.head += s.recv(256)
-            self._status(c)
-            return "closed" if state == 8 else "reset"  # CLOSE_WAIT: the server's FIN; else its RST
-        want = c.send_bytes if c.send_rate is None else min(c.send_bytes, int(c.send_rate * elapsed) + 1)
-        try:
-            while c.sent < want:
-                n = s.send(memoryview(c.request)[c.sent:min(want, c.sent + (1 << 20))])
-                if not n:
-                    break
-                c.sent += n
-        except BlockingIOError:
-            pass
-        except OSError:
-            return "reset"
-        if c.read_rate:
-            budget = int(c.read_rate * elapsed) + 1 - c.read
-            try:
-                while budget > 0:
-                    chunk = s.recv(min(budget, 65536))
-                    if not chunk:
-                        self._status(c)
-                        return "closed"
-                    c.read += len(chunk)
-                    budget -= len(chunk)
-                    if len(c.head) < 64:
-                        c.head += chunk[:64]
-                        self._status(c)
-            except BlockingIOError:
-                pass
-            except OSError:
-                return "reset"
-        if c.hold_s is not None and elapsed > c.hold_s:
-            return "held_to_end"
-        return None
-
-    def _status(self, c: Conn) -> None:
-        if c.head.startswith(b"HTTP/1.1 ") and len(c.head) >= 12 and not c.head.endswith(b"\x00counted"):
-            self.seen[f"status_{c.head[9:12].decode(errors='replace')}"] += 1
-            c.head += b"\x00counted"
-
-
-def http_request(path: str, body: bytes, content_type: str = "application/json", length: int | None = None) -> bytes:
-    head = (f"POST {path} HTTP/1.1\r\nHost: attack\r\nContent-Type: {content_type}\r\n"
-            f"Content-Length: {len(body) if length is None else length}\r\nConnection: close\r\n\r\n")
-    return head.encode() + body
-
-
 # ---------------------------------------------------------------------------- drawn bodies
 def log_uniform(rng: random.Random, lo: float, hi: float) -> int:
     return int(math.exp(rng.uniform(math.log(lo), math.log(hi))))
@@ -356,175 +206,6 @@ def letor_body(rng: random.Random, documents: int, n_features: int, id_chars: in
     values = " ".join(f"{f + 1}:0.{rng.randrange(1000):03d}" for f in range(n_features))
     pad = "d" * max(0, id_chars - 8)
     return "".join(f"{j % 3} qid:{j // 1000} {values} #docid = {j:08d}{pad}\n" for j in range(documents)).encode()
-
-
-# ---------------------------------------------------------------------------- crafted artifacts
-def reseal(version: Path) -> None:
-    digest = hashlib.sha256((version / "manifest.json").read_bytes()).hexdigest()
-    (version / "manifest.sha256").write_text(f"{digest}  manifest.json\n")
-
-
-def edit_manifest(version: Path, change: Callable[[dict[str, Any]], object], *, seal: bool = True) -> None:
-    manifest = json.loads((version / "manifest.json").read_text())
-    change(manifest)
-    (version / "manifest.json").write_text(json.dumps(manifest))
-    if seal:
-        reseal(version)
-
-
-def npy(array: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    np.save(buf, array, allow_pickle=False)
-    return buf.getvalue()
-
-
-def declare_width(version: Path, n_features: int) -> None:
-    """The version declares ``n_features`` everywhere its width is stored (the manifest, its model
-    section, the forests' ``n_features`` members), its checksums rewritten: only a bound on the width
-    itself refuses it."""
-    manifest = json.loads((version / "manifest.json").read_text())
-    blocks = 1 + len(manifest["model"]["extra_views"])
-    replace = {"forest/n_features.npy": npy(np.array(n_features * blocks, dtype=np.int64)),
-               "relevance_head/forest/n_features.npy": npy(np.array(n_features, dtype=np.int64))}
-    src, tmp = version / "arrays.npz", version / "arrays.tmp"
-    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(tmp, "w") as zout:
-        for info in zin.infolist():
-            zout.writestr(info.filename, replace.get(info.filename) or zin.read(info.filename))
-    tmp.replace(src)
-    digest = hashlib.sha256(src.read_bytes()).hexdigest()
-
-    def widen(m: dict[str, Any]) -> None:
-        m["n_features"] = m["model"]["n_features"] = n_features
-        m.pop("feature_names", None)
-        m["arrays"].update(sha256=digest, bytes=src.stat().st_size)
-
-    edit_manifest(version, widen)
-
-
-COUNT_EDITS = ("mixer_members", "run_classes", "members_repeated", "top_width", "feature_names")
-
-
-def tamper(version: Path, kind: str, value: int, rng: random.Random) -> str:
-    """Tamper ``version`` as someone who can write the models directory would (checksums rewritten,
-    except for ``checksum``); what was done, in words."""
-    if kind == "width":
-        declare_width(version, value)
-        return f"declares {value} features"
-    if kind == "counts":
-        edit = rng.choice(COUNT_EDITS)
-
-        def change(m: dict[str, Any]) -> None:
-            model = m["model"]
-            if edit == "mixer_members":
-                model["mixer"]["n_members"] = value
-            elif edit == "run_classes":
-                model["runs"][0]["n_classes"] = value
-            elif edit == "members_repeated":
-                model["members"] = (model["members"] * (value // max(len(model["members"]), 1) + 1))[:value]
-            elif edit == "top_width":
-                m["n_features"] = min(value, 4096)
-            else:
-                m["feature_names"] = [f"f{j}" for j in range(value)]
-
-        edit_manifest(version, change)
-        return f"{edit} = {value}"
-    if kind == "bloated":
-        edit_manifest(version, lambda m: m["training_record"].update(bulk=[{}] * value))
-        return f"{value} empty objects"
-    if kind == "nesting":
-        raw = (version / "manifest.json").read_bytes()
-        deep = b'"deep":' + b"[" * value + b"]" * value + b","
-        (version / "manifest.json").write_bytes(raw[:1] + deep + raw[1:])
-        reseal(version)
-        return f"nested {value} deep"
-    if kind == "checksum":
-        edit_manifest(version, lambda m: m.update(created=f"edited {value}"), seal=False)
-        return "manifest edited under its checksum"
-    raise ValueError(f"unknown tampering {kind!r}")
-
-
-@dataclass
-class Tampered:
-    """A tampered version ``name/version`` in ``models_dir``, asked for by ``clients`` threads, each
-    request on a fresh connection and unauthenticated (but ``POST /models/reload``, with
-    ``token``, when ``reload``); ``done`` is set once ``rounds`` requests are answered."""
-
-    url: str
-    models_dir: Path
-    base: Path
-    kind: str
-    value: int
-    reload: bool
-    clients: int
-    n_features: int
-    token: str | None
-    rounds: int = 30
-    seed: int = 0
-    seen: Counter[str] = field(default_factory=Counter)
-    done: threading.Event = field(default_factory=threading.Event)
-    what: str = ""
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _threads: list[threading.Thread] = field(default_factory=list)
-    _path: Path | None = None
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def start(self) -> None:
-        if self.reload:
-            name = self.base.parent.name
-            taken = {int(p.name[1:]) for p in (self.models_dir / name).glob("v*") if p.name[1:].isdigit()}
-            version = f"v{max(taken) + 1}"
-        else:
-            name, version = f"tampered{self.seed}", "v1"
-        self._path = self.models_dir / name / version
-        tmp = self.models_dir / f".incoming-{name}-{version}"
-        shutil.copytree(self.base, tmp)
-        self.what = tamper(tmp, self.kind, self.value, random.Random(self.seed))
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.rename(self._path)  # appears whole
-        self.name, self.version = name, version
-        for i in range(self.clients):
-            t = threading.Thread(target=self._run, args=(i,), daemon=True)
-            t.start()
-            self._threads.append(t)
-
-    def _requests(self, i: int) -> list[tuple[str, str, bytes | None, dict[str, str]]]:
-        x = np.random.default_rng(i).random((5, self.n_features)).round(3).tolist()
-        rank = {"model": self.name, "version": self.version,
-                "queries": [{"qid": "q", "ids": [f"d{j}" for j in range(5)], "features": x}]}
-        evaluate = {"model": self.name, "version": self.version, "metrics": ["ndcg@10"],
-                    "queries": [{"qid": "q", "labels": [1, 0, 2, 0, 1], "features": x}]}
-        json_type = {"Content-Type": "application/json"}
-        out = [("GET", f"/models/{self.name}", None, {}),
-               ("POST", "/rank", json.dumps(rank).encode(), json_type),
-               ("POST", "/evaluate", json.dumps(evaluate).encode(), json_type)]
-        if self.reload and i == 0:
-            body = json.dumps({"model": self.name, "version": self.version}).encode()
-            out.append(("POST", "/models/reload", body, {**json_type, "Authorization": f"Bearer {self.token}"}))
-        return out
-
-    def _run(self, i: int) -> None:
-        requests = self._requests(i)
-        k = 0
-        with httpx.Client(base_url=self.url, timeout=60) as client:
-            while not self._stop.is_set():
-                method, path, body, headers = requests[k % len(requests)]
-                k += 1
-                try:  # a fresh connection each (Connection: close): either worker may take it
-                    status = client.request(method, path, content=body,
-                                            headers={**headers, "Connection": "close"}).status_code
-                except httpx.HTTPError:
-                    status = 0
-                with self._lock:
-                    self.seen[f"{'_'.join(path.split('/')[1:3])}_{status}"] += 1
-                    if sum(self.seen.values()) >= self.rounds:
-                        self.done.set()
-
-    def stop(self) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join()
-        if self._path is not None:
-            shutil.rmtree(self._path, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------- drawing attacks
@@ -561,12 +242,13 @@ def draw(cls: str, variant: str, rng: random.Random, target: Target, scale: floa
         return max(1, round(rng.randint(lo, hi) * scale))
 
     if cls == "answers":
-        k = count(4, 16)
+        k = count(4, 40)
         read = rng.choice([None, None, s.body_min_rate * rng.uniform(0.3, 1.5)])
         rcvbuf = rng.choice([1024, 4096])
         if variant == "evaluate_per_query":
-            queries = max(50, round(log_uniform(rng, 300, 1000) * scale))
             measures = rng.randint(8, 32)
+            most = s.max_per_query_values // (measures * len(CONVENTION_NAMES))  # more: 413, before the work
+            queries = max(50, round(log_uniform(rng, 100, 1.1 * most) * scale))
             qid_chars = rng.choice([64, 128, s.max_id_length])
             body = evaluate_answer_body(rng, queries, measures, qid_chars)
             request = http_request("/evaluate", body)
@@ -666,8 +348,8 @@ def run_attacks(classes: list[str], target: Target, pids: Callable[[], list[int]
                 seed: int, per_class: int, attack_s: float, steady_rate: float,
                 log: Callable[[str], None] = print) -> dict[str, list[dict[str, Any]]]:
     """``per_class`` attacks of each class (0: one of each variant; the variants in turn, each drawn),
-    one after another, each
-    for ``attack_s`` seconds at least (at most four times that, waiting for its ``done`` event)."""
+    one after another, each for ``attack_s`` seconds at least (at most four times that, waiting for
+    its ``done`` event)."""
     rng = random.Random(seed)
     bound = memory_bound(target.settings)
     out: dict[str, list[dict[str, Any]]] = {}

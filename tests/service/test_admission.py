@@ -306,7 +306,8 @@ def test_answers_nobody_reads_count_until_written_and_are_cut_off(
     bytes for as long as the connection lived (forever: closing a connection waits for its
     buffer to be written), outside its in-flight bytes. Now the unsent bytes of an answer count
     as a large body's until written (a large body is refused while they fill the large bodies'
-    share; small requests keep their reserve), and a client that takes less than
+    share; small requests keep their reserve; an answer that would take the worker past its
+    in-flight bytes while another is unsent is dropped at once), and a client that takes less than
     TUNEMIX_BODY_MIN_RATE x TUNEMIX_BODY_STALL_S bytes of its answer in TUNEMIX_BODY_STALL_S
     seconds has its connection reset."""
     url, proc = app_two
@@ -335,7 +336,9 @@ def test_answers_nobody_reads_count_until_written_and_are_cut_off(
             while (entry := tcp_sockets().get((port, client_port))) is not None and entry[0] < 1024 * 1024:
                 assert time.monotonic() - started < 120, "no answer"
                 time.sleep(0.01)
-        large = json.dumps(rank_body(np.zeros((8000, N_FEATURES)), [8000]), separators=(",", ":")).encode()
+        # 2 MB: with one worker's unsent answer (16 MB less what the kernel holds, 4 MiB at most), past
+        # the large bodies' share (12 MiB)
+        large = json.dumps(rank_body(np.zeros((90_000, N_FEATURES)), [90_000]), separators=(",", ":")).encode()
         small = json.dumps(rank_body(X, [100])).encode()
         assert len(small) <= DEFAULTS.small_body_bytes < len(large)
         refused = [httpx.post(url + "/rank", content=large, headers={**JSON, "Connection": "close"},
