@@ -346,26 +346,51 @@ def verdict(result: dict[str, Any]) -> bool:
 
 def run_attacks(classes: list[str], target: Target, pids: Callable[[], list[int]], resting: dict[int, int], *,
                 seed: int, per_class: int, attack_s: float, steady_rate: float,
-                log: Callable[[str], None] = print) -> dict[str, list[dict[str, Any]]]:
-    """``per_class`` attacks of each class (0: one of each variant; the variants in turn, each drawn),
-    one after another, each for ``attack_s`` seconds at least (at most four times that, waiting for
-    its ``done`` event)."""
+                log: Callable[[str], None] = print) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
+    """The steady client alone for ``attack_s`` seconds (quiet), then ``per_class`` attacks of each
+    class (0: one of each variant; the variants in turn, each drawn), one after another, each for
+    ``attack_s`` seconds at least (at most four times that, waiting for its ``done`` event): the
+    quiet figures and each attack's."""
     rng = random.Random(seed)
     bound = memory_bound(target.settings)
     out: dict[str, list[dict[str, Any]]] = {}
     with Steady(target.url, target.n_features, rate=steady_rate) as steady:
+        since = steady.mark()
+        time.sleep(attack_s)
+        quiet = steady.summary(since, steady.mark())
+        log(f"quiet: {json.dumps(quiet)}")
         for cls in classes:
             for i in range(per_class or len(VARIANTS[cls])):
                 variant = VARIANTS[cls][i % len(VARIANTS[cls])]
                 desc, driver = draw(cls, variant, rng, target, seed=seed * 1000 + len(out.get(cls, [])))
                 result = run_attack(driver, steady, pids, resting, bound, min_s=attack_s, max_s=4 * attack_s)
-                result = {"variant": variant, "drawn": desc, **result, "holds": False}
                 if isinstance(driver, Tampered):
-                    result["drawn"]["what"] = driver.what
+                    desc["what"] = driver.what
+                result = {"variant": variant, "drawn": desc, "drawn_text": describe(variant, desc), **result}
                 result["holds"] = verdict(result)
                 out.setdefault(cls, []).append(result)
                 log(f"{cls}/{variant}: {json.dumps(result)}")
-    return out
+    return quiet, out
+
+
+def describe(variant: str, d: dict[str, Any]) -> str:
+    """An attack's drawn sizes in a few words."""
+    if variant == "evaluate_per_query":
+        what = (f"{d['queries']:,} queries ({d['qid_chars']}-character qids) x {d['measures']} measures, "
+                "every convention")
+    elif variant == "rank_relevance_text":
+        what = f"{d['documents']:,} LETOR lines ({d['id_chars']}-character ids), relevance"
+    elif variant == "one_byte_short":
+        return f"{d['connections']} bodies of {d['declared']:,} bytes held one byte short"
+    elif variant == "trickle":
+        return f"{d['connections']} bodies trickled at {d['rate']:,} B/s ({d['of_min_rate']:g} x the minimum rate)"
+    elif variant == "declared_length":
+        return f"{d['connections']} connections declaring {d['declared']:,} bytes, sending {d['sent']}"
+    else:
+        via = "POST /models/reload with the token, then " if d["delivery"] == "reload" else ""
+        return f"{d['what']}; {via}{d['clients']} unauthenticated clients naming it"
+    read = "never read" if d["read_rate"] is None else f"read at {d['read_rate']:,} B/s"
+    return f"{d['connections']} clients: {what}, {d['body_bytes']:,}-byte bodies; answers {read}"
 
 
 def table(attacks: dict[str, list[dict[str, Any]]]) -> str:

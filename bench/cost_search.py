@@ -210,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     probe = machine_probe_ms()
     per: dict[str, dict[str, Any]] = {}
     attacks: dict[str, list[dict[str, Any]]] = {}
+    quiet: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="cost-search-") as tmp:
         work = Path(tmp)
         models = work / "models"
@@ -259,8 +260,9 @@ def main(argv: list[str] | None = None) -> int:
             rises = {p: proc_status(p)["VmHWM"] - resting[p] for p in pids if Path(f"/proc/{p}").exists()}
             if classes:
                 target = Target(server.url, settings, N_FEATURES, models, models / "default" / "v1", token)
-                attacks = run_attacks(classes, target, lambda: worker_pids(server.proc.pid), resting, seed=args.seed,
-                                      per_class=args.per_class, attack_s=args.attack_s, steady_rate=args.steady_rate)
+                quiet, attacks = run_attacks(classes, target, lambda: worker_pids(server.proc.pid), resting,
+                                             seed=args.seed, per_class=args.per_class, attack_s=args.attack_s,
+                                             steady_rate=args.steady_rate)
         finally:
             server.stop()
     for e in per.values():
@@ -275,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         "endpoints": per, "largest_body_bytes": largest,
         "peak_rise_per_largest_body_byte": {str(p): round(r / max(largest, 1), 2) for p, r in rises.items()}}
     if classes:
-        out.update(attacks=attacks, attack_rules={
+        out.update(steady_quiet=quiet, attacks=attacks, attack_rules={
             "steady": f"plain {STEADY_DOCUMENTS}-document /rank, {args.steady_rate:g} a second, a fresh connection "
                       "each",
             "served_floor": SERVED_FLOOR, "memory_bound_bytes": memory_bound(settings),

@@ -40,7 +40,7 @@ def served(store: Store, tmp_path_factory: pytest.TempPathFactory) -> Iterator[t
     v1 = copy_version(store.default_v1, models, "default", "v1")
     server = start_two_workers(models, base, TUNEMIX_RELOAD_TOKEN=TOKEN, TUNEMIX_BODY_STALL_S=STALL_S,
                                TUNEMIX_BODY_TIMEOUT_S=TIMEOUT_S)
-    settings = Settings(_env_file=None, reload_token=TOKEN, body_stall_s=float(STALL_S),  # type: ignore[call-arg]
+    settings = Settings(_env_file=None, reload_token=TOKEN, body_stall_s=float(STALL_S),
                         body_timeout_s=float(TIMEOUT_S))
     try:
         yield server, Target(server.url, settings, N_FEATURES, models, v1, TOKEN)
@@ -82,7 +82,7 @@ def test_an_attack_leaves_workers_memory_and_plain_rank(served: tuple[TwoWorkers
 def test_the_bound_is_the_documented_one() -> None:
     text = (Path(__file__).resolve().parents[2] / "docs" / "service.md").read_text()
     assert "resting size + 2 x 26 x\n`TUNEMIX_MAX_BODY_BYTES` + `TUNEMIX_MAX_INFLIGHT_BYTES`" in text
-    assert memory_bound(Settings(_env_file=None)) == 224 * 2**20  # type: ignore[call-arg]
+    assert memory_bound(Settings(_env_file=None)) == 224 * 2**20
 
 
 def test_an_answer_past_the_inflight_bytes_is_dropped_unless_it_is_alone() -> None:
