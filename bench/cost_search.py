@@ -3,22 +3,35 @@ sent to the real service, the worst cost found per endpoint reported.
 
     python -m bench.cost_search                      # 30 bodies per endpoint (~5 min on 2 busy cores)
     python -m bench.cost_search --bodies 100 --seed 3
+    python -m bench.cost_search --bodies 30 --seed 0 --attacks answers,held,artifacts --attack-s 10  # ~10 min
+    python -m bench.cost_search --bodies 0 --attacks held --per-class 6 --seed 2   # the attacks alone
 
-Writes ``bench/results/cost_search.json`` (``--name``: another name).
+Writes ``bench/results/cost_search.json`` (``--name``: another name); prints the attacks as a table.
+Exits 1 when an attack breaks one of its three properties (below).
 
-**Server**: ``python -m tunemix.service`` with two workers and its default settings, serving the 46-feature
-model ``bench.bench_request_cost`` trains. **Bodies** (``Grammar``): each endpoint's schema
-(/rank's columnar and documents forms, dense and sparse features, explain and explain_pair;
-/evaluate's scores, rankings and features; /fuse's methods and systems), each part drawn from
-productions that cost a decoder or a check the most: empty, huge and nested lists, long strings,
-many (unknown or sparse) keys, repeated keys, integers beyond 64 bits, and, for the sorts,
+**Server**: ``python -m tunemix.service`` with two workers and its default settings (and a reload
+token), serving the 46-feature model ``bench.bench_request_cost`` trains. **Bodies** (``Grammar``):
+each endpoint's schema (/rank's columnar and documents forms, dense and sparse features, explain and
+explain_pair; /evaluate's scores, rankings and features; /fuse's methods and systems), each part
+drawn from productions that cost a decoder or a check the most: empty, huge and nested lists, long
+strings, many (unknown or sparse) keys, repeated keys, integers beyond 64 bits, and, for the sorts,
 adversarial orders (ascending, descending, all tied, organ pipe). A body is grown by repetition
-towards a size drawn log-uniformly up to the body limit. **Measures**, per body: the CPU seconds
-of both workers (``/proc``, summed: the idle one costs nothing), the wall time, the status, the
-slowest ``/health`` answer meanwhile, and whether both workers are still the same processes;
-over the run, each worker's peak memory rise (``VmHWM``) against the largest body sent. Per
-endpoint: the worst CPU-s per MiB (a body under 64 KiB counted as 64 KiB), the worst CPU-s and wall
-of one request, the statuses seen, workers lost, answers 500.
+towards a size drawn log-uniformly up to the body limit. **Measures**, per body: the CPU seconds of
+both workers (``/proc``, summed: the idle one costs nothing), the wall time, the status, the slowest
+``/health`` answer meanwhile, and whether both workers are still the same processes; over the run,
+each worker's peak memory rise (``VmHWM``) against the largest body sent. Per endpoint: the worst
+CPU-s per MiB (a body under 64 KiB counted as 64 KiB), the worst CPU-s and wall of one request, the
+statuses seen, workers lost, answers 500.
+
+**Attacks** (``--attacks``, after the bodies; ``bench.cost_attacks``): answers nobody reads, bodies
+held, crafted artifacts, their sizes, counts and rates drawn from the same seed, each run while a
+steady client sends plain 100-document /rank requests at ``--steady-rate`` a second (first alone,
+for the quiet figures). Per attack: the fraction of those answered 200 and their p50 and p99, each
+worker's peak memory rise against ``bench.cost_attacks.memory_bound`` (resting size + 2 x
+``DECODED_BODY_MULTIPLE`` x ``TUNEMIX_MAX_BODY_BYTES`` + ``TUNEMIX_MAX_INFLIGHT_BYTES``, the bound
+docs/service.md states), the worker pids before and after, the statuses the attackers saw; it
+holds when no worker is lost, memory stays within the bound and at least 90% of the plain
+requests are answered 200.
 """
 
 from __future__ import annotations

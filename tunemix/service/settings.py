@@ -70,12 +70,12 @@ class Settings(BaseSettings):
                     "worker's peak memory by up to DECODED_BODY_MULTIPLE times the limit")
     max_inflight_bytes: int = Field(
         16 * 1024 * 1024, ge=1024,
-        description="request bytes one worker holds at once: bodies being read, waiting and processed (a body "
-                    "that would pass it while other requests hold bytes: HTTP 503 with Retry-After; a body alone is "
-                    "always let in). Two bodies are decoded at a time (tunemix.service.lanes.PYTHON_LANES), so a "
-                    "worker's peak "
-                    "memory stays below its resting size + 2 x DECODED_BODY_MULTIPLE x max_body_bytes + "
-                    "max_inflight_bytes (224 MiB with the defaults)")
+        description="request bytes one worker holds at once: bodies being read, waiting and processed, and answers "
+                    "not yet written (a body that would pass it while other requests hold bytes: HTTP 503 with "
+                    "Retry-After; a body alone is always let in; an answer that would pass it while other answers or "
+                    "large bodies hold bytes: dropped, its connection reset). Two bodies are decoded at a time "
+                    "(tunemix.service.lanes.PYTHON_LANES), so a worker's peak memory stays below its resting size + 2 "
+                    "x DECODED_BODY_MULTIPLE x max_body_bytes + max_inflight_bytes (224 MiB with the defaults)")
     inflight_reserve_bytes: int | None = Field(
         None, ge=0,
         description="the part of max_inflight_bytes only small bodies (at most small_body_bytes) may hold: larger "
