@@ -127,6 +127,8 @@ class Tampered:
     seen: Counter[str] = field(default_factory=Counter)
     done: threading.Event = field(default_factory=threading.Event)
     what: str = ""
+    name: str = ""  # the tampered version's model and version, once started
+    version: str = ""
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
     _path: Path | None = None
@@ -136,7 +138,9 @@ class Tampered:
         if self.reload:
             name = self.base.parent.name
             taken = {int(p.name[1:]) for p in (self.models_dir / name).glob("v*") if p.name[1:].isdigit()}
-            version = f"v{max(taken) + 1}"
+            # a number never used before in this run (each attack's seed differs): a worker may still
+            # remember an earlier tampered version by its name
+            version = f"v{max(taken) + 1 + self.seed % 1000}"
         else:
             name, version = f"tampered{self.seed}", "v1"
         self._path = self.models_dir / name / version
@@ -184,8 +188,13 @@ class Tampered:
                         self.done.set()
 
     def stop(self) -> None:
+        """Stop the clients; the default model served from the good version again (when a reload
+        took the tampered one: one within every limit is a good one) and the tampered one removed."""
         self._stop.set()
         for t in self._threads:
             t.join()
+        if self.reload:
+            httpx.post(self.url + "/models/reload", json={"model": self.name, "version": self.base.name},
+                       headers={"Authorization": f"Bearer {self.token}"}, timeout=120).raise_for_status()
         if self._path is not None:
             shutil.rmtree(self._path, ignore_errors=True)
