@@ -73,7 +73,7 @@ def tamper(version: Path, kind: str, value: int, rng: random.Random) -> str:
     except for ``checksum``); what was done, in words."""
     if kind == "width":
         declare_width(version, value)
-        return f"declares {value} features"
+        return f"declares {value:,} features"
     if kind == "counts":
         edit = rng.choice(COUNT_EDITS)
 
@@ -91,16 +91,16 @@ def tamper(version: Path, kind: str, value: int, rng: random.Random) -> str:
                 m["feature_names"] = [f"f{j}" for j in range(value)]
 
         edit_manifest(version, change)
-        return f"{edit} = {value}"
+        return f"{edit} = {value:,}"
     if kind == "bloated":
         edit_manifest(version, lambda m: m["training_record"].update(bulk=[{}] * value))
-        return f"{value} empty objects"
+        return f"{value:,} empty objects"
     if kind == "nesting":
         raw = (version / "manifest.json").read_bytes()
         deep = b'"deep":' + b"[" * value + b"]" * value + b","
         (version / "manifest.json").write_bytes(raw[:1] + deep + raw[1:])
         reseal(version)
-        return f"nested {value} deep"
+        return f"nested {value:,} deep"
     if kind == "checksum":
         edit_manifest(version, lambda m: m.update(created=f"edited {value}"), seal=False)
         return "manifest edited under its checksum"
