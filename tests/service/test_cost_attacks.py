@@ -9,9 +9,11 @@ number of times) and a number of steady answers; then: no worker lost, each work
 
 from __future__ import annotations
 
+import asyncio
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -19,7 +21,7 @@ import pytest
 from bench.cost_attacks import SERVED_FLOOR, Steady, Target, draw, memory_bound, run_attack, verdict, vm
 from tests.service.conftest import N_FEATURES, Store, copy_version
 from tests.service.two_workers import TwoWorkers, start_two_workers
-from tunemix.service.body import Admission, BodyHold
+from tunemix.service.body import ANSWER_WRITTEN, Admission, AnswerBytes, BodyHold
 from tunemix.service.settings import Settings
 
 MIB = 2**20
@@ -103,3 +105,28 @@ def test_an_answer_past_the_inflight_bytes_is_dropped_unless_it_is_alone() -> No
     adm.release_answer(10 * MIB)
     adm.release_answer(5 * MIB)
     assert (adm.held, adm.large) == (0, 0)
+
+
+def test_a_dropped_answer_is_counted_and_its_connection_reset() -> None:
+    """``AnswerBytes`` tells the server to reset the connection (``count`` says False) and counts
+    ``answer_dropped`` when the worker's unwritten answers leave no room for this one."""
+    dropped: list[str] = []
+    state = SimpleNamespace(admission=Admission(limit=16 * MIB, reserve=4 * MIB, small=128 * 1024),
+                            metrics=SimpleNamespace(count_error=dropped.append))
+    assert state.admission.hold_answer(15 * MIB)  # another client's answer, unwritten
+    told: list[bool] = []
+
+    async def written(count: Callable[[int], bool]) -> None:
+        told.append(count(2 * MIB))  # what the transport still holds of this answer
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"x" * 100})
+
+    async def send(message: Any) -> None:
+        pass
+
+    scope = {"type": "http", "extensions": {ANSWER_WRITTEN: written}}
+    asyncio.run(AnswerBytes(app, SimpleNamespace(state=state))(scope, None, send))
+    assert told == [False] and dropped == ["answer_dropped"]
+    assert state.admission.held == 15 * MIB  # nothing of the dropped answer counted, nothing released

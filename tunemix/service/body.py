@@ -140,7 +140,8 @@ class AnswerBytes:
     ``TUNEMIX_BODY_TIMEOUT_S``). Large bodies are refused while they fill the large bodies'
     share; small ones keep their reserve. An answer whose unsent bytes would take the worker past
     ``TUNEMIX_MAX_INFLIGHT_BYTES`` while other answers or large bodies hold bytes is dropped, its
-    connection reset (``Admission.hold_answer``): small bodies are let in whatever the answers
+    connection reset (``Admission.hold_answer``; counted in ``tunemix_errors_total`` as
+    ``answer_dropped``): small bodies are let in whatever the answers
     hold, so without it clients that ask for large answers in small bodies and read them slowly
     would hold any number of them. Where the server gives no such extension (not
     ``python -m tunemix.service``), nothing is counted."""
@@ -171,6 +172,9 @@ class AnswerBytes:
             def count(n: int) -> bool:
                 nonlocal unsent
                 if not admission.hold_answer(n):
+                    metrics = getattr(self.fastapi_app.state, "metrics", None)
+                    if metrics is not None:
+                        metrics.count_error("answer_dropped")
                     return False
                 unsent = n
                 return True
