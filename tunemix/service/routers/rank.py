@@ -39,7 +39,10 @@ features) and ``TUNEMIX_INLINE_MAX_ITEMS`` items (256: ``tunemix.service.body.bo
 with numpy, never fewer than the body's documents or its queries, so 8,000 one-line LETOR
 queries in 87 KB go to a thread). Otherwise an idle worker runs them in one thread hop
 and a busy one in two (``tunemix.service.deps``), so that decoding overlaps other requests'
-scoring. The same functions run either way.
+scoring. A body of large work (``tunemix.service.lanes.is_large``: more than
+``TUNEMIX_LARGE_BODY_BYTES`` bytes or ``TUNEMIX_LARGE_BODY_ITEMS`` items) is decoded, scored on
+one thread and answered in the worker's large lane, in one hop (``large_work``), never in the
+Python lanes or scoring slots the others wait for. The same functions run either way.
 
 The request's structs and decode paths are ``tunemix.service.rank_body``, the answer's
 ``tunemix.service.rank_answer``, the explanations ``tunemix.service.rank_explain``; this module is
@@ -66,7 +69,7 @@ from tunemix.service.deadlines import start_deadline
 from tunemix.service.deps import json_bytes_response, query_model, resolve_model
 from tunemix.service.errors import input_error
 from tunemix.service.json_body import gc_paused
-from tunemix.service.lanes import LARGE_BODY_BYTES, explain_work, parse_and_score, python_work, score_call, scoring
+from tunemix.service.lanes import explain_work, is_large, large_work, parse_and_score, python_work, score_call, scoring
 from tunemix.service.letor import letor_lists
 from tunemix.service.observability import Metrics
 from tunemix.service.openapi import msgspec_answer_spec, msgspec_body_spec, query_parameters
@@ -217,7 +220,9 @@ async def rank_request(request: Request, registry: ModelRegistry, settings: Sett
                 done = whole(False)  # one thread, as when other requests score
         except NotInMemory:
             pass  # the model version must be loaded first: in a thread, below
-    if done is None and len(body) <= LARGE_BODY_BYTES:
+    if done is None and is_large(body, kind, settings):  # in the large lane, on one thread, in one hop
+        done = await large_work(request, whole, False)
+    if done is None:
         done = await parse_and_score(request, whole)
     if done is not None:
         served, lists, options, content = done
