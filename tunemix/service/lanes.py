@@ -32,6 +32,7 @@ import contextvars
 import os
 import sys
 import threading
+import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -88,8 +89,22 @@ def within_deadline(request: Request, fn: Callable[..., T], args: tuple[Any, ...
     runs, for the loops that check it."""
     deadline = request_deadline(request)
     if deadline is None:
-        return fn, args
-    return deadline.run, (fn, *args)
+        return frames_released, (fn, *args)
+    return frames_released, (deadline.run, fn, *args)
+
+
+def frames_released(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``; if it raises, the locals of the frames it ran are released before the error
+    leaves the thread (``traceback.clear_frames``: file and line stay for the log). An error
+    travels through futures and the awaiting coroutine's frame, which form a reference cycle that
+    only the cyclic collector frees, and that may be many requests later: with the frames, the
+    cycle would hold what the work had made (the decoded body of a request refused for its
+    documents, about 100 MB at the body limit) for as long."""
+    try:
+        return fn(*args)
+    except BaseException as exc:
+        traceback.clear_frames(exc.__traceback__)
+        raise
 
 
 def explain_lane(concurrency: int) -> ThreadPoolExecutor:
