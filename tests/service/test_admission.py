@@ -303,8 +303,9 @@ def big_answer_request() -> bytes:
 def test_answers_nobody_reads_count_until_written_and_are_cut_off(
         app_two: tuple[str, subprocess.Popen[bytes]]) -> None:
     """Clients that ask for 16 MB answers and read nothing (closing such a connection waits for its
-    buffer to be written: forever): the unsent bytes of an answer count as a large body's until written (a large body is refused while they fill the large bodies'
-    share; small requests keep their reserve), and a client that takes less than
+    buffer to be written: forever): the unsent bytes of an answer count as a large body's until
+    written (a large body is refused while they fill the large bodies' share; small requests keep
+    their reserve), and a client that takes less than
     TUNEMIX_BODY_MIN_RATE x TUNEMIX_BODY_STALL_S bytes of its answer in TUNEMIX_BODY_STALL_S
     seconds has its connection reset."""
     url, proc = app_two

@@ -74,7 +74,7 @@ from tunemix.service.letor import letor_lists
 from tunemix.service.observability import Metrics
 from tunemix.service.openapi import msgspec_answer_spec, msgspec_body_spec, query_parameters
 from tunemix.service.parsing import CandidateLists
-from tunemix.service.rank_answer import ENCODER, RankAnswer, ranked
+from tunemix.service.rank_answer import RankAnswer, encode_answer, ranked
 from tunemix.service.rank_body import MAX_EXPLAIN, Options, RankRequest, example, json_lists
 from tunemix.service.rank_explain import explain_options, explained_documents, explained_pair, with_explanations
 from tunemix.service.registry import ModelRegistry, NotInMemory, ServedModel
@@ -190,7 +190,7 @@ async def rank_request(request: Request, registry: ModelRegistry, settings: Sett
         results = ranked(scores, lists, options.top_k, head, options, explained)
         for q, pair in pair_answers.items():
             results[q].pair = pair
-        return ENCODER.encode(RankAnswer(model=served.name, version=served.version, results=results,
+        return encode_answer(RankAnswer(model=served.name, version=served.version, results=results,
                                          server_time_ms=round((time.perf_counter() - start) * 1e3, 3)))
 
     def whole(alone: bool) -> tuple[ServedModel, CandidateLists, Options, bytes | None]:
