@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import weakref
 from collections.abc import Callable, Iterator
 from types import SimpleNamespace
@@ -65,3 +66,57 @@ def test_a_refused_requests_work_is_freed_with_its_answer(collector_off: None, h
     r.app.state.explain_lane.shutdown(wait=True)
     assert len(made) == 1
     assert made[0]() is None, "the failed work's objects outlive its answer until the cyclic collector runs"
+
+
+# ---------------------------------------------------------------------------- large requests scored in runs
+def query_runs_twin(offsets: list[int], limit: int) -> list[list[int]]:
+    """Runs of queries, greedily: a query joins the current run while the run stays within ``limit``."""
+    runs: list[list[int]] = []
+    for q in range(len(offsets) - 1):
+        if runs and offsets[q + 1] - offsets[runs[-1][0]] <= limit:
+            runs[-1].append(q)
+        else:
+            runs.append([q])
+    return runs
+
+
+@pytest.mark.parametrize("sizes", [[1], [5, 5, 5], [1000], [999, 2], [3000, 1, 1, 998, 2, 700, 300, 1]])
+def test_query_runs_cut_whole_queries_within_the_limit(sizes: list[int]) -> None:
+    import numpy as np
+
+    from tunemix.service.lanes import query_runs
+
+    offsets = [0, *np.cumsum(sizes).tolist()]
+    cuts = query_runs(offsets, 1000)
+    assert [list(range(a, b)) for a, b in itertools.pairwise(cuts)] == query_runs_twin(offsets, 1000)
+
+
+def test_a_large_request_scored_in_runs_of_queries_scores_as_at_once(registry: Any,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The served model (its raw+std view standardises per query), scores and relevance head: the
+    same bits in runs of at most 50 documents as in one call."""
+    import numpy as np
+
+    from tunemix.service import lanes
+    from tunemix.service.deps import resolve_model
+
+    served = resolve_model(registry, None, None)
+    sizes = [30, 1, 80, 20, 20, 9, 51, 50]
+    x = np.random.default_rng(3).random((sum(sizes), served.n_features)).astype(np.float32)
+    off = np.array([0, *np.cumsum(sizes)], dtype=np.int64)
+    calls: list[int] = []
+
+    def counted(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(features: Any, offsets: Any) -> Any:
+            calls.append(features.shape[0])
+            return fn(features, offsets)
+        return call
+
+    monkeypatch.setattr(lanes, "SCORE_CHUNK_DOCUMENTS", 50)
+    model = served.model
+    assert lanes.in_query_chunks(counted(model.score))(x, off).tobytes() == model.score(x, off).tobytes()
+    assert calls == [31, 80, 49, 51, 50], calls  # runs of whole queries: 30+1, 80 alone, 20+20+9, 51, 50
+    if model.relevance_head is not None:
+        got = lanes.in_query_chunks(model.score_and_relevance)(x, off)
+        want = model.score_and_relevance(x, off)
+        assert [a.tobytes() for a in got] == [b.tobytes() for b in want]

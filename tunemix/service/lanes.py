@@ -29,17 +29,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import itertools
 import os
 import sys
 import threading
 import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio
+import numpy as np
+import numpy.typing as npt
 from fastapi import Request
 
+from tunemix.core.deadline import check_deadline
 from tunemix.core.scoring.runtime import single_threaded
 from tunemix.service.body import body_items
 from tunemix.service.deadlines import request_deadline
@@ -223,6 +227,44 @@ async def parse_and_score(request: Request, fn: Callable[[bool], T]) -> T | None
             return await anyio.to_thread.run_sync(work, *args, limiter=state.python_lanes)
     finally:
         slots.release()
+
+
+#: documents a large request scores per call at most (``in_query_chunks``)
+SCORE_CHUNK_DOCUMENTS = 1000
+
+
+def in_query_chunks(fn: Callable[..., T]) -> Callable[..., T]:
+    """``fn`` (a model's scoring: ``(features, offsets)`` -> an array, or a tuple of arrays, of a
+    row per document) called on runs of whole queries of at most ``SCORE_CHUNK_DOCUMENTS``
+    documents (a longer query alone), the parts joined: the same values (a query's scores depend on
+    its own documents only), and no call of the scoring's numpy and Python stages holds the GIL
+    for a whole large request (9,000 MQ2008 documents at once: up to 25 ms in the feature views and
+    17 ms in the calibration, while the worker's other requests wait)."""
+    def chunked(features: npt.NDArray[np.float32], offsets: npt.NDArray[np.int64]) -> Any:
+        cuts = query_runs(offsets.tolist(), SCORE_CHUNK_DOCUMENTS)
+        if len(cuts) <= 2:
+            return fn(features, offsets)
+        parts: list[Any] = []
+        for a, b in itertools.pairwise(cuts):
+            check_deadline("/rank: scoring")
+            lo, hi = int(offsets[a]), int(offsets[b])
+            parts.append(fn(features[lo:hi], offsets[a:b + 1] - lo))
+        if isinstance(parts[0], tuple):
+            return tuple(np.concatenate(p) for p in zip(*parts, strict=True))
+        return np.concatenate(parts)
+    return cast(Callable[..., T], chunked)
+
+
+def query_runs(offsets: list[int], limit: int) -> list[int]:
+    """The query indices that cut queries ``offsets`` delimits into runs of consecutive whole
+    queries of at most ``limit`` documents each (a longer query a run of its own): ``[0, ...,
+    n_queries]``."""
+    cuts = [0]
+    for q in range(1, len(offsets) - 1):
+        if offsets[q + 1] - offsets[cuts[-1]] > limit:
+            cuts.append(q)
+    cuts.append(len(offsets) - 1)
+    return cuts
 
 
 def score_call(fn: Callable[..., T], args: tuple[Any, ...], alone: bool) -> T:

@@ -69,7 +69,16 @@ from tunemix.service.deadlines import start_deadline
 from tunemix.service.deps import json_bytes_response, query_model, resolve_model
 from tunemix.service.errors import input_error
 from tunemix.service.json_body import gc_paused
-from tunemix.service.lanes import explain_work, is_large, large_work, parse_and_score, python_work, score_call, scoring
+from tunemix.service.lanes import (
+    explain_work,
+    in_query_chunks,
+    is_large,
+    large_work,
+    parse_and_score,
+    python_work,
+    score_call,
+    scoring,
+)
 from tunemix.service.letor import letor_lists
 from tunemix.service.observability import Metrics
 from tunemix.service.openapi import msgspec_answer_spec, msgspec_body_spec, query_parameters
@@ -193,13 +202,15 @@ async def rank_request(request: Request, registry: ModelRegistry, settings: Sett
         return encode_answer(RankAnswer(model=served.name, version=served.version, results=results,
                                          server_time_ms=round((time.perf_counter() - start) * 1e3, 3)))
 
-    def whole(alone: bool) -> tuple[ServedModel, CandidateLists, Options, bytes | None]:
+    def whole(alone: bool, large: bool = False) -> tuple[ServedModel, CandidateLists, Options, bytes | None]:
         """Decode, score and answer; a request that asks for explanations is only decoded (its
-        scoring and explanations go to the explain lane)."""
+        scoring and explanations go to the explain lane). ``large``: scored a run of queries at a
+        time (``in_query_chunks``)."""
         served, lists, options = decode()
         if options.explains:
             return served, lists, options, None
-        scored = score_call(score(served, options), (lists.features, lists.offsets), alone)
+        fn = score(served, options)
+        scored = score_call(in_query_chunks(fn) if large else fn, (lists.features, lists.offsets), alone)
         return served, lists, options, answer(served, lists, options, scored)
 
     def explained_answer(served: ServedModel, lists: CandidateLists, options: Options) -> bytes:
@@ -221,7 +232,7 @@ async def rank_request(request: Request, registry: ModelRegistry, settings: Sett
         except NotInMemory:
             pass  # the model version must be loaded first: in a thread, below
     if done is None and is_large(body, kind, settings):  # in the large lane, on one thread, in one hop
-        done = await large_work(request, whole, False)
+        done = await large_work(request, whole, False, True)
     if done is None:
         done = await parse_and_score(request, whole)
     if done is not None:
