@@ -43,7 +43,7 @@ import numpy as np
 import numpy.typing as npt
 from fastapi import Request
 
-from tunemix.core.deadline import check_deadline
+from tunemix.core.deadline import step_of_long_work
 from tunemix.core.scoring.runtime import single_threaded
 from tunemix.service.body import body_items
 from tunemix.service.deadlines import request_deadline
@@ -246,7 +246,7 @@ def in_query_chunks(fn: Callable[..., T]) -> Callable[..., T]:
             return fn(features, offsets)
         parts: list[Any] = []
         for a, b in itertools.pairwise(cuts):
-            check_deadline("/rank: scoring")
+            step_of_long_work("/rank: scoring")
             lo, hi = int(offsets[a]), int(offsets[b])
             parts.append(fn(features[lo:hi], offsets[a:b + 1] - lo))
         if isinstance(parts[0], tuple):

@@ -10,7 +10,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from tunemix.core.deadline import check_deadline
+from tunemix.core.deadline import check_deadline, step_of_long_work
 from tunemix.service.parsing import CandidateLists
 from tunemix.service.rank_body import Id, Options
 
@@ -121,6 +121,7 @@ def encode_answer(answer: msgspec.Struct) -> bytes:
         return ENCODER.encode(answer)
     queries = []
     for q in results:
+        step_of_long_work("/rank: encoding the answer")
         if len(q.ranking) <= ENCODE_PIECE:
             queries.append(ENCODER.encode(q))
             continue

@@ -14,7 +14,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from tunemix.core.deadline import check_deadline
+from tunemix.core.deadline import check_deadline, step_of_long_work
 from tunemix.service.dense_body import dense_pass
 from tunemix.service.deps import resolve_model
 from tunemix.service.errors import ServiceError, input_error, query_label
@@ -229,7 +229,7 @@ def json_lists_by_query(body: bytes, registry: ModelRegistry, settings: Settings
         queries: list[Any] = []
         blocks: list[npt.NDArray[np.float64] | None] = []
         for part in parts:
-            check_deadline("/rank: reading the queries")
+            step_of_long_work("/rank: reading the queries")
             read = query_pass(part)
             if read is None:
                 break
