@@ -47,7 +47,7 @@ from __future__ import annotations
 import logging
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
@@ -185,11 +185,16 @@ def run_spec(plan: SearchPlan, config: dict[str, Any], index: int, seconds_left:
 
 
 def search(runs: list[RunResult], fit_one: Callable[[RunSpec], RunResult], deadline: FitBudget, *, seed: int,
-           rule: bool, workers: int, enabled: bool, why_not: str | None = None) -> SearchOutcome:
+           rule: bool, workers: int, enabled: bool, why_not: str | None = None, work_s: float | None = None,
+           tried: Sequence[RunResult] = ()) -> SearchOutcome:
     """Runs of sampled configurations until the boosting stage's end (module docstring), numbered
-    after ``runs``; ``fit_one(spec)`` trains one (within the deadline). The record says what was
-    tried, each run's iterations and seconds (its weight share is added after the mix,
-    :func:`add_weight_shares`), and why the search ended or did not run."""
+    after ``runs`` (the default runs, which size them) and ``tried`` (an earlier round's search
+    runs: the configurations go on after theirs, and their measured cost sizes the next);
+    ``fit_one(spec)`` trains one (within the deadline). ``work_s``: a round's work, the sum of
+    its runs' expected seconds (``run_spec``): no run starts once the runs started reach it
+    (``tunemix.train.budget_choice``). The record says what was tried, each run's iterations and
+    seconds (its weight share is added after the mix, :func:`add_weight_shares`), and why the
+    search ended or did not run."""
     record: dict[str, Any] = {"enabled": False, "space": {k: list(v) for k, v in SPACE.items()},
                               "sampler": "scrambled Sobol (scipy.stats.qmc), seeded by the fit's seed", "runs": []}
     plan = make_plan(runs, seed, rule)
@@ -207,16 +212,23 @@ def search(runs: list[RunResult], fit_one: Callable[[RunSpec], RunResult], deadl
                   seconds_per_iteration=round(plan.s_per_iteration, 6),
                   iterations_x_rate=round(plan.iterations_at_rate, 2),
                   left_at_start_s=round(deadline.left("boosting"), 3))
-    configs = sample_configs(MAX_RUNS, seed, plan.views, rule)
+    plan.s_per_iteration = measured_cost(list(tried), plan.s_per_iteration)
+    configs = sample_configs(MAX_RUNS, seed, plan.views, rule)[len(tried):]
+    first = len(runs) + len(tried)
     out = SearchOutcome(record=record)
     ended = f"all {MAX_RUNS} configurations tried"
+    started_s = 0.0  # the round's work started: its runs' expected seconds
     pending: dict[Future[RunResult], dict[str, Any]] = {}
     nxt = 0
     with ThreadPoolExecutor(max_workers=max(workers, 1), thread_name_prefix="tunemix-search") as pool:
         while True:
             while nxt < len(configs) and len(pending) < max(workers, 1):
+                if work_s is not None and started_s >= work_s:
+                    ended = f"the round's work of {work_s:.2f} s (its runs' expected seconds) is started"
+                    nxt = len(configs) + 1
+                    break
                 left = deadline.left("boosting")
-                spec, expected_s, cap = run_spec(plan, configs[nxt], len(runs) + len(out.runs) + len(pending), left)
+                spec, expected_s, cap = run_spec(plan, configs[nxt], first + len(out.runs) + len(pending), left)
                 if cap < MIN_ITERATIONS:
                     ended = (f"{left:.1f} s left to the boosting end buys fewer than {MIN_ITERATIONS} iterations of "
                              "the next configuration")
@@ -225,6 +237,7 @@ def search(runs: list[RunResult], fit_one: Callable[[RunSpec], RunResult], deadl
                 row = {"config": configs[nxt], "n_iterations_cap": cap, "expected_s": round(expected_s, 3),
                        "started_at_s": round(deadline.elapsed(), 3)}
                 pending[pool.submit(fit_one, spec)] = row
+                started_s += expected_s
                 nxt += 1
             if not pending:
                 break
@@ -239,10 +252,10 @@ def search(runs: list[RunResult], fit_one: Callable[[RunSpec], RunResult], deadl
                 record["runs"].append(row)
     # the runs' indices are their places in the fit's list of runs: renumber in finishing order
     for k, r in enumerate(out.runs):
-        if r.spec.index != len(runs) + k:
-            r.spec = RunSpec(index=len(runs) + k, view=r.spec.view, grouping=r.spec.grouping, params=r.spec.params,
+        if r.spec.index != first + k:
+            r.spec = RunSpec(index=first + k, view=r.spec.view, grouping=r.spec.grouping, params=r.spec.params,
                              type=r.spec.type)
-            record["runs"][k]["index"] = len(runs) + k
+            record["runs"][k]["index"] = first + k
     record["ended"] = ended
     record["seconds_per_iteration_last"] = round(plan.s_per_iteration, 6)
     record["summary"] = (f"{len(out.runs)} LambdaMART runs of sampled configurations in the "
