@@ -29,12 +29,13 @@ parameters, every trial early-stopped, the best by validation NDCG@10) searching
 seconds as tunemix's seed-0 fit took on the same split (``--tuned-budget S`` when tunemix is not
 run; ``--tuned-at-once 2``: two trials at once, one thread each); the summary gives tunemix's
 per-query difference to it too. ``tunemix_budget`` is ``TuneMixRanker(time_budget_s=S)`` with
-S the ``--tuned-budget``: the default members, then the search of "tune, then mix" until the
-boosting end (docs/method.md); it is fitted at every seed like ``tunemix``, its summary
-``tunemix_budget_seeds`` gives its per-query differences to ``lgbm_es``, ``lgbm_es1`` and
-``lgbm_tuned``; ``tunemix_budget:S`` is the same with a budget of S seconds (several budgets in one
-run: ``--systems tunemix,tunemix_budget:60,tunemix_budget:600``). The comparison at one budget: ``--systems tunemix_budget,lgbm_tuned,lgbm_es1
---seeds 0,1,2 --tuned-budget 60 --tuned-at-once 2``.
+S the ``--tuned-budget``: the default members, then the rounds of the search of "tune, then mix"
+while they are measured to help (docs/method.md); it is fitted at every seed like ``tunemix``, its
+summary ``tunemix_budget_seeds`` gives its per-query differences to ``tunemix`` (both averaged over
+the seeds), ``lgbm_es``, ``lgbm_es1`` and ``lgbm_tuned``. ``tunemix_budget:S`` is the same with a
+budget of S seconds, for several budgets in one run:
+``--systems tunemix,tunemix_budget:60,tunemix_budget:600``. The comparison at one budget:
+``--systems tunemix_budget,lgbm_tuned,lgbm_es1 --seeds 0,1,2 --tuned-budget 60 --tuned-at-once 2``.
 
 ``--datasets mq2008,mslr-sample`` picks some; ``--systems`` some systems; ``--config FILE.toml``
 gives tunemix a configuration instead of the default (what-if runs; the JSON says so).

@@ -7,11 +7,12 @@ when it is too small for them: ``tunemix.train.members.auto``), and their mix is
 candidate: the default's model. The search of "tune, then mix" (``tunemix.train.search``) then
 runs in rounds, and after each round the mix of every member so far is a candidate:
 
-- **Round r's work.** Round 1 may start search runs until their expected seconds (the search's
-  cost model, ``tunemix.train.search.run_spec``) add up to ``FIRST_ROUND_SHARE`` (0.5) of the
-  default runs' seconds (the sum of their fit seconds); each further round may start twice the
-  work of the one before. Every round also stops at the boosting stage's end, and all rounds
-  together at ``tunemix.train.search.MAX_RUNS`` runs.
+- **Round r's time.** Round 1 lasts at most ``FIRST_ROUND_SHARE`` (0.5) of the default's
+  boosting stage (its seconds on the fit's clock, D): its runs start only while the time left to
+  the round's end buys ``tunemix.train.search.MIN_ITERATIONS`` of their iterations (the search's
+  cost model), are capped to it and stop at it, as the search's runs do at the boosting end
+  (``FitBudget.within``). Round r lasts at most 2^(r-1) x 0.5 D. Every round also ends at the
+  boosting stage's end, and all rounds together at ``tunemix.train.search.MAX_RUNS`` runs.
 - **The candidates.** C_0, the default's members mixed as the fit mixes them
   (``tunemix.train.mixing.fit_mixer``: every rescaling mode, the forecaster's own tie rule), then
   C_r, the default's members and the runs of rounds 1 to r, mixed the same way. Each is scored
@@ -24,14 +25,14 @@ runs in rounds, and after each round the mix of every member so far is a candida
   more than one standard error of the validation mean, and a later round's by one better than
   the earlier candidates by as much.
 - **When the search stops.** After round r, unless the kept candidate is C_r (the round's runs
-  are measured to help), or the round ended for another reason (the boosting end, the last
-  configuration). So a budget far above what the default needs costs the default's fit, one
-  round of half its runs' work, the round's calibration and two mixes, unless the first round
-  beats the default by more than a standard error; the runs of candidates not kept are dropped
-  from the model.
+  are measured to help); and at the boosting end or the last configuration. So a budget far above
+  what the default needs costs the default's fit, one round of at most half its boosting stage
+  (and the last iteration of the runs the round's end stops), that round's calibration and two
+  mixes, unless the first round beats the default by more than a standard error; the runs of
+  candidates not kept are dropped from the model.
 
 The record (``record["time_budget"]["choice"]``) lists every candidate (its runs, q, SE), the
-tolerance, the kept one and why; ``record["search"]["rounds"]`` each round's work and how it
+tolerance, the kept one and why; ``record["search"]["rounds"]`` each round's length and how it
 ended; each search run's row says whether it was kept.
 """
 
@@ -46,11 +47,11 @@ import numpy as np
 
 from tunemix.core.ensemble.exponential_forecaster import one_standard_error
 from tunemix.train.members.types import CalibrationResult, RunResult
-from tunemix.train.search import SearchOutcome
+from tunemix.train.search import MAX_RUNS, SearchOutcome
 
 log = logging.getLogger(__name__)
 
-#: round 1's work: this share of the default runs' seconds (each further round: twice the last)
+#: round 1's length: this share of the default's boosting stage (each further round: twice the last)
 FIRST_ROUND_SHARE = 0.5
 
 
@@ -90,30 +91,31 @@ class Choice:
     record: dict[str, Any] = field(default_factory=dict)
 
 
-def choose_with_search(runs: list[RunResult], cals: list[CalibrationResult], *,
+def choose_with_search(runs: list[RunResult], cals: list[CalibrationResult], *, default_s: float,
                        search_round: Callable[[float, list[RunResult]], SearchOutcome],
                        calibrate: Callable[[list[RunResult]], list[CalibrationResult]],
                        quality: Callable[[list[RunResult], list[CalibrationResult]], np.ndarray],
-                       measure: str = "ndcg@10") -> Choice:
+                       boosting_left: Callable[[], float], measure: str = "ndcg@10") -> Choice:
     """The rounds and the choice of the module docstring. ``runs``/``cals``: the default's;
-    ``search_round(work_s, tried)``: one round of the search (``tunemix.train.search.search``
-    with ``work_s`` and the runs ``tried`` so far); ``calibrate(new_runs)``: their calibrated
-    snapshots; ``quality(runs, cals)``: the per-query validation measure of their mix."""
-    default_work = float(sum(max(r.fit_seconds, 0.0) for r in runs))
+    ``default_s``: its boosting stage's seconds (D); ``search_round(seconds, tried)``: one round
+    of the search (``tunemix.train.search.search`` with the boosting end at most ``seconds`` from
+    now, after the runs ``tried`` so far); ``calibrate(new_runs)``: their calibrated snapshots;
+    ``quality(runs, cals)``: the per-query validation measure of their mix; ``boosting_left()``:
+    the seconds left to the fit's boosting end."""
     candidates: list[Candidate] = []  # the default's once a search run is there to compare it with
     all_runs, all_cals = list(runs), list(cals)
     tried: list[RunResult] = []
     rounds: list[dict[str, Any]] = []
     first_record: dict[str, Any] | None = None
-    work = FIRST_ROUND_SHARE * default_work
+    seconds = FIRST_ROUND_SHARE * max(default_s, 0.0)
     stopped = ""
     while True:
-        out = search_round(work, tried)
+        out = search_round(seconds, tried)
         if first_record is None:
             first_record = out.record
         r = len(rounds) + 1
         ended = str(out.record.get("ended") or out.record.get("summary", ""))
-        rounds.append({"round": r, "work_s": round(work, 3), "runs": len(out.runs), "ended": ended})
+        rounds.append({"round": r, "seconds": round(seconds, 3), "runs": len(out.runs), "ended": ended})
         for row in out.record.get("runs", []):
             row["round"] = r
         if r > 1:
@@ -133,10 +135,10 @@ def choose_with_search(runs: list[RunResult], cals: list[CalibrationResult], *,
         if kept != len(candidates) - 1:
             stopped = f"round {r}'s mix is not the candidate kept"
             break
-        if "round's work" not in ended:
-            stopped = f"round {r} ended: {ended}"
+        if len(tried) >= MAX_RUNS or boosting_left() <= 0:
+            stopped = f"round {r} reached the " + ("boosting end" if len(tried) < MAX_RUNS else f"{MAX_RUNS}th run")
             break
-        work *= 2.0
+        seconds *= 2.0
     assert first_record is not None
     if not candidates:  # no search run: the default's model, nothing to compare
         if first_record.get("enabled"):
@@ -160,7 +162,7 @@ def choose_with_search(runs: list[RunResult], cals: list[CalibrationResult], *,
     record = {
         "rule": "the first candidate (default, round 1, ...) whose validation mean is at least the best mean less one "
                 "standard error of the best's per-query values (the one-standard-error rule)",
-        "first_round_share": FIRST_ROUND_SHARE, "default_runs_s": round(default_work, 3),
+        "first_round_share": FIRST_ROUND_SHARE, "default_boosting_s": round(default_s, 3),
         "candidates": [{"label": c.label, "runs": c.runs, "search_runs": c.runs - len(runs),
                         f"vali_{measure}": round(c.mean, 6),
                         "se": round(one_standard_error(c.per_query), 6)} for c in candidates],

@@ -1,7 +1,9 @@
-"""Tune, then mix: under a time budget, the boosting stage's time left after the default runs goes
-to a search whose every run is kept as a member ("Tune and mix", the method's idea: a diverse
-population mixed by the exponentially weighted forecaster, not the one configuration a search
-would pick on the validation queries, which overfits a small validation set).
+"""Tune, then mix: under a time budget, the boosting stage's time left after the default runs may
+go to a search whose runs are mixed with the default members ("Tune and mix", the method's idea:
+a diverse population mixed by the exponentially weighted forecaster, not the one configuration a
+search would pick on the validation queries, which overfits a small validation set). The search
+runs in rounds of bounded length, and its mix replaces the default's model only on evidence beyond
+the validation queries' noise (``tunemix.train.budget_choice``).
 
 When it runs: the fit has a time budget (``[run] time_budget_s``, ``--time-budget``,
 ``TuneMixRanker(time_budget_s=)``), the members are the default ones (``tunemix.train.members.auto``),
@@ -185,16 +187,15 @@ def run_spec(plan: SearchPlan, config: dict[str, Any], index: int, seconds_left:
 
 
 def search(runs: list[RunResult], fit_one: Callable[[RunSpec], RunResult], deadline: FitBudget, *, seed: int,
-           rule: bool, workers: int, enabled: bool, why_not: str | None = None, work_s: float | None = None,
+           rule: bool, workers: int, enabled: bool, why_not: str | None = None,
            tried: Sequence[RunResult] = ()) -> SearchOutcome:
-    """Runs of sampled configurations until the boosting stage's end (module docstring), numbered
-    after ``runs`` (the default runs, which size them) and ``tried`` (an earlier round's search
+    """Runs of sampled configurations until the boosting stage's end (module docstring; one round
+    of ``tunemix.train.budget_choice``: a ``deadline`` whose boosting stage ends with the round),
+    numbered after ``runs`` (the default runs, which size them) and ``tried`` (the earlier rounds'
     runs: the configurations go on after theirs, and their measured cost sizes the next);
-    ``fit_one(spec)`` trains one (within the deadline). ``work_s``: a round's work, the sum of
-    its runs' expected seconds (``run_spec``): no run starts once the runs started reach it
-    (``tunemix.train.budget_choice``). The record says what was tried, each run's iterations and
-    seconds (its weight share is added after the mix, :func:`add_weight_shares`), and why the
-    search ended or did not run."""
+    ``fit_one(spec)`` trains one (within the deadline). The record says what was tried, each
+    run's iterations and seconds (its weight share is added after the mix,
+    :func:`add_weight_shares`), and why the search ended or did not run."""
     record: dict[str, Any] = {"enabled": False, "space": {k: list(v) for k, v in SPACE.items()},
                               "sampler": "scrambled Sobol (scipy.stats.qmc), seeded by the fit's seed", "runs": []}
     plan = make_plan(runs, seed, rule)
@@ -217,16 +218,11 @@ def search(runs: list[RunResult], fit_one: Callable[[RunSpec], RunResult], deadl
     first = len(runs) + len(tried)
     out = SearchOutcome(record=record)
     ended = f"all {MAX_RUNS} configurations tried"
-    started_s = 0.0  # the round's work started: its runs' expected seconds
     pending: dict[Future[RunResult], dict[str, Any]] = {}
     nxt = 0
     with ThreadPoolExecutor(max_workers=max(workers, 1), thread_name_prefix="tunemix-search") as pool:
         while True:
             while nxt < len(configs) and len(pending) < max(workers, 1):
-                if work_s is not None and started_s >= work_s:
-                    ended = f"the round's work of {work_s:.2f} s (its runs' expected seconds) is started"
-                    nxt = len(configs) + 1
-                    break
                 left = deadline.left("boosting")
                 spec, expected_s, cap = run_spec(plan, configs[nxt], first + len(out.runs) + len(pending), left)
                 if cap < MIN_ITERATIONS:
@@ -237,7 +233,6 @@ def search(runs: list[RunResult], fit_one: Callable[[RunSpec], RunResult], deadl
                 row = {"config": configs[nxt], "n_iterations_cap": cap, "expected_s": round(expected_s, 3),
                        "started_at_s": round(deadline.elapsed(), 3)}
                 pending[pool.submit(fit_one, spec)] = row
-                started_s += expected_s
                 nxt += 1
             if not pending:
                 break
@@ -262,7 +257,7 @@ def search(runs: list[RunResult], fit_one: Callable[[RunSpec], RunResult], deadl
                          f"{record['left_at_start_s']:.1f} s left to the boosting end after the default runs, "
                          f"every one early-stopped on validation (patience {plan.patience}"
                          + (", no subsampling: the tiny-validation rule" if rule else "")
-                         + f") and kept as a member; ended: {ended}")
+                         + f"), each a candidate member; ended: {ended}")
     log.info("search: %s", record["summary"])
     return out
 
@@ -295,12 +290,14 @@ def search_lines(record: dict[str, Any] | None) -> list[str]:
     share = record.get("weight_share")
     if share is not None:
         lines.append(f"Their share of the mix's weight: {100 * share:.1f}%.")
-    lines += ["", "| run | view | leaves | rate | min leaf | features | bagging | L2 | iterations (cap) | stop | "
-              "seconds | weight |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| run | round | kept | view | leaves | rate | min leaf | features | bagging | L2 | "
+              "iterations (cap) | stop | seconds | weight |", "|---" * 14 + "|"]
     for row in record["runs"]:
         c = row["config"]
         w = row.get("weight_share")
-        lines.append(f"| {row['index']} | {c['view']} | {c['n_leaves']} | {c['learning_rate']:g} | "
+        kept = {True: "yes", False: "no"}.get(row.get("kept"), "–")
+        lines.append(f"| {row['index']} | {row.get('round', '–')} | {kept} | {c['view']} | {c['n_leaves']} | "
+                     f"{c['learning_rate']:g} | "
                      f"{c['min_data_in_leaf']} | {c['feature_fraction']:g} | {c['bagging_fraction']:g} | "
                      f"{c['lambda_l2']:g} | {row['iterations']} ({row['n_iterations_cap']}) | {row['stop_reason']} | "
                      f"{row['fit_seconds']:.1f} | {'–' if w is None else f'{100 * w:.1f}%'} |")

@@ -6,7 +6,9 @@ through ``tunemix.train.members.types``; the joblib backend and the progress bar
 ``tunemix.train.parallel``.
 Time budget: when ``[run] time_budget_s`` is set, it bounds the whole of :func:`train`: one
 deadline from the start, an end for each stage (boosting, calibration, mixing, the relevance
-head), each stage cut to what is left (``tunemix.train.budget``).
+head), each stage cut to what is left (``tunemix.train.budget``); the default's model is a
+candidate of the budgeted fit, replaced only on evidence beyond the validation queries' noise
+(``tunemix.train.budget_choice``).
 Nothing is written until the very end, and then atomically (``tunemix.core.artifact``):
 Ctrl-C at any point leaves no half-written model.
 """
@@ -31,6 +33,7 @@ import numpy as np
 from tunemix.core.artifact import save_artifact, sha256_file
 from tunemix.core.data.dataset import RankingData, query_rows
 from tunemix.core.data.svmlight import read_svmlight
+from tunemix.core.ensemble.exponential_forecaster import one_standard_error
 from tunemix.core.ensemble.registry import make_mixer
 from tunemix.core.evaluation import evaluate, mean_metric
 from tunemix.core.scoring.ensemble_model import EXTRA_VIEWS, EnsembleModel, Member, RunInfo, prune, remap_forest
@@ -311,21 +314,23 @@ def optimiser_beside_runs() -> threading.Thread | None:
 
 
 def search_runs(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], cals: list[CalibrationResult], auto: bool,
-                n_jobs: int, deadline: FitBudget) -> Choice:
-    """The default ``runs`` (calibrated: ``cals``), the rounds of the search that spends the
-    boosting time left after them (``tunemix.train.search``: default members under a time budget
-    only) while they are measured to help, and the choice between the default's mix and the
-    search's (``tunemix.train.budget_choice``): what is kept, and the records."""
-
-    def fit_one(spec: RunSpec) -> RunResult:
-        return run_within(deadline, spec, *run_inputs(prep, spec), prep.n_labels, cfg.seed, None)
-
+                n_jobs: int, deadline: FitBudget, boosting_s: float) -> Choice:
+    """The default ``runs`` (calibrated: ``cals``; their boosting stage took ``boosting_s``), the
+    rounds of the search that spends the boosting time left after them (``tunemix.train.search``:
+    default members under a time budget only) while they are measured to help, and the choice
+    between the default's mix and the search's (``tunemix.train.budget_choice``): what is kept,
+    and the records."""
     rule = auto and bool(small_validation(data_shape(prep.sets))["applied"])
 
-    def search_round(work_s: float, tried: list[RunResult]) -> SearchOutcome:
-        return search(runs, fit_one, deadline, seed=cfg.seed, rule=rule, workers=n_jobs, enabled=cfg.run.search,
+    def search_round(seconds: float, tried: list[RunResult]) -> SearchOutcome:
+        until = deadline.within("boosting", seconds)  # the round's end: its runs start, are capped and stop by it
+
+        def fit_one(spec: RunSpec) -> RunResult:
+            return run_within(until, spec, *run_inputs(prep, spec), prep.n_labels, cfg.seed, None)
+
+        return search(runs, fit_one, until, seed=cfg.seed, rule=rule, workers=n_jobs, enabled=cfg.run.search,
                       why_not=None if auto else "members configured: the search adds to the default members only",
-                      work_s=work_s, tried=tried)
+                      tried=tried)
 
     def calibrate(new_runs: list[RunResult]) -> list[CalibrationResult]:
         return calibrate_runs(cfg, prep, new_runs, n_jobs, False, deadline=deadline)
@@ -333,7 +338,8 @@ def search_runs(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], cals: l
     def quality(kept_runs: list[RunResult], kept_cals: list[CalibrationResult]) -> np.ndarray:
         return mix_validation_quality(cfg, prep, kept_runs, kept_cals, deadline)
 
-    return choose_with_search(runs, cals, search_round=search_round, calibrate=calibrate, quality=quality,
+    return choose_with_search(runs, cals, default_s=boosting_s, search_round=search_round, calibrate=calibrate,
+                              quality=quality, boosting_left=lambda: deadline.left("boosting"),
                               measure=cfg.mixer.measure)
 
 
@@ -583,11 +589,13 @@ def fit_members(cfg: TrainConfig, clock: _Clock, prep: Prepared, specs: list[Run
     calibrations kept, the search's record, the choice's record (None without a search run)."""
     with parallel_backend(cfg.run.backend, cfg.run.n_jobs, cfg.run.scheduler) as n_jobs:
         with clock("boosting_s"):
+            t0 = deadline.clock()
             runs = fit_runs(cfg, prep, specs, n_jobs, progress, deadline, head=head)
+            boosting_s = deadline.clock() - t0  # on the budget's clock: the search's rounds are sized by it
         with clock("calibration_s"):
             cals = calibrate_runs(cfg, prep, runs, n_jobs, progress, deadline=deadline)
         with clock("search_s"):
-            choice = search_runs(cfg, prep, runs, cals, auto, n_jobs, deadline)
+            choice = search_runs(cfg, prep, runs, cals, auto, n_jobs, deadline, boosting_s)
     return choice.runs, choice.search, choice.cals, choice.record if choice.record.get("candidates") else None
 
 
@@ -690,10 +698,8 @@ def validation_rule_record(cfg: TrainConfig, prep: Prepared, served: dict[str, n
     vali = prep.vali
     per_query = evaluate(vali.labels, served["vali"], vali.query_offsets, [cfg.mixer.measure],
                          cfg.mixer.convention).per_query[cfg.mixer.measure]
-    values = np.asarray(per_query, dtype=np.float64)
-    values = values[~np.isnan(values)]
-    if values.size > 1:
-        out["vali_measure_se"] = round(float(values.std(ddof=1) / np.sqrt(values.size)), 4)
+    if int(np.isfinite(np.asarray(per_query, dtype=np.float64)).sum()) > 1:
+        out["vali_measure_se"] = round(one_standard_error(per_query), 4)
     return out
 
 

@@ -494,7 +494,7 @@ class ExponentialForecaster(Mixer):
     def _tolerance(self, metric: MetricFn, labels: Int1D, query_offsets: Offsets, scaled: Float2D,
                    best_w: Float1D) -> float:
         """The tie tolerance: a number, or with ``"one_se"`` the standard error of the best grid
-        point's mean over the tuning queries (its per-query values' sample SD / sqrt(n)): the
+        point's mean over the tuning queries (``one_standard_error`` of its per-query values): the
         one-standard-error rule (Breiman et al. 1984), which grows as the tuning set shrinks."""
         if self.tie_tolerance != "one_se":
             return max(float(self.tie_tolerance), 0.0)
