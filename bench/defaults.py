@@ -330,8 +330,7 @@ def _plus_minus(r: dict[str, Any]) -> str:
 
 
 def markdown(report: dict[str, Any]) -> str:
-    systems = list(SYSTEMS) + [s for d in report["datasets"].values() for s in d["summary"]
-                               if ":" in s and s not in SYSTEMS]
+    systems = list(SYSTEMS) + [s for d in report["datasets"].values() for s in d.get("folds", {}) if s not in SYSTEMS]
     systems = list(dict.fromkeys(systems))
     lines = [f"Test {report['measure']} ({report['convention']}), mean over folds ± SE; fit seconds (sum over "
              "folds); peak MB of the process tree (largest fold). tunemix: " + report["tunemix_config"], "",

@@ -7,7 +7,7 @@ when it is too small for them: ``tunemix.train.members.auto``), and their mix is
 candidate: the default's model. The search of "tune, then mix" (``tunemix.train.search``) then
 runs in rounds, and after each round the mix of every member so far is a candidate:
 
-- **Round r's time.** Round 1 lasts at most ``FIRST_ROUND_SHARE`` (0.5) of the default's
+- **Round r's time.** The first round lasts at most ``FIRST_ROUND_SHARE`` (0.5) of the default's
   boosting stage (its seconds on the fit's clock, D): its runs start only while the time left to
   the round's end buys ``tunemix.train.search.MIN_ITERATIONS`` of their iterations (the search's
   cost model), are capped to it and stop at it, as the search's runs do at the boosting end
@@ -51,7 +51,7 @@ from tunemix.train.search import MAX_RUNS, SearchOutcome
 
 log = logging.getLogger(__name__)
 
-#: round 1's length: this share of the default's boosting stage (each further round: twice the last)
+#: the first round's length: this share of the default's boosting stage (each further round: twice the last)
 FIRST_ROUND_SHARE = 0.5
 
 
@@ -160,8 +160,8 @@ def choose_with_search(runs: list[RunResult], cals: list[CalibrationResult], *, 
                f"({tolerance:.4f})")
     summary = f"kept {why}; the search stopped: {stopped}"
     record = {
-        "rule": "the first candidate (default, round 1, ...) whose validation mean is at least the best mean less one "
-                "standard error of the best's per-query values (the one-standard-error rule)",
+        "rule": "the first candidate (the default's, then each round's) whose validation mean is at least the best "
+                "mean less one standard error of the best's per-query values (the one-standard-error rule)",
         "first_round_share": FIRST_ROUND_SHARE, "default_boosting_s": round(default_s, 3),
         "candidates": [{"label": c.label, "runs": c.runs, "search_runs": c.runs - len(runs),
                         f"vali_{measure}": round(c.mean, 6),
