@@ -44,15 +44,22 @@ class Admission:
         return cls(settings.max_inflight_bytes, settings.inflight_reserve(), settings.small_body_bytes)
 
     def past_reserve(self) -> int:
-        """Bytes the large bodies and unwritten answers hold past their share (answers are counted,
-        never refused): not counted against a small body, whose reserve they may not take."""
+        """Bytes the large bodies and unwritten answers hold past their share (an answer is counted
+        whole, or dropped past ``limit``: ``hold_answer``): not counted against a small body, whose
+        reserve they may not take."""
         return max(0, self.large - self.large_limit)
 
-    def hold_answer(self, n: int) -> None:
-        """Count ``n`` bytes of an answer not yet written, as a large body's (never refused: the
-        answer is made); ``release_answer`` with the same ``n`` once written."""
+    def hold_answer(self, n: int) -> bool:
+        """Count ``n`` bytes of an answer not yet written, as a large body's, and say True
+        (``release_answer`` with the same ``n`` once written); or, when they would take the worker
+        past ``limit`` while other answers or large bodies hold bytes, count nothing and say False:
+        the answer is dropped (its connection reset). One answer alone is always kept; small
+        requests keep their reserve, whatever the answers hold."""
+        if self.large and self.held + n > self.limit:
+            return False
         self.held += n
         self.large += n
+        return True
 
     def release_answer(self, n: int) -> None:
         self.held -= n
@@ -134,7 +141,12 @@ class AnswerBytes:
     in the worker's ``Admission`` as a large body's until they are written, with the deadline
     of ``ANSWER_WRITTEN`` (``TUNEMIX_BODY_STALL_S``, ``TUNEMIX_BODY_MIN_RATE``,
     ``TUNEMIX_BODY_TIMEOUT_S``). Large bodies are refused while they fill the large bodies'
-    share; small ones keep their reserve. Where the server gives no such extension (not
+    share; small ones keep their reserve. An answer whose unsent bytes would take the worker past
+    ``TUNEMIX_MAX_INFLIGHT_BYTES`` while other answers or large bodies hold bytes is dropped, its
+    connection reset (``Admission.hold_answer``; counted in ``tunemix_errors_total`` as
+    ``answer_dropped``): small bodies are let in whatever the answers
+    hold, so without it clients that ask for large answers in small bodies and read them slowly
+    would hold any number of them. Where the server gives no such extension (not
     ``python -m tunemix.service``), nothing is counted."""
 
     def __init__(self, app: Any, fastapi_app: Any) -> None:
@@ -142,7 +154,7 @@ class AnswerBytes:
         self.fastapi_app = fastapi_app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        written: Callable[[Callable[[int], None]], Any] | None = (
+        written: Callable[[Callable[[int], bool]], Any] | None = (
             scope.get("extensions", {}).get(ANSWER_WRITTEN) if scope["type"] == "http" else None)
         if written is None:
             await self.app(scope, receive, send)
@@ -160,10 +172,15 @@ class AnswerBytes:
             admission = admission_of(self.fastapi_app.state)
             unsent = 0
 
-            def count(n: int) -> None:
+            def count(n: int) -> bool:
                 nonlocal unsent
+                if not admission.hold_answer(n):
+                    metrics = getattr(self.fastapi_app.state, "metrics", None)
+                    if metrics is not None:
+                        metrics.count_error("answer_dropped")
+                    return False
                 unsent = n
-                admission.hold_answer(n)
+                return True
 
             try:
                 await written(count)

@@ -70,12 +70,12 @@ class Settings(BaseSettings):
                     "worker's peak memory by up to DECODED_BODY_MULTIPLE times the limit")
     max_inflight_bytes: int = Field(
         16 * 1024 * 1024, ge=1024,
-        description="request bytes one worker holds at once: bodies being read, waiting and processed (a body "
-                    "that would pass it while other requests hold bytes: HTTP 503 with Retry-After; a body alone is "
-                    "always let in). Two bodies are decoded at a time (tunemix.service.lanes.PYTHON_LANES), so a "
-                    "worker's peak "
-                    "memory stays below its resting size + 2 x DECODED_BODY_MULTIPLE x max_body_bytes + "
-                    "max_inflight_bytes (224 MiB with the defaults)")
+        description="request bytes one worker holds at once: bodies being read, waiting and processed, and answers "
+                    "not yet written (a body that would pass it while other requests hold bytes: HTTP 503 with "
+                    "Retry-After; a body alone is always let in; an answer that would pass it while other answers or "
+                    "large bodies hold bytes: dropped, its connection reset). Two bodies are decoded at a time "
+                    "(tunemix.service.lanes.PYTHON_LANES), so a worker's peak memory stays below its resting size + 2 "
+                    "x DECODED_BODY_MULTIPLE x max_body_bytes + max_inflight_bytes (224 MiB with the defaults)")
     inflight_reserve_bytes: int | None = Field(
         None, ge=0,
         description="the part of max_inflight_bytes only small bodies (at most small_body_bytes) may hold: larger "
@@ -134,6 +134,26 @@ class Settings(BaseSettings):
         description="/rank requests with explanations one worker works on at once (their own lane: they never "
                     "hold the scoring slots or Python lanes plain /rank requests wait for; the others wait for the "
                     "lane within their deadline)")
+    large_body_bytes: int = Field(
+        1024 * 1024, ge=0,
+        description="a body of more than this many bytes is large work: a /rank request is decoded, scored (on one "
+                    "thread) and answered in the worker's large lane, another route's body decoded there "
+                    "(tunemix.service.lanes.large_work): its own threads, large_concurrency of them, never the "
+                    "Python lanes or scoring slots small requests wait for")
+    large_body_items: int = Field(
+        20_000, ge=0,
+        description="a /rank body of more than this many items (tunemix.service.body.body_items: never fewer than "
+                    "its documents or its queries) is large work too, whatever its bytes (100,000 documents of 5 "
+                    "features fit in 3.4 MB)")
+    large_concurrency: int = Field(
+        1, ge=1, le=64,
+        description="large requests one worker works on at once (their own lane, one core each at most; the others "
+                    "wait for the lane within their deadline). Each raises the worker's peak memory by up to "
+                    "DECODED_BODY_MULTIPLE x max_body_bytes")
+    large_nice: int = Field(
+        10, ge=0, le=19,
+        description="the large lane's threads run this many nice steps below the worker (Linux): a small request's "
+                    "threads take a core from large work as soon as they wake. 0: the worker's priority")
     explain_max_documents: int = Field(
         20, ge=0, description="/rank \"explain\": documents explained per request at most (each query's returned "
                               "top_k; more: HTTP 422 asking for a smaller top_k). 0 disables explanations")
