@@ -221,10 +221,10 @@ def cpu_s(pids: list[int]) -> float:
 
 
 def test_an_answer_past_the_bound_is_refused_before_the_work(app_two: tuple[str, subprocess.Popen[bytes]]) -> None:
-    """Without the bound this body is answered 200 with 52.6 MB, after the evaluation of 200,000
-    values under ten conventions; with it, a 413 naming the query where the answer passes
-    TUNEMIX_MAX_ANSWER_BYTES, from either worker, the workers having spent on it what decoding
-    and checking the 300 KB body costs, not the evaluation's seconds."""
+    """The body asks for a 53 MB answer (200,000 values under ten conventions): a 413 naming the
+    query where the answer passes TUNEMIX_MAX_ANSWER_BYTES, from either worker, the workers
+    having spent on it what decoding and checking the 300 KB body costs, not the evaluation's
+    seconds; the same queries with short qids are answered."""
     url, proc = app_two
     pids = worker_pids(proc.pid)
     body = many_values_body()
