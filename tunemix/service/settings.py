@@ -151,7 +151,7 @@ class Settings(BaseSettings):
                     "wait for the lane within their deadline). Each raises the worker's peak memory by up to "
                     "DECODED_BODY_MULTIPLE x max_body_bytes")
     large_nice: int = Field(
-        10, ge=0, le=19,
+        19, ge=0, le=19,
         description="the large lane's threads run this many nice steps below the worker (Linux): a small request's "
                     "threads take a core from large work as soon as they wake. 0: the worker's priority")
     explain_max_documents: int = Field(
