@@ -164,12 +164,58 @@ def test_another_feature_count_is_refused(reloadable: TestClient, models_dir: Pa
     refused(reloadable, 409, ["v2", "7 features", "v1 takes 5"])
 
 
+class HeldLoad:
+    """A registry whose first ``load_served`` is held until ``release`` is set (``loading`` is set
+    when it begins); ``second`` is set by a second load, or by a loader that logs it waits for the
+    load under way. ``loads`` and ``installs`` record what the registry loaded and installed."""
+
+    def __init__(self, reg: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        import logging
+        import threading
+
+        from tunemix.service import registry as registry_module
+
+        self.loads: list[tuple[str, str | None]] = []
+        self.installs: list[str] = []
+        self.loading, self.second, self.release = threading.Event(), threading.Event(), threading.Event()
+        real = registry_module.load_served
+
+        def counted(models: Path, name: str, version: str | None = None, **kw: Any) -> Any:
+            self.loads.append((name, version))
+            if len(self.loads) == 1:
+                self.loading.set()
+                assert self.release.wait(30), "the first load was never released"
+            else:
+                self.second.set()  # a second load: the load under way was not shared
+            return real(models, name, version, **kw)
+
+        held = self
+
+        class Waiting(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                if "waiting for its load under way" in record.getMessage():
+                    held.second.set()
+
+        self._log = registry_module.log
+        self._handler = Waiting()
+        self._log.addHandler(self._handler)
+        self._level = self._log.level
+        self._log.setLevel(logging.INFO)
+        monkeypatch.setattr(registry_module, "load_served", counted)
+        real_install = reg.install
+        monkeypatch.setattr(reg, "install", lambda served: self.installs.append(served.version) or real_install(served))
+
+    def close(self) -> None:
+        self.release.set()
+        self._log.removeHandler(self._handler)
+        self._log.setLevel(self._level)
+
+
 def test_the_pins_poll_during_the_start_up_load_loads_nothing_twice(
         models_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker starting beside another: the other pins default v1 while this one still loads it,
     and this one's pins poll runs then. The first load is held until the poll has either loaded the
     version itself or waits for the load under way; one load of v1 in all, installed once."""
-    import logging
     import threading
 
     from tunemix.service import registry as registry_module
@@ -178,32 +224,8 @@ def test_the_pins_poll_during_the_start_up_load_loads_nothing_twice(
     state_dir = tmp_path / "state"
     state_dir.mkdir()
     reg = registry_module.ModelRegistry(models_dir, "default", state_dir=state_dir)
-    real = registry_module.load_served
-    loads: list[tuple[str, str | None]] = []
-    loading, poll_ran, release = threading.Event(), threading.Event(), threading.Event()
-
-    def counted(models: Path, name: str, version: str | None = None, **kw: Any) -> Any:
-        loads.append((name, version))
-        if len(loads) == 1:
-            loading.set()
-            assert release.wait(30), "the first load was never released"
-        else:
-            poll_ran.set()  # a second load: the poll did not share the first
-        return real(models, name, version, **kw)
-
-    class Waiting(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            if "waiting for its load under way" in record.getMessage():
-                poll_ran.set()
-
-    handler = Waiting()
-    registry_module.log.addHandler(handler)
-    level = registry_module.log.level
-    registry_module.log.setLevel(logging.INFO)
-    monkeypatch.setattr(registry_module, "load_served", counted)
-    installs: list[str] = []
-    real_install = reg.install
-    monkeypatch.setattr(reg, "install", lambda served: installs.append(served.version) or real_install(served))
+    held = HeldLoad(reg, monkeypatch)
+    loads, loading, poll_ran, release, installs = held.loads, held.loading, held.second, held.release, held.installs
     try:
         start = threading.Thread(target=reg.load_initial, args=([],))
         start.start()
@@ -217,9 +239,7 @@ def test_the_pins_poll_during_the_start_up_load_loads_nothing_twice(
         start.join(30)
         poll.join(30)
     finally:
-        release.set()
-        registry_module.log.removeHandler(handler)
-        registry_module.log.setLevel(level)
+        held.close()
     assert loads == [("default", "v1")]
     assert installs == ["v1"]
     assert reg.current("default") is not None and reg.current("default").version == "v1"  # type: ignore[union-attr]
@@ -232,7 +252,6 @@ def test_a_reload_during_a_load_of_the_same_version_loads_nothing_twice(
     another reload or a request naming the version is loading: the first load is held until the
     reload has either loaded the version itself or waits for the load under way; one load of the
     version in all, installed once."""
-    import logging
     import threading
 
     from tunemix.service import registry as registry_module
@@ -246,32 +265,8 @@ def test_a_reload_during_a_load_of_the_same_version_loads_nothing_twice(
         reg.load_initial([])
         copy_version(store.default_v2, models_dir, "default", "v2")
         wanted = "v2"
-    real = registry_module.load_served
-    loads: list[tuple[str, str | None]] = []
-    loading, second_ran, release = threading.Event(), threading.Event(), threading.Event()
-
-    def counted(models: Path, name: str, version: str | None = None, **kw: Any) -> Any:
-        loads.append((name, version))
-        if len(loads) == 1:
-            loading.set()
-            assert release.wait(30), "the first load was never released"
-        else:
-            second_ran.set()  # a second load: the reload did not share the first
-        return real(models, name, version, **kw)
-
-    class Waiting(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            if "waiting for its load under way" in record.getMessage():
-                second_ran.set()
-
-    handler = Waiting()
-    registry_module.log.addHandler(handler)
-    level = registry_module.log.level
-    registry_module.log.setLevel(logging.INFO)
-    monkeypatch.setattr(registry_module, "load_served", counted)
-    installs: list[str] = []
-    real_install = reg.install
-    monkeypatch.setattr(reg, "install", lambda served: installs.append(served.version) or real_install(served))
+    held = HeldLoad(reg, monkeypatch)
+    loads, loading, second_ran, release, installs = held.loads, held.loading, held.second, held.release, held.installs
     answers: list[tuple[str, str | None]] = []
 
     def reload() -> None:
@@ -298,9 +293,7 @@ def test_a_reload_during_a_load_of_the_same_version_loads_nothing_twice(
         loader.join(30)
         second.join(30)
     finally:
-        release.set()
-        registry_module.log.removeHandler(handler)
-        registry_module.log.setLevel(level)
+        held.close()
     assert loads == [("default", wanted)]
     assert installs == [wanted]
     assert reg.current("default") is not None and reg.current("default").version == wanted  # type: ignore[union-attr]
