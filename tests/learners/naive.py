@@ -116,7 +116,14 @@ def fit_product(X: np.ndarray, s: np.ndarray, m: int, max_cycles: int = 10,
 
 
 def score_forest(arrays: dict, X: np.ndarray, checkpoints) -> np.ndarray:
-    """Per-document walk over each base in order; running sums at the checkpoints."""
+    """Per-document walk over each base in order; running sums at the checkpoints. A NaN goes right
+    at a node whose ``node_missing_right`` is 1 (left when the array is absent or 0)."""
+    mr = arrays.get("node_missing_right", np.zeros(len(arrays["node_feature"]), np.int8))
+
+    def right_of(x: np.ndarray, g: int) -> bool:
+        v = x[feat[g]]
+        return bool(mr[g]) if np.isnan(v) else bool(v >= thr[g])
+
     kind = arrays["base_kind"]
     ns, ls = arrays["base_node_start"], arrays["base_leaf_start"]
     feat, thr = arrays["node_feature"], arrays["node_threshold"]
@@ -135,12 +142,12 @@ def score_forest(arrays: dict, X: np.ndarray, checkpoints) -> np.ndarray:
                     t = 0
                     while t >= 0:
                         g = ns[b] + t
-                        t = right[g] if x[feat[g]] >= thr[g] else left[g]
+                        t = right[g] if right_of(x, g) else left[g]
                     total = total + leaves[ls[b] + (-t - 1)]
             else:
                 sign = 1.0
                 for g in range(ns[b], ns[b + 1]):
-                    sign *= 1.0 if x[feat[g]] >= thr[g] else -1.0
+                    sign *= 1.0 if right_of(x, g) else -1.0
                 total = total + sign * leaves[ls[b]]
             partial.append(total.copy())
         for c, ck in enumerate(checkpoints):

@@ -67,11 +67,12 @@ def _stump(threshold: float, missing: str, default_left: bool) -> dict[str, Any]
 
 @pytest.mark.parametrize(("threshold", "missing", "default_left"), [
     (0.5, "None", True), (0.5, "NaN", False), (-0.25, "None", False), (0.5, "Zero", True),
-    (-0.5, "Zero", False), (1e-30, "Zero", True), (0.1, "NaN", True)])
+    (-0.5, "Zero", False), (1e-30, "Zero", True), (0.1, "NaN", True), (-0.1, "NaN", True), (0.1, "NaN", False),
+    (0.0, "None", False), (-1e-30, "None", True)])
 def test_hand_made_stumps_match_lightgbm_rule(threshold: float, missing: str, default_left: bool) -> None:
     dump = _stump(threshold, missing, default_left)
     x = np.array([[threshold], [np.nextafter(np.float32(threshold), np.float32(9))], [0.0], [-0.0], [1e-38],
-                  [-1.0], [1.0], [np.float32(threshold)]], dtype=np.float32)
+                  [-1.0], [1.0], [np.float32(threshold)], [np.nan]], dtype=np.float32)
     forest = lightgbm_to_forest(dump)
     np.testing.assert_array_equal(score_forest(forest, x)[:, 0, :], naive_predict(dump, x))
 
@@ -111,6 +112,8 @@ def test_converted_forest_equals_lightgbm_and_the_slow_walk(objective: str, leav
     bst = lgb.train(params, lgb.Dataset(X_train, target, group=group), num_boost_round=12)
     forest = lightgbm_to_forest(bst)
     Xt, _ = _data(leaves + 100, n=300)
+    Xt[::5, 2] = np.nan  # NaN-missing nodes: their default way
+    Xt[1::7, 0] = np.nan  # None-missing nodes: NaN read as 0
     k = forest.n_outputs
     for t in (1, 5, 12):
         ours = score_forest(forest, Xt, [t * k])[:, 0, :]

@@ -6,6 +6,7 @@ view, calibrators and per-query mixing), plus additivity, the sampled estimator 
 from __future__ import annotations
 
 import itertools
+import warnings
 from math import factorial
 from pathlib import Path
 from typing import Any
@@ -117,7 +118,9 @@ def as_model(ensemble: EnsembleModel) -> tunemix.Model:
 
 def brute_force(model: tunemix.Model, x: np.ndarray, i: int) -> tuple[float, np.ndarray]:
     """(v(empty), Shapley values) of row i by enumerating all 2^d coalitions through ``predict``."""
-    r = np.median(x.astype(np.float64), axis=0).astype(np.float32)
+    with np.errstate(all="ignore"), warnings.catch_warnings():  # a column missing throughout: NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        r = np.nanmedian(x.astype(np.float64), axis=0).astype(np.float32)
     v: dict[tuple[int, ...], float] = {}
     for s in itertools.product((0, 1), repeat=D):
         xx = x.copy()

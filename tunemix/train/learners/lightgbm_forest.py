@@ -11,12 +11,14 @@ strictly above ``t`` (:func:`float32_above`): the conversion is exact, with ``t'
 the float32 range.
 
 **Missing values and the default direction.** A node's ``missing_type`` says which inputs go
-its ``default_left`` way instead of being compared: ``None`` (NaN is read as 0, then compared),
-``NaN`` (NaN only), ``Zero`` (|x| <= 1e-35 and NaN). Our inputs are finite (the service and the
-readers refuse NaN), so ``None`` and ``NaN`` nodes compare every input and convert exactly; a
-``Zero`` node converts when its default direction is the one the comparison gives the zero
-region anyway (left with ``t >= 1e-35``, right with ``t < -1e-35``) and raises otherwise
-(LightGBM produces such nodes only with ``zero_as_missing=true``, which the members never set).
+its ``default_left`` way instead of being compared (LightGBM's ``Tree::NumericalDecision``):
+``None`` (NaN is read as 0, then compared: it goes left iff ``0 <= t``), ``NaN`` (NaN goes the
+default way), ``Zero`` (NaN is read as 0, and |x| <= 1e-35 goes the default way). The node's
+``node_missing_right`` is that way for NaN, so every ``None`` and ``NaN`` node converts exactly.
+A ``Zero`` node also sends the zero region its default way: it converts when that is the way its
+comparison sends the zero region anyway (left with ``t >= 1e-35``, right with ``t < -1e-35``) and
+raises otherwise (LightGBM produces such nodes only with ``zero_as_missing=true``, which the
+members never set). On codes (``bins``), LightGBM's 0 is code 0 and ``t`` its code threshold.
 Categorical splits (``==``), linear trees and random-forest averaging raise as well.
 
 **Classes.** A model with ``num_tree_per_iteration = K`` (multiclass) stores its trees
@@ -51,14 +53,18 @@ def float32_above(t: float) -> np.float32:
     return np.float32(f)
 
 
-def _check_default_direction(node: dict[str, Any], threshold: float) -> None:
+def missing_goes_right(node: dict[str, Any], threshold: float) -> bool:
+    """Where LightGBM's split ``node`` (``x <= threshold`` left) sends NaN: right or not (module
+    docstring); raises for a ``Zero`` node whose zero region goes against its comparison."""
     missing = node.get("missing_type", "None")
-    if missing in ("None", "NaN"):
-        return
+    left = bool(node.get("default_left", True))
+    if missing == "None":
+        return not 0.0 <= threshold
+    if missing == "NaN":
+        return not left
     if missing == "Zero":
-        left = bool(node.get("default_left", True))
         if (left and threshold >= ZERO_THRESHOLD) or (not left and threshold < -ZERO_THRESHOLD):
-            return
+            return not left
         raise ValueError(f"a zero-as-missing split at {threshold!r} sends zeros "
                          f"{'left' if left else 'right'}, against its comparison: not convertible")
     raise ValueError(f"unknown missing_type {missing!r}")
@@ -85,6 +91,7 @@ def lightgbm_to_forest(model: Any, n_features: int | None = None, num_iteration:
     d = int(dump["max_feature_idx"]) + 1 if n_features is None else int(n_features)
     feat: list[int] = []
     thr: list[np.float32] = []
+    nan_right: list[int] = []
     left: list[int] = []
     right: list[int] = []
     leaves: list[tuple[int, float]] = []
@@ -101,7 +108,7 @@ def lightgbm_to_forest(model: Any, n_features: int | None = None, num_iteration:
             if node["decision_type"] != "<=":
                 raise ValueError(f"unsupported split {node['decision_type']!r} (numerical '<=' only)")
             t = float(node["threshold"])
-            _check_default_direction(node, t)
+            nan_right.append(int(missing_goes_right(node, t)))
             me = len(feat) - n0
             feat.append(int(node["split_feature"]))
             thr.append(float32_above(t) if bins is None else code_threshold(bins, int(node["split_feature"]), t))
@@ -125,6 +132,7 @@ def lightgbm_to_forest(model: Any, n_features: int | None = None, num_iteration:
         "node_threshold": np.array(thr, np.float32),
         "node_left": np.array(left, np.int32),
         "node_right": np.array(right, np.int32),
+        "node_missing_right": np.array(nan_right, np.int8),
         "leaf_values": leaf_values,
         "n_features": np.array(d, dtype=np.int64),
     })
