@@ -155,6 +155,31 @@ def score_forest(arrays: dict, X: np.ndarray, checkpoints) -> np.ndarray:
     return out
 
 
+def phi_missing(x: np.ndarray, t: float, missing_right: bool) -> np.ndarray:
+    """phi of the stump ``x >= t`` with a missing value (NaN) going right (+1) or left (-1)."""
+    return np.where(np.isnan(x), 1.0 if missing_right else -1.0, np.where(x >= t, 1.0, -1.0))
+
+
+def best_stump_missing(X: np.ndarray, s: np.ndarray):
+    """(edge, feature, threshold, missing_right) over the present values' thresholds, each with the
+    missing values right, then left, and (a feature with missing values) the threshold +inf with
+    them right; first best wins."""
+    best = (-np.inf, -1, None, True)
+    for j in range(X.shape[1]):
+        col = X[:, j]
+        has = bool(np.isnan(col).any())
+        for t in np.unique(col[~np.isnan(col)])[1:]:
+            for right in ((True, False) if has else (True,)):
+                e = stump_edge(s, phi_missing(col, t, right))
+                if e > best[0]:
+                    best = (e, j, t, right)
+        if has:
+            e = stump_edge(s, phi_missing(col, np.inf, True))
+            if e > best[0]:
+                best = (e, j, np.inf, True)
+    return best
+
+
 def adaboost_mh(X, classes, labels, K, T, policy="exponential"):
     """Textbook AdaBoost.MH with stumps (full search), weights as an explicit (n, K) matrix.
 
@@ -173,8 +198,12 @@ def adaboost_mh(X, classes, labels, K, T, policy="exponential"):
     F = np.zeros((n, K))
     alphas, edges = [], []
     for _ in range(T):
-        _e, j, t = best_stump(X, W * Y)
-        phi = np.where(X[:, j] >= t, 1.0, -1.0)
+        if np.isnan(X).any():
+            _e, j, t, right = best_stump_missing(X, W * Y)
+            phi = phi_missing(X[:, j], t, right)
+        else:
+            _e, j, t = best_stump(X, W * Y)
+            phi = np.where(X[:, j] >= t, 1.0, -1.0)
         v = np.sign(((W * Y) * phi[:, None]).sum(axis=0))
         v[v == 0] = 1.0
         h = phi[:, None] * v[None, :]

@@ -24,10 +24,12 @@ from numba import njit
 
 import tunemix.core.numba_cache  # noqa: F401 - numba's cache written under a lock (tunemix/core/numba_cache.py)
 from tunemix.train.learners.stump_search import (
+    HIST_BINS,
     STUMP,
     accumulate_histogram,
     best_split,
     class_lanes,
+    goes_right,
     histogram_totals,
 )
 
@@ -103,7 +105,7 @@ def fit_product(
                 term_feat[j] = f
                 term_bin[j] = bb
                 for i in range(n):
-                    phi[j, i] = 1 if codes[f, i] >= bb else -1
+                    phi[j, i] = 1 if goes_right(codes[f, i], bb) else -1
         n_passes = cycle + 1
         if cycle > 0 and not edge > edge_at_start * (1.0 + MIN_RISE):
             break
@@ -151,7 +153,7 @@ class StumpProductSearch:
     def fit(self, s: npt.NDArray[np.float64], feats: npt.NDArray[np.int64],
             feat_nbins: npt.NDArray[np.int64]) -> ProductFit | None:
         """Fit one product on signed weights ``s`` over features ``feats``; None if no split."""
-        shape = (feats.shape[0], self.max_bins, self.n_classes)
+        shape = (feats.shape[0], max(self.max_bins, HIST_BINS), self.n_classes)
         if self._hist.shape != shape:
             self._hist = np.empty(shape, dtype=np.float64)
         term_feat = np.empty(self.n_terms, dtype=np.int64)
