@@ -252,7 +252,7 @@ def test_bad_inputs() -> None:
         AdaBoostMH().fit(X, y - 1)
     Xn = X.copy()
     Xn[3, 1] = np.inf
-    with pytest.raises(ValueError, match="infinity .row 3"):
+    with pytest.raises(ValueError, match=r"infinity \(row 3"):
         AdaBoostMH().fit(Xn, y)
     with pytest.raises(ValueError, match="not fitted"):
         AdaBoostMH().decision_function(X)

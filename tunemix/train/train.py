@@ -419,7 +419,7 @@ def best_feature_baseline(cfg: TrainConfig, prep: Prepared) -> dict[str, Any]:
                            "convention": convention, "fit": quality}
     for split, data in (("vali", prep.vali), ("test", prep.test)):
         if data is not None:
-            out[split] = mean_metric(data.labels, sign * data.features[:, j].astype(np.float64),
+            out[split] = mean_metric(data.labels, sign * np.nan_to_num(data.features[:, j].astype(np.float64), nan=0.0),
                                      data.query_offsets, measure, convention)
     return out
 
