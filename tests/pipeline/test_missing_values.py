@@ -53,7 +53,7 @@ def test_default_ranker_fits_predicts_saves_and_loads_with_missing_values(tmp_pa
 
     X, y, group = informative(1)
     ranker = tunemix.TuneMixRanker(n_jobs=1).fit(X, y, group=group)
-    Xt, yt, gt = informative(2, n_queries=20)
+    Xt, _, gt = informative(2, n_queries=20)
     scores = ranker.predict(Xt, group=gt)
     assert np.all(np.isfinite(scores))
     missing = np.isnan(Xt[:, 0])
