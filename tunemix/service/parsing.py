@@ -6,8 +6,9 @@ comes out is checked here, before any array reaches a kernel:
 
 - ``check_limits``: queries and documents per request (413 naming the setting);
 - ``finite_rows`` / ``sparse_rows``: every row exactly the model's feature count, every value a
-  finite float32 or missing (JSON ``null``, NaN in the matrix: docs/missing-values.md), sparse keys canonical 1-based feature ids (``"7"``; not ``"07"``, ``" 7"`` or
-  full-width digits), none repeated;
+  finite float32 or missing (JSON ``null``, NaN in the matrix: docs/missing-values.md), sparse
+  keys canonical 1-based feature ids (``"7"``; not ``"07"``, ``" 7"`` or full-width digits), none
+  repeated;
 - ``check_ids``: ids of bounded length, unique within their query (compared as text: 5 and
   ``"5"`` are the same id).
 """
