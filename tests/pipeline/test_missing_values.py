@@ -63,3 +63,41 @@ def test_default_ranker_fits_predicts_saves_and_loads_with_missing_values(tmp_pa
     Xt[3, 2] = np.inf
     with pytest.raises(ValueError, match=r"X\[3, 2\] is not a finite float32 number"):
         ranker.predict(Xt, group=gt)
+
+
+def test_letor_files_with_omitted_features_as_missing_through_the_cli(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """``write_svmlight`` leaves missing values out (and writes zeros); ``read_letor(missing="nan")``
+    reads them back bit for bit, ``missing="zero"`` as 0; ``tunemix train --missing nan`` and
+    ``tunemix predict --missing nan`` give the library's scores of the NaN matrix."""
+    import tunemix
+    from tunemix.cli import main
+    from tunemix.core.data.dataset import RankingData
+    from tunemix.core.data.svmlight import write_svmlight
+
+    paths = {}
+    for name, seed, nq in (("train", 3, 30), ("vali", 4, 10), ("test", 5, 10)):
+        X, y, group = informative(seed, n_queries=nq)
+        X[0, 2] = 0.0  # a zero that is present
+        off = np.concatenate([[0], np.cumsum(group)]).astype(np.int64)
+        data = RankingData(features=X, labels=y.astype(np.int32), query_offsets=off,
+                           qids=np.array([f"{name}{q}" for q in range(nq)]))
+        paths[name] = tmp_path / f"{name}.txt"
+        write_svmlight(data, paths[name])
+        back = tunemix.read_letor(paths[name], n_features=X.shape[1], missing="nan")
+        assert back.X.tobytes() == X.tobytes()
+        zero = tunemix.read_letor(paths[name], n_features=X.shape[1]).X
+        np.testing.assert_array_equal(zero, np.nan_to_num(X, nan=0.0))
+    models = tmp_path / "models"
+    assert main(["train", "--train", str(paths["train"]), "--vali", str(paths["vali"]), "--missing", "nan",
+                 "--name", "nan", "--models-dir", str(models), "--n-jobs", "1", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["predict", str(paths["test"]), "--model", "nan", "--models-dir", str(models),
+                 "--missing", "nan"]) == 0
+    printed = np.array([float(v) for v in capsys.readouterr().out.split()])
+    test = tunemix.read_letor(paths["test"], missing="nan")
+    want = tunemix.load(models / "nan").predict(test.X, group=test.group)
+    np.testing.assert_array_equal(printed, want)
+    assert main(["predict", str(paths["test"]), "--model", "nan", "--models-dir", str(models)]) == 0
+    as_zero = np.array([float(v) for v in capsys.readouterr().out.split()])
+    assert not np.array_equal(as_zero, printed)

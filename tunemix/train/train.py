@@ -131,11 +131,11 @@ def load_data(cfg: TrainConfig) -> tuple[dict[str, RankingData], list[dict[str, 
     for role, path in (("train", d.train), ("vali", d.vali), ("test", d.test)):
         if path is not None and not Path(path).exists():  # before any work, saying where data belong
             raise FileNotFoundError(missing_data_message(path, f"[data] {role}"))
-    train = read_svmlight(d.train)
-    sets = {"train": train, "vali": read_svmlight(d.vali, n_features=train.n_features)}
+    train = read_svmlight(d.train, missing=d.missing)
+    sets = {"train": train, "vali": read_svmlight(d.vali, n_features=train.n_features, missing=d.missing)}
     records = [_file_record("train", d.train, train), _file_record("vali", d.vali, sets["vali"])]
     if d.test is not None:
-        sets["test"] = read_svmlight(d.test, n_features=train.n_features)
+        sets["test"] = read_svmlight(d.test, n_features=train.n_features, missing=d.missing)
         records.append(_file_record("test", d.test, sets["test"]))
     return sets, records
 
