@@ -77,10 +77,19 @@ def test_hand_made_stumps_match_lightgbm_rule(threshold: float, missing: str, de
     np.testing.assert_array_equal(score_forest(forest, x)[:, 0, :], naive_predict(dump, x))
 
 
-@pytest.mark.parametrize(("threshold", "default_left"), [(0.5, False), (-0.5, True), (0.0, False)])
-def test_zero_as_missing_against_its_comparison_is_refused(threshold: float, default_left: bool) -> None:
-    with pytest.raises(ValueError, match="zero-as-missing"):
-        lightgbm_to_forest(_stump(threshold, "Zero", default_left))
+@pytest.mark.parametrize(("threshold", "default_left"), [(0.5, False), (-0.5, True), (0.0, False), (1e-36, False),
+                                                         (-1e-36, True), (-1e-35, True)])
+def test_zero_as_missing_against_its_comparison_is_converted_exactly(threshold: float, default_left: bool) -> None:
+    """A zero-as-missing split whose comparison sends the zero region the other way: three nodes,
+    LightGBM's rule on both sides of every bound, NaN and the zero region included."""
+    dump = _stump(threshold, "Zero", default_left)
+    forest = lightgbm_to_forest(dump)
+    assert forest.node_feature.shape[0] == 3
+    z = np.float32(ZERO_THRESHOLD)
+    edges = [threshold, -z, z, 0.0, -0.0, 1e-38, -1e-38, -1.0, 1.0, np.nan]
+    x = np.array([[v] for e in edges for v in (np.nextafter(np.float32(e), np.float32(-9)), np.float32(e),
+                                              np.nextafter(np.float32(e), np.float32(9)))], dtype=np.float32)
+    np.testing.assert_array_equal(score_forest(forest, x)[:, 0, :], naive_predict(dump, x))
 
 
 def test_categorical_and_linear_trees_are_refused() -> None:
@@ -238,3 +247,22 @@ def test_mq2008_fold1_converted_scores_equal_lightgbm_raw_predictions(mq2008_fol
         for c, t in enumerate(m.checkpoints_):
             ref = m.decision_function(test.features, num_iteration=t)
             np.testing.assert_allclose(sums[:, c, :], ref, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("missing", ["None", "NaN", "Zero"])
+@pytest.mark.parametrize("default_left", [True, False])
+@pytest.mark.parametrize("threshold", [-0.5, 1e-35, 0.5, 2.5, 7.0])
+def test_stumps_on_codes_follow_lightgbm_on_the_codes(missing: str, default_left: bool, threshold: float) -> None:
+    """A split learned on codes (``bins``: LightGBM reads a row's codes, the missing one as NaN):
+    the converted forest, on the real features, equals LightGBM's rule on their codes."""
+    from tunemix.train.data.binning import fit_bins
+    from tunemix.train.learners.lightgbm_capi import codes_as_float
+
+    rng = np.random.default_rng(3)
+    X = np.round(rng.normal(size=(200, 1)) * 2).astype(np.float32) / 2
+    X[rng.random(200) < 0.2] = np.nan
+    bins = fit_bins(X, 8)
+    dump = _stump(threshold, missing, default_left)
+    forest = lightgbm_to_forest(dump, bins=bins)
+    codes = codes_as_float(bins.transform(X))
+    np.testing.assert_array_equal(score_forest(forest, X)[:, 0, :], naive_predict(dump, codes))

@@ -138,7 +138,9 @@ def reference_views(model: EnsembleModel, xq: np.ndarray, r: np.ndarray,
     for view in model.extra_views:
         if view == "raw+std":  # tunemix.core.data.normalization._standardise_feature's statistics
             r_std = np.empty(d)
-            _standardised_reference(xq, np.ascontiguousarray(r, dtype=xq.dtype), r_std)
+            # float64 rows (the same values as float32 ones, summed alike): one compiled signature
+            _standardised_reference(np.ascontiguousarray(xq, dtype=np.float64),
+                                    np.ascontiguousarray(r, dtype=np.float64), r_std)
             blocks.append(r_std.astype(np.float32))
             group.append(np.arange(d))
         else:  # whiten_by_query's mean and matrix, the same kernels

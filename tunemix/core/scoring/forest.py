@@ -12,7 +12,7 @@ classifier b owns nodes ``base_node_start[b]:base_node_start[b+1]`` and leaves
 - ``node_missing_right[t]`` (int8, 0 or 1) is where a missing value (NaN) of ``x[node_feature[t]]``
   goes: 1 to ``node_right[t]`` (for a product term: ``phi_j(x) = +1``), 0 to ``node_left[t]``
   (``phi_j(x) = -1``). 0 is what ``x >= t`` gives NaN, so a forest stored without this array
-  (artifact schemas 1 to 3) scores as it always did. How a node's direction is learned:
+  (artifact schemas 1 to 3) sends every missing value left. How a node's direction is learned:
   ``docs/missing-values.md``.
 - ``base_kind[b] == 1``, a product of m stumps (AdaBoost.MH products, Kégl and Busa-Fekete
   2009): its m nodes are the terms, it has one leaf row ``alpha * prod_j v_j`` and outputs
