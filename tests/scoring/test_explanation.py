@@ -182,6 +182,26 @@ def test_every_member_type_and_view_alone(models: dict[str, EnsembleModel], game
         check_against_brute_force(sub_model(model, [m]), x, [1, 5])
 
 
+@pytest.mark.parametrize("game", ["raw+std", "raw+white"])
+def test_whole_model_with_missing_values_equals_brute_force_shapley(models: dict[str, EnsembleModel],
+                                                                    game: str) -> None:
+    """A list with missing values: feature 0 above every threshold (so is the reference's, the
+    median of the present values) except where it is missing, in two of the explained documents
+    (a NaN and that value fall in the same interval of thresholds, yet go different ways), and
+    others here and there: the whole model's game, dummies found with NaN, against brute force."""
+    x = candidate_list(1)
+    x[:, 0] = 1e6
+    x[[0, 3], 0] = np.nan
+    x[1, 3] = np.nan
+    x[5, 5] = np.nan
+    check_against_brute_force(models[game], x, [0, 3, 8])
+    if game == "raw+std":  # one AdaBoost member of the raw view: no linear run reads feature 0
+        model = models[game]
+        forests = [m for m in range(model.n_members) if learner_type(model, m).startswith("adaboost/")
+                   and learner_type(model, m).endswith("/raw")]
+        check_against_brute_force(sub_model(model, forests[:1]), x, [0, 3, 8])
+
+
 def test_sampled_estimate_adds_up_and_reports_its_error(models: dict[str, EnsembleModel]) -> None:
     model = models["raw+std"]
     x = candidate_list(3, n=11)
