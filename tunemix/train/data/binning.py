@@ -157,7 +157,7 @@ def fit_bins(
         sample = X
     edges = np.full((d, int(max_bins) - 1), np.inf, dtype=np.float32)
     n_bins = np.ones(d, dtype=np.int32)
-    has_missing = np.isnan(X).any(axis=0)
+    has_missing: npt.NDArray[np.bool_] = np.asarray(np.isnan(X).any(axis=0))
     for j in range(d):
         column = sample[:, j]
         e = _feature_edges(np.ascontiguousarray(column[~np.isnan(column)]),
