@@ -38,24 +38,44 @@ def best_stump(X: np.ndarray, s: np.ndarray, feats=None, allow_constant=False):
     return best
 
 
+def candidate_splits(X: np.ndarray, j: int, mask: np.ndarray):
+    """(threshold, missing goes right) of feature j in the order the kernels try them: each
+    threshold with the missing values right, then (when rows of ``mask`` miss feature j) left;
+    then, with missing rows, +inf with them right (every present value left)."""
+    col = X[:, j]
+    has = bool(np.isnan(col[mask]).any())
+    for t in np.unique(col[~np.isnan(col)])[1:]:
+        yield t, True
+        if has:
+            yield t, False
+    if has:
+        yield np.inf, True
+
+
+def goes_right(X: np.ndarray, j: int, t: float, right: bool = True) -> np.ndarray:
+    """``X[:, j] >= t``, a missing value going right iff ``right``."""
+    return phi_missing(X[:, j], t, right) > 0
+
+
 def grow_tree(X: np.ndarray, s: np.ndarray, n_leaves: int, min_gain: float = 1e-14):
     """Best-first Hamming tree; returns (list of leaf row masks, edge).
 
-    The root always splits (best gain, even 0); later splits need gain > min_gain.
+    The root always splits (best gain, even 0); later splits need gain > min_gain. Missing values
+    (NaN) go either way at each split (``candidate_splits``).
     """
     n, d = X.shape
 
     def best_split(mask):
         S = s[mask].sum(axis=0)
-        best = (-np.inf, -1, None)
+        best = (-np.inf, -1, None, True)
         for j in range(d):
-            for t in candidate_thresholds(X, j):
-                right = mask & (X[:, j] >= t)
-                left = mask & ~(X[:, j] >= t)
+            for t, nan_right in candidate_splits(X, j, mask):
+                right = mask & goes_right(X, j, t, nan_right)
+                left = mask & ~goes_right(X, j, t, nan_right)
                 g = (np.abs(s[left].sum(axis=0)).sum() + np.abs(s[right].sum(axis=0)).sum()
                      - np.abs(S).sum())
                 if g > best[0]:
-                    best = (g, j, t)
+                    best = (g, j, t, nan_right)
         return best
 
     leaves = [np.ones(n, dtype=bool)]
@@ -69,10 +89,10 @@ def grow_tree(X: np.ndarray, s: np.ndarray, n_leaves: int, min_gain: float = 1e-
         if not first and not g > min_gain:
             break
         first = False
-        _, j, t = splits[q]
+        _, j, t, nan_right = splits[q]
         mask = leaves[q]
-        right = mask & (X[:, j] >= t)
-        left = mask & ~(X[:, j] >= t)
+        right = mask & goes_right(X, j, t, nan_right)
+        left = mask & ~goes_right(X, j, t, nan_right)
         leaves[q] = left
         leaves.append(right)
         splits[q] = best_split(left)
@@ -83,14 +103,15 @@ def grow_tree(X: np.ndarray, s: np.ndarray, n_leaves: int, min_gain: float = 1e-
 
 def fit_product(X: np.ndarray, s: np.ndarray, m: int, max_cycles: int = 10,
                 min_rise: float = 1e-12):
-    """Cyclic product of m stumps; returns (edge, terms) with terms [(feature, threshold|None)]."""
+    """Cyclic product of m stumps; returns (edge, terms) with terms [(feature, threshold|None,
+    missing goes right)]."""
     n = X.shape[0]
 
     def phi_of(term):
-        j, t = term
-        return np.ones(n) if t is None else np.where(X[:, j] >= t, 1.0, -1.0)
+        j, t, nan_right = term
+        return np.ones(n) if t is None else phi_missing(X[:, j], t, nan_right)
 
-    terms = [(-1, None)] * m
+    terms = [(-1, None, True)] * m
     edge = -np.inf
     for cycle in range(max_cycles + 1):
         start = edge
@@ -101,13 +122,13 @@ def fit_product(X: np.ndarray, s: np.ndarray, m: int, max_cycles: int = 10,
                     others = others * phi_of(terms[q])
             sp = s * others[:, None]
             first = cycle == 0 and j == 0
-            e, f, t = best_stump(X, sp, allow_constant=(m >= 2 and not first))
+            e, f, t, nan_right = best_stump_missing(X, sp, allow_constant=(m >= 2 and not first))
             if f < 0:
                 continue
             if cycle > 0 and not e > edge * (1 + min_rise):
                 continue
             edge = e
-            terms[j] = (f, t)
+            terms[j] = (f, t, nan_right)
         if cycle > 0 and not edge > start * (1 + min_rise):
             break
         if m == 1:
@@ -160,23 +181,20 @@ def phi_missing(x: np.ndarray, t: float, missing_right: bool) -> np.ndarray:
     return np.where(np.isnan(x), 1.0 if missing_right else -1.0, np.where(x >= t, 1.0, -1.0))
 
 
-def best_stump_missing(X: np.ndarray, s: np.ndarray):
-    """(edge, feature, threshold, missing_right) over the present values' thresholds, each with the
-    missing values right, then left, and (a feature with missing values) the threshold +inf with
-    them right; first best wins."""
+def best_stump_missing(X: np.ndarray, s: np.ndarray, allow_constant: bool = False):
+    """(edge, feature, threshold, missing_right) over ``candidate_splits`` (threshold None:
+    constant phi = +1, only with allow_constant); first best wins. Without NaN, ``best_stump``."""
     best = (-np.inf, -1, None, True)
+    everyone = np.ones(X.shape[0], dtype=bool)
     for j in range(X.shape[1]):
-        col = X[:, j]
-        has = bool(np.isnan(col).any())
-        for t in np.unique(col[~np.isnan(col)])[1:]:
-            for right in ((True, False) if has else (True,)):
-                e = stump_edge(s, phi_missing(col, t, right))
-                if e > best[0]:
-                    best = (e, j, t, right)
-        if has:
-            e = stump_edge(s, phi_missing(col, np.inf, True))
+        if allow_constant:
+            e = stump_edge(s, np.ones(X.shape[0]))
             if e > best[0]:
-                best = (e, j, np.inf, True)
+                best = (e, j, None, True)
+        for t, right in candidate_splits(X, j, everyone):
+            e = stump_edge(s, phi_missing(X[:, j], t, right))
+            if e > best[0]:
+                best = (e, j, t, right)
     return best
 
 

@@ -146,12 +146,51 @@ def test_product_matches_brute_force(seed: int, m: int) -> None:
     edge, terms = naive.fit_product(X, s, m)
     assert fit.edge == pytest.approx(edge, abs=1e-12)
     sigma = np.ones(X.shape[0])
-    for j, t in terms:
+    for j, t, nan_right in terms:
         if t is not None:
-            sigma *= np.where(X[:, j] >= t, 1.0, -1.0)
+            sigma *= naive.phi_missing(X[:, j], t, nan_right)
     np.testing.assert_array_equal(fit.row_leaf, (sigma > 0).astype(np.int32))
     # the product's edge is sum_l V_l sum_i s_il sigma_i
     assert float((s * sigma[:, None] * fit.vote[None, :]).sum()) == pytest.approx(fit.edge, abs=1e-12)
+
+
+def with_missing(seed: int, n: int, d: int):
+    """``make_problem``'s data with a fifth of the values of features 0 and 2 missing (NaN):
+    the missing bin of every histogram (code 255) is tried on both sides."""
+    X, s, _, _ = make_problem(seed, n=n, d=d)
+    rng = np.random.default_rng(seed + 50)
+    X[rng.random(n) < 0.2, 0] = np.nan
+    X[rng.random(n) < 0.2, 2] = np.nan
+    bins = fit_bins(X, 256)
+    return X, s, bins, bins.transform_columns(X)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("n_leaves", [2, 3, 5])
+def test_tree_with_missing_values_matches_brute_force(seed: int, n_leaves: int) -> None:
+    X, s, bins, codes = with_missing(seed, n=40, d=3)
+    assert (codes == 255).any()
+    feats, nb = feats_of(bins)
+    fit = HammingTreeSearch(codes, s.shape[1], n_leaves, bins.max_bins).fit(s, feats, nb)
+    masks, edge = naive.grow_tree(X, s, n_leaves)
+    assert fit.edge == pytest.approx(edge, abs=1e-12)
+    assert partition(fit.row_leaf) == {frozenset(np.flatnonzero(m).tolist()) for m in masks}
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("m", [1, 2, 3])
+def test_product_with_missing_values_matches_brute_force(seed: int, m: int) -> None:
+    X, s, bins, codes = with_missing(seed, n=40, d=3)
+    feats, nb = feats_of(bins)
+    fit = StumpProductSearch(codes, s.shape[1], m, bins.max_bins).fit(s, feats, nb)
+    assert fit is not None
+    edge, terms = naive.fit_product(X, s, m)
+    assert fit.edge == pytest.approx(edge, abs=1e-12)
+    sigma = np.ones(X.shape[0])
+    for j, t, nan_right in terms:
+        if t is not None:
+            sigma *= naive.phi_missing(X[:, j], t, nan_right)
+    np.testing.assert_array_equal(fit.row_leaf, (sigma > 0).astype(np.int32))
 
 
 @pytest.mark.parametrize("seed", range(5))
