@@ -266,3 +266,35 @@ def test_stumps_on_codes_follow_lightgbm_on_the_codes(missing: str, default_left
     forest = lightgbm_to_forest(dump, bins=bins)
     codes = codes_as_float(bins.transform(X))
     np.testing.assert_array_equal(score_forest(forest, X)[:, 0, :], naive_predict(dump, codes))
+
+
+@pytest.mark.parametrize("learner", ["mcrank", "lambdamart"])
+def test_members_on_codes_learn_where_missing_values_go(learner: str) -> None:
+    """McRank and LambdaMART trained on the shared codes of data whose relevant documents miss
+    feature 0 (LightGBM reads the missing code as NaN and learns its default direction): the
+    converted forest equals LightGBM's own prediction on the codes, and ranks the documents that
+    miss the feature first, in either orientation of the feature."""
+    from tunemix.train.data.binned import bin_view
+    from tunemix.train.learners.lambdamart import LambdaMART
+    from tunemix.train.learners.mcrank import McRank
+
+    rng = np.random.default_rng(11)
+    n = 800
+    offsets = np.arange(0, n + 1, 20)
+    y = (rng.random(n) < 0.3).astype(np.int64)
+    for sign in (1.0, -1.0):
+        X = (sign * rng.normal(size=(n, 4))).astype(np.float32)
+        X[(y == 1) | (rng.random(n) < 0.05), 0] = np.nan
+        X[rng.random((n, 4)) < 0.1] = np.nan
+        X[:, 0] = np.where(np.isnan(X[:, 0]), np.nan, sign * np.abs(rng.normal(size=n))).astype(np.float32)
+        codes = bin_view(X, offsets, "raw")
+        if learner == "mcrank":
+            m = McRank(n_leaves=4, n_iterations=20, min_data_in_leaf=5).fit(codes, y)
+        else:
+            m = LambdaMART(n_leaves=4, n_iterations=20, min_data_in_leaf=5).fit(codes, y, offsets)
+        forest = m.to_forest()
+        raw = score_forest(forest, X)[:, 0, :]
+        np.testing.assert_allclose(raw, m.decision_function(X), atol=1e-9, rtol=0)
+        score = raw[:, -1]
+        missing = np.isnan(X[:, 0])
+        assert score[missing].mean() > score[~missing].mean()
