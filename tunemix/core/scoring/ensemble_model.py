@@ -65,8 +65,7 @@ from tunemix.core.ensemble.base import Mixer
 from tunemix.core.ensemble.registry import mixer_from_params
 from tunemix.core.scoring import calibration_step, forest, runtime
 from tunemix.core.scoring.calibration_step import CalibrationStep
-from tunemix.core.scoring.forest import FlatForest, score_forest
-from tunemix.core.scoring.forest_kernel import any_nan
+from tunemix.core.scoring.forest import FlatForest, any_nan, score_forest
 from tunemix.core.scoring.relevance_head import HEAD_KIND, RelevanceHead
 from tunemix.core.scoring.runtime import run_on_threads
 
@@ -349,9 +348,8 @@ class EnsembleModel:
     def linear_terms(self, wide: np.ndarray) -> np.ndarray:
         """Every linear run's raw K-vectors side by side, (n, sum of K_r): ``wide @ W + b``, a
         missing value's term being its run's ``missing`` row (``LINEAR_MISSING``)."""
-        plain = wide.dtype == np.float32 and wide.flags.c_contiguous
         w64 = wide.astype(np.float64)
-        if not (any_nan(wide) if plain else np.isnan(w64).any()):
+        if not any_nan(wide):
             return w64 @ self._linear_w + self._linear_b
         nan = np.isnan(w64)
         w64[nan] = 0.0

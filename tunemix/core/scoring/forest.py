@@ -44,13 +44,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tunemix.core.scoring.forest_kernel import _score_run, any_nan, block_features
+from tunemix.core.scoring.forest_kernel import _score_run, block_features
 from tunemix.core.scoring.packed import KIND_PRODUCT, KIND_TREE, PackedNodes
 from tunemix.core.scoring.runtime import run_on_threads
 from tunemix.core.threads import on_threads
 
-__all__ = ["KIND_PRODUCT", "KIND_TREE", "PARALLEL_MIN_WORK", "FlatForest", "concatenate", "missing_wide",
-           "score_forest"]
+__all__ = ["KIND_PRODUCT", "KIND_TREE", "PARALLEL_MIN_WORK", "FlatForest", "any_nan", "concatenate",
+           "missing_wide", "score_forest"]
 
 
 _ARRAY_SPEC: dict[str, tuple[type, int]] = {
@@ -331,6 +331,12 @@ def concatenate(forests: Sequence[FlatForest]) -> FlatForest:
         n_features=d,
         node_missing_right=np.concatenate([f.node_missing_right for f in forests]),
     )
+
+
+def any_nan(X: npt.NDArray[Any]) -> bool:
+    """Whether ``X`` holds a NaN: its minimum, which numpy's SIMD loop makes NaN when any value is
+    (3-4 us for 1,000 x 46 float32 values, a third of a scalar loop's time, and no temporary)."""
+    return X.size > 0 and bool(np.isnan(X.min()))
 
 
 def missing_wide(X: npt.NDArray[np.float32], right_cols: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:

@@ -29,16 +29,6 @@ def _one_bit(m):  # pragma: no cover
 
 
 @njit(cache=True, nogil=True)
-def any_nan(X):  # pragma: no cover
-    """Whether the C-contiguous float32 matrix ``X`` holds a NaN (stops at the first)."""
-    flat = X.reshape(-1)
-    for i in range(flat.shape[0]):
-        if flat[i] != flat[i]:
-            return True
-    return False
-
-
-@njit(cache=True, nogil=True)
 def block_features(X):  # pragma: no cover
     """``X`` (n, d) re-laid feature-major per block of ``DOC_BLOCK`` documents, flat:
     ``out[(blk * d + f) * DOC_BLOCK + j] = X[blk * DOC_BLOCK + j, f]`` (the last block zero-padded).
