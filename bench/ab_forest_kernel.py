@@ -16,7 +16,10 @@ must be equal to the bit. Then ``--rounds`` rounds, each timing ``before``, ``th
 ``before`` again (an A/A control: the same package twice), each sample the mean of back-to-back
 calls lasting a few ms. Reported per case: the medians in microseconds, the median of the
 per-round ratios this/before and that of the control before/before (the noise to read the first
-against). Writes ``bench/results/ab_forest_kernel.json``.
+against). Then the whole model: ``TuneMixRanker(n_jobs=1)`` of the ``before`` package fitted on
+the same file, its ``EnsembleModel`` rebuilt in this tree from its artifact arrays, and
+``score`` timed the same way on one query of 100 and of 1,000 documents (``--no-model``: skip).
+Writes ``bench/results/ab_forest_kernel.json``.
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ def timed(fn: Any, reps: int) -> float:
     return (time.perf_counter() - t0) / reps * 1e6
 
 
-def run(before: Path, rounds: int, trees: int) -> dict[str, Any]:
+def run(before: Path, rounds: int, trees: int, with_model: bool = True) -> dict[str, Any]:
     import lightgbm as lgb
 
     from tunemix.core.data.svmlight import read_svmlight
@@ -102,7 +105,40 @@ def run(before: Path, rounds: int, trees: int) -> dict[str, Any]:
                             "this_over_before": round(float(np.median(np.array(b) / np.array(a))), 3),
                             "control_before_over_before": round(float(np.median(np.array(a2) / np.array(a))), 3)}
                 print(key, out[key], flush=True)
+    if with_model:
+        out.update(model_case(data, rng, rounds))
     shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def model_case(data: Any, rng: np.random.Generator, rounds: int) -> dict[str, Any]:
+    """``EnsembleModel.score`` of the same model in both packages (module docstring)."""
+    from tunemix.core.scoring.ensemble_model import EnsembleModel
+
+    before = importlib.import_module("tunemix_before")
+    ranker = before.TuneMixRanker(n_jobs=1, progress=False)
+    ranker.fit(data.features, data.labels, group=np.diff(data.query_offsets))
+    m_old = ranker.model_.ensemble
+    doc, arrays = m_old.to_artifact()
+    m_new = EnsembleModel.from_artifact(doc, arrays)
+    right = m_new.forest.missing_columns is not None
+    out: dict[str, Any] = {}
+    for n in (100, 1000):
+        xb = np.ascontiguousarray(data.features[rng.choice(data.features.shape[0], n, replace=False)])
+        off = np.array([0, n], dtype=np.int64)
+        if not np.array_equal(m_old.score(xb, off), m_new.score(xb, off)):
+            raise AssertionError("the two sides' model scores differ")
+        reps = max(1, 10_000 // n)
+        a, b, a2 = [], [], []
+        for _ in range(rounds):
+            a.append(timed(lambda x=xb, o=off: m_old.score(x, o), reps))
+            b.append(timed(lambda x=xb, o=off: m_new.score(x, o), reps))
+            a2.append(timed(lambda x=xb, o=off: m_old.score(x, o), reps))
+        key = f"the default model ({m_new.forest.n_base} bases, nodes sending NaN right: {right}), {n} documents"
+        out[key] = {"before_us": round(float(np.median(a)), 1), "this_us": round(float(np.median(b)), 1),
+                    "this_over_before": round(float(np.median(np.array(b) / np.array(a))), 3),
+                    "control_before_over_before": round(float(np.median(np.array(a2) / np.array(a))), 3)}
+        print(key, out[key], flush=True)
     return out
 
 
@@ -111,8 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--before", type=Path, required=True, help="another checkout of the tree")
     ap.add_argument("--rounds", type=int, default=61)
     ap.add_argument("--trees", type=int, default=300)
+    ap.add_argument("--no-model", action="store_true", help="the forests only, not the whole model")
     args = ap.parse_args(argv)
-    results = run(args.before.resolve(), args.rounds, args.trees)
+    results = run(args.before.resolve(), args.rounds, args.trees, not args.no_model)
     path = write_result("ab_forest_kernel", {"command": " ".join(["python -m bench.ab_forest_kernel",
                                                                    *(argv or sys.argv[1:])]),
                                              "before": str(args.before), "rounds": args.rounds, "results": results})

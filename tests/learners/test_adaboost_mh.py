@@ -109,6 +109,21 @@ def test_informative_missingness_is_learned(base: str) -> None:
 
 
 @pytest.mark.parametrize("base", ["stump", "tree", "product"])
+def test_a_model_trained_without_missing_values_sends_them_left(base: str) -> None:
+    """No node has seen a missing value: each sends one left (below every threshold), so the
+    forest has no node sending NaN right and scores by the kernel's plain path; with 256 bins (no
+    missing bin) too."""
+    X, y = separable(200)
+    for n_bins in (255, 256):
+        m = AdaBoostMH(n_iterations=15, base=base, n_leaves=4, n_terms=2, n_bins=n_bins).fit(X, y)
+        assert not m.forest_.node_missing_right.any() and m.forest_.missing_columns is None
+        Xn, low = X.copy(), X.copy()
+        Xn[::3, 0] = np.nan
+        low[::3, 0] = -1e30
+        np.testing.assert_array_equal(m.decision_function(Xn), m.decision_function(low))
+
+
+@pytest.mark.parametrize("base", ["stump", "tree", "product"])
 def test_training_error_falls_on_separable_problem(base: str) -> None:
     X, y = separable()
     m = AdaBoostMH(n_iterations=60, base=base, n_leaves=4, n_terms=2).fit(X, y)

@@ -8,7 +8,7 @@ import pytest
 from tunemix.train.data.binning import fit_bins
 from tunemix.train.learners.hamming_tree import HammingTreeSearch
 from tunemix.train.learners.stump_product import StumpProductSearch
-from tunemix.train.learners.stump_search import ROW_BLOCK, boost_update
+from tunemix.train.learners.stump_search import ROW_BLOCK, boost_update, threshold_bin
 
 from . import naive
 
@@ -53,7 +53,7 @@ def test_stump_matches_brute_force(seed: int) -> None:
     assert fit.edge == pytest.approx(edge, abs=1e-12)
     assert fit.term_feature.shape == (1,)
     got_j = int(fit.term_feature[0])
-    got_t = bins.threshold(got_j, int(fit.term_bin[0]))
+    got_t = bins.threshold(got_j, threshold_bin(int(fit.term_bin[0])))
     # same split up to ties: the kernel's choice reaches the brute-force maximum
     phi = np.where(X[:, got_j] >= got_t, 1.0, -1.0)
     assert naive.stump_edge(s, phi) == pytest.approx(edge, abs=1e-12)
@@ -86,7 +86,7 @@ def test_stump_hand_computed() -> None:
     fit = StumpProductSearch(bins.transform_columns(X), 2, 1, bins.max_bins).fit(s, feats, nb)
     assert fit is not None
     assert fit.edge == pytest.approx(1 / 3)
-    assert bins.threshold(0, int(fit.term_bin[0])) == 1.0
+    assert bins.threshold(0, threshold_bin(int(fit.term_bin[0]))) == 1.0
     np.testing.assert_array_equal(fit.vote, [-1.0, 1.0])
 
 

@@ -371,3 +371,24 @@ def test_null_is_a_missing_value_in_every_form(client: TestClient, store: Store)
     bad = client.post("/rank", json={"queries": [{"qid": "q0", "ids": [f"d{j}" for j in range(9)],
                                                    "features": rows}]})
     assert bad.status_code == 422 and "features[4]: feature 3 is not a finite float32 number" in bad.text
+
+
+def test_letor_text_with_omitted_features_as_missing(client: TestClient, store: Store) -> None:
+    """``?missing=nan``: a feature a line leaves out is missing (the model's score of NaN there),
+    without it 0; a written NaN is refused either way."""
+    text = b"0 qid:7 1:0.5 3:-1 # docid = a\n0 qid:7 2:0.25 # docid = b\n0 qid:7 1:2 2:1 3:0 # docid = c\n"
+    x = np.full((3, N_FEATURES), np.nan, dtype=np.float32)
+    x[0, [0, 2]] = [0.5, -1.0]
+    x[1, 1] = 0.25
+    x[2, :3] = [2.0, 1.0, 0.0]
+    model = store.model(store.default_v2)
+    for query, want in (("?missing=nan", model.score(x, offsets_of([3]))),
+                        ("", model.score(np.nan_to_num(x, nan=0.0), offsets_of([3])))):
+        r = client.post(f"/rank{query}", content=text, headers={"Content-Type": "text/plain"})
+        assert r.status_code == 200, r.text
+        got = scores_by_id(r.json()["results"][0])
+        np.testing.assert_allclose([got[k] for k in "abc"], want, rtol=1e-12, atol=0)
+    for query in ("?missing=nan", ""):
+        bad = client.post(f"/rank{query}", content=b"0 qid:7 1:nan 2:1\n", headers={"Content-Type": "text/plain"})
+        assert bad.status_code == 422 and "feature 1 is not a finite float32 number" in bad.text
+    assert client.post("/rank?missing=maybe", content=text, headers={"Content-Type": "text/plain"}).status_code == 422

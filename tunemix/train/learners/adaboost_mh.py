@@ -56,6 +56,7 @@ from tunemix.train.learners.stump_product import StumpProductSearch
 from tunemix.train.learners.stump_search import (
     ALPHA_MAX,
     MISSING_LEFT,
+    NO_MISSING,
     alpha_of_edge,
     base_edge,
     boost_update,
@@ -103,7 +104,7 @@ def split_thresholds(edges: npt.NDArray[np.float32], feature: npt.NDArray[np.int
     value left and the missing ones right."""
     b = np.asarray(bins, dtype=np.int64)
     left = b >= MISSING_LEFT
-    b = np.where(left, b - MISSING_LEFT, b)
+    b = np.where(b >= NO_MISSING, b - NO_MISSING, np.where(left, b - MISSING_LEFT, b))
     padded = np.concatenate([edges, np.full((edges.shape[0], 1), np.inf, np.float32)], axis=1)
     return padded[feature, b - 1].astype(np.float32), (~left).astype(np.int8)
 

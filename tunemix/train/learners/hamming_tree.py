@@ -53,7 +53,8 @@ def grow_tree(
 ):  # pragma: no cover
     """Grow one Hamming tree on all rows; returns ``(n_nodes, n_leaves, edge)``.
 
-    Outputs (preallocated): ``node_feat`` (feature id), ``node_bin`` (test ``code >= bin``),
+    Outputs (preallocated): ``node_feat`` (feature id), ``node_bin`` (the split as
+    ``best_split`` encodes it: ``goes_right(code, bin)``; its bin ``threshold_bin(bin)``),
     ``node_left/right`` (FlatForest convention: c >= 0 node, c < 0 leaf -c-1), ``leaf_sums``
     (S_R per leaf), ``row_leaf`` (leaf of each row), ``per_feature`` (best root stump edge of
     each searched feature slot), ``node_gains`` (N-1, k): row q the best leaf-split gain of each

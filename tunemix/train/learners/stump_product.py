@@ -44,8 +44,9 @@ def fit_product(
 ):  # pragma: no cover
     """Fit a product of ``n_terms`` stumps; returns ``(edge, n_passes)``.
 
-    Outputs: ``term_feat`` (feature id, -1 = constant term), ``term_bin`` (test ``code >=
-    bin``), ``V`` (K,) the product vote, ``row_sigma`` (n,) int8 = ``prod_j phi_j(x_i)``,
+    Outputs: ``term_feat`` (feature id, -1 = constant term), ``term_bin`` (the split as
+    ``best_split`` encodes it: ``goes_right(code, bin)``), ``V`` (K,) the product vote,
+    ``row_sigma`` (n,) int8 = ``prod_j phi_j(x_i)``,
     ``per_feature`` the best first-pass stump edge of each searched slot, ``term_edges``
     (n_terms, k) row j the best edge of each slot for term j in the first (greedy) pass, the
     constant term included for j >= 1 (bandit rewards: every term's search feeds the bandit);

@@ -23,8 +23,10 @@ counted in ``hist[f, MISSING_CODE]`` (histograms have ``HIST_BINS`` = 256 bins).
 at most 255 bins with missing mass M_l, every threshold is tried twice, as LightGBM does: missing
 right (left total ``L_l(b)``) and missing left (``L_l(b) + M_l``), and the better is kept; a
 threshold ``b = nbins`` (every present value left, the missing ones right) is a candidate too.
-The chosen bin is returned as ``b`` (missing right) or ``b + MISSING_LEFT`` (missing left);
-``goes_right(code, bin)`` is the test that sends a row right for either.
+The chosen bin is returned as ``b`` (missing right), ``b + MISSING_LEFT`` (missing left) or, when
+the node's rows have no missing value of the feature, ``b + NO_MISSING`` (a missing value met
+later goes left, as ``x >= t`` sends NaN); ``goes_right(code, bin)`` is the test that sends a row
+right for each.
 
 Ties go to the lowest feature slot, then the lowest bin, then missing right. A threshold must leave at least one bin
 on each side (b in 1..nbins-1) unless ``allow_constant`` (then b = 0, phi = +1 everywhere, is a
@@ -54,20 +56,26 @@ MISSING_CODE = 255
 HIST_BINS = MISSING_CODE + 1
 #: added to a chosen bin whose missing values go left (``best_split``)
 MISSING_LEFT = 256
+#: added to a chosen bin of a feature without missing values in the node (``best_split``)
+NO_MISSING = 512
 
 
 @njit(cache=True, inline="always")
 def goes_right(code, b):  # pragma: no cover
     """Whether a row of bin ``code`` goes right at the split ``b`` (``best_split``'s encoding:
-    ``code >= b``, the missing bin right; ``b - MISSING_LEFT`` with the missing bin left)."""
+    ``code >= b``, the missing bin right; ``b - MISSING_LEFT`` with the missing bin left;
+    ``b - NO_MISSING``: ``code >= b``, every bin a value's, up to 255)."""
+    if b >= NO_MISSING:
+        return code >= b - NO_MISSING
     if b >= MISSING_LEFT:
         return code >= b - MISSING_LEFT and code != MISSING_CODE
     return code >= b
 
 
-def split_parts(b: int) -> tuple[int, bool]:
-    """(threshold bin, missing goes right) of ``best_split``'s encoded bin ``b``."""
-    return (b - MISSING_LEFT, False) if b >= MISSING_LEFT else (b, True)
+def threshold_bin(b: int) -> int:
+    """The bin of ``best_split``'s encoded bin ``b``: the split is ``code >= threshold_bin(b)``."""
+    return b - NO_MISSING if b >= NO_MISSING else b - MISSING_LEFT if b >= MISSING_LEFT else b
+
 
 #: ``1 - edge`` below this counts as a perfect base classifier (alpha is capped, boosting stops).
 PERFECT_EDGE_TOL = 1e-10
@@ -249,7 +257,7 @@ def best_split(hist, feat_nbins, S, criterion, allow_constant, best_L, per_featu
             if sc > best_score:
                 best_score = sc
                 best_slot = f
-                best_bin = b
+                best_bin = b if missing else b + NO_MISSING
                 for l in range(K):
                     best_L[l] = L[l]
             if missing and b < nb:
