@@ -5,6 +5,7 @@ plain FastAPI + LightGBM peer, plus where the time goes inside one request.
     python -m bench.bench_service --model-set mslr-default   # one set: mq2008, mslr-default or both
     python -m bench.bench_service --quick      # smoke test (~3 min; bench/results/service_quick.json)
     python -m bench.bench_service --duration 20 --rate 100 --rate-1000 10
+    python -m bench.bench_service --model-set mq2008 --large-clients 2 --only-large --large-duration 20
 
 Writes ``bench/results/service.json`` (``--name``: another name; ``--quick``: ``service_quick.json``):
 one entry per model set under ``sets``, each with its own peer, servers, scenarios and
@@ -49,7 +50,13 @@ run, no error: the service's goal).
    running: the CPU seconds of generator and server, the load average and the machine's phase
    (``machine_probe_ms``: a fixed Python loop, timed just before and after) around every run are
    recorded with the figures.
-5. **Where the time goes**, in this process, no HTTP: for 100 and 1,000 documents, the median
+5. **Beside large requests** (``--large-clients N``, ``--large-docs D``): the 100-document
+   scenario on our server alone, quiet, then beside N clients posting D-document requests back
+   to back (real test rows in queries of 1,000, columnar; the most that fit in
+   ``TUNEMIX_MAX_BODY_BYTES`` when D do not), each on a fresh connection; under ``beside_large``
+   per set, both runs' p50 and p99 and whether those beside are at most ``BESIDE_LARGE_RATIO``
+   (3) times the quiet ones. ``--only-large`` runs it alone.
+6. **Where the time goes**, in this process, no HTTP: for 100 and 1,000 documents, the median
    time of each step our /rank handler takes (body decoding, conversion to arrays, the model's
    stages: views, forest pass, member differences, calibrators, mixer; ranking and response
    serialisation), and the same for the peer's handler (``bench.service_breakdown``).
@@ -65,6 +72,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -76,7 +84,7 @@ import numpy as np
 from bench.common import ROOT, machine_probe_ms, write_result
 from bench.service_breakdown import breakdown, peer_breakdown
 from bench.service_models import MODEL_SETS, ModelSet, check_data, prepare
-from bench.service_requests import log, make_bodies, service_config
+from bench.service_requests import large_body, log, make_bodies, service_config
 
 TARGETS = {
     "docs_100": {"p50_ms": 5.0, "p99_ms": 20.0, "errors": 0},
@@ -361,10 +369,15 @@ def run_set(mset: ModelSet, args: argparse.Namespace, scenarios: list[tuple[str,
                                       "ready_after_s": round(secs, 1)}
         result["servers"]["ours"]["env"] = {k: v for k, v in ours_env.items() if k.startswith("TUNEMIX_")}
         result["servers"]["peer"]["env"] = {k: v for k, v in peer_env.items() if k.startswith(("PEER_", "OMP_"))}
-        result["scenarios"] = {tag: run_scenario(servers, bodies[nd], tmp / f"bodies-{nd}.jsonl", si, tag, nd, rate,
-                                                 duration, tmp, judged=mset.key == "mq2008", rounds=args.rounds)
-                               for si, (tag, nd, rate, duration) in enumerate(scenarios)}
-        if not args.skip_breakdown:
+        only_large = args.only_large and args.large_clients
+        result["scenarios"] = {} if only_large else {
+            tag: run_scenario(servers, bodies[nd], tmp / f"bodies-{nd}.jsonl", si, tag, nd, rate, duration, tmp,
+                              judged=mset.key == "mq2008", rounds=args.rounds)
+            for si, (tag, nd, rate, duration) in enumerate(scenarios)}
+        if args.large_clients:
+            result["beside_large"] = beside_large(servers["ours"], mset, bodies[100], tmp / "bodies-100.jsonl",
+                                                  args, tmp)
+        if not (args.skip_breakdown or only_large):
             log(f"{mset.key}: in-process breakdown (no HTTP)")
             result["breakdown_ours"] = breakdown(mset.model_path, bodies, q)
             result["breakdown_peer"] = peer_breakdown(mset.peer_file, threads, bodies, q)
@@ -425,6 +438,99 @@ def run_scenario(servers: dict[str, Server], bodies: list[bytes], bodies_file: P
         log(f"{tag}: pooled over {rounds} rounds: ours p50 {ours['p50_ms']} p99 {ours['p99_ms']}, peer p50 "
             f"{peer['p50_ms']} p99 {peer['p99_ms']} ms; rounds ours at most the peer: {entry['rounds_won']}")
     return entry
+
+
+#: the 100-document scenario beside large clients: its p50 and p99 at most this many times its quiet figures
+BESIDE_LARGE_RATIO = 3.0
+
+
+class LargeClients:
+    """``n`` threads posting ``body`` to /rank back to back, each on a fresh connection (so that
+    they spread over the workers), from ``start`` until ``stop``; ``under_way`` is set once each
+    has had one answer. Their answers' seconds in ``seconds``, anything but 200 in ``errors``."""
+
+    def __init__(self, base: str, body: bytes, n: int) -> None:
+        self.base, self.body = base, body
+        self.seconds: list[float] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._first = threading.Barrier(n + 1)
+        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(n)]
+
+    def _run(self) -> None:
+        import http.client
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(self.base)
+        first = True
+        while not self._stop.is_set():
+            conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=120.0)
+            try:
+                t0 = time.perf_counter()
+                conn.request("POST", "/rank", body=self.body,
+                             headers={"Content-Type": "application/json", "Connection": "close"})
+                r = conn.getresponse()
+                content = r.read()
+                self.seconds.append(time.perf_counter() - t0)
+                if r.status != 200:
+                    self.errors.append(f"{r.status} {content[:200]!r}")
+            except OSError as exc:
+                self.errors.append(repr(exc))
+            finally:
+                conn.close()
+            if first:
+                first = False
+                self._first.wait()
+
+    def start(self) -> None:
+        for t in self._threads:
+            t.start()
+        self._first.wait()  # each client has had one answer: all under way
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join()
+
+
+def beside_large(s: Server, mset: ModelSet, bodies: list[bytes], bodies_file: Path, args: argparse.Namespace,
+                 tmp: Path) -> dict[str, Any]:
+    """The 100-document scenario on our server quiet, then beside ``--large-clients`` clients
+    posting ``--large-docs``-document requests back to back (real test rows in queries of 1,000,
+    columnar; fewer documents when those would pass ``TUNEMIX_MAX_BODY_BYTES``): p50 and p99 of
+    both, and whether the figures beside them are at most ``BESIDE_LARGE_RATIO`` times the quiet ones."""
+    from tunemix.service.settings import Settings
+
+    rate = args.rate or (100.0 if args.quick else 200.0)
+    duration = args.large_duration or args.duration or (10.0 if args.quick else 30.0)
+    body, n_docs = large_body(mset.test, args.large_docs, Settings().max_body_bytes)
+    log(f"beside large: {args.large_clients} clients of {n_docs} documents ({len(body)} bytes), "
+        f"100 documents at {rate:g}/s for {duration:g} s")
+    sequential(s.base, bodies, 20, 100)  # warm-up
+    quiet = run_load(s, bodies_file, rate, duration, tmp, "ours-quiet")
+    clients = LargeClients(s.base, body, args.large_clients)
+    clients.start()
+    try:
+        beside = run_load(s, bodies_file, rate, duration, tmp, "ours-beside-large")
+    finally:
+        clients.stop()
+    keep = ("p50_ms", "p90_ms", "p99_ms", "max_ms", "errors", "achieved_ok_rate", "server_cpu_utilisation")
+    out: dict[str, Any] = {
+        "rate": rate, "duration_s": duration,
+        "large": {"clients": args.large_clients, "documents": n_docs, "documents_asked": args.large_docs,
+                  "body_bytes": len(body), "answers": len(clients.seconds),
+                  "p50_s": rounded(pct(clients.seconds, 50)), "errors": clients.errors[:5]},
+        "quiet": {k: quiet[k] for k in keep}, "beside": {k: beside[k] for k in keep},
+    }
+    for p in ("p50", "p99"):
+        q, b = quiet[f"{p}_ms"], beside[f"{p}_ms"]
+        out[f"{p}_ratio"] = rounded(b / q, 2) if q and b else None
+    out["at_most_ratio"] = BESIDE_LARGE_RATIO
+    out["pass"] = (all(out[f"{p}_ratio"] is not None and out[f"{p}_ratio"] <= BESIDE_LARGE_RATIO
+                       for p in ("p50", "p99")) and beside["errors"] == 0 and not clients.errors)
+    log(f"beside large: quiet p50 {quiet['p50_ms']} p99 {quiet['p99_ms']} ms; beside p50 {beside['p50_ms']} "
+        f"p99 {beside['p99_ms']} ms; {len(clients.seconds)} large answers; pass {out['pass']}")
+    return out
 
 
 def one_run(s: Server, bodies: list[bytes], bodies_file: Path, tag: str, key: str, nd: int, rate: float,
@@ -491,9 +597,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-breakdown", action="store_true", help="HTTP scenarios only")
     ap.add_argument("--workers", type=int,
                     help="uvicorn workers of both servers (default: our service's default, one per core)")
+    ap.add_argument("--large-clients", type=int, default=0,
+                    help="also run the 100-document scenario on our server quiet and beside this many clients "
+                         "posting large requests back to back (results: beside_large, per set)")
+    ap.add_argument("--large-docs", type=int, default=100_000,
+                    help="documents of each large request (default 100,000; fewer when the body would pass "
+                         "TUNEMIX_MAX_BODY_BYTES)")
+    ap.add_argument("--large-duration", type=float,
+                    help="seconds of each side of the beside-large scenario (default --duration, else 30, quick 10)")
+    ap.add_argument("--only-large", action="store_true",
+                    help="with --large-clients: the beside-large scenario alone (no peer scenarios, no breakdown)")
     ap.add_argument("--name", help="results file bench/results/<name>.json (default: service, with --quick "
                                    "service_quick, so that a smoke test never replaces the committed figures)")
     args = ap.parse_args(argv)
+    if args.large_clients < 0 or args.large_docs < 1:
+        ap.error("--large-clients must be at least 0 and --large-docs at least 1")
     q = args.quick
     args.rounds = args.rounds or (1 if q else 3)
     if args.rounds < 1:

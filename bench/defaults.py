@@ -29,11 +29,13 @@ parameters, every trial early-stopped, the best by validation NDCG@10) searching
 seconds as tunemix's seed-0 fit took on the same split (``--tuned-budget S`` when tunemix is not
 run; ``--tuned-at-once 2``: two trials at once, one thread each); the summary gives tunemix's
 per-query difference to it too. ``tunemix_budget`` is ``TuneMixRanker(time_budget_s=S)`` with
-S the ``--tuned-budget``: the default members, then the search of "tune, then mix" until the
-boosting end (docs/method.md); it is fitted at every seed like ``tunemix``, its summary
-``tunemix_budget_seeds`` gives its per-query differences to ``lgbm_es``, ``lgbm_es1`` and
-``lgbm_tuned``. The comparison at one budget: ``--systems tunemix_budget,lgbm_tuned,lgbm_es1
---seeds 0,1,2 --tuned-budget 60 --tuned-at-once 2``.
+S the ``--tuned-budget``: the default members, then the rounds of the search of "tune, then mix"
+while they are measured to help (docs/method.md); it is fitted at every seed like ``tunemix``, its
+summary ``tunemix_budget_seeds`` gives its per-query differences to ``tunemix`` (both averaged over
+the seeds), ``lgbm_es``, ``lgbm_es1`` and ``lgbm_tuned``. ``tunemix_budget:S`` is the same with a
+budget of S seconds, for several budgets in one run:
+``--systems tunemix,tunemix_budget:60,tunemix_budget:600``. The comparison at one budget:
+``--systems tunemix_budget,lgbm_tuned,lgbm_es1 --seeds 0,1,2 --tuned-budget 60 --tuned-at-once 2``.
 
 ``--datasets mq2008,mslr-sample`` picks some; ``--systems`` some systems; ``--config FILE.toml``
 gives tunemix a configuration instead of the default (what-if runs; the JSON says so).
@@ -208,8 +210,10 @@ def seed_summary(rows: dict[int, list[dict[str, Any]]], per_query: dict[int, lis
     if any(v is None for f in folds for v in f):
         return {"seeds": seeds, "error": "a fit failed"}
     mean, se = mean_se(np.mean(np.array(folds, dtype=np.float64), axis=0))
+    fit_s = [r["fit_s"] for s in seeds for r in rows[s] if "fit_s" in r]
     out: dict[str, Any] = {"seeds": seeds, "test_ndcg@10": mean, "test_ndcg@10_se": se,
-                           "per_seed": [round(float(np.mean(f)), 4) for f in folds]}
+                           "per_seed": [round(float(np.mean(f)), 4) for f in folds],
+                           "fit_s_mean": round(float(np.mean(fit_s)), 2) if fit_s else None}
     for name, peer in peers.items():
         if peer and all(len(per_query[s]) == len(peer) for s in seeds):
             mean_pq = [np.mean([per_query[s][k] for s in seeds], axis=0) for k in range(len(peer))]
@@ -217,8 +221,31 @@ def seed_summary(rows: dict[int, list[dict[str, Any]]], per_query: dict[int, lis
     return out
 
 
+def paired_over_seeds(ours: dict[int, list[np.ndarray]], theirs: dict[int, list[np.ndarray]]) -> dict[str, Any] | None:
+    """Per query, the mean over the seeds of ``ours`` less that of ``theirs`` (both seeded, same
+    seeds and folds): the pooled differences' mean and SE (None when a fit is missing)."""
+    seeds = sorted(ours)
+    n = {len(ours[s]) for s in seeds} | {len(theirs.get(s, [])) for s in seeds}
+    if len(n) != 1 or not n.pop():
+        return None
+    folds = range(len(ours[seeds[0]]))
+    return per_query_difference([np.mean([ours[s][k] for s in seeds], axis=0) for k in folds],
+                                [np.mean([theirs[s][k] for s in seeds], axis=0) for k in folds])
+
+
 #: systems fitted at every seed of ``--seeds`` (the peers once)
 SEEDED = ("tunemix", "tunemix_budget")
+
+
+def base_system(system: str) -> str:
+    """``tunemix_budget:600`` -> ``tunemix_budget``: a system with its budget in its name."""
+    return system.split(":", 1)[0]
+
+
+def system_budget(system: str, tuned_budget: float) -> float:
+    """``tunemix_budget:S``'s S, else ``--tuned-budget``."""
+    _, _, given = system.partition(":")
+    return float(given) if given else tuned_budget
 
 
 def run(datasets: list[str], systems: list[str], config: str | None, seeds: list[int] | None = None,
@@ -228,12 +255,12 @@ def run(datasets: list[str], systems: list[str], config: str | None, seeds: list
     report: dict[str, Any] = {"machine": machine_info(), "measure": MEASURE, "convention": CONVENTION,
                               "tunemix_config": config or "default (chosen from the data)", "tunemix_seeds": seeds,
                               "tuned_budget_s": tuned_budget, "tuned_trials_at_once": tuned_at_once, "datasets": {}}
-    if any(s in SEEDED for s in systems) and warm:  # numba's first compilation is not the fit a user meets
+    if any(base_system(s) in SEEDED for s in systems) and warm:  # numba's first compilation is not the fit a user meets
         report["warm_up"] = warm_up()
     # the seeded systems at every seed (the first is their row), the peers once
-    fits = [(s, seed) for s in systems for seed in (seeds if s in SEEDED else [None])]
+    fits = [(s, seed) for s in systems for seed in (seeds if base_system(s) in SEEDED else [None])]
     fits.sort(key=lambda f: f[0] == "lgbm_tuned")  # after tunemix: its search gets tunemix's seconds
-    seeded = [s for s in systems if s in SEEDED]
+    seeded = [s for s in systems if base_system(s) in SEEDED]
     for name in datasets:
         folds = splits(name)
         per_system: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
@@ -243,14 +270,15 @@ def run(datasets: list[str], systems: list[str], config: str | None, seeds: list
         for k, sets in enumerate(folds):
             budget = tuned_budget
             for system, seed in fits:
-                options: dict[str, Any] | None = {**extra, "random_state": seed} if system in SEEDED else None
+                options: dict[str, Any] | None = ({**extra, "random_state": seed} if base_system(system) in SEEDED
+                                                  else None)
                 if system == "tunemix1":
                     options = {**extra, "random_state": seeds[0]}
-                if system == "tunemix_budget":
-                    options = {**(options or {}), "budget_s": tuned_budget}
+                if base_system(system) == "tunemix_budget":
+                    options = {**(options or {}), "budget_s": system_budget(system, tuned_budget)}
                 if system == "lgbm_tuned":
                     options = {"budget_s": budget, "seed": 0, "n_jobs": 1, "trials_at_once": tuned_at_once}
-                res = run_fit(system, sets, extra=options)
+                res = run_fit(base_system(system), sets, extra=options)
                 row = {k2: v for k2, v in res.items() if k2 != "scores"}
                 row["fold"] = k + 1
                 row["train_docs"] = sets["train"].n_docs
@@ -285,6 +313,9 @@ def run(datasets: list[str], systems: list[str], config: str | None, seeds: list
             if len(seeds) > 1:
                 peers = {p: per_query[p] for p in ("lgbm_es", "lgbm_es1", "lgbm_tuned") if per_query.get(p)}
                 summary[f"{ours}_seeds"] = seed_summary(seed_rows[ours], seed_pq[ours], peers)
+                if base_system(ours) == "tunemix_budget" and "tunemix" in seeded:
+                    summary[f"{ours}_seeds"]["minus_tunemix_per_query"] = paired_over_seeds(seed_pq[ours],
+                                                                                          seed_pq["tunemix"])
         summary["fit_ratios"] = fit_ratios(summary)
         report["datasets"][name] = {"folds": per_system,
                                     "seed_folds": seed_rows if len(seeds) > 1 else None,
@@ -299,7 +330,8 @@ def _plus_minus(r: dict[str, Any]) -> str:
 
 
 def markdown(report: dict[str, Any]) -> str:
-    systems = list(SYSTEMS)
+    systems = list(SYSTEMS) + [s for d in report["datasets"].values() for s in d.get("folds", {}) if s not in SYSTEMS]
+    systems = list(dict.fromkeys(systems))
     lines = [f"Test {report['measure']} ({report['convention']}), mean over folds ± SE; fit seconds (sum over "
              "folds); peak MB of the process tree (largest fold). tunemix: " + report["tunemix_config"], "",
              "| data | " + " | ".join(systems) + " |", "|---|" + "---|" * len(systems)]
@@ -312,7 +344,7 @@ def markdown(report: dict[str, Any]) -> str:
                 continue
             cells.append(f"{_plus_minus(r)}; {r['fit_s']:.0f} s; {r['peak_mb']:.0f} MB")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    for system in SEEDED:
+    for system in [s for s in systems if base_system(s) in SEEDED]:
         seeded = [(name, d["summary"][f"{system}_seeds"]) for name, d in report["datasets"].items()
                   if "test_ndcg@10" in d["summary"].get(f"{system}_seeds", {})]
         if not seeded:
@@ -321,10 +353,11 @@ def markdown(report: dict[str, Any]) -> str:
                   + " (each fold's mean over the seeds, then the folds' mean ± SE; per-query difference to "
                   "each peer ± SE):", ""]
         for name, r in seeded:
-            diffs = [(p, r[f"minus_{p}_per_query"]) for p in ("lgbm_es", "lgbm_es1", "lgbm_tuned")
-                     if f"minus_{p}_per_query" in r]
+            diffs = [(p, r[f"minus_{p}_per_query"]) for p in ("tunemix", "lgbm_es", "lgbm_es1", "lgbm_tuned")
+                     if r.get(f"minus_{p}_per_query")]
+            fit = f"; fit {r['fit_s_mean']:.1f} s a fold" if r.get("fit_s_mean") is not None else ""
             lines.append(f"- {name}: {_plus_minus(r)} (per seed "
-                         + ", ".join(f"{v:.4f}" for v in r["per_seed"]) + ")"
+                         + ", ".join(f"{v:.4f}" for v in r["per_seed"]) + ")" + fit
                          + "".join(f"; - {p} {d['mean']:+.4f} ± {d['se']:.4f} ({d['queries']} q)" for p, d in diffs))
     ratios = [(name, d["summary"].get("fit_ratios")) for name, d in report["datasets"].items()]
     if any(r for _, r in ratios):

@@ -52,3 +52,25 @@ def columnar(body: bytes) -> bytes:
     return json.dumps({"queries": [{"qid": q["qid"], "ids": [d["id"] for d in q["documents"]],
                                     "features": [d["features"] for d in q["documents"]]}]},
                       separators=(",", ":")).encode()
+
+
+def large_body(test: Any, n_docs: int, max_bytes: int, per_query: int = 1000, seed: int = 0) -> tuple[bytes, int]:
+    """A columnar request of ``n_docs`` real test rows in queries of ``per_query`` (features with 6
+    decimals), or of the most documents (a multiple of ``per_query``) whose body fits in
+    ``max_bytes`` when those do not: (the body, its documents)."""
+    rng = np.random.default_rng(seed)
+    n = test.features.shape[0]
+    rows = rng.choice(n, size=n_docs, replace=n_docs > n)
+    feats = [[round(float(v), 6) for v in test.features[r]] for r in rows.tolist()]
+
+    def body(k: int) -> bytes:
+        queries = [{"qid": f"q{q}", "ids": [str(j) for j in range(min(per_query, k - lo))],
+                    "features": feats[lo:lo + per_query]} for q, lo in enumerate(range(0, k, per_query))]
+        return json.dumps({"queries": queries}, separators=(",", ":")).encode()
+
+    k = n_docs
+    out = body(k)
+    while len(out) > max_bytes and k > per_query:
+        k = max(per_query, (int(k * max_bytes / len(out) * 0.98) // per_query) * per_query)
+        out = body(k)
+    return out, k

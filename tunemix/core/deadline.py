@@ -151,6 +151,15 @@ def check_deadline(stage: str = "") -> None:
         raise DeadlineExceeded(d.seconds, stage)
 
 
+def step_of_long_work(stage: str = "") -> None:
+    """Between two steps of a long piece of work on a thread (a query of a large request read,
+    scored or encoded): ``check_deadline(stage)``, then the GIL offered to a waiting thread
+    (``time.sleep(0)`` releases it): a thread that wants the GIL otherwise waits for the
+    interpreter's switch interval (5 ms) each time, and a small request needs it several times."""
+    check_deadline(stage)
+    time.sleep(0)
+
+
 def charge_rows(rows: int, stage: str = "") -> None:
     """``current_deadline().charge(rows, stage)``; nothing when no deadline is active."""
     d = _CURRENT.get()

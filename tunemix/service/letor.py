@@ -27,8 +27,9 @@ import re
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
-from tunemix.core.deadline import check_deadline
+from tunemix.core.deadline import step_of_long_work
 from tunemix.service.errors import input_error
 from tunemix.service.parsing import CandidateLists, check_ids, check_limits
 from tunemix.service.settings import Settings
@@ -84,9 +85,21 @@ def letor_lists(body: bytes, d: int, settings: Settings, *, max_label: int = MAX
     values: list[str] = []
     starts: list[int] = []  # the first row of each query
     start_lines: list[int] = []  # and its line number
+    # the pairs of each DEADLINE_LINES lines as arrays: no conversion of a whole body in one call
+    blocks: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]] = []
+
+    def flush() -> None:
+        if rows:
+            blocks.append((np.asarray(rows, dtype=np.int64), np.asarray(fids, dtype=np.int64),
+                           np.asarray([float(v) for v in values], dtype=np.float64)))
+            rows.clear()
+            fids.clear()
+            values.clear()
+
     for line_no, line in enumerate(text.split("\n"), start=1):
         if not line_no % DEADLINE_LINES:
-            check_deadline("LETOR lines")
+            step_of_long_work("LETOR lines")
+            flush()
         content, _, comment = line.partition("#")
         head = content.split(None, 2)
         if not head:
@@ -146,12 +159,13 @@ def letor_lists(body: bytes, d: int, settings: Settings, *, max_label: int = MAX
     if again is not None:
         raise input_error(f"body:{start_lines[again]}: qid {qids[again]} appears in two separate blocks (the first "
                           f"starts at line {start_lines[first]}); a query's lines must be contiguous")
+    flush()
     features = np.full((len(labels), d), np.nan if missing == "nan" else 0.0, dtype=np.float32)
     written = np.zeros((len(labels), d), dtype=bool)
-    at = (np.asarray(rows, dtype=np.int64), np.asarray(fids, dtype=np.int64) - 1)
     with np.errstate(over="ignore"):
-        features[at] = np.asarray([float(v) for v in values], dtype=np.float64)
-    written[at] = True
+        for block_rows, block_fids, block_values in blocks:
+            features[block_rows, block_fids - 1] = block_values
+            written[block_rows, block_fids - 1] = True
     bad = ~np.isfinite(features) & written
     if bad.any():
         row, f = (int(v) for v in np.argwhere(bad)[0])

@@ -34,7 +34,7 @@ from tunemix.core.version import __version__
 from tunemix.service.body import AnswerBytes
 from tunemix.service.deadlines import budget_answer, deadline_answer
 from tunemix.service.errors import ServiceError, plain_errors, validation_message
-from tunemix.service.lanes import PYTHON_LANES, explain_lane
+from tunemix.service.lanes import PYTHON_LANES, explain_lane, large_lane
 from tunemix.service.observability import Metrics, MetricsMiddleware
 from tunemix.service.openapi import install_openapi
 from tunemix.service.rank_dispatch import RankShortcut
@@ -96,6 +96,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.python_lanes = anyio.CapacityLimiter(PYTHON_LANES)
     app.state.scoring_slots = anyio.CapacityLimiter(settings.scoring_concurrency())
     app.state.explain_lane = explain_lane(settings.explain_concurrency)  # its own threads, shut down below
+    app.state.large_lane = large_lane(settings.large_concurrency, settings.large_nice)  # the same
     app.state.scoring_requests = 0  # requests scoring or waiting to (tunemix.service.lanes.scoring)
     metrics: Metrics = app.state.metrics
     metrics.served = registry.served_by_worker
@@ -136,6 +137,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         app.state.explain_lane.shutdown(wait=False, cancel_futures=True)
+        app.state.large_lane.shutdown(wait=False, cancel_futures=True)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

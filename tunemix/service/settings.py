@@ -131,6 +131,26 @@ class Settings(BaseSettings):
         description="/rank requests with explanations one worker works on at once (their own lane: they never "
                     "hold the scoring slots or Python lanes plain /rank requests wait for; the others wait for the "
                     "lane within their deadline)")
+    large_body_bytes: int = Field(
+        1024 * 1024, ge=0,
+        description="a body of more than this many bytes is large work: a /rank request is decoded, scored (on one "
+                    "thread) and answered in the worker's large lane, another route's body decoded there "
+                    "(tunemix.service.lanes.large_work): its own threads, large_concurrency of them, never the "
+                    "Python lanes or scoring slots small requests wait for")
+    large_body_items: int = Field(
+        20_000, ge=0,
+        description="a /rank body of more than this many items (tunemix.service.body.body_items: never fewer than "
+                    "its documents or its queries) is large work too, whatever its bytes (100,000 documents of 5 "
+                    "features fit in 3.4 MB)")
+    large_concurrency: int = Field(
+        1, ge=1, le=64,
+        description="large requests one worker works on at once (their own lane, one core each at most; the others "
+                    "wait for the lane within their deadline). Each raises the worker's peak memory by up to "
+                    "DECODED_BODY_MULTIPLE x max_body_bytes")
+    large_nice: int = Field(
+        10, ge=0, le=19,
+        description="the large lane's threads run this many nice steps below the worker (Linux): a small request's "
+                    "threads take a core from large work as soon as they wake. 0: the worker's priority")
     explain_max_documents: int = Field(
         20, ge=0, description="/rank \"explain\": documents explained per request at most (each query's returned "
                               "top_k; more: HTTP 422 asking for a smaller top_k). 0 disables explanations")

@@ -89,6 +89,15 @@ class FitBudget:
     def elapsed(self) -> float:
         return self.clock() - self.start
 
+    def within(self, stage: str, seconds: float) -> FitBudget:
+        """This budget with ``stage`` ending ``seconds`` from now, or at its own end when that is
+        earlier: one round of the search (``tunemix.train.budget_choice``). The other stages' ends
+        move in proportion, so the copy is for ``stage`` alone. Without a budget: this one."""
+        if self.budget_s is None:
+            return self
+        end = min(self.end(stage), self.clock() + max(seconds, 0.0))
+        return FitBudget(start=self.start, budget_s=max(end - self.start, 1e-9) / STAGE_ENDS[stage], clock=self.clock)
+
     def record(self) -> dict[str, Any]:
         """What the training record says of the budget (None without one)."""
         if self.budget_s is None:

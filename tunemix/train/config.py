@@ -200,7 +200,8 @@ class RunConfig:
     scheduler: str | None = None
     time_budget_s: float | None = None
     # under a time budget, the default members' boosting time left goes to a search of
-    # LambdaMART runs, all kept as members (tunemix.train.search); false: no search
+    # LambdaMART runs, mixed with the default members where that is measured to help
+    # (tunemix.train.search, tunemix.train.budget_choice); false: no search
     search: bool = True
     models_dir: str = "models"
     calibration_fraction: float = 0.2

@@ -1,7 +1,9 @@
-"""Tune, then mix: under a time budget, the boosting stage's time left after the default runs goes
-to a search whose every run is kept as a member ("Tune and mix", the method's idea: a diverse
-population mixed by the exponentially weighted forecaster, not the one configuration a search
-would pick on the validation queries, which overfits a small validation set).
+"""Tune, then mix: under a time budget, the boosting stage's time left after the default runs may
+go to a search whose runs are mixed with the default members ("Tune and mix", the method's idea:
+a diverse population mixed by the exponentially weighted forecaster, not the one configuration a
+search would pick on the validation queries, which overfits a small validation set). The search
+runs in rounds of bounded length, and its mix replaces the default's model only on evidence beyond
+the validation queries' noise (``tunemix.train.budget_choice``).
 
 When it runs: the fit has a time budget (``[run] time_budget_s``, ``--time-budget``,
 ``TuneMixRanker(time_budget_s=)``), the members are the default ones (``tunemix.train.members.auto``),
@@ -47,7 +49,7 @@ from __future__ import annotations
 import logging
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
@@ -185,10 +187,14 @@ def run_spec(plan: SearchPlan, config: dict[str, Any], index: int, seconds_left:
 
 
 def search(runs: list[RunResult], fit_one: Callable[[RunSpec], RunResult], deadline: FitBudget, *, seed: int,
-           rule: bool, workers: int, enabled: bool, why_not: str | None = None) -> SearchOutcome:
-    """Runs of sampled configurations until the boosting stage's end (module docstring), numbered
-    after ``runs``; ``fit_one(spec)`` trains one (within the deadline). The record says what was
-    tried, each run's iterations and seconds (its weight share is added after the mix,
+           rule: bool, workers: int, enabled: bool, why_not: str | None = None,
+           tried: Sequence[RunResult] = ()) -> SearchOutcome:
+    """Runs of sampled configurations until the boosting stage's end (module docstring; one round
+    of ``tunemix.train.budget_choice``: a ``deadline`` whose boosting stage ends with the round),
+    numbered after ``runs`` (the default runs, which size them) and ``tried`` (the earlier rounds'
+    runs: the configurations go on after theirs, and their measured cost sizes the next);
+    ``fit_one(spec)`` trains one (within the deadline). The record says what was tried, each
+    run's iterations and seconds (its weight share is added after the mix,
     :func:`add_weight_shares`), and why the search ended or did not run."""
     record: dict[str, Any] = {"enabled": False, "space": {k: list(v) for k, v in SPACE.items()},
                               "sampler": "scrambled Sobol (scipy.stats.qmc), seeded by the fit's seed", "runs": []}
@@ -207,7 +213,9 @@ def search(runs: list[RunResult], fit_one: Callable[[RunSpec], RunResult], deadl
                   seconds_per_iteration=round(plan.s_per_iteration, 6),
                   iterations_x_rate=round(plan.iterations_at_rate, 2),
                   left_at_start_s=round(deadline.left("boosting"), 3))
-    configs = sample_configs(MAX_RUNS, seed, plan.views, rule)
+    plan.s_per_iteration = measured_cost(list(tried), plan.s_per_iteration)
+    configs = sample_configs(MAX_RUNS, seed, plan.views, rule)[len(tried):]
+    first = len(runs) + len(tried)
     out = SearchOutcome(record=record)
     ended = f"all {MAX_RUNS} configurations tried"
     pending: dict[Future[RunResult], dict[str, Any]] = {}
@@ -216,7 +224,7 @@ def search(runs: list[RunResult], fit_one: Callable[[RunSpec], RunResult], deadl
         while True:
             while nxt < len(configs) and len(pending) < max(workers, 1):
                 left = deadline.left("boosting")
-                spec, expected_s, cap = run_spec(plan, configs[nxt], len(runs) + len(out.runs) + len(pending), left)
+                spec, expected_s, cap = run_spec(plan, configs[nxt], first + len(out.runs) + len(pending), left)
                 if cap < MIN_ITERATIONS:
                     ended = (f"{left:.1f} s left to the boosting end buys fewer than {MIN_ITERATIONS} iterations of "
                              "the next configuration")
@@ -239,17 +247,17 @@ def search(runs: list[RunResult], fit_one: Callable[[RunSpec], RunResult], deadl
                 record["runs"].append(row)
     # the runs' indices are their places in the fit's list of runs: renumber in finishing order
     for k, r in enumerate(out.runs):
-        if r.spec.index != len(runs) + k:
-            r.spec = RunSpec(index=len(runs) + k, view=r.spec.view, grouping=r.spec.grouping, params=r.spec.params,
+        if r.spec.index != first + k:
+            r.spec = RunSpec(index=first + k, view=r.spec.view, grouping=r.spec.grouping, params=r.spec.params,
                              type=r.spec.type)
-            record["runs"][k]["index"] = len(runs) + k
+            record["runs"][k]["index"] = first + k
     record["ended"] = ended
     record["seconds_per_iteration_last"] = round(plan.s_per_iteration, 6)
     record["summary"] = (f"{len(out.runs)} LambdaMART runs of sampled configurations in the "
                          f"{record['left_at_start_s']:.1f} s left to the boosting end after the default runs, "
                          f"every one early-stopped on validation (patience {plan.patience}"
                          + (", no subsampling: the tiny-validation rule" if rule else "")
-                         + f") and kept as a member; ended: {ended}")
+                         + f"), each a candidate member; ended: {ended}")
     log.info("search: %s", record["summary"])
     return out
 
@@ -282,12 +290,14 @@ def search_lines(record: dict[str, Any] | None) -> list[str]:
     share = record.get("weight_share")
     if share is not None:
         lines.append(f"Their share of the mix's weight: {100 * share:.1f}%.")
-    lines += ["", "| run | view | leaves | rate | min leaf | features | bagging | L2 | iterations (cap) | stop | "
-              "seconds | weight |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| run | round | kept | view | leaves | rate | min leaf | features | bagging | L2 | "
+              "iterations (cap) | stop | seconds | weight |", "|---" * 14 + "|"]
     for row in record["runs"]:
         c = row["config"]
         w = row.get("weight_share")
-        lines.append(f"| {row['index']} | {c['view']} | {c['n_leaves']} | {c['learning_rate']:g} | "
+        kept = {True: "yes", False: "no"}.get(row.get("kept"), "–")
+        lines.append(f"| {row['index']} | {row.get('round', '–')} | {kept} | {c['view']} | {c['n_leaves']} | "
+                     f"{c['learning_rate']:g} | "
                      f"{c['min_data_in_leaf']} | {c['feature_fraction']:g} | {c['bagging_fraction']:g} | "
                      f"{c['lambda_l2']:g} | {row['iterations']} ({row['n_iterations_cap']}) | {row['stop_reason']} | "
                      f"{row['fit_seconds']:.1f} | {'–' if w is None else f'{100 * w:.1f}%'} |")

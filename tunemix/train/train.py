@@ -6,7 +6,9 @@ through ``tunemix.train.members.types``; the joblib backend and the progress bar
 ``tunemix.train.parallel``.
 Time budget: when ``[run] time_budget_s`` is set, it bounds the whole of :func:`train`: one
 deadline from the start, an end for each stage (boosting, calibration, mixing, the relevance
-head), each stage cut to what is left (``tunemix.train.budget``).
+head), each stage cut to what is left (``tunemix.train.budget``); the default's model is a
+candidate of the budgeted fit, replaced only on evidence beyond the validation queries' noise
+(``tunemix.train.budget_choice``).
 Nothing is written until the very end, and then atomically (``tunemix.core.artifact``):
 Ctrl-C at any point leaves no half-written model.
 """
@@ -31,12 +33,14 @@ import numpy as np
 from tunemix.core.artifact import save_artifact, sha256_file
 from tunemix.core.data.dataset import RankingData, query_rows
 from tunemix.core.data.svmlight import read_svmlight
+from tunemix.core.ensemble.exponential_forecaster import one_standard_error
 from tunemix.core.ensemble.registry import make_mixer
 from tunemix.core.evaluation import evaluate, mean_metric
 from tunemix.core.scoring.ensemble_model import EXTRA_VIEWS, EnsembleModel, Member, RunInfo, prune, remap_forest
 from tunemix.core.scoring.forest import FlatForest, concatenate
 from tunemix.core.version import __version__
 from tunemix.train.budget import FitBudget, clock_for
+from tunemix.train.budget_choice import Choice, choose_with_search
 from tunemix.train.budget_sample import budget_sample, lightgbm_import_s
 from tunemix.train.config import TrainConfig, missing_data_message, resolve_feature_names
 from tunemix.train.data.binned import BinnedView, bin_view, view_in_chunks
@@ -70,7 +74,7 @@ from tunemix.train.prepared import Prepared
 from tunemix.train.record import build_record, metrics_all_conventions
 from tunemix.train.relevance.beside import HeadBeside, head_beside, head_model_task
 from tunemix.train.relevance.stage import fit_head, reusable_head_models
-from tunemix.train.search import add_weight_shares, search
+from tunemix.train.search import SearchOutcome, add_weight_shares, search
 
 log = logging.getLogger(__name__)
 
@@ -309,18 +313,49 @@ def optimiser_beside_runs() -> threading.Thread | None:
     return thread
 
 
-def search_runs(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], auto: bool, n_jobs: int,
-                deadline: FitBudget) -> tuple[list[RunResult], dict[str, Any]]:
-    """The runs, and those of the search that spends the boosting time left after them
-    (``tunemix.train.search``: default members under a time budget only), and its record."""
-
-    def fit_one(spec: RunSpec) -> RunResult:
-        return run_within(deadline, spec, *run_inputs(prep, spec), prep.n_labels, cfg.seed, None)
-
+def search_runs(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], cals: list[CalibrationResult], auto: bool,
+                n_jobs: int, deadline: FitBudget, boosting_s: float) -> Choice:
+    """The default ``runs`` (calibrated: ``cals``; their boosting stage took ``boosting_s``), the
+    rounds of the search that spends the boosting time left after them (``tunemix.train.search``:
+    default members under a time budget only) while they are measured to help, and the choice
+    between the default's mix and the search's (``tunemix.train.budget_choice``): what is kept,
+    and the records."""
     rule = auto and bool(small_validation(data_shape(prep.sets))["applied"])
-    out = search(runs, fit_one, deadline, seed=cfg.seed, rule=rule, workers=n_jobs, enabled=cfg.run.search,
-                 why_not=None if auto else "members configured: the search adds to the default members only")
-    return [*runs, *out.runs], out.record
+
+    def search_round(seconds: float, tried: list[RunResult]) -> SearchOutcome:
+        until = deadline.within("boosting", seconds)  # the round's end: its runs start, are capped and stop by it
+
+        def fit_one(spec: RunSpec) -> RunResult:
+            return run_within(until, spec, *run_inputs(prep, spec), prep.n_labels, cfg.seed, None)
+
+        return search(runs, fit_one, until, seed=cfg.seed, rule=rule, workers=n_jobs, enabled=cfg.run.search,
+                      why_not=None if auto else "members configured: the search adds to the default members only",
+                      tried=tried)
+
+    def calibrate(new_runs: list[RunResult]) -> list[CalibrationResult]:
+        return calibrate_runs(cfg, prep, new_runs, n_jobs, False, deadline=deadline)
+
+    def quality(kept_runs: list[RunResult], kept_cals: list[CalibrationResult]) -> np.ndarray:
+        return mix_validation_quality(cfg, prep, kept_runs, kept_cals, deadline)
+
+    return choose_with_search(runs, cals, default_s=boosting_s, search_round=search_round, calibrate=calibrate,
+                              quality=quality, boosting_left=lambda: deadline.left("boosting"),
+                              measure=cfg.mixer.measure)
+
+
+def mix_validation_quality(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], cals: list[CalibrationResult],
+                           deadline: FitBudget) -> np.ndarray:
+    """The per-query validation measure of ``runs`` mixed as the mixing stage mixes them
+    (``assemble``, then ``fit_mixer``): a candidate of the time budget's choice. The test queries
+    are not read."""
+    model, _ = assemble(cfg, prep, runs, cals)
+    vali = prep.vali
+    mixing = Mixing(vali_members=model.member_scores(vali.features, vali.query_offsets), test_members=None)
+    fit_mixer(cfg, prep, model, mixing, runs, deadline)
+    mixed = model.mixer.transform(mixing.vali_members, vali.query_offsets)
+    per_query = evaluate(vali.labels, mixed, vali.query_offsets, [cfg.mixer.measure],
+                         cfg.mixer.convention).per_query[cfg.mixer.measure]
+    return np.asarray(per_query, dtype=np.float64)
 
 
 def calibrate_within(deadline: FitBudget, last: bool, *args: Any) -> CalibrationResult | None:
@@ -355,10 +390,12 @@ def calibrate_runs(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], n_jo
                 deadline, c == last, r.spec.index, it, np.ascontiguousarray(raw[:, c, :]), classes,
                 cal_part.query_offsets, r.class_gains, specs, r.shift_scales[c], c, doc_gains,
             )))
+    order = list(range(len(tasks)))
     if deadline.limited:  # the last snapshots first: they are calibrated whatever the time
-        tasks.sort(key=lambda t: not t[0])
-    done = run_parallel([t for _, t in tasks], n_jobs, f"calibrating {len(tasks)} snapshots", progress)
-    return [c for c in done if c is not None]
+        order.sort(key=lambda i: not tasks[i][0])
+    done = run_parallel([tasks[i][1] for i in order], n_jobs, f"calibrating {len(tasks)} snapshots", progress)
+    by_task = dict(zip(order, done, strict=True))  # back in the runs' order, budget or not
+    return [c for c in (by_task[i] for i in range(len(tasks))) if c is not None]
 
 
 def assemble(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], cals: list[CalibrationResult]
@@ -475,7 +512,7 @@ def _train(cfg: TrainConfig, clock: _Clock, progress: bool, sets: dict[str, Rank
     prep = prepare(cfg, clock, specs, chosen.sets, chosen.records)
     feature_names = resolve_feature_names(cfg.data, prep.sets["train"].n_features)  # checked before any fit
     head = head_beside(cfg, prep, specs, deadline)  # the head's own models beside the runs (no budget)
-    runs, searched, cals = fit_members(cfg, clock, prep, specs, chosen.auto, progress, deadline, head)
+    runs, searched, cals, choice = fit_members(cfg, clock, prep, specs, chosen.auto, progress, deadline, head)
     mixed = mix_members(cfg, clock, prep, runs, cals, deadline)
     checked = evaluate_mix(cfg, clock, prep, mixed, feature_names, save, deadline)
     with clock("relevance_head_s"):
@@ -489,7 +526,7 @@ def _train(cfg: TrainConfig, clock: _Clock, progress: bool, sets: dict[str, Rank
     record.update({
         "relevance_head": relevance,
         "search": searched,
-        "time_budget": budget_record(clock, deadline, chosen, runs, cals, mixed, checked),
+        "time_budget": {**budget_record(clock, deadline, chosen, runs, cals, mixed, checked), "choice": choice},
         "auto_members": chosen.auto_reasons or None,
         "small_validation": validation_rule_record(cfg, prep, checked.served, chosen.auto),
         "mix_by_member_type": mixed.by_type,
@@ -544,17 +581,22 @@ def choose(cfg: TrainConfig, clock: _Clock, sets: dict[str, RankingData] | None,
 
 
 def fit_members(cfg: TrainConfig, clock: _Clock, prep: Prepared, specs: list[RunSpec], auto: bool, progress: bool,
-                deadline: FitBudget, head: Any) -> tuple[list[RunResult], Any, list[CalibrationResult]]:
-    """The runs (boosting), the search of "tune, then mix" where it applies, and each snapshot's
-    calibrations, on the configured backend."""
+                deadline: FitBudget, head: Any
+                ) -> tuple[list[RunResult], dict[str, Any], list[CalibrationResult], dict[str, Any] | None]:
+    """The runs (boosting) and each snapshot's calibrations, on the configured backend; then,
+    where it applies, the search of "tune, then mix" in rounds and the choice between the
+    default's model and the search's mixes (``tunemix.train.budget_choice``): the runs and
+    calibrations kept, the search's record, the choice's record (None without a search run)."""
     with parallel_backend(cfg.run.backend, cfg.run.n_jobs, cfg.run.scheduler) as n_jobs:
         with clock("boosting_s"):
+            t0 = deadline.clock()
             runs = fit_runs(cfg, prep, specs, n_jobs, progress, deadline, head=head)
-        with clock("search_s"):
-            runs, searched = search_runs(cfg, prep, runs, auto, n_jobs, deadline)
+            boosting_s = deadline.clock() - t0  # on the budget's clock: the search's rounds are sized by it
         with clock("calibration_s"):
             cals = calibrate_runs(cfg, prep, runs, n_jobs, progress, deadline=deadline)
-    return runs, searched, cals
+        with clock("search_s"):
+            choice = search_runs(cfg, prep, runs, cals, auto, n_jobs, deadline, boosting_s)
+    return choice.runs, choice.search, choice.cals, choice.record if choice.record.get("candidates") else None
 
 
 @dataclass
@@ -656,10 +698,8 @@ def validation_rule_record(cfg: TrainConfig, prep: Prepared, served: dict[str, n
     vali = prep.vali
     per_query = evaluate(vali.labels, served["vali"], vali.query_offsets, [cfg.mixer.measure],
                          cfg.mixer.convention).per_query[cfg.mixer.measure]
-    values = np.asarray(per_query, dtype=np.float64)
-    values = values[~np.isnan(values)]
-    if values.size > 1:
-        out["vali_measure_se"] = round(float(values.std(ddof=1) / np.sqrt(values.size)), 4)
+    if int(np.isfinite(np.asarray(per_query, dtype=np.float64)).sum()) > 1:
+        out["vali_measure_se"] = round(one_standard_error(per_query), 4)
     return out
 
 

@@ -149,6 +149,18 @@ def _candidate_weights(omega: Float1D, c_grid: Float1D, thresholds: Float1D, eli
     return slot, np.column_stack(columns)
 
 
+def one_standard_error(per_query: npt.ArrayLike) -> float:
+    """The one-standard-error rule's tolerance (Breiman et al. 1984, "Classification and Regression
+    Trees", sect. 3.4.3): the standard error of a mean over queries, the per-query values' sample
+    SD / sqrt(n) (NaN values left out; 0 for fewer than two). A choice made on these queries that
+    is better than the simplest one by less than this is noise: ``tie_tolerance = "one_se"`` here,
+    and the time budget's choice between the default's model and the search's mixes
+    (``tunemix.train.budget_choice``)."""
+    values = np.asarray(per_query, dtype=np.float64)
+    values = values[np.isfinite(values)]
+    return float(values.std(ddof=1) / np.sqrt(values.size)) if values.size > 1 else 0.0
+
+
 def _simplest_best(surface: Float2D, tolerance: float, c_grid: Float1D, thresholds: Float1D) -> tuple[int, int]:
     """The grid point within ``tolerance`` of the best quality with the smallest c, then the
     smallest omega_min (the flatter, less tuned mix)."""
@@ -482,7 +494,7 @@ class ExponentialForecaster(Mixer):
     def _tolerance(self, metric: MetricFn, labels: Int1D, query_offsets: Offsets, scaled: Float2D,
                    best_w: Float1D) -> float:
         """The tie tolerance: a number, or with ``"one_se"`` the standard error of the best grid
-        point's mean over the tuning queries (its per-query values' sample SD / sqrt(n)): the
+        point's mean over the tuning queries (``one_standard_error`` of its per-query values): the
         one-standard-error rule (Breiman et al. 1984), which grows as the tuning set shrinks."""
         if self.tie_tolerance != "one_se":
             return max(float(self.tie_tolerance), 0.0)
@@ -497,8 +509,7 @@ class ExponentialForecaster(Mixer):
                          self.measure, self.convention))
             for q in range(n_q)
         ])
-        values = values[np.isfinite(values)]
-        return float(values.std(ddof=1) / np.sqrt(values.size)) if values.size > 1 else 0.0
+        return one_standard_error(values)
 
     # ------------------------------------------------------------- transform
     def _transform(self, member_scores: Float2D, query_offsets: Offsets) -> Float1D:

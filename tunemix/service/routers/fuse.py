@@ -28,7 +28,7 @@ from tunemix.service.json_body import check_number_lengths, check_repeated_keys,
 from tunemix.service.lanes import python_work
 from tunemix.service.openapi import msgspec_answer_spec, msgspec_body_spec
 from tunemix.service.parsing import CandidateLists, check_ids, check_limits
-from tunemix.service.rank_answer import ENCODER, RankedQuery, described, ranked
+from tunemix.service.rank_answer import RankedQuery, described, encode_answer, ranked
 from tunemix.service.rank_body import Id
 from tunemix.service.schemas import ErrorResponse
 from tunemix.service.settings import Settings
@@ -219,7 +219,7 @@ async def fuse(request: Request, settings: SettingsDep, hold: HoldDep) -> Respon
         check_repeated_keys(body)  # after the counts: its own pass is then small
         top_k = applied_top_k(req.top_k, lists.n_documents)
         check_deadline("/fuse: ranking")
-        return ENCODER.encode(FuseAnswer(method=req.method, results=ranked(fused, lists, top_k),
+        return encode_answer(FuseAnswer(method=req.method, results=ranked(fused, lists, top_k),
                                          server_time_ms=round((time.perf_counter() - start) * 1e3, 3)))
 
     return json_bytes_response(await python_work(request, work, body_size=len(body)))

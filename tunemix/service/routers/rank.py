@@ -39,7 +39,10 @@ features) and ``TUNEMIX_INLINE_MAX_ITEMS`` items (256: ``tunemix.service.body.bo
 with numpy, never fewer than the body's documents or its queries, so 8,000 one-line LETOR
 queries in 87 KB go to a thread). Otherwise an idle worker runs them in one thread hop
 and a busy one in two (``tunemix.service.deps``), so that decoding overlaps other requests'
-scoring. The same functions run either way.
+scoring. A body of large work (``tunemix.service.lanes.is_large``: more than
+``TUNEMIX_LARGE_BODY_BYTES`` bytes or ``TUNEMIX_LARGE_BODY_ITEMS`` items) is decoded, scored on
+one thread and answered in the worker's large lane, in one hop (``large_work``), never in the
+Python lanes or scoring slots the others wait for. The same functions run either way.
 
 The request's structs and decode paths are ``tunemix.service.rank_body``, the answer's
 ``tunemix.service.rank_answer``, the explanations ``tunemix.service.rank_explain``; this module is
@@ -66,12 +69,21 @@ from tunemix.service.deadlines import start_deadline
 from tunemix.service.deps import json_bytes_response, query_model, resolve_model
 from tunemix.service.errors import input_error
 from tunemix.service.json_body import gc_paused
-from tunemix.service.lanes import LARGE_BODY_BYTES, explain_work, parse_and_score, python_work, score_call, scoring
+from tunemix.service.lanes import (
+    explain_work,
+    in_query_chunks,
+    is_large,
+    large_work,
+    parse_and_score,
+    python_work,
+    score_call,
+    scoring,
+)
 from tunemix.service.letor import letor_lists
 from tunemix.service.observability import Metrics
 from tunemix.service.openapi import msgspec_answer_spec, msgspec_body_spec, query_parameters
 from tunemix.service.parsing import CandidateLists
-from tunemix.service.rank_answer import ENCODER, RankAnswer, ranked
+from tunemix.service.rank_answer import RankAnswer, encode_answer, ranked
 from tunemix.service.rank_body import MAX_EXPLAIN, Options, RankRequest, example, json_lists
 from tunemix.service.rank_explain import explain_options, explained_documents, explained_pair, with_explanations
 from tunemix.service.registry import ModelRegistry, NotInMemory, ServedModel
@@ -189,16 +201,18 @@ async def rank_request(request: Request, registry: ModelRegistry, settings: Sett
         results = ranked(scores, lists, options.top_k, head, options, explained)
         for q, pair in pair_answers.items():
             results[q].pair = pair
-        return ENCODER.encode(RankAnswer(model=served.name, version=served.version, results=results,
+        return encode_answer(RankAnswer(model=served.name, version=served.version, results=results,
                                          server_time_ms=round((time.perf_counter() - start) * 1e3, 3)))
 
-    def whole(alone: bool) -> tuple[ServedModel, CandidateLists, Options, bytes | None]:
+    def whole(alone: bool, large: bool = False) -> tuple[ServedModel, CandidateLists, Options, bytes | None]:
         """Decode, score and answer; a request that asks for explanations is only decoded (its
-        scoring and explanations go to the explain lane)."""
+        scoring and explanations go to the explain lane). ``large``: scored a run of queries at a
+        time (``in_query_chunks``)."""
         served, lists, options = decode()
         if options.explains:
             return served, lists, options, None
-        scored = score_call(score(served, options), (lists.features, lists.offsets), alone)
+        fn = score(served, options)
+        scored = score_call(in_query_chunks(fn) if large else fn, (lists.features, lists.offsets), alone)
         return served, lists, options, answer(served, lists, options, scored)
 
     def explained_answer(served: ServedModel, lists: CandidateLists, options: Options) -> bytes:
@@ -219,7 +233,9 @@ async def rank_request(request: Request, registry: ModelRegistry, settings: Sett
                 done = whole(False)  # one thread, as when other requests score
         except NotInMemory:
             pass  # the model version must be loaded first: in a thread, below
-    if done is None and len(body) <= LARGE_BODY_BYTES:
+    if done is None and is_large(body, kind, settings):  # in the large lane, on one thread, in one hop
+        done = await large_work(request, whole, False, True)
+    if done is None:
         done = await parse_and_score(request, whole)
     if done is not None:
         served, lists, options, content = done
