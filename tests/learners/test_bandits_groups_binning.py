@@ -154,7 +154,7 @@ def test_missing_values_have_a_bin_of_their_own() -> None:
     assert np.isfinite(bins.edges[0, : bins.n_bins[0] - 1]).all()
     Y = X.copy()
     Y[7, 2] = np.nan
-    with pytest.raises(ValueError, match="feature 2 has a missing value .NaN. but 256 bins"):
+    with pytest.raises(ValueError, match=r"feature 2 has a missing value \(NaN\) but 256 bins"):
         bins.transform(Y)
 
 
