@@ -101,3 +101,8 @@ def test_letor_files_with_omitted_features_as_missing_through_the_cli(tmp_path: 
     assert main(["predict", str(paths["test"]), "--model", "nan", "--models-dir", str(models)]) == 0
     as_zero = np.array([float(v) for v in capsys.readouterr().out.split()])
     assert not np.array_equal(as_zero, printed)
+    # the other commands that read a data file take the option too
+    for command in (["explain", "--doc", "test0:1"], ["importance"]):
+        assert main([command[0], str(paths["test"]), "--model", "nan", "--models-dir", str(models), "--missing",
+                     "nan", *command[1:]]) == 0, capsys.readouterr().err
+        assert capsys.readouterr().out.strip()
