@@ -338,14 +338,16 @@ def cpu_seconds(pid: int) -> float:
 class Server:
     """``python -m tunemix.service`` of the tree ``cwd`` (default: this one) with ``workers`` workers."""
 
-    def __init__(self, models: Path, log_path: Path, *, workers: int = 1, cwd: Path = ROOT) -> None:
+    def __init__(self, models: Path, log_path: Path, *, workers: int = 1, cwd: Path = ROOT,
+                 env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "TUNEMIX_MODELS_DIR": str(models), "TUNEMIX_DEFAULT_MODEL": "default",
                "TUNEMIX_WORKERS": str(workers), "TUNEMIX_PORT": str(self.port), "TUNEMIX_HOST": "127.0.0.1",
                "TUNEMIX_LOG_LEVEL": "warning",
                # the tree first; the caller's own entries after it (packages installed beside the venv)
-               "PYTHONPATH": os.pathsep.join([str(cwd), *filter(None, [os.environ.get("PYTHONPATH")])])}
+               "PYTHONPATH": os.pathsep.join([str(cwd), *filter(None, [os.environ.get("PYTHONPATH")])]),
+               **(env or {})}
         env.pop("PROMETHEUS_MULTIPROC_DIR", None)
         self.log = log_path.open("ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "tunemix.service"], cwd=cwd, env=env, stdout=self.log,

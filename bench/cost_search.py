@@ -3,22 +3,35 @@ sent to the real service, the worst cost found per endpoint reported.
 
     python -m bench.cost_search                      # 30 bodies per endpoint (~5 min on 2 busy cores)
     python -m bench.cost_search --bodies 100 --seed 3
+    python -m bench.cost_search --bodies 30 --seed 0 --attacks answers,held,artifacts --attack-s 10  # ~10 min
+    python -m bench.cost_search --bodies 0 --attacks held --per-class 6 --seed 2   # the attacks alone
 
-Writes ``bench/results/cost_search.json`` (``--name``: another name).
+Writes ``bench/results/cost_search.json`` (``--name``: another name); prints the attacks as a table.
+Exits 1 when an attack breaks one of its three properties (below).
 
-**Server**: ``python -m tunemix.service`` with two workers and its default settings, serving the 46-feature
-model ``bench.bench_request_cost`` trains. **Bodies** (``Grammar``): each endpoint's schema
-(/rank's columnar and documents forms, dense and sparse features, explain and explain_pair;
-/evaluate's scores, rankings and features; /fuse's methods and systems), each part drawn from
-productions that cost a decoder or a check the most: empty, huge and nested lists, long strings,
-many (unknown or sparse) keys, repeated keys, integers beyond 64 bits, and, for the sorts,
+**Server**: ``python -m tunemix.service`` with two workers and its default settings (and a reload
+token), serving the 46-feature model ``bench.bench_request_cost`` trains. **Bodies** (``Grammar``):
+each endpoint's schema (/rank's columnar and documents forms, dense and sparse features, explain and
+explain_pair; /evaluate's scores, rankings and features; /fuse's methods and systems), each part
+drawn from productions that cost a decoder or a check the most: empty, huge and nested lists, long
+strings, many (unknown or sparse) keys, repeated keys, integers beyond 64 bits, and, for the sorts,
 adversarial orders (ascending, descending, all tied, organ pipe). A body is grown by repetition
-towards a size drawn log-uniformly up to the body limit. **Measures**, per body: the CPU seconds
-of both workers (``/proc``, summed: the idle one costs nothing), the wall time, the status, the
-slowest ``/health`` answer meanwhile, and whether both workers are still the same processes;
-over the run, each worker's peak memory rise (``VmHWM``) against the largest body sent. Per
-endpoint: the worst CPU-s per MiB (a body under 64 KiB counted as 64 KiB), the worst CPU-s and wall
-of one request, the statuses seen, workers lost, answers 500.
+towards a size drawn log-uniformly up to the body limit. **Measures**, per body: the CPU seconds of
+both workers (``/proc``, summed: the idle one costs nothing), the wall time, the status, the slowest
+``/health`` answer meanwhile, and whether both workers are still the same processes; over the run,
+each worker's peak memory rise (``VmHWM``) against the largest body sent. Per endpoint: the worst
+CPU-s per MiB (a body under 64 KiB counted as 64 KiB), the worst CPU-s and wall of one request, the
+statuses seen, workers lost, answers 500.
+
+**Attacks** (``--attacks``, after the bodies; ``bench.cost_attacks``): answers nobody reads, bodies
+held, crafted artifacts, their sizes, counts and rates drawn from the same seed, each run while a
+steady client sends plain 100-document /rank requests at ``--steady-rate`` a second (first alone,
+for the quiet figures). Per attack: the fraction of those answered 200 and their p50 and p99, each
+worker's peak memory rise against ``bench.cost_attacks.memory_bound`` (resting size + 2 x
+``DECODED_BODY_MULTIPLE`` x ``TUNEMIX_MAX_BODY_BYTES`` + ``TUNEMIX_MAX_INFLIGHT_BYTES``, the bound
+docs/service.md states), the worker pids before and after, the statuses the attackers saw; it
+holds when no worker is lost, memory stays within the bound and at least 90% of the plain
+requests are answered 200.
 """
 
 from __future__ import annotations
@@ -49,6 +62,7 @@ from bench.bench_request_cost import (
     train_model,
 )
 from bench.common import machine_probe_ms, write_result
+from bench.cost_attacks import CLASSES, SERVED_FLOOR, STEADY_DOCUMENTS, Target, memory_bound, run_attacks, table
 
 JSON = {"Content-Type": "application/json"}
 
@@ -185,21 +199,36 @@ def worker_pids(pid: int) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bodies", type=int, default=30, help="bodies per endpoint")
+    parser.add_argument("--bodies", type=int, default=30, help="bodies per endpoint (0: none)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--attacks", default="", help="attack classes to run after the bodies, comma-separated: "
+                                                      f"{','.join(CLASSES)} (bench.cost_attacks)")
+    parser.add_argument("--per-class", type=int, default=0,
+                        help="attacks per class, the variants in turn (default: one of each variant)")
+    parser.add_argument("--attack-s", type=float, default=15.0, help="seconds each attack runs at least")
+    parser.add_argument("--steady-rate", type=float, default=20.0,
+                        help="plain 100-document /rank requests a second during the attacks")
     parser.add_argument("--name", default="cost_search", help="result file name (bench/results/<name>.json)")
     args = parser.parse_args(argv)
+    classes = [c for c in args.attacks.split(",") if c]
+    unknown = set(classes) - set(CLASSES)
+    if unknown:
+        parser.error(f"--attacks: unknown class(es) {', '.join(sorted(unknown))}; choose among {', '.join(CLASSES)}")
     from tunemix.service.settings import Settings
 
-    limit = Settings().max_body_bytes
+    token = "cost-search-token"
+    settings = Settings(reload_token=token)
+    limit = settings.max_body_bytes
     grammar = Grammar(random.Random(args.seed), limit)
     probe = machine_probe_ms()
     per: dict[str, dict[str, Any]] = {}
+    attacks: dict[str, list[dict[str, Any]]] = {}
+    quiet: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="cost-search-") as tmp:
         work = Path(tmp)
         models = work / "models"
         train_model(models)
-        server = Server(models, work / "server.log", workers=2)
+        server = Server(models, work / "server.log", workers=2, env={"TUNEMIX_RELOAD_TOKEN": token})
         try:
             server.wait_warm(timeout=1800)
             pids = worker_pids(server.proc.pid)
@@ -209,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             poller = threading.Thread(target=health_poller, args=(server.url, stop, worst_health), daemon=True)
             poller.start()
             with httpx.Client(base_url=server.url, timeout=600) as c:
-                for endpoint in ("/rank", "/evaluate", "/fuse"):
+                for endpoint in ("/rank", "/evaluate", "/fuse") if args.bodies else ():
                     e = per.setdefault(endpoint, {"bodies": 0, "statuses": Counter(), "workers_lost": 0,
                                                   "answers_500": 0, "worst_cpu_s_per_mib": 0.0, "worst_cpu_s": 0.0,
                                                   "worst_wall_s": 0.0, "worst_health_s": 0.0, "worst": {}})
@@ -242,18 +271,37 @@ def main(argv: list[str] | None = None) -> int:
             stop.set()
             poller.join()
             rises = {p: proc_status(p)["VmHWM"] - resting[p] for p in pids if Path(f"/proc/{p}").exists()}
+            if classes:
+                target = Target(server.url, settings, N_FEATURES, models, models / "default" / "v1", token)
+                quiet, attacks = run_attacks(classes, target, lambda: worker_pids(server.proc.pid), resting,
+                                             seed=args.seed, per_class=args.per_class, attack_s=args.attack_s,
+                                             steady_rate=args.steady_rate)
         finally:
             server.stop()
     for e in per.values():
         e["statuses"] = {str(k): v for k, v in sorted(e["statuses"].items())}
-    out = {"command": "python -m bench.cost_search" + f" --bodies {args.bodies} --seed {args.seed}",
-           "max_body_bytes": limit, "machine_probe_ms": [probe, machine_probe_ms()], "endpoints": per,
-           "largest_body_bytes": largest,
-           "peak_rise_per_largest_body_byte": {str(p): round(r / max(largest, 1), 2) for p, r in rises.items()}}
+    command = f"python -m bench.cost_search --bodies {args.bodies} --seed {args.seed}" + (
+        f" --attacks {','.join(classes)}" if classes else "") + (
+        f" --per-class {args.per_class}" if args.per_class else "") + (
+        f" --attack-s {args.attack_s:g}" if args.attack_s != 15.0 else "") + (
+        f" --steady-rate {args.steady_rate:g}" if args.steady_rate != 20.0 else "")
+    out: dict[str, Any] = {
+        "command": command, "max_body_bytes": limit, "machine_probe_ms": [probe, machine_probe_ms()],
+        "endpoints": per, "largest_body_bytes": largest,
+        "peak_rise_per_largest_body_byte": {str(p): round(r / max(largest, 1), 2) for p, r in rises.items()}}
+    if classes:
+        out.update(steady_quiet=quiet, attacks=attacks, attack_rules={
+            "steady": f"plain {STEADY_DOCUMENTS}-document /rank, {args.steady_rate:g} a second, a fresh connection "
+                      "each",
+            "served_floor": SERVED_FLOOR, "memory_bound_bytes": memory_bound(settings),
+            "memory_bound": "2 x DECODED_BODY_MULTIPLE x max_body_bytes + max_inflight_bytes over the worker's "
+                            "resting size (docs/service.md, What a request may cost; Settings.max_inflight_bytes)"})
     path = write_result(args.name, out)
-    print(json.dumps(out, indent=1)[:4000])
+    print(json.dumps({k: v for k, v in out.items() if k != "attacks"}, indent=1)[:4000])
+    if classes:
+        print(table(attacks))
     print(f"wrote {path}")
-    return 0
+    return 0 if all(r["holds"] for rs in attacks.values() for r in rs) else 1
 
 
 if __name__ == "__main__":

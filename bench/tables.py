@@ -181,8 +181,23 @@ def cost_search_rows(r: dict[str, Any]) -> list[str]:
         rows.append([endpoint, str(e["bodies"]), statuses, num(e["worst_cpu_s_per_mib"], 2),
                      num(e["worst_cpu_s"], 2), ms(e["worst_health_s"] * 1e3), str(e["workers_lost"]),
                      str(e["answers_500"])])
-    return table(["endpoint", "bodies", "answers", "worst CPU-s per MiB", "worst CPU-s of one request",
-                  "slowest /health meanwhile, ms", "workers lost", "answers 500"], rows)
+    lines = table(["endpoint", "bodies", "answers", "worst CPU-s per MiB", "worst CPU-s of one request",
+                   "slowest /health meanwhile, ms", "workers lost", "answers 500"], rows)
+    if "attacks" not in r:
+        return lines
+    quiet = r["steady_quiet"]
+    bound = r["attack_rules"]["memory_bound_bytes"] / 2**20
+    rows = [["quiet (no attack)", "", f"{100 * quiet['fraction_200']:.1f}", ms(quiet["p50_ms"]),
+             ms(quiet["p99_ms"]), "", ""]]
+    for cls, results in r["attacks"].items():
+        for a in results:
+            st = a["steady"]
+            rows.append([f"{cls}: {a['variant'].replace('_', ' ')}", a["drawn_text"],
+                         f"{100 * (st['fraction_200'] or 0):.1f}", ms(st["p50_ms"]), ms(st["p99_ms"]),
+                         num(max(a["peak_rise_mib"].values()), 0), str(a["workers_lost"])])
+    header = ["attack", "drawn", "plain /rank answered 200, %", "p50 ms", "p99 ms",
+              f"largest peak rise of a worker, MiB (bound {bound:.0f})", "workers lost"]
+    return [*lines, "", *table(header, rows)]
 
 
 def first_hour_rows(r: dict[str, Any]) -> list[str]:
@@ -215,7 +230,8 @@ TABLES = (
     Table("scale", "python -m bench.scale", scale_rows),
     Table("budget", "python -m bench.budget --datasets synthetic-120k,mq2008-fold1 --budgets 10,60 --no-default "
           "--no-peer", budget_rows),
-    Table("cost_search", "python -m bench.cost_search --bodies 30 --seed 0", cost_search_rows),
+    Table("cost_search", "python -m bench.cost_search --bodies 30 --seed 0 --attacks answers,held,artifacts "
+          "--attack-s 10", cost_search_rows),
     Table("first_hour", "python -m bench.bench_first_hour --install", first_hour_rows),
 )
 BY_NAME = {t.name: t for t in TABLES}

@@ -192,7 +192,7 @@ def test_settings_bounds() -> None:
     from pydantic import ValidationError
 
     d = Settings()
-    assert (d.large_body_bytes, d.large_body_items, d.large_concurrency, d.large_nice) == (2**20, 20_000, 1, 10)
+    assert (d.large_body_bytes, d.large_body_items, d.large_concurrency, d.large_nice) == (2**20, 20_000, 1, 19)
     for bad in ({"large_concurrency": 0}, {"large_concurrency": 65}, {"large_nice": -1}, {"large_nice": 20},
                 {"large_body_bytes": -1}, {"large_body_items": -1}):
         with pytest.raises(ValidationError):

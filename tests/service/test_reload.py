@@ -223,3 +223,85 @@ def test_the_pins_poll_during_the_start_up_load_loads_nothing_twice(
     assert loads == [("default", "v1")]
     assert installs == ["v1"]
     assert reg.current("default") is not None and reg.current("default").version == "v1"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("first", ["start-up", "pins poll", "reload", "request"])
+def test_a_reload_during_a_load_of_the_same_version_loads_nothing_twice(
+        first: str, models_dir: Path, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reload asking for the version the start-up load, the pins poll (another worker reloaded),
+    another reload or a request naming the version is loading: the first load is held until the
+    reload has either loaded the version itself or waits for the load under way; one load of the
+    version in all, installed once."""
+    import logging
+    import threading
+
+    from tunemix.service import registry as registry_module
+    from tunemix.service import worker_state
+
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    reg = registry_module.ModelRegistry(models_dir, "default", state_dir=state_dir)
+    wanted = "v1"
+    if first != "start-up":
+        reg.load_initial([])
+        copy_version(store.default_v2, models_dir, "default", "v2")
+        wanted = "v2"
+    real = registry_module.load_served
+    loads: list[tuple[str, str | None]] = []
+    loading, second_ran, release = threading.Event(), threading.Event(), threading.Event()
+
+    def counted(models: Path, name: str, version: str | None = None, **kw: Any) -> Any:
+        loads.append((name, version))
+        if len(loads) == 1:
+            loading.set()
+            assert release.wait(30), "the first load was never released"
+        else:
+            second_ran.set()  # a second load: the reload did not share the first
+        return real(models, name, version, **kw)
+
+    class Waiting(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "waiting for its load under way" in record.getMessage():
+                second_ran.set()
+
+    handler = Waiting()
+    registry_module.log.addHandler(handler)
+    level = registry_module.log.level
+    registry_module.log.setLevel(logging.INFO)
+    monkeypatch.setattr(registry_module, "load_served", counted)
+    installs: list[str] = []
+    real_install = reg.install
+    monkeypatch.setattr(reg, "install", lambda served: installs.append(served.version) or real_install(served))
+    answers: list[tuple[str, str | None]] = []
+
+    def reload() -> None:
+        new, old = reg.reload("default", None if first == "start-up" else wanted)
+        answers.append((new.version, old.version if old else None))
+
+    if first == "start-up":
+        loader = threading.Thread(target=reg.load_initial, args=([],))
+    elif first == "pins poll":
+        worker_state.write_pins(state_dir, {"default": wanted})  # another worker reloaded v2
+        assert reg.state_changed()
+        loader = threading.Thread(target=reg.follow_state)
+    elif first == "reload":
+        loader = threading.Thread(target=reload)
+    else:  # a request naming v2 while v1 is served: loaded in a thread, kept among the older versions
+        loader = threading.Thread(target=reg.get, args=("default", wanted))
+    try:
+        loader.start()
+        assert loading.wait(30), "the first load did not begin"
+        second = threading.Thread(target=reload)
+        second.start()
+        assert second_ran.wait(30), "the reload neither loaded nor waited"
+        release.set()
+        loader.join(30)
+        second.join(30)
+    finally:
+        release.set()
+        registry_module.log.removeHandler(handler)
+        registry_module.log.setLevel(level)
+    assert loads == [("default", wanted)]
+    assert installs == [wanted]
+    assert reg.current("default") is not None and reg.current("default").version == wanted  # type: ignore[union-attr]
+    assert answers and all(new == wanted for new, _ in answers)

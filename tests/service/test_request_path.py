@@ -507,7 +507,7 @@ def test_a_deadline_passed_behind_other_requests_is_a_503(client: TestClient, mo
     late = threading.Thread(target=send, args=("late", "/evaluate?timeout_s=0.05"))
     late.start()
     try:
-        assert started.wait(60), "the late request's deadline never started"  # once its body has arrived
+        assert started.wait(60), "the late request's deadline never started"  # before its body is read
         while not short[0].expired():
             threading.Event().wait(max(short[0].remaining(), 0.001))
         release.release()  # one lane free: the late request's work finds its deadline passed

@@ -45,5 +45,8 @@ def fuzz_server(store: Store, tmp_path_factory: pytest.TempPathFactory) -> Itera
                                  HealthCheck.function_scoped_fixture])
 def test_no_server_error(case: schemathesis.Case, fuzz_server: LiveServer) -> None:
     response = case.call(base_url=fuzz_server.url)
+    asked = "timeout_s" in (case.query or {}) or "x-request-timeout-s" in {k.lower() for k in case.headers or {}}
+    if response.status_code == 504 and asked:
+        return  # the deadline the case asked for (a tiny timeout_s) passed: the documented answer
     case.validate_response(response, checks=[not_a_server_error])
     assert response.status_code < 500, (response.status_code, response.text[:500])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,8 @@ import numpy as np
 from fastapi import Request
 from starlette.requests import ClientDisconnect
 
+from tunemix.core.deadline import Deadline
+from tunemix.service.deadlines import past_deadline_while_reading
 from tunemix.service.errors import ServiceError, too_large
 from tunemix.service.settings import Settings
 
@@ -41,15 +44,22 @@ class Admission:
         return cls(settings.max_inflight_bytes, settings.inflight_reserve(), settings.small_body_bytes)
 
     def past_reserve(self) -> int:
-        """Bytes the large bodies and unwritten answers hold past their share (answers are counted,
-        never refused): not counted against a small body, whose reserve they may not take."""
+        """Bytes the large bodies and unwritten answers hold past their share (an answer is counted
+        whole, or dropped past ``limit``: ``hold_answer``): not counted against a small body, whose
+        reserve they may not take."""
         return max(0, self.large - self.large_limit)
 
-    def hold_answer(self, n: int) -> None:
-        """Count ``n`` bytes of an answer not yet written, as a large body's (never refused: the
-        answer is made); ``release_answer`` with the same ``n`` once written."""
+    def hold_answer(self, n: int) -> bool:
+        """Count ``n`` bytes of an answer not yet written, as a large body's, and say True
+        (``release_answer`` with the same ``n`` once written); or, when they would take the worker
+        past ``limit`` while other answers or large bodies hold bytes, count nothing and say False:
+        the answer is dropped (its connection reset). One answer alone is always kept; small
+        requests keep their reserve, whatever the answers hold."""
+        if self.large and self.held + n > self.limit:
+            return False
         self.held += n
         self.large += n
+        return True
 
     def release_answer(self, n: int) -> None:
         self.held -= n
@@ -131,7 +141,12 @@ class AnswerBytes:
     in the worker's ``Admission`` as a large body's until they are written, with the deadline
     of ``ANSWER_WRITTEN`` (``TUNEMIX_BODY_STALL_S``, ``TUNEMIX_BODY_MIN_RATE``,
     ``TUNEMIX_BODY_TIMEOUT_S``). Large bodies are refused while they fill the large bodies'
-    share; small ones keep their reserve. Where the server gives no such extension (not
+    share; small ones keep their reserve. An answer whose unsent bytes would take the worker past
+    ``TUNEMIX_MAX_INFLIGHT_BYTES`` while other answers or large bodies hold bytes is dropped, its
+    connection reset (``Admission.hold_answer``; counted in ``tunemix_errors_total`` as
+    ``answer_dropped``): small bodies are let in whatever the answers
+    hold, so without it clients that ask for large answers in small bodies and read them slowly
+    would hold any number of them. Where the server gives no such extension (not
     ``python -m tunemix.service``), nothing is counted."""
 
     def __init__(self, app: Any, fastapi_app: Any) -> None:
@@ -139,7 +154,7 @@ class AnswerBytes:
         self.fastapi_app = fastapi_app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        written: Callable[[Callable[[int], None]], Any] | None = (
+        written: Callable[[Callable[[int], bool]], Any] | None = (
             scope.get("extensions", {}).get(ANSWER_WRITTEN) if scope["type"] == "http" else None)
         if written is None:
             await self.app(scope, receive, send)
@@ -157,10 +172,15 @@ class AnswerBytes:
             admission = admission_of(self.fastapi_app.state)
             unsent = 0
 
-            def count(n: int) -> None:
+            def count(n: int) -> bool:
                 nonlocal unsent
+                if not admission.hold_answer(n):
+                    metrics = getattr(self.fastapi_app.state, "metrics", None)
+                    if metrics is not None:
+                        metrics.count_error("answer_dropped")
+                    return False
                 unsent = n
-                admission.hold_answer(n)
+                return True
 
             try:
                 await written(count)
@@ -180,7 +200,7 @@ def split_hint(limit: int) -> str:
 
 
 async def read_body(request: Request, settings: Settings, limit: int | None = None,
-                    hold: BodyHold | None = None) -> bytes:
+                    hold: BodyHold | None = None, deadline: Deadline | None = None) -> bytes:
     """The request body: at most ``limit`` bytes (default ``max_body_bytes``; HTTP 413, refused
     from the declared length before reading when there is one, else as soon as the chunks add up
     to more), all of it within ``body_timeout_s`` seconds, and arriving: every ``body_stall_s``
@@ -189,7 +209,10 @@ async def read_body(request: Request, settings: Settings, limit: int | None = No
     last byte and then nothing, holds no worker past ``body_stall_s``). With ``hold``, the bytes
     count in the worker's admission as they are received (HTTP 503 past it), never the length a
     client declares: 16 connections that announce 4 MiB and send a byte hold 16 bytes, not 64 MiB
-    (a client that sends nothing holds nothing)."""
+    (a client that sends nothing holds nothing). With ``deadline`` (the request's, counted from
+    its first byte: ``tunemix.service.deadlines.start_deadline``), a body still arriving when it
+    passes is cut off, and one that arrives whole after it refused: HTTP 504 either way, before
+    any work."""
     limit = settings.max_body_bytes if limit is None else limit
     declared = request.headers.get("content-length")
     length = int(declared) if declared is not None and declared.isdigit() else None
@@ -199,6 +222,9 @@ async def read_body(request: Request, settings: Settings, limit: int | None = No
     size = 0
     loop = asyncio.get_running_loop()
     end = loop.time() + settings.body_timeout_s
+    due = end if deadline is None else min(end, loop.time() + deadline.remaining())  # the read ends by then
+    if deadline is not None and due <= loop.time():  # passed before the handler started: it waited in the worker
+        raise past_deadline_while_reading(deadline, 0, arriving=True)
     stall = settings.body_stall_s
     window = int(settings.body_min_rate * stall)  # bytes each window must bring (or the body's end)
     mark = 0  # the size when the current window began
@@ -206,7 +232,7 @@ async def read_body(request: Request, settings: Settings, limit: int | None = No
         # asyncio's own timeout: one timer on the loop (anyio's fail_after first asks which async
         # library runs, about 2% of a 100-document /rank's event-loop time in a py-spy profile),
         # moved on each time a window's bytes have arrived
-        async with asyncio.timeout_at(min(end, loop.time() + stall)) as timer:
+        async with asyncio.timeout_at(min(due, loop.time() + stall)) as timer:
             async for chunk in request.stream():
                 size += len(chunk)
                 if size > limit:
@@ -216,12 +242,14 @@ async def read_body(request: Request, settings: Settings, limit: int | None = No
                 chunks.append(chunk)
                 if size - mark >= window and chunk:
                     mark = size
-                    timer.reschedule(min(end, loop.time() + stall))
+                    timer.reschedule(min(due, loop.time() + stall))
     except ClientDisconnect:  # gone, or refused by the protocol (a chunked body past its wire limit)
         raise ServiceError(400, f"the client disconnected after {size} bytes of the body", kind="disconnected",
                            headers={"Connection": "close"}) from None
     except TimeoutError:
-        if (timer.when() or end) < end:
+        if deadline is not None and (timer.when() or due) >= due and due < end:
+            raise past_deadline_while_reading(deadline, size, arriving=True) from None
+        if (timer.when() or due) < due:
             raise ServiceError(408, f"the body stopped arriving: fewer than {max(window, 1)} bytes in "
                                     f"{stall:g} s ({size} bytes received; TUNEMIX_BODY_MIN_RATE x "
                                     "TUNEMIX_BODY_STALL_S)", kind="body_stalled",
@@ -229,6 +257,10 @@ async def read_body(request: Request, settings: Settings, limit: int | None = No
         raise ServiceError(408, f"the body did not arrive within {settings.body_timeout_s:g} s "
                                 f"({size} bytes received; TUNEMIX_BODY_TIMEOUT_S)", kind="body_timeout",
                            headers={"Connection": "close"}) from None
+    if deadline is not None:
+        if deadline.expired():
+            raise past_deadline_while_reading(deadline, size, arriving=False)
+        deadline.idle_since = time.monotonic()  # the work starts now: a wait for a thread past it is the worker's
     return b"".join(chunks)
 
 

@@ -1,7 +1,13 @@
 """Every request's deadline: ``TUNEMIX_REQUEST_TIMEOUT_S`` unless the client asks for another.
 
-A request's work (everything after its body has arrived: the body has its own bound,
-``TUNEMIX_BODY_TIMEOUT_S``) must end within its deadline. The client may ask for a shorter or
+A request must be answered within its deadline, counted from its first byte: the moment the
+worker read the first byte of its head (``tunemix.service.http_protocol``'s arrival stamp; where
+the server gives none, plain uvicorn or the test client, from the handler's start). The time it
+waited in the worker before its handler, its body's arrival and its work all count, on the event
+loop as on threads. A body still arriving when the deadline passes is cut off (**504**, the
+connection closed, nothing decoded), and one that arrives whole after it is answered **504**
+before any work; the body has its own bounds besides (``TUNEMIX_BODY_STALL_S``,
+``TUNEMIX_BODY_TIMEOUT_S``: 408). The client may ask for a shorter or
 longer one with the query parameter ``timeout_s`` or the header ``X-Request-Timeout-S`` (seconds;
 the smaller of the two when both are sent): ``0 < timeout_s <= TUNEMIX_MAX_REQUEST_TIMEOUT_S``; an
 ask outside those bounds is answered 422 naming the parameter and the bound.
@@ -24,13 +30,15 @@ scored): past either, the request is answered 422 (the budget: ask for fewer doc
 from __future__ import annotations
 
 import math
+import time
+from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from tunemix.core.deadline import BudgetExceeded, Deadline, DeadlineExceeded
 from tunemix.service.errors import ServiceError
-from tunemix.service.observability import Metrics
+from tunemix.service.observability import ARRIVAL, Metrics
 from tunemix.service.settings import Settings
 
 #: the header a client may set to ask for its own deadline (seconds)
@@ -39,6 +47,23 @@ TIMEOUT_HEADER = "x-request-timeout-s"
 TIMEOUT_PARAMETER = "timeout_s"
 #: seconds a client whose request waited past its deadline is told to wait (``Retry-After``)
 BUSY_RETRY_AFTER_S = 1
+#: the routes whose requests have a deadline (``start_deadline``): their OpenAPI operations list
+#: ``timeout_s`` and the header (``openapi_parameters``)
+TIMED_PATHS = ("/rank", "/evaluate", "/fuse")
+
+
+def openapi_parameters(settings: Settings) -> list[dict[str, Any]]:
+    """The OpenAPI parameters a client asks for its deadline with, stating the served bounds."""
+    most, default = settings.max_request_timeout_s, settings.request_timeout_s
+    text = (f"seconds the request may take, counted from its first byte (its wait in the worker, its body's "
+            f"arrival and its work count): 0 < seconds <= {most:g} (TUNEMIX_MAX_REQUEST_TIMEOUT_S; more: 422 naming "
+            f"it); default {default:g} (TUNEMIX_REQUEST_TIMEOUT_S); with both the query parameter and the header, "
+            "the smaller. Past it: 504, the work stopped (a body still arriving is cut off); passed while the "
+            "request waited behind others: 503 with Retry-After")
+    schema = {"type": "number", "exclusiveMinimum": 0, "maximum": most, "default": default}
+    return [{"name": TIMEOUT_PARAMETER, "in": "query", "required": False, "description": text, "schema": schema},
+            {"name": "X-Request-Timeout-S", "in": "header", "required": False, "description": text,
+             "schema": schema}]
 
 
 def _asked(text: str, where: str, most: float) -> float:
@@ -73,16 +98,40 @@ def request_seconds(request: Request, settings: Settings) -> float:
     return min(seconds, settings.max_request_timeout_s)
 
 
+def since_arrival(request: Request) -> float:
+    """Seconds since the request's first byte (``ARRIVAL``, stamped by ``python -m tunemix.service``'s
+    protocol); 0 where the server stamps none."""
+    arrival = (request.scope.get("extensions") or {}).get(ARRIVAL)
+    return max(0.0, time.perf_counter() - arrival) if arrival is not None else 0.0
+
+
 def start_deadline(request: Request, settings: Settings) -> Deadline:
-    """The request's deadline, starting now (once its body has arrived); kept on ``request.state``
-    for the thread hops of ``tunemix.service.deps``. Its ``busy`` probe: other requests of the worker
-    in flight (``Metrics.busy``)."""
+    """The request's deadline, counted from its first byte (``since_arrival``): made on the first
+    call, before its body is read (``tunemix.service.body.read_body`` ends the read with it), and
+    the same one on every later call; kept on ``request.state`` for the thread hops of
+    ``tunemix.service.lanes``. Its ``busy`` probe: other requests of the worker in flight
+    (``Metrics.busy``)."""
+    started = request_deadline(request)
+    if started is not None:
+        return started
     deadline = Deadline.after(request_seconds(request, settings))
+    deadline.at -= since_arrival(request)
     metrics = getattr(request.app.state, "metrics", None)
     if metrics is not None:
         deadline.busy = metrics.busy
     request.state.deadline = deadline
     return deadline
+
+
+def past_deadline_while_reading(deadline: Deadline, received: int, *, arriving: bool) -> ServiceError:
+    """504 for a request whose deadline passed before its work: while its body was arriving
+    (``arriving``: the connection is closed, the rest unread) or by the time it had arrived."""
+    when = "while its body was arriving" if arriving else "by the time its body had arrived"
+    return ServiceError(504, f"the request's deadline of {deadline.seconds:g} s passed (counted from its first byte) "
+                             f"{when} ({received} bytes received); nothing was done. Send the body faster or "
+                             f"smaller, or ask for a longer deadline with ?{TIMEOUT_PARAMETER}= or the "
+                             f"{TIMEOUT_HEADER} header (at most TUNEMIX_MAX_REQUEST_TIMEOUT_S)", kind="deadline",
+                        headers={"Connection": "close"} if arriving else None)
 
 
 def request_deadline(request: Request) -> Deadline | None:

@@ -22,7 +22,8 @@ closes both, as nginx's ``client_header_timeout`` and ``large_client_header_buff
 
 - answers: each request's scope carries ``tunemix-answer-written`` (``tunemix.service.body.ANSWER_WRITTEN``),
   which waits until the answer sent has left the process, its bytes still unsent counted in the
-  worker's in-flight bytes meanwhile (``tunemix.service.body.AnswerBytes``). The client must take
+  worker's in-flight bytes meanwhile (``tunemix.service.body.AnswerBytes``; past them, while
+  other answers or large bodies hold bytes, the connection is reset at once). The client must take
   ``TUNEMIX_BODY_MIN_RATE`` x ``TUNEMIX_BODY_STALL_S`` bytes of it in every ``TUNEMIX_BODY_STALL_S``
   seconds, and all of it within ``TUNEMIX_BODY_TIMEOUT_S``; else the connection is reset and the
   unsent bytes dropped (a plain close waits for them to be written: for ever, for a client that
@@ -184,15 +185,17 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._arm_head_timer()
 
     # ------------------------------------------------------------------ an answer's writing
-    async def answer_written(self, count: Callable[[int], None]) -> None:
+    async def answer_written(self, count: Callable[[int], bool]) -> None:
         """Return once the answer sent has left the process (the kernel holds what the client has
         not read yet), having told ``count`` its bytes unsent; abort the connection, dropping
-        them, when a stall window passes with fewer than ``write_window`` of them written, or
-        ``write_timeout`` in all."""
+        them, when ``count`` refuses them (the worker holds too many), when a stall window passes
+        with fewer than ``write_window`` of them written, or after ``write_timeout`` in all."""
         left = self.transport.get_write_buffer_size()
         if not left:
             return
-        count(left)
+        if not count(left):
+            self._reset()
+            return
         loop = self.loop
         end = loop.time() + self.write_timeout
         window_end, mark = min(end, loop.time() + self.write_stall), left

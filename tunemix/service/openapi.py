@@ -1,7 +1,8 @@
 """OpenAPI for endpoints that read their body and write their answer themselves, with msgspec:
 ``msgspec_body_spec`` documents the body (the schema comes from the very structs that decode it),
 ``msgspec_answer_spec`` the answer (from the very structs that are encoded and sent);
-``install_openapi`` adds both kinds of types to ``components/schemas``."""
+``install_openapi`` adds both kinds of types to ``components/schemas``, and to the routes that have
+a deadline its query parameter and header (``tunemix.service.deadlines.openapi_parameters``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ import msgspec
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
+
+from tunemix.service.deadlines import TIMED_PATHS, openapi_parameters
+from tunemix.service.settings import Settings
 
 REF = "#/components/schemas/{model}"
 #: each with the function that writes its example for a model of n features (None: not loaded yet)
@@ -79,6 +83,11 @@ def install_openapi(app: FastAPI) -> None:
                     content = op.get("requestBody", {}).get("content", {}).get("application/json", {})
                     if content.get("schema", {}).get("$ref") == REF.format(model=struct.__name__):
                         content["example"] = body
+        settings = getattr(app.state, "settings", None) or Settings()
+        for path in TIMED_PATHS:  # timeout_s and its header, with the served bounds
+            operation = schema.get("paths", {}).get(path, {}).get("post")
+            if operation is not None:
+                operation.setdefault("parameters", []).extend(openapi_parameters(settings))
         if n_features is not None:  # kept once the examples fit the served model
             app.openapi_schema = schema
         return schema

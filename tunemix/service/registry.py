@@ -316,7 +316,7 @@ class ModelRegistry:
             if failed is not None and failed[0] == stamp:
                 raise failed[1]
         try:
-            return load_served(self.models_dir, name, version, max_bytes=self.max_artifact_bytes)
+            return self._load_version(name, version)  # shared with the start-up load, the pins poll, reloads
         except ServiceError as exc:
             if version is not None and exc.kind == "corrupt_model":
                 self._failed[(name, version)] = (stamp, exc)
@@ -325,9 +325,10 @@ class ModelRegistry:
     # ------------------------------------------------------------------ loading
     def _load_version(self, name: str, version: str | None) -> ServedModel:
         """``load_served`` of ``name`` at ``version`` (None: the newest on disk, named before the load),
-        once per version at a time: the start-up load and the pins poll asking for the same version
-        together share one load (a second copy of the arrays would double the worker's peak memory),
-        and a version already current is not loaded again."""
+        once per version at a time: the start-up load, the pins poll, a reload and a request
+        naming a version not in memory, asking for the same version together, share one load (a
+        second copy of the arrays would double the worker's peak memory), and a version already
+        current is not loaded again."""
         if version is None:
             with contextlib.suppress(OSError, ValueError):
                 version = next(reversed(list_versions(self.models_dir, name)), None)
@@ -376,8 +377,9 @@ class ModelRegistry:
         for name in dict.fromkeys([self.default_model, *names]):
             try:
                 served = self._load_version(name, pins.get(name))
-                if self._current.get(name) is None:  # (the pins poll may have installed what another worker pinned)
-                    self.install(served)
+                with self._lock:  # (the pins poll or a reload may have installed a version meanwhile)
+                    if self._current.get(name) is None:
+                        self.install(served)
             except ServiceError as exc:
                 log.error("%s", exc.message)
                 self.failed[name] = exc.message
@@ -399,19 +401,25 @@ class ModelRegistry:
 
     def _install_new(self, served: ServedModel) -> None:
         """``install``, unless ``served`` is current already (a load the other path shared)."""
-        if self._current.get(served.name) is not served:
-            self.install(served)
+        with self._lock:
+            if self._current.get(served.name) is not served:
+                self.install(served)
 
     def reload(self, name: str | None = None, version: str | None = None) -> tuple[ServedModel, ServedModel | None]:
-        """Load ``name`` (latest or ``version``), check it fits, swap it in; the old one stays on error."""
+        """Load ``name`` (latest or ``version``), check it fits, swap it in; the old one stays on error.
+        The load is ``_load_version``'s: a reload asking for a version the start-up load, the pins
+        poll or another reload is loading waits for that load, and a version already served is
+        not loaded again."""
         name = name or self.default_model
-        new = load_served(self.models_dir, name, version, max_bytes=self.max_artifact_bytes)
-        old = self._current.get(name)
-        if old is not None and new.n_features != old.n_features:
-            raise ServiceError(409, f"model {name!r} {new.version} takes {new.n_features} features but the served "
-                               f"{old.version} takes {old.n_features}; clients would break, so {old.version} stays",
-                               kind="feature_mismatch")
-        self.install(new)
+        new = self._load_version(name, version)
+        with self._lock:  # checked and installed at once: a load the other paths shared is installed once
+            old = self._current.get(name)
+            if old is not None and new.n_features != old.n_features:
+                raise ServiceError(409, f"model {name!r} {new.version} takes {new.n_features} features but the "
+                                   f"served {old.version} takes {old.n_features}; clients would break, so "
+                                   f"{old.version} stays", kind="feature_mismatch")
+            if old is not new:
+                self.install(new)
         self._publish()
         return new, old
 

@@ -70,12 +70,12 @@ class Settings(BaseSettings):
                     "worker's peak memory by up to DECODED_BODY_MULTIPLE times the limit")
     max_inflight_bytes: int = Field(
         16 * 1024 * 1024, ge=1024,
-        description="request bytes one worker holds at once: bodies being read, waiting and processed (a body "
-                    "that would pass it while other requests hold bytes: HTTP 503 with Retry-After; a body alone is "
-                    "always let in). Two bodies are decoded at a time (tunemix.service.lanes.PYTHON_LANES), so a "
-                    "worker's peak "
-                    "memory stays below its resting size + 2 x DECODED_BODY_MULTIPLE x max_body_bytes + "
-                    "max_inflight_bytes (224 MiB with the defaults)")
+        description="request bytes one worker holds at once: bodies being read, waiting and processed, and answers "
+                    "not yet written (a body that would pass it while other requests hold bytes: HTTP 503 with "
+                    "Retry-After; a body alone is always let in; an answer that would pass it while other answers or "
+                    "large bodies hold bytes: dropped, its connection reset). Two bodies are decoded at a time "
+                    "(tunemix.service.lanes.PYTHON_LANES), so a worker's peak memory stays below its resting size + 2 "
+                    "x DECODED_BODY_MULTIPLE x max_body_bytes + max_inflight_bytes (224 MiB with the defaults)")
     inflight_reserve_bytes: int | None = Field(
         None, ge=0,
         description="the part of max_inflight_bytes only small bodies (at most small_body_bytes) may hold: larger "
@@ -114,11 +114,14 @@ class Settings(BaseSettings):
                                               "(more: HTTP 431 and the connection is closed)")
     request_timeout_s: float = Field(
         10.0, gt=0, le=3600,
-        description="seconds a request's work may take once its body has arrived (the deadline; a client may ask "
-                    "for another with ?timeout_s= or the X-Request-Timeout-S header, 0 < seconds <= "
-                    "max_request_timeout_s). Checked between batches of every loop that can run long; past it: "
-                    "HTTP 504 and the work stops; a request whose deadline passed while it waited for a thread "
-                    "behind other requests: HTTP 503 with Retry-After")
+        description="seconds a request may take, counted from its first byte (`python -m tunemix.service` stamps "
+                    "the moment it reads the first byte of the request's head; elsewhere the handler's start): its "
+                    "wait in the worker, its body's arrival and its work count, on the event loop as on threads (the "
+                    "deadline; a client may ask for another with ?timeout_s= or the X-Request-Timeout-S header, "
+                    "0 < seconds <= max_request_timeout_s). A body still arriving when it passes is cut off: HTTP 504 "
+                    "and the connection closed, nothing done. Checked between batches of every loop that can run "
+                    "long; past it: HTTP 504 and the work stops; a request whose deadline passed while it waited for "
+                    "a thread behind other requests: HTTP 503 with Retry-After")
     max_request_timeout_s: float = Field(60.0, gt=0, le=3600,
                                          description="the longest deadline a client may ask for (a longer ask: "
                                                      "HTTP 422 naming timeout_s or the header and this bound)")
@@ -148,7 +151,7 @@ class Settings(BaseSettings):
                     "wait for the lane within their deadline). Each raises the worker's peak memory by up to "
                     "DECODED_BODY_MULTIPLE x max_body_bytes")
     large_nice: int = Field(
-        10, ge=0, le=19,
+        19, ge=0, le=19,
         description="the large lane's threads run this many nice steps below the worker (Linux): a small request's "
                     "threads take a core from large work as soon as they wake. 0: the worker's priority")
     explain_max_documents: int = Field(
@@ -165,7 +168,19 @@ class Settings(BaseSettings):
     max_metrics: int = Field(32, ge=1, le=1000, description="/evaluate: measures per request (more: HTTP 413)")
     max_per_query_values: int = Field(
         200_000, ge=1, description="/evaluate with per_query: queries x measures x conventions in the answer "
-                                   "(more: HTTP 413; about 30 bytes of JSON each)")
+                                   "(more: HTTP 413); their bytes, each keyed by its qid, count in "
+                                   "max_answer_bytes")
+    max_answer_bytes: int = Field(
+        32 * 1024 * 1024, ge=64 * 1024,
+        description="bytes of JSON one answer of /rank, /evaluate or /fuse may take, as bounded from the decoded "
+                    "request before any scoring, fusion or evaluation (more: HTTP 413 naming the query where the "
+                    "running total passes it). The bound counts every float at 24 bytes, every id and qid as "
+                    "encoded (escapes included), the keys and punctuation: /rank and /fuse each query's top_k "
+                    "documents (id, score, rank; with relevance the expected grade and one probability per grade; "
+                    "with explanations their contributions), /evaluate per convention each measure's mean, flag "
+                    "and warnings, and with per_query each query's value of each measure keyed by its qid (1,000 "
+                    "queries of 256-character qids x 20 measures x the ten conventions: about 57 MB, refused). "
+                    "An answer's bytes not yet written count in max_inflight_bytes")
     max_label: int = Field(1000, ge=1, le=1_000_000,
                            description="/evaluate: the largest relevance label (more: HTTP 422; the gain tables "
                                        "have one entry per label up to it)")

@@ -4,7 +4,9 @@ Each query brings its labels and either scores, a ranking of its docids (best fi
 documents' features, which ``model`` scores first. A LETOR text body (labels from the file) is
 scored by ``model`` (query parameter). Values come from ``tunemix.core.evaluation.evaluate``: the
 tool's mean, per-query values on request (``null`` where the tool has none), ``derived`` flags
-for measures the tool itself lacks, and its warnings.
+for measures the tool itself lacks, and its warnings. The answer's size is bounded from the
+checked request before any scoring or evaluation (``tunemix.service.answer_size``: 413 past
+``TUNEMIX_MAX_ANSWER_BYTES``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from fastapi.responses import Response
 
 from tunemix.core.deadline import check_deadline
 from tunemix.core.evaluation import CONVENTION_NAMES, EvaluationInputError, Measure, evaluate
+from tunemix.service.answer_size import check_evaluate_answer
 from tunemix.service.body import body_kind, read_body
 from tunemix.service.deadlines import start_deadline
 from tunemix.service.deps import HoldDep, MetricsDep, RegistryDep, SettingsDep, json_response, resolve_model
@@ -129,7 +132,8 @@ def _check_labels(labels: list[int], where: str, max_label: int) -> None:
 
 def _check_answer_size(n_queries: int, measures: list[str], convention: str, per_query: bool,
                        settings: Settings) -> None:
-    """413 when a per-query answer would hold more values than ``max_per_query_values``."""
+    """413 when a per-query answer would hold more values than ``max_per_query_values`` (their
+    bytes: ``_check_answer_bytes``)."""
     if not per_query:
         return
     conventions = len(CONVENTION_NAMES) if convention == "all" else 1
@@ -139,6 +143,15 @@ def _check_answer_size(n_queries: int, measures: list[str], convention: str, per
                         f"{values} values; the limit is {settings.max_per_query_values} "
                         "(TUNEMIX_MAX_PER_QUERY_VALUES): ask for fewer measures or one convention, or split the "
                         "queries over several requests")
+
+
+def _check_answer_bytes(qids: list[Any], measures: list[str], convention: str, per_query: bool,
+                        served: ServedModel | None, settings: Settings) -> None:
+    """413 when the answer may take more than ``max_answer_bytes`` (``tunemix.service.answer_size``)."""
+    names = list(CONVENTION_NAMES) if convention == "all" else [convention]
+    check_evaluate_answer(settings.max_answer_bytes, qids, measures, names, per_query,
+                          served.name if served else None, served.version if served else None,
+                          settings.max_id_length)
 
 
 def _query_scores(q: EvalQuery, where: str, n: int, max_id_length: int) -> npt.NDArray[np.float64]:
@@ -272,8 +285,7 @@ async def evaluate_endpoint(
 ) -> Response:
     start = time.perf_counter()
     text = body_kind(request) == "text"
-    body = await read_body(request, settings, hold=hold)
-    start_deadline(request, settings)
+    body = await read_body(request, settings, hold=hold, deadline=start_deadline(request, settings))
 
     def parse() -> tuple[_Batch, list[str], str, bool, ServedModel | None]:
         if text:
@@ -286,6 +298,7 @@ async def evaluate_endpoint(
             lists = letor_lists(body, served.n_features, settings, max_label=settings.max_label, require_labels=True)
             assert lists.labels is not None
             _check_answer_size(len(lists.qids), measures, convention, per_query, settings)
+            _check_answer_bytes(lists.qids, measures, convention, per_query, served, settings)
             ids = [str(x) for x in lists.ids]
             b = _Batch(labels=lists.labels.astype(np.int64), offsets=lists.offsets,
                        qids=[str(q) for q in lists.qids], docids=ids, features=lists.features)
@@ -299,6 +312,7 @@ async def evaluate_endpoint(
         batch = _json_batch(req, chosen, settings)
         check_number_lengths(body)  # a number the libraries read otherwise: refused
         check_repeated_keys(body)  # after the counts: its own pass is then small
+        _check_answer_bytes(batch.qids, measures, req.convention, req.per_query, chosen, settings)
         return batch, measures, req.convention, req.per_query, chosen
 
     batch, measures, conv, want_per_query, served = await python_work(request, parse, body_size=len(body))

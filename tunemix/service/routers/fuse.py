@@ -20,6 +20,7 @@ from fastapi.responses import Response
 
 from tunemix.core.deadline import check_deadline
 from tunemix.core.ensemble.list_fusion import competition_ranks, fuse_lists
+from tunemix.service.answer_size import FLOAT_CHARS, check_ranked_answer, fixed_bytes
 from tunemix.service.body import body_kind, read_body
 from tunemix.service.deadlines import start_deadline
 from tunemix.service.deps import HoldDep, SettingsDep, json_bytes_response
@@ -151,9 +152,13 @@ def fuse_entries(req: FuseRequest, settings: Settings) -> tuple[CandidateLists, 
     is fused as a list of its own (one kernel call for all of them: every system is a group of
     the offsets) and the terms are added per document in the systems' order: the same sums, to
     the bit, as the dense documents x systems matrix, without its memory. Condorcet compares
-    documents pairwise (the sum of n^2 over the queries bounded by ``max_condorcet_pairs``)."""
+    documents pairwise (the sum of n^2 over the queries bounded by ``max_condorcet_pairs``). The
+    answer's size is bounded before the fusion (413 past ``max_answer_bytes``)."""
     lists, rows, values = _entries(req, settings)
     top_k = applied_top_k(req.top_k, lists.n_documents)
+    check_ranked_answer(settings.max_answer_bytes, FUSE_ENVELOPE + len(req.method) + 2, lists.offsets, lists.qids,
+                        lists.ids, top_k, endpoint="/fuse", what="each query's fused list of its distinct ids",
+                        hint="set a smaller top_k, or split the queries over several requests")
     fused = np.zeros(lists.n_documents, dtype=np.float64)
     if req.method == "condorcet":
         off = lists.offsets
@@ -192,12 +197,17 @@ class FuseAnswer(msgspec.Struct):
     server_time_ms: Annotated[float, described("time in the handler", 0.42)]
 
 
+#: /fuse's envelope besides its method's name
+FUSE_ENVELOPE = fixed_bytes(FuseAnswer(method="", results=[], server_time_ms=0.0), "", 0.0) + FLOAT_CHARS
+
+
 @router.post(
     "/fuse",
     summary="Fuse several systems' rankings or scores per query",
     response_class=Response,
     responses={**msgspec_answer_spec(FuseAnswer, "each query's fused list, best first"),
-               413: {"model": ErrorResponse, "description": "more bytes, queries, systems or ids than the limits"},
+               413: {"model": ErrorResponse, "description": "more bytes, queries, systems or ids than the limits, "
+                                                        "or an answer that may pass TUNEMIX_MAX_ANSWER_BYTES"},
                422: {"model": ErrorResponse, "description": "the message names the query and the field"},
                503: {"model": ErrorResponse, "description": "the worker holds TUNEMIX_MAX_INFLIGHT_BYTES of requests "
                                                         "(Retry-After), or the request waited past its deadline"},
@@ -208,8 +218,7 @@ class FuseAnswer(msgspec.Struct):
 async def fuse(request: Request, settings: SettingsDep, hold: HoldDep) -> Response:
     start = time.perf_counter()
     body_kind(request, text=False)
-    body = await read_body(request, settings, hold=hold)
-    start_deadline(request, settings)
+    body = await read_body(request, settings, hold=hold, deadline=start_deadline(request, settings))
 
     def work() -> bytes:
         req = decode_json(DECODER, body, "/fuse", {"method": METHODS})

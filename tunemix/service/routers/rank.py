@@ -3,15 +3,18 @@
 The whole route, top to bottom:
 
 1. **Read** the body (``tunemix.service.body.read_body``): at most ``TUNEMIX_MAX_BODY_BYTES`` bytes, chunked
-   or not, within ``TUNEMIX_BODY_TIMEOUT_S`` seconds (413 / 408 otherwise), counted in the
-   worker's in-flight bytes until the answer (503 past ``TUNEMIX_MAX_INFLIGHT_BYTES``).
+   or not, within ``TUNEMIX_BODY_TIMEOUT_S`` seconds (413 / 408 otherwise) and within the request's
+   deadline, counted from its first byte (504), counted in the worker's in-flight bytes until the
+   answer (503 past ``TUNEMIX_MAX_INFLIGHT_BYTES``).
 2. **Decode** it with msgspec into the typed structs (``rank_body.RankRequest``): a JSON body, or a
    LETOR/SVMlight text body (``Content-Type: text/plain``, ``tunemix.service.letor``). msgspec is the only
    thing that reads the JSON bytes; a body it refuses is a 422 naming the JSON path.
 3. **Check and stack** the queries into the project's array layout (``CandidateLists``: float32
    features (n, d), int64 query offsets): the request's limits, every row of exactly the model's
    feature count, finite float32 values, canonical sparse keys, ids of bounded length and unique
-   within their query. Each error is a 4xx naming the query and the field.
+   within their query. Each error is a 4xx naming the query and the field. The answer's size is
+   bounded from them before the scoring (``tunemix.service.answer_size``: 413 past
+   ``TUNEMIX_MAX_ANSWER_BYTES``).
 4. **Score** with the model's kernels (``EnsembleModel.score``), which see only arrays whose
    shapes were checked in step 3; with ``relevance`` or a threshold, also the relevance head
    (``EnsembleModel.score_and_relevance``: P(grade = k) and E[grade] per document).
@@ -64,6 +67,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from tunemix.core.scoring.runtime import single_threaded
+from tunemix.service.answer_size import check_rank_answer
 from tunemix.service.body import BodyHold, body_items, body_kind, held_body, read_body
 from tunemix.service.deadlines import start_deadline
 from tunemix.service.deps import json_bytes_response, query_model, resolve_model
@@ -97,7 +101,8 @@ PAIR_TOP = 10
 
 #: the error answers of the endpoints that score posted documents (/rank, /evaluate)
 ERRORS = {408: {"model": ErrorResponse, "description": "the body did not arrive within TUNEMIX_BODY_TIMEOUT_S"},
-          413: {"model": ErrorResponse, "description": "more bytes, queries or documents than the limits"},
+          413: {"model": ErrorResponse, "description": "more bytes, queries or documents than the limits, or an "
+                                                        "answer that may pass TUNEMIX_MAX_ANSWER_BYTES"},
           415: {"model": ErrorResponse, "description": "neither application/json nor text/plain"},
           422: {"model": ErrorResponse, "description": "the message names the query and the field"},
           503: {"model": ErrorResponse, "description": "no model loaded yet, or the model cannot be loaded; or the "
@@ -160,7 +165,7 @@ async def rank_request(request: Request, registry: ModelRegistry, settings: Sett
     relevance, min_relevance, min_probability = params.relevance, params.min_relevance, params.min_probability
     start = time.perf_counter()
     kind = body_kind(request)
-    body = await read_body(request, settings, hold=hold)
+    body = await read_body(request, settings, hold=hold, deadline=start_deadline(request, settings))
 
     def decode() -> tuple[ServedModel, CandidateLists, Options]:
         pairs: list[tuple[int, Any]] = []
@@ -184,6 +189,7 @@ async def rank_request(request: Request, registry: ModelRegistry, settings: Sett
             raise input_error(f"relevance: model {served.name!r} {served.version} has no relevance head (trained with "
                               "[relevance] enabled = false, or before the current head existed): retrain it, or ask "
                               "for the ranking alone")
+        check_rank_answer(served, lists, options, settings.max_answer_bytes, PAIR_TOP)  # before the scoring
         return served, lists, options
 
     def score(served: ServedModel, options: Options) -> Callable[..., Any]:
