@@ -85,7 +85,7 @@ def environment() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    forest_py = ROOT / "training" / "scoring" / "forest.py"
+    forest_py = ROOT / "tunemix" / "core" / "scoring" / "forest.py"
     status = git("status", "--porcelain", "--", "tunemix/core/scoring/forest.py")
     return {
         "cpu_model": cpu,

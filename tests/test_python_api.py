@@ -104,7 +104,7 @@ def test_the_estimator_contract(fitted: tunemix.TuneMixRanker) -> None:
 
 @pytest.mark.parametrize(("args", "words"), [
     ((np.zeros((3, 5)), None), ["5 features", "6"]),
-    ((np.full((3, 6), np.nan), None), ["X[0, 0]", "finite"]),
+    ((np.full((3, 6), np.inf), None), ["X[0, 0]", "finite", "missing value is NaN"]),
     ((np.zeros((3, 6)), [2, 2]), ["add up to 4", "3 documents"]),
     ((np.zeros((3, 6)), [3, 0]), ["group[1]"]),
     ((np.zeros(6), None), ["2-D"]),

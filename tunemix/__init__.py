@@ -10,6 +10,9 @@
     tunemix.evaluate(y, scores, group=sizes, metrics=["ndcg@10"], convention="lightgbm")
     e = model.explain(X, group=[20, 35], rows=[0])              # baseline + contributions = score
 
+A missing feature value is NaN (``read_letor(path, missing="nan")`` reads a feature a line leaves
+out as one): every member type handles missing values its own way (docs/missing-values.md).
+
 Errors a user may catch: ``ArtifactError`` (a model that cannot be loaded), ``ConfigError`` (a
 training configuration), ``DataFormatError`` (a LETOR file, naming file and line),
 ``EvaluationInputError`` (``evaluate``'s inputs); all are ValueErrors.

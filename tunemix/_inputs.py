@@ -12,7 +12,8 @@ from tunemix.core.data.dataset import offsets_from_sizes
 
 def features_matrix(X: Any, n_features: int | None = None, name: str = "X") -> npt.NDArray[np.float32]:
     """``X`` (a numpy array, a nested list, or a scipy sparse matrix) as a C-contiguous (n, d)
-    float32 matrix of finite values; ``n_features``, when given, must be d."""
+    float32 matrix without infinities (NaN, or None in a list, is a missing value:
+    docs/missing-values.md); ``n_features``, when given, must be d."""
     if hasattr(X, "tocsr") and hasattr(X, "toarray"):  # scipy.sparse, without importing scipy
         X = X.toarray()
     try:
@@ -24,9 +25,10 @@ def features_matrix(X: Any, n_features: int | None = None, name: str = "X") -> n
         raise ValueError(f"{name} must be 2-D (n_documents, n_features), got shape {arr.shape}")
     if n_features is not None and arr.shape[1] != n_features:
         raise ValueError(f"{name} has {arr.shape[1]} features; the model takes {n_features}")
-    if not np.isfinite(arr).all():
-        row, col = (int(v) for v in np.argwhere(~np.isfinite(arr))[0])
-        raise ValueError(f"{name}[{row}, {col}] is not a finite float32 number (NaN, infinity or beyond ±3.4e38)")
+    if np.isinf(arr).any():
+        row, col = (int(v) for v in np.argwhere(np.isinf(arr))[0])
+        raise ValueError(f"{name}[{row}, {col}] is not a finite float32 number (infinity or beyond ±3.4e38; "
+                         "a missing value is NaN)")
     return arr
 
 

@@ -21,17 +21,20 @@ class LetorData(NamedTuple):
     docids: npt.NDArray[np.str_] | None     # one per document ('# docid = X' comments), else None
 
 
-def read_letor(path: PathLike, *, n_features: int | None = None, sparse: bool = False) -> LetorData:
+def read_letor(path: PathLike, *, n_features: int | None = None, sparse: bool = False,
+               missing: str = "zero") -> LetorData:
     """Read a LETOR/SVMlight file (``label qid:Q 1:v 2:v ... # docid = X``, a query's lines
     contiguous) with the project's reader; bad lines raise ``tunemix.DataFormatError`` naming the
     file and line. ``n_features``: the column count (give the model's, ``model.n_features``, for a
     file whose largest feature id is smaller); default the largest id in the file. ``sparse``:
-    X as a scipy CSR matrix (scipy must be installed).
+    X as a scipy CSR matrix (scipy must be installed). ``missing``: a feature a line omits is 0
+    (``"zero"``, LETOR's rule) or a missing value (``"nan"``: NaN, which every member type handles
+    in its own way, docs/missing-values.md).
 
     >>> X, y, group, qids, docids = tunemix.read_letor("test.txt")          # doctest: +SKIP
     >>> model.predict(X, group=group)                                      # doctest: +SKIP
     """
-    data = read_svmlight(path, n_features=n_features)
+    data = read_svmlight(path, n_features=n_features, missing=missing)
     x: Any = data.features
     if sparse:
         try:

@@ -88,7 +88,8 @@ class TuneMixRanker:
     def fit(self, X: Any, y: Any, group: Any, eval_set: list[tuple[Any, Any]] | None = None,
             eval_group: list[Any] | None = None, feature_names: Any = None, *, eval_X: Any = None,
             eval_y: Any = None) -> TuneMixRanker:
-        """Train on ``X`` (n, d; dense or scipy CSR), integer grades ``y`` and query sizes
+        """Train on ``X`` (n, d; dense or scipy CSR; NaN is a missing value, which each member
+        type handles its own way: docs/missing-values.md), integer grades ``y`` and query sizes
         ``group``. The first ``eval_set`` pair (with its ``eval_group``) tunes the calibration and
         the mix; without one, ``HOLDOUT_FRACTION`` of the training queries is held out for it.
         ``eval_X`` and ``eval_y`` (a matrix and its grades, or tuples of them, with ``eval_group``)

@@ -157,9 +157,9 @@ def test_the_checksum_file_is_sha256sum_output(tmp_path: Path) -> None:
         assert subprocess.run(["sha256sum", "--check", "--status", MANIFEST_SUM], cwd=v).returncode == 0
 
 
-def test_a_version_3_manifest_needs_its_checksum(tmp_path: Path) -> None:
+def test_a_sealed_manifest_needs_its_checksum(tmp_path: Path) -> None:
     v = _save(tmp_path)
-    assert json.loads((v / "manifest.json").read_text())["schema_version"] == SCHEMA_VERSION == 3
+    assert json.loads((v / "manifest.json").read_text())["schema_version"] == SCHEMA_VERSION == 4
     (v / MANIFEST_SUM).write_text("0" * 63 + "  manifest.json\n")
     with pytest.raises(ArtifactError, match=r"manifest\.sha256: not a SHA-256 line for manifest\.json"):
         load_artifact(v)

@@ -23,7 +23,7 @@ def test_offsets_from_sizes() -> None:
         ({"query_offsets": [0, 2]}, "must equal the number of rows"),
         ({"query_offsets": [1, 3]}, r"\[0\] must be 0"),
         ({"query_offsets": [0, 2, 1, 3]}, "non-decreasing"),
-        ({"features": [[0.0], [np.nan], [1.0]]}, "NaN"),
+        ({"features": [[0.0], [np.inf], [1.0]]}, r"infinity \(row 1\)"),
     ],
 )
 def test_ranking_data_validation(kwargs: dict, message: str) -> None:
@@ -32,6 +32,12 @@ def test_ranking_data_validation(kwargs: dict, message: str) -> None:
     nq = len(base["query_offsets"]) - 1
     with pytest.raises(ValueError, match=message):
         RankingData(qids=np.arange(max(nq, 0)).astype(str), **base)  # type: ignore[arg-type]
+
+
+def test_ranking_data_keeps_missing_values() -> None:
+    data = RankingData(features=np.array([[0.0], [np.nan], [1.0]]), labels=[0, 1, 2], query_offsets=[0, 1, 3],
+                       qids=np.array(["a", "b"]))
+    assert np.isnan(data.features[1, 0]) and data.features.dtype == np.float32
 
 
 def test_subset_queries_keeps_groups() -> None:

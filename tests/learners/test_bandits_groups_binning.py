@@ -136,6 +136,28 @@ def test_quantile_bins_and_exact_threshold_equivalence(seed: int) -> None:
     assert np.all(X[codes[:, 2] == zero_bin[0], 2] == 0.0)
 
 
+def test_missing_values_have_a_bin_of_their_own() -> None:
+    """NaN's code is 255 whatever the feature's bins; edges come from the present values; a feature
+    with a missing value gets at most 255 bins; bins fitted without one refuse NaN by name when
+    the feature has all 256."""
+    rng = np.random.default_rng(4)
+    X = np.column_stack([rng.normal(size=3000), rng.integers(0, 4, 3000), rng.normal(size=3000)]).astype(np.float32)
+    X[rng.random(3000) < 0.2, 0] = np.nan
+    X[:5, 1] = np.nan
+    bins = fit_bins(X, 256)
+    codes = bins.transform(X)
+    assert bins.n_bins[0] <= 255 and bins.n_bins[1] == 4 and bins.n_bins[2] == 256
+    np.testing.assert_array_equal(codes[:, :2] == 255, np.isnan(X[:, :2]))
+    present = ~np.isnan(X[:, 0])
+    for b in range(1, int(bins.n_bins[0])):
+        np.testing.assert_array_equal(codes[present, 0] >= b, X[present, 0] >= bins.threshold(0, b))
+    assert np.isfinite(bins.edges[0, : bins.n_bins[0] - 1]).all()
+    Y = X.copy()
+    Y[7, 2] = np.nan
+    with pytest.raises(ValueError, match=r"feature 2 has a missing value \(NaN\) but 256 bins"):
+        bins.transform(Y)
+
+
 def test_bins_reject_bad_arguments() -> None:
     with pytest.raises(ValueError, match="n_bins"):
         fit_bins(np.zeros((3, 2), np.float32), 257)

@@ -11,10 +11,10 @@ from . import naive
 
 
 def random_forest(seed: int, n_base: int = 25, d: int = 6, K: int = 3, max_nodes: int = 7,
-                  node_counts: list[int] | None = None) -> FlatForest:
+                  node_counts: list[int] | None = None, missing_right: float = 0.0) -> FlatForest:
     """Random trees (grown by splitting random leaves, nodes in creation order) of up to
     ``max_nodes`` nodes (or of a size drawn from ``node_counts``), stumps, constants and products
-    (including a product with no term)."""
+    (including a product with no term); a share ``missing_right`` of the nodes sends NaN right."""
     rng = np.random.default_rng(seed)
     kinds, ns, ls = [], [0], [0]
     feat, thr, left, right, leaves = [], [], [], [], []
@@ -53,13 +53,16 @@ def random_forest(seed: int, n_base: int = 25, d: int = 6, K: int = 3, max_nodes
             leaves.append(rng.normal(size=K))
         ns.append(len(feat))
         ls.append(len(leaves))
-    return FlatForest.from_arrays({
+    arrays = {
         "base_kind": np.array(kinds), "base_node_start": np.array(ns),
         "base_leaf_start": np.array(ls), "node_feature": np.array(feat, dtype=np.int64),
         "node_threshold": np.array(thr), "node_left": np.array(left, dtype=np.int64),
         "node_right": np.array(right, dtype=np.int64), "leaf_values": np.array(leaves),
         "n_features": np.array(d),
-    })
+    }
+    if missing_right:
+        arrays["node_missing_right"] = (rng.random(len(feat)) < missing_right).astype(np.int8)
+    return FlatForest.from_arrays(arrays)
 
 
 def stump_arrays() -> dict[str, np.ndarray]:
@@ -92,6 +95,54 @@ def test_score_forest_matches_slow_walk(seed: int) -> None:
     want = naive.score_forest(forest.to_arrays(), X, ck)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(score_forest(forest, X)[:, 0], want[:, -1], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_missing_values_go_each_nodes_way_on_every_kernel_path(seed: int) -> None:
+    """NaN goes the way ``node_missing_right`` says, through tables, masks, walks (compacted too)
+    and products alike: the kernel against the slow walk, and the scores of rows without NaN the
+    same bits as the forest with every node sending NaN left."""
+    from tunemix.core.scoring import packed
+
+    forest = random_forest(seed, n_base=120, node_counts=[0, 1, 2, 3, 5, 7, 8, 12, 20, 31, 40],
+                           missing_right=0.5)
+    p = forest.packed
+    for path in (p.base_small >= 0, p.base_route == packed.ROUTE_MASK, forest.base_kind == 1):
+        assert np.any(path)
+    assert forest.missing_columns is not None
+    rng = np.random.default_rng(300 + seed)
+    X = rng.normal(size=(300, 6)).astype(np.float32)
+    X[rng.random(X.shape) < 0.25] = np.nan
+    X[5] = np.nan  # a row with every value missing
+    X[6] = forest.node_threshold[:6]
+    ck = [0, 5, 40, forest.n_base]
+    got = score_forest(forest, X, ck)
+    np.testing.assert_allclose(got, naive.score_forest(forest.to_arrays(), X, ck), rtol=1e-12, atol=1e-12)
+    left = forest.to_arrays()
+    left["node_missing_right"][:] = 0
+    all_left = FlatForest.from_arrays(left)
+    np.testing.assert_allclose(score_forest(all_left, X, ck), naive.score_forest(left, X, ck), rtol=1e-12, atol=1e-12)
+    assert not np.array_equal(got, score_forest(all_left, X, ck))
+    clean = ~np.isnan(X).any(axis=1)
+    np.testing.assert_array_equal(score_forest(forest, X[clean], ck), score_forest(all_left, X[clean], ck))
+    np.testing.assert_array_equal(got[clean], score_forest(forest, X[clean], ck))
+
+
+def test_missing_direction_stored_and_checked() -> None:
+    """``node_missing_right`` survives a round trip; a forest stored without it sends NaN left, as
+    ``x >= t`` does; other values than 0 and 1 are refused."""
+    arrays = stump_arrays()
+    X = np.array([[0, 0, np.nan], [0, 0, 0.7]], dtype=np.float32)
+    old = FlatForest.from_arrays(arrays)
+    np.testing.assert_array_equal(old.node_missing_right, [0])
+    np.testing.assert_array_equal(score_forest(old, X)[0, 0], [-0.3, 0.3])
+    arrays["node_missing_right"] = np.array([1], np.int8)
+    f = FlatForest.from_arrays(arrays)
+    np.testing.assert_array_equal(score_forest(f, X)[:, 0], [[0.3, -0.3], [0.3, -0.3]])
+    np.testing.assert_array_equal(FlatForest.from_arrays(f.to_arrays()).node_missing_right, [1])
+    arrays["node_missing_right"] = np.array([2], np.int8)
+    with pytest.raises(ValueError, match=r"node_missing_right\[0\] = 2"):
+        FlatForest.from_arrays(arrays)
 
 
 def slow_single_lanes(forest: FlatForest) -> np.ndarray:

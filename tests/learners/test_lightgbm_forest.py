@@ -67,19 +67,29 @@ def _stump(threshold: float, missing: str, default_left: bool) -> dict[str, Any]
 
 @pytest.mark.parametrize(("threshold", "missing", "default_left"), [
     (0.5, "None", True), (0.5, "NaN", False), (-0.25, "None", False), (0.5, "Zero", True),
-    (-0.5, "Zero", False), (1e-30, "Zero", True), (0.1, "NaN", True)])
+    (-0.5, "Zero", False), (1e-30, "Zero", True), (0.1, "NaN", True), (-0.1, "NaN", True), (0.1, "NaN", False),
+    (0.0, "None", False), (-1e-30, "None", True)])
 def test_hand_made_stumps_match_lightgbm_rule(threshold: float, missing: str, default_left: bool) -> None:
     dump = _stump(threshold, missing, default_left)
     x = np.array([[threshold], [np.nextafter(np.float32(threshold), np.float32(9))], [0.0], [-0.0], [1e-38],
-                  [-1.0], [1.0], [np.float32(threshold)]], dtype=np.float32)
+                  [-1.0], [1.0], [np.float32(threshold)], [np.nan]], dtype=np.float32)
     forest = lightgbm_to_forest(dump)
     np.testing.assert_array_equal(score_forest(forest, x)[:, 0, :], naive_predict(dump, x))
 
 
-@pytest.mark.parametrize(("threshold", "default_left"), [(0.5, False), (-0.5, True), (0.0, False)])
-def test_zero_as_missing_against_its_comparison_is_refused(threshold: float, default_left: bool) -> None:
-    with pytest.raises(ValueError, match="zero-as-missing"):
-        lightgbm_to_forest(_stump(threshold, "Zero", default_left))
+@pytest.mark.parametrize(("threshold", "default_left"), [(0.5, False), (-0.5, True), (0.0, False), (1e-36, False),
+                                                         (-1e-36, True), (-1e-35, True)])
+def test_zero_as_missing_against_its_comparison_is_converted_exactly(threshold: float, default_left: bool) -> None:
+    """A zero-as-missing split whose comparison sends the zero region the other way: three nodes,
+    LightGBM's rule on both sides of every bound, NaN and the zero region included."""
+    dump = _stump(threshold, "Zero", default_left)
+    forest = lightgbm_to_forest(dump)
+    assert forest.node_feature.shape[0] == 3
+    z = np.float32(ZERO_THRESHOLD)
+    edges = [threshold, -z, z, 0.0, -0.0, 1e-38, -1e-38, -1.0, 1.0, np.nan]
+    x = np.array([[v] for e in edges for v in (np.nextafter(np.float32(e), np.float32(-9)), np.float32(e),
+                                              np.nextafter(np.float32(e), np.float32(9)))], dtype=np.float32)
+    np.testing.assert_array_equal(score_forest(forest, x)[:, 0, :], naive_predict(dump, x))
 
 
 def test_categorical_and_linear_trees_are_refused() -> None:
@@ -111,6 +121,8 @@ def test_converted_forest_equals_lightgbm_and_the_slow_walk(objective: str, leav
     bst = lgb.train(params, lgb.Dataset(X_train, target, group=group), num_boost_round=12)
     forest = lightgbm_to_forest(bst)
     Xt, _ = _data(leaves + 100, n=300)
+    Xt[::5, 2] = np.nan  # NaN-missing nodes: their default way
+    Xt[1::7, 0] = np.nan  # None-missing nodes: NaN read as 0
     k = forest.n_outputs
     for t in (1, 5, 12):
         ours = score_forest(forest, Xt, [t * k])[:, 0, :]
@@ -235,3 +247,54 @@ def test_mq2008_fold1_converted_scores_equal_lightgbm_raw_predictions(mq2008_fol
         for c, t in enumerate(m.checkpoints_):
             ref = m.decision_function(test.features, num_iteration=t)
             np.testing.assert_allclose(sums[:, c, :], ref, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("missing", ["None", "NaN", "Zero"])
+@pytest.mark.parametrize("default_left", [True, False])
+@pytest.mark.parametrize("threshold", [-0.5, 1e-35, 0.5, 2.5, 7.0])
+def test_stumps_on_codes_follow_lightgbm_on_the_codes(missing: str, default_left: bool, threshold: float) -> None:
+    """A split learned on codes (``bins``: LightGBM reads a row's codes, the missing one as NaN):
+    the converted forest, on the real features, equals LightGBM's rule on their codes."""
+    from tunemix.train.data.binning import fit_bins
+    from tunemix.train.learners.lightgbm_capi import codes_as_float
+
+    rng = np.random.default_rng(3)
+    X = np.round(rng.normal(size=(200, 1)) * 2).astype(np.float32) / 2
+    X[rng.random(200) < 0.2] = np.nan
+    bins = fit_bins(X, 8)
+    dump = _stump(threshold, missing, default_left)
+    forest = lightgbm_to_forest(dump, bins=bins)
+    codes = codes_as_float(bins.transform(X))
+    np.testing.assert_array_equal(score_forest(forest, X)[:, 0, :], naive_predict(dump, codes))
+
+
+@pytest.mark.parametrize("learner", ["mcrank", "lambdamart"])
+def test_members_on_codes_learn_where_missing_values_go(learner: str) -> None:
+    """McRank and LambdaMART trained on the shared codes of data whose relevant documents miss
+    feature 0 (LightGBM reads the missing code as NaN and learns its default direction): the
+    converted forest equals LightGBM's own prediction on the codes, and ranks the documents that
+    miss the feature first, in either orientation of the feature."""
+    from tunemix.train.data.binned import bin_view
+    from tunemix.train.learners.lambdamart import LambdaMART
+    from tunemix.train.learners.mcrank import McRank
+
+    rng = np.random.default_rng(11)
+    n = 800
+    offsets = np.arange(0, n + 1, 20)
+    y = (rng.random(n) < 0.3).astype(np.int64)
+    for sign in (1.0, -1.0):
+        X = (sign * rng.normal(size=(n, 4))).astype(np.float32)
+        X[(y == 1) | (rng.random(n) < 0.05), 0] = np.nan
+        X[rng.random((n, 4)) < 0.1] = np.nan
+        X[:, 0] = np.where(np.isnan(X[:, 0]), np.nan, sign * np.abs(rng.normal(size=n))).astype(np.float32)
+        codes = bin_view(X, offsets, "raw")
+        if learner == "mcrank":
+            m = McRank(n_leaves=4, n_iterations=20, min_data_in_leaf=5).fit(codes, y)
+        else:
+            m = LambdaMART(n_leaves=4, n_iterations=20, min_data_in_leaf=5).fit(codes, y, offsets)
+        forest = m.to_forest()
+        raw = score_forest(forest, X)[:, 0, :]
+        np.testing.assert_allclose(raw, m.decision_function(X), atol=1e-9, rtol=0)
+        score = raw[:, -1]
+        missing = np.isnan(X[:, 0])
+        assert score[missing].mean() > score[~missing].mean()

@@ -8,7 +8,7 @@ import pytest
 from tunemix.train.data.binning import fit_bins
 from tunemix.train.learners.hamming_tree import HammingTreeSearch
 from tunemix.train.learners.stump_product import StumpProductSearch
-from tunemix.train.learners.stump_search import ROW_BLOCK, boost_update
+from tunemix.train.learners.stump_search import ROW_BLOCK, boost_update, threshold_bin
 
 from . import naive
 
@@ -53,7 +53,7 @@ def test_stump_matches_brute_force(seed: int) -> None:
     assert fit.edge == pytest.approx(edge, abs=1e-12)
     assert fit.term_feature.shape == (1,)
     got_j = int(fit.term_feature[0])
-    got_t = bins.threshold(got_j, int(fit.term_bin[0]))
+    got_t = bins.threshold(got_j, threshold_bin(int(fit.term_bin[0])))
     # same split up to ties: the kernel's choice reaches the brute-force maximum
     phi = np.where(X[:, got_j] >= got_t, 1.0, -1.0)
     assert naive.stump_edge(s, phi) == pytest.approx(edge, abs=1e-12)
@@ -86,7 +86,7 @@ def test_stump_hand_computed() -> None:
     fit = StumpProductSearch(bins.transform_columns(X), 2, 1, bins.max_bins).fit(s, feats, nb)
     assert fit is not None
     assert fit.edge == pytest.approx(1 / 3)
-    assert bins.threshold(0, int(fit.term_bin[0])) == 1.0
+    assert bins.threshold(0, threshold_bin(int(fit.term_bin[0]))) == 1.0
     np.testing.assert_array_equal(fit.vote, [-1.0, 1.0])
 
 
@@ -146,12 +146,51 @@ def test_product_matches_brute_force(seed: int, m: int) -> None:
     edge, terms = naive.fit_product(X, s, m)
     assert fit.edge == pytest.approx(edge, abs=1e-12)
     sigma = np.ones(X.shape[0])
-    for j, t in terms:
+    for j, t, nan_right in terms:
         if t is not None:
-            sigma *= np.where(X[:, j] >= t, 1.0, -1.0)
+            sigma *= naive.phi_missing(X[:, j], t, nan_right)
     np.testing.assert_array_equal(fit.row_leaf, (sigma > 0).astype(np.int32))
     # the product's edge is sum_l V_l sum_i s_il sigma_i
     assert float((s * sigma[:, None] * fit.vote[None, :]).sum()) == pytest.approx(fit.edge, abs=1e-12)
+
+
+def with_missing(seed: int, n: int, d: int):
+    """``make_problem``'s data with a fifth of the values of features 0 and 2 missing (NaN):
+    the missing bin of every histogram (code 255) is tried on both sides."""
+    X, s, _, _ = make_problem(seed, n=n, d=d)
+    rng = np.random.default_rng(seed + 50)
+    X[rng.random(n) < 0.2, 0] = np.nan
+    X[rng.random(n) < 0.2, 2] = np.nan
+    bins = fit_bins(X, 256)
+    return X, s, bins, bins.transform_columns(X)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("n_leaves", [2, 3, 5])
+def test_tree_with_missing_values_matches_brute_force(seed: int, n_leaves: int) -> None:
+    X, s, bins, codes = with_missing(seed, n=40, d=3)
+    assert (codes == 255).any()
+    feats, nb = feats_of(bins)
+    fit = HammingTreeSearch(codes, s.shape[1], n_leaves, bins.max_bins).fit(s, feats, nb)
+    masks, edge = naive.grow_tree(X, s, n_leaves)
+    assert fit.edge == pytest.approx(edge, abs=1e-12)
+    assert partition(fit.row_leaf) == {frozenset(np.flatnonzero(m).tolist()) for m in masks}
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("m", [1, 2, 3])
+def test_product_with_missing_values_matches_brute_force(seed: int, m: int) -> None:
+    X, s, bins, codes = with_missing(seed, n=40, d=3)
+    feats, nb = feats_of(bins)
+    fit = StumpProductSearch(codes, s.shape[1], m, bins.max_bins).fit(s, feats, nb)
+    assert fit is not None
+    edge, terms = naive.fit_product(X, s, m)
+    assert fit.edge == pytest.approx(edge, abs=1e-12)
+    sigma = np.ones(X.shape[0])
+    for j, t, nan_right in terms:
+        if t is not None:
+            sigma *= naive.phi_missing(X[:, j], t, nan_right)
+    np.testing.assert_array_equal(fit.row_leaf, (sigma > 0).astype(np.int32))
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -326,3 +326,47 @@ def test_standardised_reference_equals_the_view() -> None:
         np.testing.assert_array_equal(got, np.where(flat, 0.0, (r - mean) / np.where(flat, 1.0, std)))
     _standardised_reference(x, x[5], got)
     np.testing.assert_array_equal(got.astype(np.float32), standardise_by_query(x, np.array([0, 13]))[5])
+
+
+def with_missing(x: np.ndarray, seed: int) -> np.ndarray:
+    """``x`` with a quarter of its values missing (NaN), one column missing for every document."""
+    out = x.copy()
+    out[np.random.default_rng(seed).random(x.shape) < 0.25] = np.nan
+    out[:, 3] = np.nan
+    return out
+
+
+def missing_both_ways(model: EnsembleModel) -> EnsembleModel:
+    """``model`` with every other node of its forest sending a missing value right."""
+    from tunemix.core.scoring.forest import FlatForest
+
+    arrays = model.forest.to_arrays()
+    arrays["node_missing_right"][::2] = 1
+    return EnsembleModel(n_features=model.n_features, extra_views=model.extra_views,
+                         forest=FlatForest.from_arrays(arrays), runs=model.runs, members=model.members,
+                         mixer=model.mixer, linear=model.linear)
+
+
+def test_missing_values_equal_brute_force_on_every_member_type(models: dict[str, EnsembleModel]) -> None:
+    """Lists with missing values: each member type's exact values == the whole-model Shapley values
+    by enumeration (the brute force's hybrid rows carry the NaN of the row or of the reference)."""
+    model = missing_both_ways(models["raw"])
+    first: dict[str, int] = {}
+    for m in range(model.n_members):
+        first.setdefault(learner_type(model, m), m)
+    x = with_missing(candidate_list(2, n=7), 1)
+    for m in first.values():
+        sub = linear_layers(model, m)
+        e = explain_rows(sub, x, [0, 7], [1, 5])
+        for k, i in enumerate([1, 5]):
+            base, phi = brute_force(as_model(sub), x, i)
+            np.testing.assert_allclose(e.contributions[k], phi, rtol=0, atol=1e-9)
+            assert e.baseline[k] == pytest.approx(base, abs=1e-9)
+
+
+@pytest.mark.parametrize("view", ["raw", "raw+std", "raw+white"])
+def test_missing_values_add_up_on_every_view(models: dict[str, EnsembleModel], view: str) -> None:
+    model = missing_both_ways(models[view])
+    x = with_missing(np.vstack([candidate_list(7, n=9), candidate_list(8, n=5)]), 2)
+    assert np.all(np.isfinite(model.score(x, [0, 9, 14])))
+    assert_adds_up(model, x, [0, 9, 14])

@@ -42,8 +42,8 @@ def random_tree(rng: np.random.Generator, cols: int, n_leaves: int) -> tuple[lis
     return feats, thrs, left, right
 
 
-def random_forest(rng: np.random.Generator, cols: int, k: int, n_base: int, leaves: tuple[int, int] = (1, 9)
-                  ) -> FlatForest:
+def random_forest(rng: np.random.Generator, cols: int, k: int, n_base: int, leaves: tuple[int, int] = (1, 9),
+                  missing_right: float = 0.0) -> FlatForest:
     kind, ns, ls = [], [0], [0]
     feat: list[int] = []
     thr: list[float] = []
@@ -75,7 +75,14 @@ def random_forest(rng: np.random.Generator, cols: int, k: int, n_base: int, leav
         "base_leaf_start": np.array(ls, np.int64), "node_feature": np.array(feat, np.int32),
         "node_threshold": np.array(thr, np.float32), "node_left": np.array(left, np.int32),
         "node_right": np.array(right, np.int32), "leaf_values": rng.normal(size=(n_rows, k)),
-        "n_features": np.array(cols)})
+        "n_features": np.array(cols),
+        "node_missing_right": (rng.random(len(feat)) < missing_right).astype(np.int8)})
+
+
+def goes_right(forest: FlatForest, t: np.ndarray | int, z: np.ndarray) -> np.ndarray:
+    """Node(s) t's test on the row z: ``z >= threshold``, a NaN going the node's missing way."""
+    v = z[forest.node_feature[t]]
+    return np.where(np.isnan(v), forest.node_missing_right[t] == 1, v >= forest.node_threshold[t])
 
 
 def base_value(forest: FlatForest, b: int, z: np.ndarray) -> np.ndarray:
@@ -83,14 +90,14 @@ def base_value(forest: FlatForest, b: int, z: np.ndarray) -> np.ndarray:
     ns, ne = forest.base_node_start[b], forest.base_node_start[b + 1]
     ls = forest.base_leaf_start[b]
     if forest.base_kind[b] == KIND_PRODUCT:
-        signs = np.where(z[forest.node_feature[ns:ne]] >= forest.node_threshold[ns:ne], 1.0, -1.0)
+        signs = np.where(goes_right(forest, np.arange(ns, ne), z), 1.0, -1.0)
         return np.prod(signs) * forest.leaf_values[ls]
     if ne == ns:
         return forest.leaf_values[ls]
     c = 0
     while c >= 0:
         t = ns + c
-        c = forest.node_right[t] if z[forest.node_feature[t]] >= forest.node_threshold[t] else forest.node_left[t]
+        c = forest.node_right[t] if goes_right(forest, t, z) else forest.node_left[t]
     return forest.leaf_values[ls - c - 1]
 
 
@@ -116,6 +123,26 @@ def twin(forest: FlatForest, x: np.ndarray, r: np.ndarray, group: np.ndarray, n_
         for c, n_b in enumerate(checkpoints):
             out[i, c] = per_base[:n_b].sum(axis=0)
     return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_missing_values_equal_the_twin(seed: int) -> None:
+    """Rows and references with NaN, nodes sending it either way: the kernel against the
+    brute-force Shapley values, and additive to the scoring kernel's difference."""
+    rng = np.random.default_rng(50 + seed)
+    cols, n_groups, k = 6, 4, 2
+    forest = random_forest(rng, cols, k, 14, missing_right=0.5)
+    assert forest.missing_columns is not None
+    group = rng.integers(n_groups, size=cols)
+    x = rng.choice([-1.0, -0.25, 0.25, 1.0, np.nan], size=(6, cols)).astype(np.float32)
+    r = rng.choice([-1.0, 0.25, np.nan], size=cols).astype(np.float32)
+    x[0] = np.nan
+    checkpoints = np.array([0, 5, 14])
+    got = forest_attributions(forest, x, r, group, n_groups, checkpoints)
+    np.testing.assert_allclose(got, twin(forest, x, r, group, n_groups, checkpoints), atol=1e-12)
+    delta = score_forest(forest, x, checkpoints) - score_forest(forest, r[None], checkpoints)
+    np.testing.assert_allclose(got.sum(axis=2), delta, atol=1e-12)
+    assert np.abs(got[0]).sum() > 0
 
 
 def test_weights_are_the_leaf_games_shapley_values() -> None:

@@ -58,6 +58,30 @@ def test_the_set_walk_is_the_per_document_walk_bit_for_bit(seed: int) -> None:
     np.testing.assert_array_equal(sets[7], sets[5])
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_missing_values_bit_for_bit(seed: int) -> None:
+    """Rows and references with NaN through a forest whose nodes send it either way, in its wide
+    form (``tree_shap.missing_as_columns``): the set walk is the per-document walk's bits, and both
+    are ``forest_attributions``'."""
+    from tunemix.core.explain.tree_shap import forest_attributions, missing_as_columns
+
+    rng = np.random.default_rng(700 + seed)
+    cols, n_groups, k = 7, 4, [1, 3][seed % 2]
+    forest = random_forest(rng, cols, k, 40, missing_right=0.5)
+    group = rng.integers(n_groups, size=cols)
+    x, r = inputs(rng, cols, 11)
+    x[rng.random(x.shape) < 0.3] = np.nan
+    r[1] = np.nan
+    checkpoints = np.array([0, 9, 40])
+    wide, xw, rw, gw = missing_as_columns(forest, x, r, np.ascontiguousarray(group, dtype=np.int64))
+    assert wide.n_features > cols
+    per_document, sets = both(wide, xw, rw, gw, n_groups, checkpoints)
+    assert np.any(sets != 0.0)
+    np.testing.assert_array_equal(sets, per_document)
+    np.testing.assert_array_equal(sets.transpose(0, 1, 3, 2),
+                                  forest_attributions(forest, x, r, group, n_groups, checkpoints))
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_deep_trees_bit_for_bit(seed: int) -> None:
     """Trees of 65 to 149 nodes: long paths, features repeated far down, many players on a path."""

@@ -64,6 +64,10 @@ FIXED: list[tuple[bytes, str | None]] = [  # (body, words of the refusal, or Non
     (q(f'"ids":[9223372036854775807,-9223372036854775808],"features":[{ROW},{ROW}],"explain_pair":[1,2]'), None),
     (q('"ids":["\\u0061"],"features":[[-0.0,1E5,1e+5,1e-400,123456789012345678901234567890.5]]'), None),
     (q(f'"ids":["a"],"features":[{ROW}]') + b"  \n", None),  # whitespace after the body
+    # null: a missing value, in every form (the dense pass refuses it; the one pass takes it)
+    (q('"ids":["a","b"],"features":[[0.1,null,0.3,0.4,0.5],[null,null,null,null,null]]'), None),
+    (q('"documents":[{"id":"a","features":[null,0.2,0.3,0.4,0.5]},{"id":"b","features":{"2":null,"5":1}}]'), None),
+    (q('"ids":["a"],"features":[[null,0,0,0,1e39]]'), "finite float32"),
     # numbers: beyond float64 (jiter reads infinity; msgspec refuses), beyond float32, NaN, Infinity
     (q('"documents":[{"id":"a","features":[1e400,0,0,0,0]}]'), "out of range"),
     (q('"documents":[{"id":"a","features":{"3":-1e400}}]'), "out of range"),
@@ -112,7 +116,7 @@ def test_fixed_bodies_match_the_two_passes(registry: ModelRegistry, body: bytes,
 
 
 # ---------------------------------------------------------------------------- generated bodies
-NUMBERS = ["0", "1", "-2", "0.5", "0.125", "1e-3", "1E5", "-0.0", "3.4e38", "2.5e-40", "0.30000000000000004"]
+NUMBERS = ["0", "1", "-2", "0.5", "0.125", "1e-3", "1E5", "-0.0", "3.4e38", "2.5e-40", "0.30000000000000004", "null"]
 ODD = ["1e39", "1e400", "-1e400", "1" + "0" * 30, "NaN", "Infinity", '"3"', "true", "null", "[]", "{}", "1.0"]
 IDS = ['"a"', '"b"', '"\\u0061"', "1", "2", "-3", '"a\\"b"']
 ODD_IDS = ["9223372036854775808", "1.5", "null", "true", "[]"]
@@ -260,12 +264,12 @@ def test_the_one_pass_peak_stays_within_its_multiple(unit: bytes, head: bytes, t
 
 # ---------------------------------------------------------------------------- rows to a matrix
 def finite_rows_twin(rows: list[list[float]], d: int) -> np.ndarray | str:
-    """The conversion before: ``np.array`` of the nested lists, every check after it."""
+    """``np.array`` of the nested lists (None: NaN), every check after it: infinities refused."""
     if any(len(r) != d for r in rows):
         return "length"
     with np.errstate(over="ignore"):
         arr = np.array(rows, dtype=np.float32).reshape(len(rows), d)
-    return arr if np.isfinite(arr).all() else "finite"
+    return arr if not np.isinf(arr).any() else "finite"
 
 
 def rows_verdict(rows: list[list[float]], d: int) -> np.ndarray | str:
@@ -281,16 +285,22 @@ FIXED_ROWS = [[[0.1, 0.2, 0.3]], [[1e39, 0.0, 0.0]], [[-1e39, 0.0, 0.0]], [[3.40
               [[0.1, 0.2]], [[0.1, 0.2, 0.3], [0.1]], [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]],
               [[float(np.nextafter(np.float32(1), np.float32(2))), 1.0000000596046448, 1.0000000596046449]]]
 floats = st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.floats(-1e39, 1e39), st.integers(-5, 5))
+values = st.one_of(floats.map(float), st.none())
+
+
+FIXED_ROWS += [[[None, 0.5, None]], [[None, None, None], [1.0, None, 1e39]], [[0.1, None, 0.3], [0.1, 0.2]]]
 
 
 @pytest.mark.parametrize("rows", FIXED_ROWS)
 def test_rows_match_np_array_on_fixed_rows(rows: list[list[float]]) -> None:
     got, want = rows_verdict(rows, 3), finite_rows_twin(rows, 3)
     assert type(got) is type(want) and (isinstance(got, str) or (got.tobytes() == want.tobytes()))
+    if any(v is None for r in rows for v in r) and not isinstance(got, str):
+        assert np.isnan(got).sum() == sum(v is None for r in rows for v in r)
 
 
 @settings(max_examples=300, deadline=None)
-@given(rows=st.lists(st.lists(floats.map(float), min_size=3, max_size=4), min_size=1, max_size=6))
+@given(rows=st.lists(st.lists(values, min_size=3, max_size=4), min_size=1, max_size=6))
 def test_rows_match_np_array_on_random_rows(rows: list[list[float]]) -> None:
     got, want = rows_verdict(rows, 3), finite_rows_twin(rows, 3)
     assert type(got) is type(want)

@@ -252,9 +252,10 @@ def _variants() -> list[tuple[str, bytes]]:
     return [(name, text.encode()) for name, text in out]
 
 
-#: what each variant gets: the valid ones 200, the rest a 4xx (strict: no coercion of types)
+#: what each variant gets: the valid ones 200 (null: a missing value), the rest a 4xx (strict: no
+#: coercion of types)
 VARIANT_STATUS = {"good": 200, "top_k": 200, "model": 200, "int ids and qid": 200, "sparse document": 200,
-                  "huge integer": 200}
+                  "huge integer": 200, "null value": 200}
 
 
 @pytest.mark.parametrize(("name", "body"), _variants(), ids=[n for n, _ in _variants()])
@@ -341,3 +342,53 @@ def test_an_idle_worker_parses_and_scores_in_one_hop_a_busy_one_in_two(
     r = client.post("/rank", json=bad)
     assert r.status_code == 422 and "q1" in r.text
     assert state.scoring_requests == 0 and state.scoring_slots.available_tokens == slots
+
+
+def test_null_is_a_missing_value_in_every_form(client: TestClient, store: Store) -> None:
+    """JSON null per feature value: columnar rows, dense documents and sparse documents give the
+    model's scores of the matrix with NaN there; explanations of such a list are exact; an
+    infinity is still refused, naming the query, row and feature."""
+    x = features(9, seed=5)
+    x[np.random.default_rng(5).random(x.shape) < 0.2] = np.nan
+    x[:, 1] = np.nan
+    rows = [[None if np.isnan(v) else float(v) for v in row] for row in x]
+    want = store.model(store.default_v2).score(x, offsets_of([9]))
+    assert np.all(np.isfinite(want))
+    columnar = client.post("/rank", json={"queries": [{"qid": "q0", "ids": [f"d{j}" for j in range(9)],
+                                                        "features": rows}]})
+    assert columnar.status_code == 200, columnar.text
+    got = scores_by_id(columnar.json()["results"][0])
+    np.testing.assert_allclose([got[f"d{j}"] for j in range(9)], want, rtol=1e-12, atol=0)
+    dense = [{"id": f"d{j}", "features": rows[j]} for j in range(9)]
+    sparse = [{"id": f"d{j}", "features": {str(k + 1): v for k, v in enumerate(rows[j])}} for j in range(9)]
+    for docs in (dense, sparse):
+        r = client.post("/rank", json={"queries": [{"qid": "q0", "documents": docs}]})
+        assert r.status_code == 200, r.text
+        assert r.json()["results"] == columnar.json()["results"]
+    explained = client.post("/rank", json={"queries": [{"qid": "q0", "documents": dense}], "explain": 3})
+    assert explained.status_code == 200, explained.text
+    rows[4][2] = 1e39
+    bad = client.post("/rank", json={"queries": [{"qid": "q0", "ids": [f"d{j}" for j in range(9)],
+                                                   "features": rows}]})
+    assert bad.status_code == 422 and "features[4]: feature 3 is not a finite float32 number" in bad.text
+
+
+def test_letor_text_with_omitted_features_as_missing(client: TestClient, store: Store) -> None:
+    """``?missing=nan``: a feature a line leaves out is missing (the model's score of NaN there),
+    without it 0; a written NaN is refused either way."""
+    text = b"0 qid:7 1:0.5 3:-1 # docid = a\n0 qid:7 2:0.25 # docid = b\n0 qid:7 1:2 2:1 3:0 # docid = c\n"
+    x = np.full((3, N_FEATURES), np.nan, dtype=np.float32)
+    x[0, [0, 2]] = [0.5, -1.0]
+    x[1, 1] = 0.25
+    x[2, :3] = [2.0, 1.0, 0.0]
+    model = store.model(store.default_v2)
+    for query, want in (("?missing=nan", model.score(x, offsets_of([3]))),
+                        ("", model.score(np.nan_to_num(x, nan=0.0), offsets_of([3])))):
+        r = client.post(f"/rank{query}", content=text, headers={"Content-Type": "text/plain"})
+        assert r.status_code == 200, r.text
+        got = scores_by_id(r.json()["results"][0])
+        np.testing.assert_allclose([got[k] for k in "abc"], want, rtol=1e-12, atol=0)
+    for query in ("?missing=nan", ""):
+        bad = client.post(f"/rank{query}", content=b"0 qid:7 1:nan 2:1\n", headers={"Content-Type": "text/plain"})
+        assert bad.status_code == 422 and "body:1: '1:nan'" in bad.json()["detail"], bad.text
+    assert client.post("/rank?missing=maybe", content=text, headers={"Content-Type": "text/plain"}).status_code == 422

@@ -33,6 +33,8 @@ def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("predict", help="score a LETOR/SVMlight file with a trained model",
                               description=PREDICT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", help="LETOR/SVMlight file (labels are read and ignored)")
+    p.add_argument("--missing", choices=("zero", "nan"), default="zero",
+                   help="a feature a line omits: zero (0, the default) or nan (a missing value)")
     p.add_argument("--model", required=True, help="model name under --models-dir, or a model/version directory")
     p.add_argument("--models-dir", default="models", help="where model names are looked up (default: models)")
     p.add_argument("--version", help="a version of the model (default: the latest)")
@@ -51,6 +53,8 @@ def add_parser(subparsers: Any) -> None:
                     "contributions to score(first) - score(second), two documents of one query. --method shapley: "
                     "the whole model's Shapley values (slower; sampled when --budget does not suffice).")
     e.add_argument("file", help="LETOR/SVMlight file holding the document's whole query (labels are ignored)")
+    e.add_argument("--missing", choices=("zero", "nan"), default="zero",
+                   help="a feature a line omits: zero (0, the default) or nan (a missing value)")
     e.add_argument("--model", required=True, help="model name under --models-dir, or a model/version directory")
     e.add_argument("--models-dir", default="models", help="where model names are looked up (default: models)")
     e.add_argument("--version", help="a version of the model (default: the latest)")
@@ -69,6 +73,8 @@ def add_parser(subparsers: Any) -> None:
         description="Each feature's mean absolute exact contribution over the documents of up to 200 queries of the "
                     "file (evenly spread, whole queries, up to 5,000 documents), largest first.")
     i.add_argument("file", help="LETOR/SVMlight file (labels are ignored)")
+    i.add_argument("--missing", choices=("zero", "nan"), default="zero",
+                   help="a feature a line omits: zero (0, the default) or nan (a missing value)")
     i.add_argument("--model", required=True, help="model name under --models-dir, or a model/version directory")
     i.add_argument("--models-dir", default="models", help="where model names are looked up (default: models)")
     i.add_argument("--version", help="a version of the model (default: the latest)")
@@ -100,7 +106,7 @@ def run_predict(args: argparse.Namespace) -> int:
     from tunemix.core.data.svmlight import read_svmlight
 
     model = _load(args)
-    data = read_svmlight(args.file, n_features=model.n_features)
+    data = read_svmlight(args.file, n_features=model.n_features, missing=args.missing)
     if args.proba:
         scores, probs, expected = model.ensemble.score_and_relevance(data.features, data.query_offsets)
         extra = ["\t" + "\t".join(repr(float(v)) for v in (e, *p)) for e, p in zip(expected, probs, strict=True)]
@@ -214,7 +220,7 @@ def run_explain(args: argparse.Namespace) -> int:
     if args.top < 1 or args.budget < 1:
         raise ValueError("--top and --budget must be at least 1")
     model = _load(args)
-    data = read_svmlight(args.file, n_features=model.n_features)
+    data = read_svmlight(args.file, n_features=model.n_features, missing=args.missing)
     rows = [find_document(data, d, args.qid, args.file) for d in args.doc]
     off = data.query_offsets
     q = [int(np.searchsorted(off, r, side="right") - 1) for r in rows]
@@ -268,7 +274,7 @@ def run_importance(args: argparse.Namespace) -> int:
     if args.top < 0:
         raise ValueError("--top must be at least 0")
     model = _load(args)
-    data = read_svmlight(args.file, n_features=model.n_features)
+    data = read_svmlight(args.file, n_features=model.n_features, missing=args.missing)
     mean, queries, docs = global_importance(model.ensemble, data.features, data.query_offsets)
     names = model.feature_names
     order = np.argsort(-mean, kind="stable")

@@ -55,6 +55,8 @@ def _add_overrides(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train", help="training data file")
     p.add_argument("--vali", help="validation data file (tunes the mixer)")
     p.add_argument("--test", help="test data file (reported, never used for choices)")
+    p.add_argument("--missing", choices=("zero", "nan"),
+                   help="a feature a line omits: zero (0, the default) or nan (a missing value)")
     p.add_argument("--name", help="model name (models/<name>/vN)")
     p.add_argument("--models-dir", help="models directory")
     p.add_argument("--backend", choices=BACKENDS, help="joblib backend for parallel jobs")
@@ -70,6 +72,7 @@ def _add_overrides(p: argparse.ArgumentParser) -> None:
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     over: dict[str, Any] = {
         "data.train": args.train, "data.vali": args.vali, "data.test": args.test, "name": args.name,
+        "data.missing": args.missing,
         "run.models_dir": args.models_dir, "run.backend": args.backend, "run.scheduler": args.scheduler,
         "run.n_jobs": args.n_jobs, "run.time_budget_s": args.time_budget, "seed": args.seed,
         "run.search": False if args.no_search else None,

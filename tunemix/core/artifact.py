@@ -62,12 +62,16 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-#: Version 3: the manifest's bytes are covered by ``manifest.sha256``. Version 2: runs have a
-#: ``kind`` ("forest" or "linear"; linear runs store ``linear/<run>/{weights,intercept,mean,scale}``)
-#: and calibrators may be of the kinds ``er``, ``ordinal`` and ``identity``. Version 1 and 2
-#: artifacts (no manifest checksum; version 1: forest runs only) still load.
-SCHEMA_VERSION = 3
-READABLE_SCHEMA_VERSIONS = (1, 2, 3)
+#: Version 4: the forest stores each node's way for a missing value (``forest/node_missing_right``)
+#: and a linear run the term of a missing value (``linear/<run>/missing``); an artifact of versions
+#: 1 to 3 has neither, and loads with every missing value going left (as ``x >= t`` sends NaN) and
+#: contributing 0 to a linear run. Version 3: the manifest's bytes are covered by ``manifest.sha256``.
+#: Version 2: runs have a ``kind`` ("forest" or "linear"; linear runs store
+#: ``linear/<run>/{weights,intercept,mean,scale}``) and calibrators may be of the kinds ``er``,
+#: ``ordinal`` and ``identity``. Version 1 and 2 artifacts (no manifest checksum; version 1: forest
+#: runs only) still load.
+SCHEMA_VERSION = 4
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4)
 #: the versions written before the manifest had a checksum: they load without ``manifest.sha256``
 UNSEALED_SCHEMA_VERSIONS = (1, 2)
 MANIFEST = "manifest.json"

@@ -64,9 +64,11 @@ def repeated_block(qids: list[str]) -> tuple[int | None, int]:
 
 
 def letor_lists(body: bytes, d: int, settings: Settings, *, max_label: int = MAX_LABEL,
-                require_labels: bool = False) -> CandidateLists:
+                require_labels: bool = False, missing: str = "zero") -> CandidateLists:
     """A LETOR/SVMlight text body as candidate lists (labels kept for /evaluate, at most
     ``max_label``; with ``require_labels`` a line without one is refused, else it counts as 0).
+    A feature a line leaves out is 0, or with ``missing="nan"`` a missing value (NaN); a value
+    written on a line is a finite number either way.
     Each line costs time and memory in proportion to its length: a line of more ``id:value``
     pairs than the model's ``d`` features is refused before it is split."""
     if not body.strip():
@@ -158,12 +160,15 @@ def letor_lists(body: bytes, d: int, settings: Settings, *, max_label: int = MAX
         raise input_error(f"body:{start_lines[again]}: qid {qids[again]} appears in two separate blocks (the first "
                           f"starts at line {start_lines[first]}); a query's lines must be contiguous")
     flush()
-    features = np.zeros((len(labels), d), dtype=np.float32)
+    features = np.full((len(labels), d), np.nan if missing == "nan" else 0.0, dtype=np.float32)
+    written = np.zeros((len(labels), d), dtype=bool)
     with np.errstate(over="ignore"):
         for block_rows, block_fids, block_values in blocks:
             features[block_rows, block_fids - 1] = block_values
-    if not np.isfinite(features).all():
-        row, f = (int(v) for v in np.argwhere(~np.isfinite(features))[0])
+            written[block_rows, block_fids - 1] = True
+    bad = ~np.isfinite(features) & written
+    if bad.any():
+        row, f = (int(v) for v in np.argwhere(bad)[0])
         raise input_error(f"body: document {row} (0-based): feature {f + 1} is not a finite float32 number "
                           "(within ±3.4e38)")
     offsets = np.append(np.asarray(starts, dtype=np.int64), len(labels))

@@ -6,8 +6,9 @@ comes out is checked here, before any array reaches a kernel:
 
 - ``check_limits``: queries and documents per request (413 naming the setting);
 - ``finite_rows`` / ``sparse_rows``: every row exactly the model's feature count, every value a
-  finite float32, sparse keys canonical 1-based feature ids (``"7"``; not ``"07"``, ``" 7"`` or
-  full-width digits), none repeated;
+  finite float32 or missing (JSON ``null``, NaN in the matrix: docs/missing-values.md), sparse
+  keys canonical 1-based feature ids (``"7"``; not ``"07"``, ``" 7"`` or full-width digits), none
+  repeated;
 - ``check_ids``: ids of bounded length, unique within their query (compared as text: 5 and
   ``"5"`` are the same id).
 """
@@ -129,8 +130,8 @@ def finite_rows(rows: Sequence[Sequence[float]], d: int, where: str, field: str)
     ms against 4.9 for ``np.fromiter`` over the rows chained and 5.6 for ``np.array(rows, float32)``
     (thread CPU, ``python -m bench.service_breakdown``). ``struct`` refuses a finite double beyond
     float32 (OverflowError) where numpy gives infinity: such rows, and anything else it refuses,
-    take ``np.fromiter``, whose infinities the finiteness check names. The rows are the typed
-    decode's ``list[float]``: Python floats only."""
+    take ``np.fromiter``, whose infinities the finiteness check names, and a missing value (``None``,
+    the decode's ``null``) becomes NaN there. The rows are the typed decode's ``list[float | None]``."""
     m = len(rows)
     if any(len(r) != d for r in rows):
         j = next(j for j, r in enumerate(rows) if len(r) != d)
@@ -141,7 +142,8 @@ def finite_rows(rows: Sequence[Sequence[float]], d: int, where: str, field: str)
             _pack_rows(rows, d, arr)
         except (struct.error, OverflowError, TypeError):
             with np.errstate(over="ignore"):  # beyond float32: inf, refused below
-                arr = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.float32, count=m * d).reshape(m, d)
+                values = (np.nan if v is None else v for v in itertools.chain.from_iterable(rows))
+                arr = np.fromiter(values, dtype=np.float32, count=m * d).reshape(m, d)
     _check_finite(arr, where, field)
     return arr
 
@@ -171,7 +173,7 @@ def sparse_rows(feats: Sequence[Sequence[float] | dict[str, float]], d: int, whe
             if not isinstance(row, dict):
                 if len(row) != d:
                     raise input_error(f"{where}: {field.format(j=j)} has {len(row)} values; the model takes {d}")
-                out[j] = row
+                out[j] = [np.nan if v is None else v for v in row]
                 continue
             for key, value in row.items():
                 if not _SPARSE_KEY.fullmatch(key):
@@ -180,7 +182,7 @@ def sparse_rows(feats: Sequence[Sequence[float] | dict[str, float]], d: int, whe
                 if len(key) > 10 or int(key) > d:
                     raise input_error(f"{where}: {field.format(j=j)}: feature id {key[:20]} is out of range 1..{d} "
                                       "(ids are 1-based, as in LETOR files)")
-                out[j, int(key) - 1] = value
+                out[j, int(key) - 1] = np.nan if value is None else value
     _check_finite(out, where, field)
     return out
 
@@ -198,10 +200,11 @@ def dense_rows(block: npt.NDArray[np.float64], d: int, where: str, field: str) -
 
 
 def _check_finite(arr: npt.NDArray[np.float32], where: str, field: str) -> None:
-    if not np.isfinite(arr).all():
-        j, f = (int(v) for v in np.argwhere(~np.isfinite(arr))[0])
+    """422 naming the first infinite value (NaN is a missing value)."""
+    if np.isinf(arr).any():
+        j, f = (int(v) for v in np.argwhere(np.isinf(arr))[0])
         raise input_error(f"{where}: {field.format(j=j)}: feature {f + 1} is not a finite float32 number "
-                          "(NaN, infinity or beyond ±3.4e38)")
+                          "(infinity or beyond ±3.4e38; a missing value is null)")
 
 
 __all__ = ["CandidateLists", "ServiceError", "candidate_rows", "check_ids", "check_limits", "check_unique",

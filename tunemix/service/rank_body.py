@@ -41,10 +41,11 @@ Id = str | Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
 class Document(msgspec.Struct, forbid_unknown_fields=True):
     """One candidate: its id and its features, dense (a list of exactly ``n_features`` numbers) or
-    sparse (``{"<1-based feature id>": value}``, absent features 0, as in LETOR files)."""
+    sparse (``{"<1-based feature id>": value}``, absent features 0, as in LETOR files); a value
+    ``null`` is missing (docs/missing-values.md)."""
 
     id: Id
-    features: list[float] | dict[str, float]
+    features: list[float | None] | dict[str, float | None]
 
 
 class QueryFields(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -61,7 +62,7 @@ class RankQuery(QueryFields, forbid_unknown_fields=True):
     the cheaper form for long lists)."""
 
     documents: list[Document] | None = None
-    features: list[list[float]] | None = None
+    features: list[list[float | None]] | None = None
 
 
 def example(n_features: int | None) -> dict[str, object]:

@@ -12,6 +12,7 @@ was made. Example (see ``configs/`` for complete files)::
     vali  = "../shared/data/MQ2008/Fold1/vali.txt"
     test  = "../shared/data/MQ2008/Fold1/test.txt"
     feature_names = "names.txt"   # optional: one name per line, or a list; default f1, f2, ...
+    missing = "zero"              # a feature a line omits: "zero" (0) or "nan" (a missing value)
 
     [members]
     views = ["raw", "raw+std"]
@@ -114,6 +115,9 @@ class DataConfig:
     # the features' names (explanations, the report, /models): a list, or a file of one name per
     # line (relative to the TOML); None: f1, f2, ... (LETOR's numbering)
     feature_names: list[str] | str | None = None
+    # what a feature a line of the files omits is: "zero" (0, LETOR's rule) or "nan" (a missing
+    # value, docs/missing-values.md)
+    missing: str = "zero"
 
 
 def read_feature_names(d: DataConfig) -> list[str] | None:
@@ -338,6 +342,7 @@ def validate(cfg: TrainConfig, *, require_data: bool = True) -> TrainConfig:
         _require(len(d.synthetic.docs_per_query) in (1, 2), "[data.synthetic] docs_per_query must be [n] or [lo, hi]")
     if d.train is not None:
         _require(d.vali is not None, "[data] vali is required with train (the mixer is tuned on it)")
+    _require(d.missing in ("zero", "nan"), f"[data] missing must be \"zero\" or \"nan\", got {d.missing!r}")
     read_feature_names(d)  # every name checked now, the count once the data are read
     m = cfg.members
     for v in m.views:

@@ -135,11 +135,11 @@ def load_data(cfg: TrainConfig) -> tuple[dict[str, RankingData], list[dict[str, 
     for role, path in (("train", d.train), ("vali", d.vali), ("test", d.test)):
         if path is not None and not Path(path).exists():  # before any work, saying where data belong
             raise FileNotFoundError(missing_data_message(path, f"[data] {role}"))
-    train = read_svmlight(d.train)
-    sets = {"train": train, "vali": read_svmlight(d.vali, n_features=train.n_features)}
+    train = read_svmlight(d.train, missing=d.missing)
+    sets = {"train": train, "vali": read_svmlight(d.vali, n_features=train.n_features, missing=d.missing)}
     records = [_file_record("train", d.train, train), _file_record("vali", d.vali, sets["vali"])]
     if d.test is not None:
-        sets["test"] = read_svmlight(d.test, n_features=train.n_features)
+        sets["test"] = read_svmlight(d.test, n_features=train.n_features, missing=d.missing)
         records.append(_file_record("test", d.test, sets["test"]))
     return sets, records
 
@@ -456,7 +456,7 @@ def best_feature_baseline(cfg: TrainConfig, prep: Prepared) -> dict[str, Any]:
                            "convention": convention, "fit": quality}
     for split, data in (("vali", prep.vali), ("test", prep.test)):
         if data is not None:
-            out[split] = mean_metric(data.labels, sign * data.features[:, j].astype(np.float64),
+            out[split] = mean_metric(data.labels, sign * np.nan_to_num(data.features[:, j].astype(np.float64), nan=0.0),
                                      data.query_offsets, measure, convention)
     return out
 

@@ -106,9 +106,9 @@ class RankingData:
             docids = np.asarray(docids).astype(np.str_)
             if docids.shape != (n,):
                 raise ValueError(f"docids must have shape ({n},), got {docids.shape}")
-        if n and not np.all(np.isfinite(feats)):
-            row = int(np.argmax(~np.all(np.isfinite(feats), axis=1)))
-            raise ValueError(f"features contain NaN or infinity (row {row})")
+        if n and np.isinf(feats).any():  # NaN is a missing value (docs/missing-values.md)
+            row = int(np.argmax(np.isinf(feats).any(axis=1)))
+            raise ValueError(f"features contain an infinity (row {row})")
         object.__setattr__(self, "features", feats)
         object.__setattr__(self, "labels", labels)
         object.__setattr__(self, "query_offsets", off)

@@ -19,6 +19,11 @@ Three training views, applied identically at training and at scoring time:
 
 Because every view except ``raw`` uses statistics of the whole candidate list, a document's
 score depends on the other documents posted with it.
+
+Missing values (NaN, ``docs/missing-values.md``): both views read the list with each missing value
+replaced by its query's mean of the feature over the documents that have it (0 when none has it,
+``fill_missing``); a missing value stays missing in the standardised copy, and the whitened copy,
+whose every column mixes all features, is a number for every document.
 """
 
 from __future__ import annotations
@@ -296,10 +301,31 @@ def standardise_by_query(features: np.ndarray, query_offsets: np.ndarray, *, par
     return standardised(x, validate_offsets(query_offsets, x.shape[0]), parts=parts).astype(np.float32)
 
 
+def fill_missing(x: np.ndarray, off: np.ndarray) -> np.ndarray | None:
+    """``x`` (float64 (n, d)) with each NaN replaced by its query's mean of the feature over the
+    documents that have it (0 when none does), C-contiguous; None when ``x`` has no NaN."""
+    nan = np.isnan(x)
+    if not nan.any():
+        return None
+    starts = off[:-1][np.diff(off) > 0]
+    present = np.where(nan, 0.0, x)
+    counts = np.add.reduceat((~nan).astype(np.float64), starts, axis=0)
+    sums = np.add.reduceat(present, starts, axis=0)
+    means = np.divide(sums, counts, out=np.zeros_like(sums), where=counts > 0)
+    rows = np.repeat(np.arange(starts.shape[0]), np.diff(np.append(starts, x.shape[0])))
+    return np.ascontiguousarray(np.where(nan, means[rows], x))
+
+
 def standardised(x: np.ndarray, off: np.ndarray, *, parts: int = 1) -> np.ndarray:
     """``standardise_by_query``'s values in float64, for a caller that holds the features as a
     C-contiguous float64 (n, d) array and offsets it has validated (the scoring pass: one copy
-    of the features for both views, each view cast once, into the forest's input)."""
+    of the features for both views, each view cast once, into the forest's input). A missing
+    value stays missing; the statistics are those of ``fill_missing``'s list."""
+    filled = fill_missing(x, off)
+    if filled is not None:
+        out = standardised(filled, off, parts=parts)
+        out[np.isnan(x)] = np.nan
+        return out
     out = np.empty_like(x)
     big, queries = _big_queries(off, parts)
     _standardise(x, off, out, big)
@@ -324,7 +350,11 @@ def whiten_by_query(features: np.ndarray, query_offsets: np.ndarray, *, eps: flo
 def whitened(x: np.ndarray, off: np.ndarray, *, eps: float = WHITEN_EPS, parts: int = 1,
              keep: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None) -> np.ndarray:
     """``whiten_by_query``'s values in float64, for a caller that holds the features as a
-    C-contiguous float64 (n, d) array and offsets it has validated (see ``standardised``)."""
+    C-contiguous float64 (n, d) array and offsets it has validated (see ``standardised``). A list
+    with missing values is whitened as ``fill_missing`` fills it."""
+    filled = fill_missing(x, off)
+    if filled is not None:
+        x = filled
     out = np.zeros_like(x)
     n_queries, d = off.shape[0] - 1, x.shape[1]
     if d == 0:

@@ -28,6 +28,9 @@ from tunemix.core.data.dataset import RankingData, offsets_from_sizes
 
 log = logging.getLogger(__name__)
 
+#: what a feature a line omits is read as (``read_svmlight``'s ``missing``)
+MISSING_RULES = ("zero", "nan")
+
 PathLike = str | os.PathLike[str]
 
 
@@ -81,6 +84,7 @@ def read_svmlight(
     *,
     n_features: int | None = None,
     query_file: PathLike | None = None,
+    missing: str = "zero",
 ) -> RankingData:
     """Read a LETOR/SVMlight ranking file into :class:`RankingData`.
 
@@ -89,6 +93,8 @@ def read_svmlight(
         n_features: the number of feature columns; default the largest feature id in the file.
             Give it to read a test file with the training file's width (a larger id is an error).
         query_file: group sizes for files without ``qid:``; default ``<path>.query`` if it exists.
+        missing: what a feature a line omits is: ``"zero"`` (0, LETOR's rule) or ``"nan"`` (a
+            missing value, NaN: docs/missing-values.md).
     """
     p = Path(path)
     try:
@@ -101,7 +107,7 @@ def read_svmlight(
         query_file = Path(str(p) + ".query")
     sizes = None if query_file is None else read_group_file(query_file)
     try:
-        data = parse_svmlight(buf, source=str(p), n_features=n_features, group_sizes=sizes)
+        data = parse_svmlight(buf, source=str(p), n_features=n_features, group_sizes=sizes, missing=missing)
     except _GroupSizeMismatch as exc:
         raise DataFormatError(query_file or p, None, str(exc)) from None
     log.debug("read %s: %d rows, %d features, %d queries", p, data.n_docs, data.n_features, data.n_queries)
@@ -150,6 +156,7 @@ def parse_svmlight(
     source: str = "<bytes>",
     n_features: int | None = None,
     group_sizes: np.ndarray | None = None,
+    missing: str = "zero",
 ) -> RankingData:
     """Parse LETOR/SVMlight text held in memory (``bytes`` or a uint8 array).
 
@@ -159,9 +166,11 @@ def parse_svmlight(
     arr = np.frombuffer(buf, dtype=np.uint8) if isinstance(buf, bytes | bytearray | memoryview) else buf
     if n_features is not None and n_features < 0:
         raise ValueError("n_features must be non-negative")
+    if missing not in MISSING_RULES:
+        raise ValueError(f"missing must be one of {', '.join(map(repr, MISSING_RULES))}, got {missing!r}")
     n_lines, max_fid, qid_w, doc_w = K.scan(arr)
     width = int(max_fid) if n_features is None else int(n_features)
-    features = np.zeros((n_lines, width), dtype=np.float32)
+    features = np.full((n_lines, width), np.nan if missing == "nan" else 0.0, dtype=np.float32)
     labels = np.zeros(n_lines, dtype=np.int32)
     qid_bytes = np.zeros((n_lines, qid_w), dtype=np.uint8)
     doc_bytes = np.zeros((n_lines, doc_w), dtype=np.uint8)
@@ -237,9 +246,12 @@ def write_svmlight(
 
     With ``write_qid=False`` a LightGBM-style ``<path>.query`` group file is written beside it.
     Docids are written as ``#docid = X``; ``comments`` (one per row) replace that when given.
+    Features with a missing value (NaN) are written sparse: a missing value is left out and every
+    other value written, zeros too (read back with ``missing="nan"``).
     """
     feats = data.features
     n, d = feats.shape
+    has_missing = bool(np.isnan(feats).any())
     if comments is not None and len(comments) != n:
         raise ValueError(f"comments must have one entry per row ({n}), got {len(comments)}")
     qidx = data.query_index
@@ -249,12 +261,12 @@ def write_svmlight(
         for c0 in range(0, n, chunk):
             block = feats[c0 : c0 + chunk]
             text = format_float32(block)
-            nonzero = block != 0
+            nonzero = ~np.isnan(block) if has_missing else block != 0
             out = []
             for r in range(block.shape[0]):
                 i = c0 + r
                 base = r * d
-                cols = np.flatnonzero(nonzero[r]).tolist() if sparse else range(d)
+                cols = np.flatnonzero(nonzero[r]).tolist() if sparse or has_missing else range(d)
                 parts = [f"{int(data.labels[i])}"]
                 if write_qid:
                     parts.append(f"qid:{data.qids[qidx[i]]}")

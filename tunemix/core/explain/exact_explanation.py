@@ -63,13 +63,20 @@ import numpy as np
 from numba import njit
 
 import tunemix.core.numba_cache  # noqa: F401 - numba's cache written under a lock (tunemix/core/numba_cache.py)
-from tunemix.core.data.normalization import ILL_CONDITIONED, NULL_SPACE, WHITEN_EPS, _centre_cov, _whitening_matrix
+from tunemix.core.data.normalization import (
+    ILL_CONDITIONED,
+    NULL_SPACE,
+    WHITEN_EPS,
+    _centre_cov,
+    _whitening_matrix,
+    fill_missing,
+)
 from tunemix.core.explain.calibrator_games import CalibratorGames, calibrator_games
 from tunemix.core.explain.mix_propagation import mix_layer, reveal_cancel_at
 from tunemix.core.explain.tree_shap import reference_sides, shapley_weights
 from tunemix.core.explain.tree_shap_sets import documents_sets
 from tunemix.core.scoring.ensemble_model import EnsembleModel
-from tunemix.core.scoring.forest import KIND_PRODUCT
+from tunemix.core.scoring.forest import KIND_PRODUCT, FlatForest, missing_wide
 
 _NEVER = np.iinfo(np.int64).max
 #: elements of one batch's largest arrays (documents x members x coalitions x inputs), to bound memory
@@ -96,6 +103,23 @@ def _standardised_reference(x, r, out):  # pragma: no cover
         out[j] = 0.0 if std <= 1e-12 * max(1.0, abs(mean)) else (r[j] - mean) / std
 
 
+def filled_list(xq: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the list, the reference row) as the views read them: unchanged without a missing value,
+    else the list filled by ``fill_missing`` (float64) and the reference's missing values by the
+    same means."""
+    if not np.isnan(xq).any():
+        return xq, r
+    x64 = np.ascontiguousarray(xq, dtype=np.float64)
+    filled = fill_missing(x64, np.array([0, xq.shape[0]], dtype=np.int64))
+    if filled is None:
+        return xq, r
+    nan = np.isnan(x64)
+    # a column's fill value is in every one of its missing places (the first one read here)
+    fill = np.where(nan.any(axis=0), filled[np.argmax(nan, axis=0), np.arange(x64.shape[1])], x64.mean(axis=0))
+    r_filled = np.where(np.isnan(r), fill, np.asarray(r, dtype=np.float64))
+    return filled, r_filled
+
+
 def reference_views(model: EnsembleModel, xq: np.ndarray, r: np.ndarray,
                     whitening: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
                     ) -> tuple[np.ndarray, np.ndarray, int, np.ndarray | None]:
@@ -107,27 +131,65 @@ def reference_views(model: EnsembleModel, xq: np.ndarray, r: np.ndarray,
     n, d = xq.shape
     blocks = [r.astype(np.float32)]
     group = [np.arange(d)]
+    # the views' statistics of a list with missing values: those of its filled list (normalization)
+    xq, r_filled = filled_list(xq, r)
     white = None
     players = d
     for view in model.extra_views:
         if view == "raw+std":  # tunemix.core.data.normalization._standardise_feature's statistics
             r_std = np.empty(d)
-            _standardised_reference(xq, np.ascontiguousarray(r, dtype=np.float32), r_std)
+            # float64 rows (the same values as float32 ones, summed alike): one compiled signature
+            _standardised_reference(np.ascontiguousarray(xq, dtype=np.float64),
+                                    np.ascontiguousarray(r, dtype=np.float64), r_std)
             blocks.append(r_std.astype(np.float32))
             group.append(np.arange(d))
         else:  # whiten_by_query's mean and matrix, the same kernels
             if whitening is None:
                 means, cov = np.empty((1, d)), np.empty((1, d, d))
-                _centre_cov(xq.astype(np.float64), np.array([0, n], dtype=np.int64), 0, means, cov, _NEVER)
+                _centre_cov(np.ascontiguousarray(xq, dtype=np.float64), np.array([0, n], dtype=np.int64), 0, means,
+                            cov, _NEVER)
                 lam, vec = np.linalg.eigh(cov)
                 whitening = (means[0], np.ascontiguousarray(lam[0]), np.ascontiguousarray(vec[0]))
             centre, lam_q, vec_q = whitening
             white = np.empty((d, d))
             _whitening_matrix(lam_q, vec_q, WHITEN_EPS, ILL_CONDITIONED, NULL_SPACE, white)
-            blocks.append(((r.astype(np.float64) - centre) @ white).astype(np.float32))
+            blocks.append(((r_filled.astype(np.float64) - centre) @ white).astype(np.float32))
             group.append(d + np.arange(d))
             players = 2 * d
     return np.concatenate(blocks), np.concatenate(group).astype(np.int64), players, white
+
+
+def missing_inputs(model: EnsembleModel, wide: np.ndarray, r_wide: np.ndarray, group: np.ndarray
+                   ) -> tuple[FlatForest, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(forest, wide, r_wide, group, linear W) for the kernels below, equal to the model's own
+    when neither the rows nor the reference miss a value. Otherwise the columns are widened so that
+    the kernels, which compare and multiply plain numbers, compute the model's own game: the
+    forest's wide form (``FlatForest.missing_columns``: a feature some node sends right when
+    missing, again with NaN read as +inf), then for the linear runs each wide column with NaN read
+    as 0 and its missing indicator, whose weights are ``W`` and the runs' ``missing`` terms
+    (``EnsembleModel.linear_terms``); the first block's linear weights are 0. Every added column
+    belongs to its column's player, so each player's Shapley value is unchanged in meaning."""
+    f = model.forest
+    if not (np.isnan(wide).any() or np.isnan(r_wide).any()):
+        return f, wide, r_wide, group, model._linear_w
+    n_cols, n_lin = wide.shape[1], model._linear_w.shape[1]
+    xs, rs, gs, ws = [wide], [r_wide[None]], [group], [np.zeros((n_cols, n_lin))]
+    right = f.missing_columns
+    if right is not None:
+        cols, f = right
+        xs.append(missing_wide(wide, cols)[:, n_cols:])
+        rs.append(missing_wide(r_wide[None], cols)[:, n_cols:])
+        gs.append(group[cols])
+        ws.append(np.zeros((cols.shape[0], n_lin)))
+    if n_lin:
+        for a in (wide, r_wide[None]):
+            (xs if a is wide else rs).append(np.nan_to_num(a, nan=0.0))
+            (xs if a is wide else rs).append(np.isnan(a).astype(np.float32))
+        gs += [group, group]
+        ws += [model._linear_w, model._linear_nan_w]
+    return (f, np.ascontiguousarray(np.concatenate(xs, axis=1), dtype=np.float32),
+            np.ascontiguousarray(np.concatenate(rs, axis=1)[0], dtype=np.float32),
+            np.ascontiguousarray(np.concatenate(gs), dtype=np.int64), np.ascontiguousarray(np.concatenate(ws)))
 
 
 def _raw_attributions(model: EnsembleModel, games: CalibratorGames, wide: np.ndarray, r_wide: np.ndarray,
@@ -163,7 +225,7 @@ def _moved_attributions(model: EnsembleModel, games: CalibratorGames, wide: np.n
     checkpoints, the linear runs' in closed form. A sum within ``CANCELLED`` of its terms' absolute
     sum is 0: that input has not moved."""
     n = wide.shape[0]
-    f = model.forest
+    f, wide, r_wide, group, lin_w = missing_inputs(model, wide, r_wide, group)
     at = np.empty((n, len(games.keys), games.k_max, players))
     total = np.zeros((n, len(games.keys), games.k_max))
     active = np.empty((n, players), dtype=np.int64)
@@ -172,7 +234,7 @@ def _moved_attributions(model: EnsembleModel, games: CalibratorGames, wide: np.n
     _sources(f.base_kind, f.base_node_start, f.base_leaf_start, f.node_feature, f.node_threshold, f.node_left,
              f.node_right, f.leaf_values, np.ascontiguousarray(wide, dtype=np.float32),
              np.ascontiguousarray(r_wide, dtype=np.float32), group, model._checkpoints, plus, minus,
-             games.forest_lo, games.forest_hi, model._linear_w, games.linear, at, total, active, n_active)
+             games.forest_lo, games.forest_hi, lin_w, games.linear, at, total, active, n_active)
     return at, total, active, n_active
 
 
@@ -221,7 +283,8 @@ def _reference_sources(kind, node_start, leaf_start, feat, thr, left, right, lea
         for q in range(linear[j, 2] - c0):
             v = 0.0
             for col in range(r.shape[0]):
-                v += np.float64(r[col]) * w[col, c0 + q]
+                if w[col, c0 + q] != 0.0:  # a column the runs do not read may be NaN (missing_inputs)
+                    v += np.float64(r[col]) * w[col, c0 + q]
             out[u, q] = v + b[c0 + q]
 
 
@@ -262,7 +325,8 @@ def _sources(kind, node_start, leaf_start, feat, thr, left, right, leaves, wide,
             full[u, :, :] = 0.0
             for q in range(linear[j, 2] - c0):
                 for c in range(wide.shape[1]):
-                    full[u, q, group[c]] += (np.float64(wide[i, c]) - np.float64(r_wide[c])) * w[c, c0 + q]
+                    if w[c, c0 + q] != 0.0:  # a column the runs do not read may be NaN (missing_inputs)
+                        full[u, q, group[c]] += (np.float64(wide[i, c]) - np.float64(r_wide[c])) * w[c, c0 + q]
                 for p in range(n_p):
                     moved[p] |= full[u, q, p] != 0.0
         m = 0
@@ -311,10 +375,10 @@ def explain_query(model: EnsembleModel, xq: np.ndarray, rows: np.ndarray, r: np.
     games = calibrator_games(model)
     k_max = games.k_max
     lo = np.zeros((len(games.keys), k_max))                                      # the sources' u(r)
-    f = model.forest
+    f, _, r_cols, _, lin_w = missing_inputs(model, r_wide[None], r_wide, group)
     _reference_sources(f.base_kind, f.base_node_start, f.base_leaf_start, f.node_feature, f.node_threshold,
-                       f.node_left, f.node_right, f.leaf_values, r_wide, model._checkpoints, games.forest_lo,
-                       games.forest_hi, model._linear_w, model._linear_b, games.linear, lo)
+                       f.node_left, f.node_right, f.leaf_values, r_cols, model._checkpoints, games.forest_lo,
+                       games.forest_hi, lin_w, model._linear_b, games.linear, lo)
     contrib = np.zeros((rows.size, players))
     baseline = np.zeros(rows.size)
     mm = model.n_members
@@ -331,7 +395,8 @@ def explain_query(model: EnsembleModel, xq: np.ndarray, rows: np.ndarray, r: np.
         contrib[s : s + step], baseline[s : s + step] = reveal_cancel_at(layer, chunk, g_lo, ratio, at, games.src,
                                                                          active, n_active)
     if white is not None:
-        contrib = contrib[:, :d] + _unwhiten(contrib[:, d:], xq[rows], r, white)
+        x_filled, r_filled = filled_list(xq, r)
+        contrib = contrib[:, :d] + _unwhiten(contrib[:, d:], x_filled[rows], r_filled, white)
     return {"scores": served[rows], "baseline": baseline, "contributions": contrib}
 
 

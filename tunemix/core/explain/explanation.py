@@ -26,6 +26,7 @@ A model whose mixer is not linear in the member scores (rank fusion) is explaine
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -130,6 +131,11 @@ def reference_row(xq: np.ndarray, reference: str | npt.ArrayLike) -> npt.NDArray
         if reference not in REFERENCES:
             raise ValueError(f"reference must be one of {list(REFERENCES)} or an array, got {reference!r}")
         n = xq.shape[0]
+        if np.isnan(xq).any():  # the present values' statistic; NaN for a column missing throughout
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                stat = np.nanmedian if reference == "median" else np.nanmean
+                return np.ascontiguousarray(stat(xq.astype(np.float64), axis=0), dtype=np.float32)
         if reference == "median" and n:
             # ``np.median`` of the float64 values, bit for bit: the middle one, or the mean of the two
             # middle ones, selected in float32 (the same order) by one sort of the columns (a
@@ -140,8 +146,9 @@ def reference_row(xq: np.ndarray, reference: str | npt.ArrayLike) -> npt.NDArray
         stat = np.median if reference == "median" else np.mean
         return np.ascontiguousarray(stat(xq.astype(np.float64), axis=0), dtype=np.float32)
     r = np.ascontiguousarray(reference, dtype=np.float32)
-    if r.shape != (xq.shape[1],) or not np.all(np.isfinite(r)):
-        raise ValueError(f"reference must be a finite array of shape ({xq.shape[1]},), got {r.shape}")
+    if r.shape != (xq.shape[1],) or np.any(np.isinf(r)):
+        raise ValueError(f"reference must be an array of shape ({xq.shape[1]},) without infinities (NaN: "
+                         f"missing), got {r.shape}")
     return r
 
 

@@ -45,7 +45,7 @@ import numpy.typing as npt
 from numba import njit
 
 import tunemix.core.numba_cache  # noqa: F401 - numba's cache written under a lock (tunemix/core/numba_cache.py)
-from tunemix.core.scoring.forest import KIND_PRODUCT, FlatForest
+from tunemix.core.scoring.forest import KIND_PRODUCT, FlatForest, missing_wide
 
 
 @lru_cache(maxsize=8)
@@ -266,12 +266,28 @@ def _forest_attributions(kind, node_start, leaf_start, feat, thr, left, right, l
               checkpoints, plus, minus, out)
 
 
+def missing_as_columns(forest: FlatForest, x: npt.NDArray[np.float32], r: npt.NDArray[np.float32],
+                       group: npt.NDArray[np.int64]) -> tuple[FlatForest, np.ndarray, np.ndarray, np.ndarray]:
+    """(forest, x, r, group) with every node sending NaN left (``FlatForest.missing_columns``): the
+    wide forest, the rows widened by the features some node sends right when missing (NaN read as
+    +inf), each extra column in its feature's player; unchanged when no node sends NaN right."""
+    wide = forest.missing_columns
+    if wide is None:
+        return forest, x, r, group
+    cols, wide_forest = wide
+    return (wide_forest, missing_wide(x, cols), missing_wide(r[None], cols)[0],
+            np.ascontiguousarray(np.concatenate([group, group[cols]])))
+
+
 def forest_attributions(forest: FlatForest, x: npt.ArrayLike, r: npt.ArrayLike, group: npt.ArrayLike,
                         n_groups: int, checkpoints: npt.ArrayLike) -> npt.NDArray[np.float64]:
     """Attributions (n, C, G, K) of the running sums at ``checkpoints`` (base counts, non-decreasing)
     of every row of ``x`` (n, columns) against the reference ``r`` (columns,), column c belonging to
     player ``group[c]`` in 0..G-1 (module docstring): ``out[i, c].sum(0) == S_c(x_i) - S_c(r)`` to
-    float rounding. Both rows are compared with the thresholds as float32, as the scoring kernel does."""
+    float rounding. Both rows are compared with the thresholds as float32, as the scoring kernel does;
+    a missing value (NaN, in ``x`` or ``r``) goes the way its node sends it
+    (``FlatForest.missing_columns``: the extra column of a feature belongs to the feature's player,
+    so the game and its Shapley values are the forest's own)."""
     xa = np.ascontiguousarray(x, dtype=np.float32)
     ra = np.ascontiguousarray(r, dtype=np.float32).reshape(-1)
     ga = np.ascontiguousarray(group, dtype=np.int64).reshape(-1)
@@ -280,6 +296,7 @@ def forest_attributions(forest: FlatForest, x: npt.ArrayLike, r: npt.ArrayLike, 
     if xa.ndim != 2 or xa.shape[1] != cols or ra.shape != (cols,) or ga.shape != (cols,):
         raise ValueError(f"x (n, {cols}), r ({cols},) and group ({cols},) expected, got {xa.shape}, {ra.shape}, "
                          f"{ga.shape}")
+    forest, xa, ra, ga = missing_as_columns(forest, xa, ra, ga)
     if ga.size and (ga.min() < 0 or ga.max() >= n_groups):
         raise ValueError(f"group entries must lie in 0..{n_groups - 1}")
     if ck.size and (ck.min() < 0 or ck.max() > forest.n_base or np.any(np.diff(ck) < 0)):

@@ -115,12 +115,17 @@ def _column_game(model: EnsembleModel, xq: np.ndarray, i: int, r: np.ndarray,
     w1, w0 = model.wide_features(xq, one), model.wide_features(x0, one)
     blocks = w1.shape[1] // d
     crosses = np.zeros(w1.shape, dtype=bool)
-    for c in np.flatnonzero(np.any(w0 != w1, axis=0)):
+    # a missing value (NaN) goes its own way at every node: a change to or from missing crosses,
+    # missing in both does not
+    nan0, nan1 = np.isnan(w0), np.isnan(w1)
+    moved = (w0 != w1) & ~(nan0 & nan1)
+    for c in np.flatnonzero(np.any(moved, axis=0)):
         if linear_read[c]:
-            crosses[:, c] = w0[:, c] != w1[:, c]
+            crosses[:, c] = moved[:, c]
         elif thresholds[c].size:
-            crosses[:, c] = (np.searchsorted(thresholds[c], w0[:, c], side="right")
-                             != np.searchsorted(thresholds[c], w1[:, c], side="right"))
+            crosses[:, c] = (nan0[:, c] != nan1[:, c]) | (
+                np.searchsorted(thresholds[c], w0[:, c], side="right")
+                != np.searchsorted(thresholds[c], w1[:, c], side="right"))
     by_feature = crosses.reshape(n, blocks, d).any(axis=1)       # (n, d)
     relevant = np.flatnonzero(by_feature.any(axis=0)).astype(np.int64)
     docs = np.union1d(np.flatnonzero(np.any(by_feature, axis=1)), np.array([i])).astype(np.int64)

@@ -65,7 +65,7 @@ from tunemix.core.ensemble.base import Mixer
 from tunemix.core.ensemble.registry import mixer_from_params
 from tunemix.core.scoring import calibration_step, forest, runtime
 from tunemix.core.scoring.calibration_step import CalibrationStep
-from tunemix.core.scoring.forest import FlatForest, score_forest
+from tunemix.core.scoring.forest import FlatForest, any_nan, score_forest
 from tunemix.core.scoring.relevance_head import HEAD_KIND, RelevanceHead
 from tunemix.core.scoring.runtime import run_on_threads
 
@@ -76,6 +76,10 @@ EXTRA_VIEWS = ("raw+std", "raw+white")
 
 RUN_KINDS = ("forest", "linear")
 LINEAR_KEYS = ("weights", "intercept", "mean", "scale")
+#: a linear run's optional array: ``missing`` (d_view, K), the run's raw K-vector contribution of a
+#: column whose value is missing (NaN), in place of ``W[c] (x_c - mean_c) / scale_c``; stored
+#: without it, a missing value contributes 0 (as the column's mean would)
+LINEAR_MISSING = "missing"
 
 #: members of a stored model at most (the widest grid here, ``configs/mq2008-all-members.toml``,
 #: makes 2,005)
@@ -126,7 +130,10 @@ def check_linear(params: dict[str, np.ndarray], n_rows: int, n_outputs: int, whe
     if missing:
         raise ValueError(f"{where}: linear run lacks {', '.join(missing)}")
     out = {k: np.ascontiguousarray(params[k], dtype=np.float64) for k in LINEAR_KEYS}
-    shapes = {"weights": (n_rows, n_outputs), "intercept": (n_outputs,), "mean": (n_rows,), "scale": (n_rows,)}
+    out[LINEAR_MISSING] = np.ascontiguousarray(params.get(LINEAR_MISSING, np.zeros((n_rows, n_outputs))),
+                                               dtype=np.float64)
+    shapes = {"weights": (n_rows, n_outputs), "intercept": (n_outputs,), "mean": (n_rows,), "scale": (n_rows,),
+              LINEAR_MISSING: (n_rows, n_outputs)}
     for k, shape in shapes.items():
         if out[k].shape != shape:
             raise ValueError(f"{where}: linear {k} has shape {out[k].shape}, expected {shape}")
@@ -296,17 +303,24 @@ class EnsembleModel:
         self._linear_cols = np.concatenate([[0], np.cumsum(widths)]).astype(np.int64)
         w = np.zeros((d * len(blocks), int(self._linear_cols[-1])), dtype=np.float64)
         b = np.zeros(int(self._linear_cols[-1]), dtype=np.float64)
+        # a missing column: its folded term (0 with NaN read as 0) and its share of b replaced by
+        # the run's ``missing`` row: nan_w[c] = missing[c] + (mean[c] / scale[c]) W[c]
+        nan_w = np.zeros_like(w)
         for j, r in enumerate(self._linear_runs):
             p = self.linear[r]
             c0, c1 = int(self._linear_cols[j]), int(self._linear_cols[j + 1])
             folded = p["weights"] / p["scale"][:, None]
+            when_nan = p[LINEAR_MISSING] + (p["mean"] / p["scale"])[:, None] * p["weights"]
             w[0:d, c0:c1] = folded[:d]
+            nan_w[0:d, c0:c1] = when_nan[:d]
             if self.runs[r].view != "raw":
                 row0 = blocks.index(self.runs[r].view) * d
                 w[row0 : row0 + d, c0:c1] = folded[d:]
+                nan_w[row0 : row0 + d, c0:c1] = when_nan[d:]
             b[c0:c1] = p["intercept"] - (p["mean"] / p["scale"]) @ p["weights"]
         self._linear_w = w
         self._linear_b = b
+        self._linear_nan_w = nan_w
 
     def _sums(self, wide: np.ndarray) -> np.ndarray:
         """The forest's running sums at the checkpoints, then (with linear or ordinal members) a zero
@@ -322,7 +336,7 @@ class EnsembleModel:
         out = np.zeros((n, self._n_slabs, self._k_max), dtype=np.float64)
         out[:, :c, : sums.shape[2]] = sums
         if r:
-            lin = wide.astype(np.float64) @ self._linear_w + self._linear_b
+            lin = self.linear_terms(wide)
             for j in range(r):
                 c0, c1 = int(self._linear_cols[j]), int(self._linear_cols[j + 1])
                 out[:, c + 1 + j, : c1 - c0] = lin[:, c0:c1]
@@ -330,6 +344,16 @@ class EnsembleModel:
             g = (out[:, his, :k] - out[:, los, :k]).reshape(-1, k)
             out[:, c + 1 + r + slabs, : k + 1] = ordinal_probabilities(g).reshape(n, slabs.size, k + 1)
         return out
+
+    def linear_terms(self, wide: np.ndarray) -> np.ndarray:
+        """Every linear run's raw K-vectors side by side, (n, sum of K_r): ``wide @ W + b``, a
+        missing value's term being its run's ``missing`` row (``LINEAR_MISSING``)."""
+        w64 = wide.astype(np.float64)
+        if not any_nan(wide):
+            return w64 @ self._linear_w + self._linear_b
+        nan = np.isnan(w64)
+        w64[nan] = 0.0
+        return w64 @ self._linear_w + self._linear_b + nan.astype(np.float64) @ self._linear_nan_w
 
     @property
     def n_members(self) -> int:
@@ -340,9 +364,9 @@ class EnsembleModel:
         x = np.ascontiguousarray(features, dtype=np.float32)
         if x.ndim != 2 or x.shape[1] != self.n_features:
             raise ValueError(f"features must have shape (n, {self.n_features}), got {x.shape}")
-        if not np.all(np.isfinite(x)):
-            row = int(np.argmax(~np.all(np.isfinite(x), axis=1)))
-            raise ValueError(f"features contain NaN or infinity (row {row})")
+        if np.isinf(x).any():  # NaN is a missing value (docs/missing-values.md)
+            row = int(np.argmax(np.isinf(x).any(axis=1)))
+            raise ValueError(f"features contain an infinity (row {row})")
         return x, validate_offsets(query_offsets, x.shape[0])
 
     def _wide(self, x: np.ndarray, off: np.ndarray,
@@ -491,7 +515,7 @@ class EnsembleModel:
         """(JSON-able description, arrays) for :func:`tunemix.core.artifact.save_artifact`."""
         arrays: dict[str, np.ndarray] = {f"forest/{k}": v for k, v in self.forest.to_arrays().items()}
         for r, params in self.linear.items():
-            for k in LINEAR_KEYS:
+            for k in (*LINEAR_KEYS, LINEAR_MISSING):
                 arrays[f"linear/{r}/{k}"] = params[k]
         members = []
         for i, m in enumerate(self.members):
@@ -528,7 +552,8 @@ class EnsembleModel:
                 for m in doc["members"]
             ]
             mixer = mixer_from_params(join_arrays(doc["mixer"], arrays))
-            linear = {i: {k: arrays[f"linear/{i}/{k}"] for k in LINEAR_KEYS}
+            linear = {i: {k: arrays[f"linear/{i}/{k}"] for k in (*LINEAR_KEYS, LINEAR_MISSING)
+                          if k in LINEAR_KEYS or f"linear/{i}/{k}" in arrays}
                       for i, r in enumerate(runs) if r.kind == "linear"}
             model = cls(n_features=int(doc["n_features"]), extra_views=doc["extra_views"], forest=forest,
                         runs=runs, members=members, mixer=mixer, linear=linear)
@@ -652,6 +677,7 @@ def slice_forest(forest: FlatForest, start: int, end: int) -> FlatForest:
         "node_threshold": forest.node_threshold[ns0:ns1],
         "node_left": forest.node_left[ns0:ns1],
         "node_right": forest.node_right[ns0:ns1],
+        "node_missing_right": forest.node_missing_right[ns0:ns1],
         "leaf_values": forest.leaf_values[ls0:ls1],
         "n_features": np.array(forest.n_features),
     })

@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -128,6 +128,8 @@ class RankParams(BaseModel):
     min_probability: float | None = Field(None, ge=0, le=1, description="text bodies: cut below this P(grade >= 1)")
     explain: int = Field(0, ge=0, le=MAX_EXPLAIN, description="text bodies: each returned document's k largest "
                                                              "feature contributions")
+    missing: Literal["zero", "nan"] = Field("zero", description="text bodies: a feature a line leaves out is 0 "
+                                                               "(zero) or a missing value (nan)")
 
 
 @router.post(
@@ -170,7 +172,7 @@ async def rank_request(request: Request, registry: ModelRegistry, settings: Sett
         if kind == "text":
             served = resolve_model(registry, model, version)
             options = Options(top_k, relevance, min_relevance, min_probability, explain)
-            lists = letor_lists(body, served.n_features, settings)
+            lists = letor_lists(body, served.n_features, settings, missing=params.missing)
         else:
             # the collector paused until the parsed request is freed: each list of features it holds
             # is otherwise walked value by value by the collections its allocations start (two per

@@ -17,6 +17,11 @@ first reaches q * n / B' (q = 1..B'-1), plus, around every value holding more th
 edges that give it a bin of its own (B' = B minus those forced edges, so at most B bins;
 duplicates merge, so a feature may end up with fewer than B bins). A constant feature has one
 bin and no edge: no stump can split on it.
+
+A missing value (NaN) has a bin of its own, ``MISSING_CODE`` (255), whatever the feature's
+``n_bins``: edges are chosen on the present values, and a feature with a missing value in the
+data it is fitted on has at most 255 bins. A split then sends the missing bin left or right as
+a whole (``docs/missing-values.md``).
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from numba import njit
 import tunemix.core.numba_cache  # noqa: F401 - numba's cache written under a lock (tunemix/core/numba_cache.py)
 
 MAX_BINS = 256
+#: the code of a missing value (NaN): a bin of its own, above every feature's bins
+MISSING_CODE = 255
 
 
 @dataclass(frozen=True, eq=False)
@@ -70,12 +77,20 @@ class FeatureBins:
             raise ValueError(f"X must have shape (n, {self.n_features}), got {X.shape}")
         codes = np.empty((X.shape[1], X.shape[0]), dtype=np.uint8)
         _codes_kernel(X, self.edges, self.n_bins, codes)
+        full = np.flatnonzero(self.n_bins > MISSING_CODE)
+        if full.size:
+            lost = np.flatnonzero((codes[full] == MISSING_CODE).any(axis=1) & np.isnan(X[:, full]).any(axis=0))
+            if lost.size:
+                j = int(full[lost[0]])
+                raise ValueError(f"feature {j} has a missing value (NaN) but {int(self.n_bins[j])} bins, none "
+                                 f"left for missing values: fit the bins with at most {MISSING_CODE} bins")
         return codes
 
 
 @njit(cache=True, nogil=True)
 def _codes_kernel(X, edges, n_bins, codes):  # pragma: no cover
-    """``codes[j, i] = #{b : edges[j, b] <= X[i, j]}`` by binary search (the bin of X[i, j])."""
+    """``codes[j, i] = #{b : edges[j, b] <= X[i, j]}`` by binary search (the bin of X[i, j]);
+    ``MISSING_CODE`` for NaN."""
     n, d = X.shape
     for i0 in range(0, n, 1024):
         i1 = min(i0 + 1024, n)
@@ -83,6 +98,9 @@ def _codes_kernel(X, edges, n_bins, codes):  # pragma: no cover
             m = n_bins[j] - 1
             for i in range(i0, i1):
                 x = X[i, j]
+                if x != x:
+                    codes[j, i] = MISSING_CODE
+                    continue
                 lo = 0
                 hi = m
                 while lo < hi:
@@ -139,8 +157,11 @@ def fit_bins(
         sample = X
     edges = np.full((d, int(max_bins) - 1), np.inf, dtype=np.float32)
     n_bins = np.ones(d, dtype=np.int32)
+    has_missing: npt.NDArray[np.bool_] = np.asarray(np.isnan(X).any(axis=0))
     for j in range(d):
-        e = _feature_edges(np.ascontiguousarray(sample[:, j]), int(max_bins))
+        column = sample[:, j]
+        e = _feature_edges(np.ascontiguousarray(column[~np.isnan(column)]),
+                           min(int(max_bins), MISSING_CODE) if has_missing[j] else int(max_bins))
         edges[j, : e.shape[0]] = e
         n_bins[j] = e.shape[0] + 1
     return FeatureBins(edges=edges, n_bins=n_bins)

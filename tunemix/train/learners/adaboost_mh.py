@@ -55,6 +55,8 @@ from tunemix.train.learners.label_groups import LabelGrouping, get_grouping, ide
 from tunemix.train.learners.stump_product import StumpProductSearch
 from tunemix.train.learners.stump_search import (
     ALPHA_MAX,
+    MISSING_LEFT,
+    NO_MISSING,
     alpha_of_edge,
     base_edge,
     boost_update,
@@ -92,6 +94,19 @@ class _Base:
     left: npt.NDArray[np.int32]
     right: npt.NDArray[np.int32]
     leaf_values: npt.NDArray[np.float64]
+    missing_right: npt.NDArray[np.int8]
+
+
+def split_thresholds(edges: npt.NDArray[np.float32], feature: npt.NDArray[np.int32], bins: npt.NDArray[np.integer]
+                     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int8]]:
+    """(thresholds, missing goes right) of splits found in bin space (``stump_search.best_split``'s
+    encoded bins): the real lower edge of the bin, +inf for the split that sends every present
+    value left and the missing ones right."""
+    b = np.asarray(bins, dtype=np.int64)
+    left = b >= MISSING_LEFT
+    b = np.where(b >= NO_MISSING, b - NO_MISSING, np.where(left, b - MISSING_LEFT, b))
+    padded = np.concatenate([edges, np.full((edges.shape[0], 1), np.inf, np.float32)], axis=1)
+    return padded[feature, b - 1].astype(np.float32), (~left).astype(np.int8)
 
 
 def alpha_from_edge(edge: float) -> float:
@@ -110,8 +125,9 @@ def _tree_base(edges: npt.NDArray[np.float32], feature: npt.NDArray[np.int32], b
                left: npt.NDArray[np.int32], right: npt.NDArray[np.int32],
                leaf_values: npt.NDArray[np.float64]) -> _Base:
     """A Hamming tree found in bin space as a base: its thresholds the real bin edges (float32)."""
-    return _Base(kind=KIND_TREE, feature=feature, threshold=edges[feature, bins - 1].astype(np.float32),
-                 left=left, right=right, leaf_values=leaf_values)
+    threshold, missing_right = split_thresholds(edges, feature, bins)
+    return _Base(kind=KIND_TREE, feature=feature, threshold=threshold,
+                 left=left, right=right, leaf_values=leaf_values, missing_right=missing_right)
 
 
 def initial_signed_weights(labels: npt.NDArray[np.int64], classes: npt.NDArray[np.int64],
@@ -226,9 +242,9 @@ class AdaBoostMH:
             n, d = Xa.shape
             if n == 0 or d == 0:
                 raise ValueError(f"X must have at least one row and one column, got shape {Xa.shape}")
-            if not np.all(np.isfinite(Xa)):
-                row = int(np.argmax(~np.all(np.isfinite(Xa), axis=1)))
-                raise ValueError(f"X contains NaN or infinity (row {row})")
+            if np.isinf(Xa).any():  # NaN is a missing value: its own bin, a learned direction per split
+                row = int(np.argmax(np.isinf(Xa).any(axis=1)))
+                raise ValueError(f"X contains an infinity (row {row})")
         ya = np.asarray(y)
         if ya.shape != (n,):
             raise ValueError(f"y must have shape ({n},), got {ya.shape}")
@@ -401,16 +417,16 @@ class AdaBoostMH:
                 return None
             votes = np.stack([-pf.vote, pf.vote])
             row_leaf, arm_edges = pf.row_leaf, pf.term_edges  # every term's first-pass search
-            thr = edges[pf.term_feature, pf.term_bin - 1].astype(np.float32)
+            thr, nan_right = split_thresholds(edges, pf.term_feature, pf.term_bin)
             if self.base == "stump":
                 base = _Base(kind=KIND_TREE, feature=pf.term_feature, threshold=thr,
                              left=np.array([-1], np.int32), right=np.array([-2], np.int32),
-                             leaf_values=votes.copy())
+                             leaf_values=votes.copy(), missing_right=nan_right)
             else:
                 m = pf.term_feature.shape[0]
                 base = _Base(kind=KIND_PRODUCT, feature=pf.term_feature, threshold=thr,
                              left=np.full(m, -1, np.int32), right=np.full(m, -1, np.int32),
-                             leaf_values=pf.vote[None, :].copy())
+                             leaf_values=pf.vote[None, :].copy(), missing_right=nan_right)
         edge = float(base_edge(s, row_leaf, votes))
         return base, row_leaf, votes, arm_edges, edge
 
@@ -428,6 +444,7 @@ class AdaBoostMH:
             "node_threshold": np.concatenate([b.threshold for b in bases]),
             "node_left": np.concatenate([b.left for b in bases]),
             "node_right": np.concatenate([b.right for b in bases]),
+            "node_missing_right": np.concatenate([b.missing_right for b in bases]),
             "leaf_values": np.concatenate([b.leaf_values for b in bases], axis=0),
             "n_features": np.array(d),
         })

@@ -29,6 +29,7 @@ from numba import njit
 import tunemix.core.numba_cache  # noqa: F401 - numba's cache written under a lock (tunemix/core/numba_cache.py)
 from tunemix.train.learners.stump_search import (
     ALPHA_MAX,
+    HIST_BINS,
     TREE,
     accumulate_histogram,
     alpha_of_edge,
@@ -36,6 +37,7 @@ from tunemix.train.learners.stump_search import (
     best_split,
     boost_update,
     class_lanes,
+    goes_right,
     split_score,
 )
 
@@ -51,7 +53,8 @@ def grow_tree(
 ):  # pragma: no cover
     """Grow one Hamming tree on all rows; returns ``(n_nodes, n_leaves, edge)``.
 
-    Outputs (preallocated): ``node_feat`` (feature id), ``node_bin`` (test ``code >= bin``),
+    Outputs (preallocated): ``node_feat`` (feature id), ``node_bin`` (the split as
+    ``best_split`` encodes it: ``goes_right(code, bin)``; its bin ``threshold_bin(bin)``),
     ``node_left/right`` (FlatForest convention: c >= 0 node, c < 0 leaf -c-1), ``leaf_sums``
     (S_R per leaf), ``row_leaf`` (leaf of each row), ``per_feature`` (best root stump edge of
     each searched feature slot), ``node_gains`` (N-1, k): row q the best leaf-split gain of each
@@ -127,7 +130,7 @@ def grow_tree(
         t = 0
         for p in range(a, e):
             r = order[p]
-            if codes[f, r] >= b:
+            if goes_right(codes[f, r], b):
                 tmp[t] = r
                 t += 1
             else:
@@ -292,7 +295,7 @@ class HammingTreeSearch:
 
     def _hist_pool(self, k: int) -> npt.NDArray[np.float64]:
         """The (N, k, B, K) histogram scratch for ``k`` searched features (kept between calls)."""
-        shape = (self.n_leaves, k, self.max_bins, self.n_classes)
+        shape = (self.n_leaves, k, max(self.max_bins, HIST_BINS), self.n_classes)
         if self._pool.shape != shape:
             self._pool = np.empty(shape, dtype=np.float64)
         return self._pool

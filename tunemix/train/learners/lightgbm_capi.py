@@ -40,6 +40,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tunemix.train.data.binning import MISSING_CODE
+
 #: c_api.h's constants
 DTYPE_FLOAT32, DTYPE_FLOAT64, DTYPE_INT32 = 0, 1, 2
 ROW_MAJOR = 1
@@ -163,13 +165,21 @@ class Dataset:
         return self
 
 
+def codes_as_float(codes: npt.NDArray[np.uint8]) -> npt.NDArray[np.float64]:
+    """Codes as LightGBM reads them: float64, the missing bin (``MISSING_CODE``) as NaN, so that
+    LightGBM learns each split's direction for missing values (its ``missing_type`` NaN)."""
+    out = codes.astype(np.float64)
+    out[codes == MISSING_CODE] = np.nan
+    return out
+
+
 def _push_code_rows(handle: ctypes.c_void_p, codes: npt.NDArray[np.uint8]) -> None:
     """Every document's codes (``codes``: feature-major (width, n)) pushed as float64 rows, a
     batch of ``BATCH_ROWS`` at a time (LightGBM finishes the Dataset with the last row)."""
     width, n = codes.shape
     for start in range(0, n, BATCH_ROWS):
         stop = min(start + BATCH_ROWS, n)
-        rows = np.ascontiguousarray(codes[:, start:stop].T, dtype=np.float64)
+        rows = codes_as_float(np.ascontiguousarray(codes[:, start:stop].T))
         _call("LGBM_DatasetPushRows", handle, rows.ctypes.data_as(ctypes.c_void_p), ctypes.c_int(DTYPE_FLOAT64),
               ctypes.c_int32(stop - start), ctypes.c_int32(width), ctypes.c_int32(start))
 
@@ -188,7 +198,7 @@ def code_dataset(codes: npt.NDArray[np.uint8], params: dict[str, Any]) -> Datase
     _call("LGBM_SampleIndices", ctypes.c_int32(n), text, _int_ptr(indices), ctypes.byref(got))
     if got.value != count.value:
         raise LightGBMError(f"LightGBM sampled {got.value} rows, {count.value} expected")
-    sampled = codes[:, indices].astype(np.float64)  # (width, sample): the sampled rows' columns
+    sampled = codes_as_float(codes[:, indices])  # (width, sample): the sampled rows' columns
     rows = np.arange(indices.shape[0], dtype=np.int32)
     values, where = [], []
     for col in sampled:

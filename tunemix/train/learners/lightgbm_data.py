@@ -9,6 +9,9 @@ i.e. ``code < b`` with ``b = floor(t) + 1``, i.e. ``x < edges[j, b - 1]`` on the
 (``tunemix.train.data.binning``): :func:`code_threshold` gives the float32 threshold the served
 forest compares with ``x >= threshold`` (``+inf`` when every code goes left, ``-inf`` when none
 does). The served model therefore ranks real features exactly as LightGBM ranked their codes.
+A missing value's code (``MISSING_CODE``) reaches LightGBM as NaN (``lightgbm_capi.codes_as_float``),
+so LightGBM learns where each split sends it, and the served forest sends NaN the same way
+(``tunemix.train.learners.lightgbm_forest``).
 """
 
 from __future__ import annotations
@@ -68,7 +71,7 @@ def model_input(features: npt.ArrayLike, bins: FeatureBins | None) -> np.ndarray
     """What a booster predicts on: the float32 features, or their codes (as float32) when it was
     trained on codes (``bins``)."""
     x = np.ascontiguousarray(features, dtype=np.float32)
-    return x if bins is None else bins.transform(x).astype(np.float32)
+    return x if bins is None else capi.codes_as_float(bins.transform(x)).astype(np.float32)
 
 
 def same_bins(evaluation: Any, binned: BinnedView) -> BinnedView:

@@ -24,10 +24,12 @@ from numba import njit
 
 import tunemix.core.numba_cache  # noqa: F401 - numba's cache written under a lock (tunemix/core/numba_cache.py)
 from tunemix.train.learners.stump_search import (
+    HIST_BINS,
     STUMP,
     accumulate_histogram,
     best_split,
     class_lanes,
+    goes_right,
     histogram_totals,
 )
 
@@ -42,8 +44,9 @@ def fit_product(
 ):  # pragma: no cover
     """Fit a product of ``n_terms`` stumps; returns ``(edge, n_passes)``.
 
-    Outputs: ``term_feat`` (feature id, -1 = constant term), ``term_bin`` (test ``code >=
-    bin``), ``V`` (K,) the product vote, ``row_sigma`` (n,) int8 = ``prod_j phi_j(x_i)``,
+    Outputs: ``term_feat`` (feature id, -1 = constant term), ``term_bin`` (the split as
+    ``best_split`` encodes it: ``goes_right(code, bin)``), ``V`` (K,) the product vote,
+    ``row_sigma`` (n,) int8 = ``prod_j phi_j(x_i)``,
     ``per_feature`` the best first-pass stump edge of each searched slot, ``term_edges``
     (n_terms, k) row j the best edge of each slot for term j in the first (greedy) pass, the
     constant term included for j >= 1 (bandit rewards: every term's search feeds the bandit);
@@ -103,7 +106,7 @@ def fit_product(
                 term_feat[j] = f
                 term_bin[j] = bb
                 for i in range(n):
-                    phi[j, i] = 1 if codes[f, i] >= bb else -1
+                    phi[j, i] = 1 if goes_right(codes[f, i], bb) else -1
         n_passes = cycle + 1
         if cycle > 0 and not edge > edge_at_start * (1.0 + MIN_RISE):
             break
@@ -151,7 +154,7 @@ class StumpProductSearch:
     def fit(self, s: npt.NDArray[np.float64], feats: npt.NDArray[np.int64],
             feat_nbins: npt.NDArray[np.int64]) -> ProductFit | None:
         """Fit one product on signed weights ``s`` over features ``feats``; None if no split."""
-        shape = (feats.shape[0], self.max_bins, self.n_classes)
+        shape = (feats.shape[0], max(self.max_bins, HIST_BINS), self.n_classes)
         if self._hist.shape != shape:
             self._hist = np.empty(shape, dtype=np.float64)
         term_feat = np.empty(self.n_terms, dtype=np.int64)

@@ -18,7 +18,17 @@ the total left of the threshold between bins b-1 and b (the test ``code >= b`` s
 - leaf-split criterion (``TREE``): gain ``sum_l (|L_l| + |S_l - L_l|) - sum_l |S_l|``: the rise of
   the Hamming tree's edge ``sum_R sum_l |S_{R,l}|`` when one leaf is split in two.
 
-Ties go to the lowest feature slot, then the lowest bin. A threshold must leave at least one bin
+**Missing values** (``docs/missing-values.md``) have the bin ``MISSING_CODE`` (255) of their own,
+counted in ``hist[f, MISSING_CODE]`` (histograms have ``HIST_BINS`` = 256 bins). For a feature of
+at most 255 bins with missing mass M_l, every threshold is tried twice, as LightGBM does: missing
+right (left total ``L_l(b)``) and missing left (``L_l(b) + M_l``), and the better is kept; a
+threshold ``b = nbins`` (every present value left, the missing ones right) is a candidate too.
+The chosen bin is returned as ``b`` (missing right), ``b + MISSING_LEFT`` (missing left) or, when
+the node's rows have no missing value of the feature, ``b + NO_MISSING`` (a missing value met
+later goes left, as ``x >= t`` sends NaN); ``goes_right(code, bin)`` is the test that sends a row
+right for each.
+
+Ties go to the lowest feature slot, then the lowest bin, then missing right. A threshold must leave at least one bin
 on each side (b in 1..nbins-1) unless ``allow_constant`` (then b = 0, phi = +1 everywhere, is a
 candidate too: used by product terms so a product of m terms can express fewer terms).
 
@@ -39,6 +49,33 @@ import tunemix.core.numba_cache  # noqa: F401 - numba's cache written under a lo
 
 STUMP = 0
 TREE = 1
+
+#: the missing bin's code (``tunemix.train.data.binning.MISSING_CODE``)
+MISSING_CODE = 255
+#: bins of a histogram: every code, the missing one included
+HIST_BINS = MISSING_CODE + 1
+#: added to a chosen bin whose missing values go left (``best_split``)
+MISSING_LEFT = 256
+#: added to a chosen bin of a feature without missing values in the node (``best_split``)
+NO_MISSING = 512
+
+
+@njit(cache=True, inline="always")
+def goes_right(code, b):  # pragma: no cover
+    """Whether a row of bin ``code`` goes right at the split ``b`` (``best_split``'s encoding:
+    ``code >= b``, the missing bin right; ``b - MISSING_LEFT`` with the missing bin left;
+    ``b - NO_MISSING``: ``code >= b``, every bin a value's, up to 255)."""
+    if b >= NO_MISSING:
+        return code >= b - NO_MISSING
+    if b >= MISSING_LEFT:
+        return code >= b - MISSING_LEFT and code != MISSING_CODE
+    return code >= b
+
+
+def threshold_bin(b: int) -> int:
+    """The bin of ``best_split``'s encoded bin ``b``: the split is ``code >= threshold_bin(b)``."""
+    return b - NO_MISSING if b >= NO_MISSING else b - MISSING_LEFT if b >= MISSING_LEFT else b
+
 
 #: ``1 - edge`` below this counts as a perfect base classifier (alpha is capped, boosting stops).
 PERFECT_EDGE_TOL = 1e-10
@@ -186,6 +223,9 @@ def best_split(hist, feat_nbins, S, criterion, allow_constant, best_L, per_featu
     k = hist.shape[0]
     K = len(k_lanes)
     L = np.zeros(K)
+    LM = np.zeros(K)
+    M = np.zeros(K)
+    with_bin = hist.shape[1] > MISSING_CODE
     best_slot = -1
     best_bin = -1
     best_score = -np.inf
@@ -203,7 +243,12 @@ def best_split(hist, feat_nbins, S, criterion, allow_constant, best_L, per_featu
                 best_bin = 0
                 for l in range(K):
                     best_L[l] = 0.0
-        for b in range(1, nb):
+        missing = False
+        if with_bin and nb <= MISSING_CODE:
+            for l in range(K):
+                M[l] = hist[f, MISSING_CODE, l]
+                missing |= M[l] != 0.0
+        for b in range(1, nb + (1 if missing else 0)):
             for l in range(K):
                 L[l] += hist[f, b - 1, l]
             sc = split_score(S, L, criterion, k_lanes)
@@ -212,9 +257,21 @@ def best_split(hist, feat_nbins, S, criterion, allow_constant, best_L, per_featu
             if sc > best_score:
                 best_score = sc
                 best_slot = f
-                best_bin = b
+                best_bin = b if missing else b + NO_MISSING
                 for l in range(K):
                     best_L[l] = L[l]
+            if missing and b < nb:
+                for l in range(K):
+                    LM[l] = L[l] + M[l]
+                sc = split_score(S, LM, criterion, k_lanes)
+                if sc > fbest:
+                    fbest = sc
+                if sc > best_score:
+                    best_score = sc
+                    best_slot = f
+                    best_bin = b + MISSING_LEFT
+                    for l in range(K):
+                        best_L[l] = LM[l]
         per_feature[f] = fbest
     return best_slot, best_bin, best_score
 

@@ -14,9 +14,16 @@ is ``((x - mean) / scale) @ weights + intercept``); the artifact holds these arr
   is liblinear's: a constant feature 1 (``intercept_scaling``), regularised like the weights.
   With two classes liblinear returns one score f = m_1 . x - m_0 . x; the member's K-vector is
   then (0, f). Keys: ``C``, ``max_iter``, ``tol``.
+  Missing values (``docs/missing-values.md``): a feature with a missing value in the fit part is
+  read as its imputed value (the mean of its present values) and gets a missing indicator, a
+  column of its own (1 where missing); both are standardised and learned with the rest. The
+  served map keeps d weights: a missing value's term (the run's ``missing`` row) is its weight
+  times the standardised imputed value plus its indicator's weight, and the indicators' terms
+  for present values are inside the intercept.
 - ``[members] best_feature = true``: the paper's baseline, the raw feature j and sign s in
   {+1, -1} whose score s x_j has the best mean of the mixer's measure (NDCG@10, "yahoo") on the
-  fit part's queries; one member (raw view, K = 1, used as it is), weights s e_j.
+  fit part's queries; one member (raw view, K = 1, used as it is), weights s e_j. A missing
+  value scores 0 (it is read as 0 when the feature is chosen, and served so).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from tunemix.train.members.types import MemberType, RunResult, RunSpec, register
+from tunemix.train.members.types import MemberType, RunResult, RunSpec, linear_scores, register
 
 #: the paper's log grid of C (method section 3.2)
 PAPER_C_GRID = [1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0]
@@ -48,8 +55,17 @@ def fit_crammer_singer(features: np.ndarray, classes: np.ndarray, n_classes: int
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.svm import LinearSVC
 
-    mean, scale = standardisation(features)
-    xs = (np.asarray(features, dtype=np.float64) - mean) / scale
+    x = np.asarray(features, dtype=np.float64)
+    nan = np.isnan(x)
+    miss = np.flatnonzero(nan.any(axis=0))
+    d = x.shape[1]
+    impute = np.zeros(d)
+    if miss.size:
+        present = (~nan).sum(axis=0)
+        impute = np.divide(np.where(nan, 0.0, x).sum(axis=0), present, out=np.zeros(d), where=present > 0)
+        x = np.hstack([np.where(nan, impute, x), nan[:, miss].astype(np.float64)])
+    mean, scale = standardisation(x)
+    xs = (x - mean) / scale
     n = xs.shape[0]
     svc = LinearSVC(multi_class="crammer_singer", C=float(C) / n, fit_intercept=True, max_iter=int(max_iter),
                     tol=float(tol), random_state=int(seed))
@@ -68,7 +84,14 @@ def fit_crammer_singer(features: np.ndarray, classes: np.ndarray, n_classes: int
         for row, c in enumerate(present):
             weights[:, c] = coef[row]
             intercept[c] = icpt[row]
-    return {"weights": weights, "intercept": intercept, "mean": mean, "scale": scale}, svc
+    linear = {"weights": weights[:d], "intercept": intercept, "mean": mean[:d], "scale": scale[:d]}
+    if miss.size:  # the indicators folded into the intercept (present) and the missing rows
+        ind_w = weights[d:] / scale[d:, None]
+        linear["intercept"] = intercept - (mean[d:, None] * ind_w).sum(axis=0)
+        missing = ((impute - mean[:d]) / scale[:d])[:, None] * weights[:d]
+        missing[miss] += ind_w
+        linear["missing"] = missing
+    return linear, svc
 
 
 def best_single_feature(features: np.ndarray, labels: np.ndarray, query_offsets: np.ndarray, measure: str,
@@ -81,7 +104,7 @@ def best_single_feature(features: np.ndarray, labels: np.ndarray, query_offsets:
     x = np.asarray(features)
     for j in range(x.shape[1]):
         # one column at a time: no float64 copy of the matrix
-        column = (x[:, j] if rows is None else x[rows, j]).astype(np.float64)
+        column = np.nan_to_num((x[:, j] if rows is None else x[rows, j]).astype(np.float64), nan=0.0)
         for sign in (1.0, -1.0):
             q = mean_metric(labels, sign * column, query_offsets, measure, convention)
             if q > best[2]:
@@ -120,8 +143,7 @@ class SVMMember(MemberType):
                                          max_iter=int(params.get("max_iter", 2000)),
                                          tol=float(params.get("tol", 1e-4)),
                                          seed=int(params.get("seed", seed + spec.index)))
-        xs = (np.asarray(features, dtype=np.float64) - linear["mean"]) / linear["scale"]
-        error = float(np.mean(svc.predict(xs) != classes))
+        error = float(np.mean(np.argmax(linear_scores(linear, features), axis=1) != classes))
         result = _linear_result(spec, linear, grouping.n_classes, grouping.class_gains(labels), t0, error)
         result.stop_reason = "max_iter" if int(np.max(svc.n_iter_)) >= svc.max_iter else "converged"
         return result

@@ -190,9 +190,15 @@ class MemberType(ABC):
 
 
 def linear_scores(linear: dict[str, np.ndarray], features: np.ndarray) -> np.ndarray:
-    """``((x - mean) / scale) @ weights + intercept``, (n, K), in float64."""
+    """``((x - mean) / scale) @ weights + intercept``, (n, K), in float64; a missing value's term is
+    the run's ``missing`` row (0 without one), as ``EnsembleModel.linear_terms`` serves it."""
     x = (np.asarray(features, dtype=np.float64) - linear["mean"]) / linear["scale"]
-    return np.ascontiguousarray(x @ linear["weights"] + linear["intercept"])
+    nan = np.isnan(x)
+    if not nan.any():
+        return np.ascontiguousarray(x @ linear["weights"] + linear["intercept"])
+    x[nan] = 0.0
+    missing = linear.get("missing", np.zeros_like(linear["weights"]))
+    return np.ascontiguousarray(x @ linear["weights"] + nan.astype(np.float64) @ missing + linear["intercept"])
 
 
 #: keys of any ``[[members.<type>]]`` block that scope its runs instead of parametrising them
