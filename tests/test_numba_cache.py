@@ -145,3 +145,72 @@ def test_the_default_cache_is_the_environments_or_the_users(tmp_path: Path, monk
     monkeypatch.setattr(sys, "prefix", "/usr")  # not a virtual environment: the user's cache
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     assert numba_cache.default_cache_dir() == tmp_path / "cache" / "tunemix" / "numba-cache"
+
+
+# ---------------------------------------------------------------------------- stale code
+CALLER = textwrap.dedent('''
+    from numba import njit
+    from callee import g
+
+    @njit(cache=True)
+    def f(x):
+        return g(x) + 1
+''')
+
+CALLEE = '''
+from numba import njit
+
+@njit(cache=True)
+def g(x):
+    return x * {factor}
+'''
+
+RUN = textwrap.dedent('''
+    import sys
+    from pathlib import Path
+    from tunemix.core import numba_cache
+    if sys.argv[2] == "stamped":
+        numba_cache.stamp_sources(Path(sys.argv[1]))
+    sys.path.insert(0, sys.argv[1])
+    from caller import f
+    print(f(10))
+''')
+
+
+def run_caller(pkg: Path, cache: Path, how: str) -> int:
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", RUN, str(pkg), how], env=env, capture_output=True, text=True,
+                         check=True, cwd=ROOT)
+    return int(out.stdout.split()[-1])
+
+
+def test_a_change_to_a_called_kernel_recompiles_its_callers(tmp_path: Path) -> None:
+    """f (caller.py) calls g (callee.py), both cached. After g's module changes, numba's own stamp
+    (f's file) loads f's old machine code, g compiled in: the old answer. With the package's
+    stamp (``stamp_sources``), f is compiled again: the new answer."""
+    for how in ("numba's own", "stamped"):
+        pkg, cache = tmp_path / how.replace(" ", "-").replace("'", ""), tmp_path / f"cache-{len(how)}"
+        pkg.mkdir()
+        (pkg / "caller.py").write_text(CALLER)
+        (pkg / "callee.py").write_text(CALLEE.format(factor=2))
+        assert run_caller(pkg, cache, how) == 21
+        (pkg / "callee.py").write_text(CALLEE.format(factor=3))
+        got = run_caller(pkg, cache, how)
+        if how == "stamped":
+            assert got == 31
+        else:
+            assert got == 21  # the stale code this guards against: if numba fixes it, drop the stamp
+
+
+def test_the_packages_stamp_carries_the_digest_of_its_numba_modules(tmp_path: Path) -> None:
+    from tunemix.core.numba_cache import sources_digest
+
+    (tmp_path / "a.py").write_text("import numba\n")
+    (tmp_path / "b.py").write_text("x = 1\n")
+    first = sources_digest(tmp_path)
+    sources_digest.cache_clear()
+    (tmp_path / "b.py").write_text("x = 2\n")  # no numba: no part of it
+    assert sources_digest(tmp_path) == first
+    sources_digest.cache_clear()
+    (tmp_path / "a.py").write_text("import numba  # changed\n")
+    assert sources_digest(tmp_path) != first

@@ -23,11 +23,21 @@ save in an exclusive ``flock`` on a lock file beside the function's index, and t
 shared one (a reader then never sees an index entry whose data file is not written yet). Where
 the lock file cannot be opened (a read-only cache, which numba does not write either) or there is
 no ``fcntl`` (Windows), numba runs as it is.
+
+**Stale code.** numba keys a cached function by the text of its own source file only, but a
+kernel's machine code holds the kernels it calls, compiled in: after a change to one module (an
+upgrade, an edit), a kernel of another module that calls into it would load its old code from
+the cache and compute what the old version computed. ``stamp_sources`` (run with ``install``
+for the package) adds to the stamp of every function of the package a digest of the text of all
+its modules that mention numba (``sources_digest``, sha256, about 50 files read once per process
+that loads a kernel): any change to any of them recompiles every kernel of the package once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import os
 import sys
 from collections.abc import Iterator
@@ -40,6 +50,10 @@ except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
 _installed = False
+#: package folders whose functions' cache stamps carry their digest (``stamp_sources``)
+_ROOTS: list[Path] = []
+#: the package's folder
+PACKAGE = Path(__file__).resolve().parents[1]
 
 
 def default_cache_dir() -> Path:
@@ -93,12 +107,50 @@ def locked(path: str, exclusive: bool) -> Iterator[None]:
         os.close(fd)  # closing the descriptor releases the lock
 
 
+@functools.cache
+def sources_digest(root: Path) -> bytes:
+    """sha256 of the text of every module under ``root`` that mentions numba, with its path, in
+    path order."""
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        text = path.read_bytes()
+        if b"numba" in text:
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + text + b"\0")
+    return digest.digest()
+
+
+def stamp_sources(root: Path) -> None:
+    """The cache stamp of every function defined under ``root`` also carries ``sources_digest(root)``
+    (module docstring, "Stale code"): numba's own stamp is the hash of the function's file."""
+    from numba.core.caching import _SourceFileBackedLocatorMixin
+
+    root = root.resolve()
+    if root in _ROOTS:
+        return
+    _ROOTS.append(root)
+    if len(_ROOTS) > 1:
+        return  # the stamp below is installed already, and reads _ROOTS
+    own = _SourceFileBackedLocatorMixin.get_source_stamp
+
+    def stamp(self: Any) -> Any:
+        base = own(self)
+        source = Path(getattr(self, "_py_file", "") or ".").resolve()
+        for r in _ROOTS:
+            if source.is_relative_to(r):
+                return (base, sources_digest(r))
+        return base
+
+    _SourceFileBackedLocatorMixin.get_source_stamp = stamp  # type: ignore[method-assign]
+
+
 def install() -> bool:
-    """Wrap numba's cache save and load in the lock (once per process); False where there is no
-    ``fcntl``."""
+    """Stamp the package's functions with its sources' digest (``stamp_sources``) and wrap numba's
+    cache save and load in the lock (once per process); False where there is no ``fcntl`` (then
+    without the lock)."""
     global _installed
     if _installed:
         return True
+    stamp_sources(PACKAGE)
     if fcntl is None:  # pragma: no cover - Windows
         return False
     from numba.core.caching import IndexDataCacheFile
