@@ -192,7 +192,8 @@ def test_settings_bounds() -> None:
     from pydantic import ValidationError
 
     d = Settings()
-    assert (d.large_body_bytes, d.large_body_items, d.large_concurrency, d.large_nice) == (2**20, 20_000, 1, 19)
+    assert (d.large_body_bytes, d.large_body_items, d.large_concurrency, d.large_nice, d.large_idle) == (
+        2**20, 20_000, 1, 19, True)
     for bad in ({"large_concurrency": 0}, {"large_concurrency": 65}, {"large_nice": -1}, {"large_nice": 20},
                 {"large_body_bytes": -1}, {"large_body_items": -1}):
         with pytest.raises(ValidationError):
@@ -200,7 +201,8 @@ def test_settings_bounds() -> None:
 
 
 def test_large_work_runs_in_its_lane_on_one_thread_below_the_workers_priority() -> None:
-    """On the lane's own thread (neither the event loop's nor anyio's), at a lower priority, with
+    """On the lane's own thread (neither the event loop's nor anyio's), at a lower priority and under
+    SCHED_IDLE, with
     the kernels on one thread; the Python lanes and scoring slots untouched (the state has none)."""
     import asyncio
     import os
@@ -209,21 +211,23 @@ def test_large_work_runs_in_its_lane_on_one_thread_below_the_workers_priority() 
     from tunemix.core.scoring.runtime import get_scoring_threads
     from tunemix.service.lanes import large_lane, large_work
 
-    lane = large_lane(1, nice=3)
+    lane = large_lane(1, nice=3, idle=True)
 
-    def work() -> tuple[str, int, int]:
+    def work() -> tuple[str, int, int, int]:
         tid = threading.get_native_id()
-        return threading.current_thread().name, os.getpriority(os.PRIO_PROCESS, tid), get_scoring_threads()
+        policy = os.sched_getscheduler(0) if sys.platform == "linux" else -1
+        return threading.current_thread().name, os.getpriority(os.PRIO_PROCESS, tid), get_scoring_threads(), policy
 
-    async def main() -> tuple[str, int, int]:
+    async def main() -> tuple[str, int, int, int]:
         state = SimpleNamespace(large_lane=lane)
         request = SimpleNamespace(app=SimpleNamespace(state=state), state=SimpleNamespace())
         return await large_work(request, work)  # type: ignore[arg-type]
 
     try:
-        name, nice, threads = asyncio.run(main())
+        name, nice, threads, policy = asyncio.run(main())
     finally:
         lane.shutdown(wait=True)
     assert name.startswith("tunemix-large") and threads == 1
     if sys.platform == "linux":
         assert nice == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 3)
+        assert policy == os.SCHED_IDLE and os.sched_getscheduler(0) != os.SCHED_IDLE  # the lane's thread only

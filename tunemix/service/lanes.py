@@ -135,22 +135,30 @@ async def explain_work(request: Request, fn: Callable[..., T], *args: Any) -> T:
     return await lane_work(request.app.state.explain_lane, request, fn, *args)
 
 
-def large_lane(concurrency: int, nice: int = 0) -> ThreadPoolExecutor:
+def large_lane(concurrency: int, nice: int = 0, idle: bool = False) -> ThreadPoolExecutor:
     """The worker's large lane: ``concurrency`` threads of its own (``TUNEMIX_LARGE_CONCURRENCY``),
     made in the application's lifespan and shut down with it, as ``explain_lane``; each thread
     ``nice`` steps below the worker's priority (``TUNEMIX_LARGE_NICE``, Linux: a thread has its
-    own), so that a small request's threads take a core from it as soon as they wake."""
+    own), and with ``idle`` (``TUNEMIX_LARGE_IDLE``) under Linux's ``SCHED_IDLE`` policy, so that a
+    small request's threads take a core from it as soon as they wake."""
     return ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="tunemix-large",
-                              initializer=lower_priority, initargs=(nice,))
+                              initializer=lower_priority, initargs=(nice, idle))
 
 
-def lower_priority(nice: int) -> None:
-    """This thread ``nice`` steps below its current priority, where the system lets a thread have
-    its own (Linux); elsewhere nothing."""
-    if nice and sys.platform == "linux":
-        tid = threading.get_native_id()
+def lower_priority(nice: int, idle: bool = False) -> None:
+    """This thread ``nice`` steps below its current priority, and with ``idle`` under
+    ``SCHED_IDLE`` (it runs only when no other thread of the machine wants the core, and gives the
+    core up at once to one that wakes), where the system lets a thread have its own (Linux);
+    elsewhere nothing."""
+    if sys.platform != "linux":
+        return
+    tid = threading.get_native_id()
+    if nice:
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+    if idle:
+        with contextlib.suppress(OSError, AttributeError):
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # 0: this thread
 
 
 async def large_work(request: Request, fn: Callable[..., T], *args: Any) -> T:

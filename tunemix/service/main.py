@@ -96,7 +96,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.python_lanes = anyio.CapacityLimiter(PYTHON_LANES)
     app.state.scoring_slots = anyio.CapacityLimiter(settings.scoring_concurrency())
     app.state.explain_lane = explain_lane(settings.explain_concurrency)  # its own threads, shut down below
-    app.state.large_lane = large_lane(settings.large_concurrency, settings.large_nice)  # the same
+    app.state.large_lane = large_lane(settings.large_concurrency, settings.large_nice, settings.large_idle)  # the same
     app.state.scoring_requests = 0  # requests scoring or waiting to (tunemix.service.lanes.scoring)
     metrics: Metrics = app.state.metrics
     metrics.served = registry.served_by_worker
