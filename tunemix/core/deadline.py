@@ -64,8 +64,8 @@ class BudgetExceeded(Exception):
 
 @dataclass
 class Deadline:
-    """``at``: the ``time.monotonic()`` instant the work must be done by; ``seconds``: the length
-    it was given (for messages); ``row_budget``: forest rows the work may score (None: no limit);
+    """``at``: the ``time.monotonic()`` instant the work must be done by; ``seconds``: its length
+    (for messages); ``row_budget``: forest rows the work may score (None: no limit);
     ``busy``: whether other requests are in flight (the service's probe; None: never), asked only
     when the work finds its deadline passed before it starts."""
 

@@ -62,7 +62,7 @@ REPR_BYTES_PER_CHAR = 11
 
 
 def fixed_bytes(value: Any, *parts: Any) -> int:
-    """The bytes of ``value`` encoded, less those of ``parts`` (the values it was made with):
+    """The bytes of ``value`` encoded, less those of ``parts`` (the values in it):
     its keys and punctuation."""
     return len(ENCODER.encode(value)) - sum(len(ENCODER.encode(p)) for p in parts)
 
