@@ -94,21 +94,29 @@ def run(before: Path, rounds: int, trees: int, with_model: bool = True) -> dict[
                 xb = np.ascontiguousarray(X[rng.choice(X.shape[0], n, replace=False)])
                 if not np.array_equal(old.score_forest(f_old, xb), this.score_forest(f_new, xb)):
                     raise AssertionError(f"{leaves} leaves, {kind}: the two sides' scores differ")
-                reps = max(1, 30_000 // n)
-                a, b, a2 = [], [], []
-                for _ in range(rounds):
-                    a.append(timed(lambda f=f_old, x=xb: old.score_forest(f, x), reps))
-                    b.append(timed(lambda f=f_new, x=xb: this.score_forest(f, x), reps))
-                    a2.append(timed(lambda f=f_old2, x=xb: old.score_forest(f, x), reps))
                 key = f"{leaves} leaves, {kind}, {n} documents"
-                out[key] = {"before_us": round(float(np.median(a)), 1), "this_us": round(float(np.median(b)), 1),
-                            "this_over_before": round(float(np.median(np.array(b) / np.array(a))), 3),
-                            "control_before_over_before": round(float(np.median(np.array(a2) / np.array(a))), 3)}
+                out[key] = interleaved(lambda f=f_old, x=xb: old.score_forest(f, x),
+                                       lambda f=f_new, x=xb: this.score_forest(f, x),
+                                       lambda f=f_old2, x=xb: old.score_forest(f, x), rounds, max(1, 30_000 // n))
                 print(key, out[key], flush=True)
     if with_model:
         out.update(model_case(data, rng, rounds))
     shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def interleaved(before: Any, this: Any, control: Any, rounds: int, reps: int) -> dict[str, float]:
+    """``rounds`` rounds of the three calls timed in turn (``timed``, ``reps`` calls each): the
+    medians and the median ratios of this side and of the control (the before side again) to
+    the before side."""
+    a, b, a2 = [], [], []
+    for _ in range(rounds):
+        a.append(timed(before, reps))
+        b.append(timed(this, reps))
+        a2.append(timed(control, reps))
+    return {"before_us": round(float(np.median(a)), 1), "this_us": round(float(np.median(b)), 1),
+            "this_over_before": round(float(np.median(np.array(b) / np.array(a))), 3),
+            "control_before_over_before": round(float(np.median(np.array(a2) / np.array(a))), 3)}
 
 
 def model_case(data: Any, rng: np.random.Generator, rounds: int) -> dict[str, Any]:
@@ -128,16 +136,9 @@ def model_case(data: Any, rng: np.random.Generator, rounds: int) -> dict[str, An
         off = np.array([0, n], dtype=np.int64)
         if not np.array_equal(m_old.score(xb, off), m_new.score(xb, off)):
             raise AssertionError("the two sides' model scores differ")
-        reps = max(1, 10_000 // n)
-        a, b, a2 = [], [], []
-        for _ in range(rounds):
-            a.append(timed(lambda x=xb, o=off: m_old.score(x, o), reps))
-            b.append(timed(lambda x=xb, o=off: m_new.score(x, o), reps))
-            a2.append(timed(lambda x=xb, o=off: m_old.score(x, o), reps))
         key = f"the default model ({m_new.forest.n_base} bases, nodes sending NaN right: {right}), {n} documents"
-        out[key] = {"before_us": round(float(np.median(a)), 1), "this_us": round(float(np.median(b)), 1),
-                    "this_over_before": round(float(np.median(np.array(b) / np.array(a))), 3),
-                    "control_before_over_before": round(float(np.median(np.array(a2) / np.array(a))), 3)}
+        out[key] = interleaved(lambda x=xb, o=off: m_old.score(x, o), lambda x=xb, o=off: m_new.score(x, o),
+                               lambda x=xb, o=off: m_old.score(x, o), rounds, max(1, 10_000 // n))
         print(key, out[key], flush=True)
     return out
 

@@ -136,10 +136,9 @@ def test_more_leaves_never_worse(seed: int) -> None:
         prev = tree.edge
 
 
-@pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("m", [1, 2, 3])
-def test_product_matches_brute_force(seed: int, m: int) -> None:
-    X, s, bins, codes = make_problem(seed, n=40, d=3)
+def product_against_brute_force(X: np.ndarray, s: np.ndarray, bins, codes, m: int):
+    """The product search's fit on ``codes``, its edge and its rows' signs checked against
+    ``naive.fit_product`` on ``X``; returns the fit and the rows' signs."""
     feats, nb = feats_of(bins)
     fit = StumpProductSearch(codes, s.shape[1], m, bins.max_bins).fit(s, feats, nb)
     assert fit is not None
@@ -150,6 +149,14 @@ def test_product_matches_brute_force(seed: int, m: int) -> None:
         if t is not None:
             sigma *= naive.phi_missing(X[:, j], t, nan_right)
     np.testing.assert_array_equal(fit.row_leaf, (sigma > 0).astype(np.int32))
+    return fit, sigma
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("m", [1, 2, 3])
+def test_product_matches_brute_force(seed: int, m: int) -> None:
+    X, s, bins, codes = make_problem(seed, n=40, d=3)
+    fit, sigma = product_against_brute_force(X, s, bins, codes, m)
     # the product's edge is sum_l V_l sum_i s_il sigma_i
     assert float((s * sigma[:, None] * fit.vote[None, :]).sum()) == pytest.approx(fit.edge, abs=1e-12)
 
@@ -181,16 +188,7 @@ def test_tree_with_missing_values_matches_brute_force(seed: int, n_leaves: int) 
 @pytest.mark.parametrize("m", [1, 2, 3])
 def test_product_with_missing_values_matches_brute_force(seed: int, m: int) -> None:
     X, s, bins, codes = with_missing(seed, n=40, d=3)
-    feats, nb = feats_of(bins)
-    fit = StumpProductSearch(codes, s.shape[1], m, bins.max_bins).fit(s, feats, nb)
-    assert fit is not None
-    edge, terms = naive.fit_product(X, s, m)
-    assert fit.edge == pytest.approx(edge, abs=1e-12)
-    sigma = np.ones(X.shape[0])
-    for j, t, nan_right in terms:
-        if t is not None:
-            sigma *= naive.phi_missing(X[:, j], t, nan_right)
-    np.testing.assert_array_equal(fit.row_leaf, (sigma > 0).astype(np.int32))
+    product_against_brute_force(X, s, bins, codes, m)
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -87,6 +87,17 @@ def assert_adds_up(model: EnsembleModel, x: np.ndarray, off: list[int]) -> None:
     np.testing.assert_allclose(e.scores, model.score(x, off), rtol=0, atol=1e-12)
 
 
+def assert_member_equals_brute_force(model: EnsembleModel, m: int, x: np.ndarray) -> None:
+    """Member ``m`` alone: its exact values of rows 1 and 5 of the 7-row list ``x`` == the
+    Shapley values by enumeration."""
+    sub = linear_layers(model, m)
+    e = explain_rows(sub, x, [0, 7], [1, 5])
+    for k, i in enumerate([1, 5]):
+        base, phi = brute_force(as_model(sub), x, i)
+        np.testing.assert_allclose(e.contributions[k], phi, rtol=0, atol=1e-9)
+        assert e.baseline[k] == pytest.approx(base, abs=1e-9)
+
+
 def test_linear_layers_equal_brute_force_on_every_member_type(models: dict[str, EnsembleModel]) -> None:
     """Trees, products of stumps, Hamming trees (AdaBoost.MH), LightGBM trees (McRank, LambdaMART),
     the SVM and the best single feature (linear): exact == whole-model Shapley by enumeration."""
@@ -100,12 +111,7 @@ def test_linear_layers_equal_brute_force_on_every_member_type(models: dict[str, 
     assert bases == {0, 1}  # trees and products of stumps
     x = candidate_list(2, n=7)
     for m in first.values():
-        sub = linear_layers(model, m)
-        e = explain_rows(sub, x, [0, 7], [1, 5])
-        for k, i in enumerate([1, 5]):
-            base, phi = brute_force(as_model(sub), x, i)
-            np.testing.assert_allclose(e.contributions[k], phi, rtol=0, atol=1e-9)
-            assert e.baseline[k] == pytest.approx(base, abs=1e-9)
+        assert_member_equals_brute_force(model, m, x)
 
 
 @pytest.mark.parametrize("view", ["raw", "raw+std", "raw+white"])
@@ -356,12 +362,7 @@ def test_missing_values_equal_brute_force_on_every_member_type(models: dict[str,
         first.setdefault(learner_type(model, m), m)
     x = with_missing(candidate_list(2, n=7), 1)
     for m in first.values():
-        sub = linear_layers(model, m)
-        e = explain_rows(sub, x, [0, 7], [1, 5])
-        for k, i in enumerate([1, 5]):
-            base, phi = brute_force(as_model(sub), x, i)
-            np.testing.assert_allclose(e.contributions[k], phi, rtol=0, atol=1e-9)
-            assert e.baseline[k] == pytest.approx(base, abs=1e-9)
+        assert_member_equals_brute_force(model, m, x)
 
 
 @pytest.mark.parametrize("view", ["raw", "raw+std", "raw+white"])
