@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from tunemix.train.config import ConfigError, SyntheticData, load_config
-from tunemix.train.members.auto import DataShape, adaboost_iterations, auto_members, auto_relevance, lambdamart_rate
+from tunemix.train.members.auto import (DataShape, adaboost_iterations, auto_members, auto_relevance, is_peer_recipe,
+                                        lambdamart_rate)
 from tunemix.train.train import train
 
 pytest.importorskip("lightgbm")
@@ -71,8 +72,9 @@ def test_the_choice_follows_the_data_and_the_budget() -> None:
     huge = auto_members(_shape(1_000_000), None)[0]
     assert {b["learning_rate"] for b in huge["lambdamart"] + huge["mcrank"]} == {0.2}
     assert {b["learning_rate"] for b in small["lambdamart"] + small["mcrank"]} == {0.05}
-    assert {b["learning_rate"] for b in auto_members(_shape(100_000), None)[0]["lambdamart"]} == {0.1}
-    assert {b["bagging_fraction"] for b in small["lambdamart"] + small["mcrank"]} == {0.8}
+    mid = auto_members(_shape(100_000), None)[0]
+    assert [b["learning_rate"] for b in mid["lambdamart"]] == [0.05, 0.1]  # the first: the peer's recipe
+    assert [b["bagging_fraction"] for b in small["lambdamart"][1:] + small["mcrank"]] == [0.8, 0.8, 0.8]
     assert adaboost_iterations(_shape(100_000), 0.1) == 0
     assert 0 < adaboost_iterations(_shape(100_000), 3600.0) <= adaboost_iterations(_shape(100_000), None)
     assert any("time budget" in r for r in auto_members(_shape(100_000), 0.1)[1])
@@ -86,8 +88,15 @@ def test_the_choice_follows_the_data_and_the_budget() -> None:
     assert auto_members(_shape(120_000), 60.0)[0]["views"] == ["raw", "raw+std"]
     assert len(auto_members(_shape(10_000, 46), 10.0)[0]["lambdamart"]) == 3  # MQ2008's size: every view
     assert auto_relevance(_shape(30_000))["n_leaves"] == []
-    assert small["lambdamart"][0]["early_stopping"] == 50
-    assert auto_members(_shape(100_000), None)[0]["lambdamart"][0]["early_stopping"] == 25
+    assert small["lambdamart"][1]["early_stopping"] == 50 and mid["lambdamart"][1]["early_stopping"] == 25
+    # up to 200k documents the first LambdaMART run is the early-stopped LightGBM recipe, the peer
+    # of bench.defaults: 31 leaves, 0.05, leaves of 20, no bagging, patience 100, on the raw features
+    for shape in (_shape(10_000), _shape(100_000), _shape(200_000)):
+        first = auto_members(shape, None)[0]["lambdamart"][0]
+        assert is_peer_recipe(first) and first["views"] == ["raw"] and first["fit_on"] == "train"
+        assert (first["n_leaves"], first["learning_rate"], first["min_data_in_leaf"], first["feature_fraction"],
+                first["bagging_fraction"], first["early_stopping"]) == (31, 0.05, 20, 1.0, 1.0, 100)
+    assert not any(is_peer_recipe(b) for b in large["lambdamart"])
 
 
 def test_a_config_naming_only_its_data_trains_the_default_members() -> None:
@@ -111,6 +120,12 @@ def test_a_config_naming_only_its_data_trains_the_default_members() -> None:
             assert calibrator == "identity"
         elif m["type"] == "mcrank":
             assert calibrator.startswith("er:")
+    # the run of the early-stopped LightGBM recipe, and the served model against it on validation:
+    # the mix's candidates include that run alone
+    peer = rec["peer_recipe"]
+    assert peer["run"] == "raw|original|lambdamart31-lr0.05" and peer["queries"] == 15
+    assert peer["served_minus_run"] >= -1e-3 and peer["se"] >= 0
+    assert peer["served_vali_ndcg@10"] >= peer["vali_ndcg@10"] - 1e-3
     # the McRank member is the relevance head's model
     head = rec["relevance_head"]
     assert [m["member"] for m in head["models"]] == ["raw|original|mcrank-mc31-lr0.05"], head

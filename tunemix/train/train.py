@@ -37,7 +37,7 @@ from tunemix.core.ensemble.exponential_forecaster import one_standard_error
 from tunemix.core.ensemble.registry import make_mixer
 from tunemix.core.evaluation import evaluate, mean_metric
 from tunemix.core.scoring.ensemble_model import EXTRA_VIEWS, EnsembleModel, Member, RunInfo, prune, remap_forest
-from tunemix.core.scoring.forest import FlatForest, concatenate
+from tunemix.core.scoring.forest import FlatForest, concatenate, score_forest
 from tunemix.core.version import __version__
 from tunemix.train.budget import FitBudget, clock_for
 from tunemix.train.budget_choice import Choice, choose_with_search
@@ -49,7 +49,7 @@ from tunemix.train.importance import explanation_summary
 from tunemix.train.learners import lightgbm_capi as capi
 from tunemix.train.learners.label_groups import get_grouping, groupings_for
 from tunemix.train.learners.lightgbm_data import sharing_datasets
-from tunemix.train.members.auto import DataShape, apply_auto, small_validation
+from tunemix.train.members.auto import DataShape, apply_auto, is_peer_recipe, small_validation
 from tunemix.train.members.types import (
     LIGHTGBM_TYPES,
     CalibrationResult,
@@ -529,6 +529,7 @@ def _train(cfg: TrainConfig, clock: _Clock, progress: bool, sets: dict[str, Rank
         "time_budget": {**budget_record(clock, deadline, chosen, runs, cals, mixed, checked), "choice": choice},
         "auto_members": chosen.auto_reasons or None,
         "small_validation": validation_rule_record(cfg, prep, checked.served, chosen.auto),
+        "peer_recipe": peer_recipe_record(cfg, prep, runs, checked.served),
         "mix_by_member_type": mixed.by_type,
         "best_feature": checked.baseline,
         "feature_names": feature_names,
@@ -700,6 +701,36 @@ def validation_rule_record(cfg: TrainConfig, prep: Prepared, served: dict[str, n
                          cfg.mixer.convention).per_query[cfg.mixer.measure]
     if int(np.isfinite(np.asarray(per_query, dtype=np.float64)).sum()) > 1:
         out["vali_measure_se"] = round(one_standard_error(per_query), 4)
+    return out
+
+
+def peer_recipe_record(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], served: dict[str, np.ndarray]
+                       ) -> dict[str, Any] | None:
+    """The served model against the run of the early-stopped LightGBM recipe (``PEER_RECIPE``, a
+    default member up to 200k documents) on the validation queries: the run's measure, and the
+    per-query difference served minus run with its standard error. The mix's candidates include
+    that run alone, so on validation the difference is at least about zero; on new queries the
+    served model can fall behind the recipe only by what the choice on these queries fits to
+    their noise, about this standard error. None without such a run."""
+    run = next((r for r in runs if r.spec.type == "lambdamart" and r.spec.view == "raw" and r.forest is not None
+                and is_peer_recipe(r.spec.params)), None)
+    if run is None or not run.checkpoints:
+        return None
+    vali, measure = prep.vali, cfg.mixer.measure
+    recipe = score_forest(FlatForest.from_arrays(run.forest), vali.features, [run.checkpoints[-1]])[:, 0, 0]
+
+    def per_query(scores: np.ndarray) -> np.ndarray:
+        return np.asarray(evaluate(vali.labels, scores, vali.query_offsets, [measure],
+                                   cfg.mixer.convention).per_query[measure], dtype=np.float64)
+
+    ours, theirs = per_query(served["vali"]), per_query(recipe)
+    diff = (ours - theirs)[np.isfinite(ours) & np.isfinite(theirs)]
+    out: dict[str, Any] = {"run": run.spec.tag, "iterations": run.snapshot_iterations[-1],
+                           f"vali_{measure}": round(float(np.nanmean(theirs)), 4),
+                           f"served_vali_{measure}": round(float(np.nanmean(ours)), 4),
+                           "served_minus_run": round(float(diff.mean()), 4) if diff.size else None,
+                           "se": round(one_standard_error(diff), 4) if diff.size > 1 else None,
+                           "queries": int(diff.size)}
     return out
 
 

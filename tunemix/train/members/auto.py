@@ -108,6 +108,20 @@ SMALL_VALIDATION_PATIENCE = 100
 SMALL_MCRANK_PATIENCE = 20
 
 
+#: the recipe a careful LightGBM user runs, and the early-stopped peer of ``bench.defaults``: 31
+#: leaves, learning rate 0.05, leaves of at least 20 documents (LightGBM's default), every document
+#: and feature each iteration, stopped on the validation queries' NDCG@10 with patience 100 (at
+#: most 2,000 iterations), on the raw features. Up to ``LARGE_DOCUMENTS`` the first LambdaMART run
+#: is this recipe (``peer_recipe``)
+PEER_RECIPE: dict[str, Any] = {"n_leaves": 31, "learning_rate": 0.05, "min_data_in_leaf": 20, "feature_fraction": 1.0,
+                               "bagging_fraction": 1.0, "early_stopping": 100, "n_iterations": 2000}
+
+
+def is_peer_recipe(params: dict[str, Any]) -> bool:
+    """Whether a LambdaMART run's parameters are ``PEER_RECIPE``'s."""
+    return all(params.get(k) == v for k, v in PEER_RECIPE.items())
+
+
 def lambdamart_rate(n_docs: int) -> float:
     """The default LambdaMART runs' learning rate: 0.05 on small data, 0.1 up to
     ``FAST_RATE_DOCUMENTS``, then 0.1 x documents / 500k up to 0.2 (from 1M documents): the
@@ -236,6 +250,9 @@ def auto_members(shape: DataShape, time_budget_s: float | None, fixed_s: float =
     }
     if small:
         members["lambdamart"].append({**members["lambdamart"][1], "n_leaves": 7})
+    peer = not large
+    if peer:
+        members["lambdamart"][0] = {**boosting, **PEER_RECIPE, "views": ["raw"]}
     third = "; raw+std, 7 leaves on small data" if small else ""
     if rule["applied"]:
         reasons.append(rule["summary"])
@@ -243,6 +260,10 @@ def auto_members(shape: DataShape, time_budget_s: float | None, fixed_s: float =
                    f"whole training set, learning rate {rate:g} (McRank {mcrank_rate:g}), stopped early on validation "
                    f"(patience {ranking_patience}, McRank {mcrank_patience}), min_data_in_leaf {min_leaf}, "
                    f"bagging {bagging:g}")
+    if peer:
+        reasons.append("the raw 31-leaf LambdaMART run is the early-stopped LightGBM recipe (learning rate 0.05, "
+                       "min_data_in_leaf 20, no bagging, patience 100): the mix's candidates include that run "
+                       "alone, so the served model is at least as good on validation")
     views = affordable_views(time_budget_s, shape.n_docs, [(v, view_width(shape.n_features, v))
                                                             for v in members["views"]], fixed_s)
     if views != members["views"]:  # the budget cannot pay for every view: runs of the others go
