@@ -13,8 +13,14 @@ import numpy as np
 import pytest
 
 from tunemix.train.config import ConfigError, SyntheticData, load_config
-from tunemix.train.members.auto import (DataShape, adaboost_iterations, auto_members, auto_relevance, is_peer_recipe,
-                                        lambdamart_rate)
+from tunemix.train.members.auto import (
+    DataShape,
+    adaboost_iterations,
+    auto_members,
+    auto_relevance,
+    is_peer_recipe,
+    lambdamart_rate,
+)
 from tunemix.train.train import train
 
 pytest.importorskip("lightgbm")
@@ -53,7 +59,7 @@ def test_the_choice_follows_the_data_and_the_budget() -> None:
     assert [b["n_leaves"] for b in auto_members(_shape(20_000), None)[0]["lambdamart"]] == [31, 15]
     assert all(b["fit_on"] == "train" and b["early_stopping"] > 0 for b in small["lambdamart"] + small["mcrank"])
     assert small["adaboost"][0]["n_iterations"] == 300 and small["adaboost"][0]["checkpoints"] == [30, 100, 300]
-    assert small["adaboost"][0]["search"] == "full"
+    assert small["adaboost"][0]["search"] == "ucb1"
     assert auto_members(_shape(30_000), None)[0]["adaboost"][0]["search"] == "ucb1"
     assert any("AdaBoost.MH" in r for r in reasons) and "10000 documents" in reasons[0]
     # AdaBoost.MH's iterations shrink as the documents grow, and vanish past 100k or a tiny budget
@@ -78,7 +84,8 @@ def test_the_choice_follows_the_data_and_the_budget() -> None:
     assert adaboost_iterations(_shape(100_000), 0.1) == 0
     assert 0 < adaboost_iterations(_shape(100_000), 3600.0) <= adaboost_iterations(_shape(100_000), None)
     assert any("time budget" in r for r in auto_members(_shape(100_000), 0.1)[1])
-    assert auto_relevance(_shape(10_000)) == {"n_leaves": [4], "min_data_in_leaf": [50]}
+    assert auto_relevance(_shape(10_000)) == {"n_leaves": [4], "min_data_in_leaf": [50], "learning_rate": 0.1,
+                                              "patience": 25}
     # a budget that cannot pay for the raw+std view (computing, binning, LightGBM's Dataset) drops
     # its runs: at 120k documents of 136 features 10 s keeps raw alone, 60 s both
     tight, reasons = auto_members(_shape(120_000), 10.0)

@@ -13,6 +13,14 @@ What is chosen, and why (measured with ``python -m bench.defaults``; docs/method
   a careful user would otherwise run alone. Two runs: 31 leaves on the raw features, and 15
   leaves on the query-standardised view (``raw+std``), each tree on 80% of the features and each
   iteration on 80% of the documents: their errors differ, so their mix is better than either.
+  Up to 200k documents the 31-leaf run is exactly the recipe of the early-stopped peer
+  (``PEER_RECIPE``: learning rate 0.05, leaves of at least 20 documents, every document and
+  feature each iteration, patience 100), on the shared codes instead of LightGBM's own bins:
+  the mix's candidates include it alone, so the served model is at least as good as the
+  peer's recipe on the validation queries, and can fall behind it on new queries only by what
+  the choice fits to their noise (``record["peer_recipe"]``: the served model minus the run on
+  validation, with its standard error). Above 200k documents the peer's learning rate would
+  make that run the fit's critical path (the default leads the peer by 0.09 to 0.12 there).
   On small data (below 20k documents, ``SMALL_DOCUMENTS``) every LightGBM run learns at 0.05
   (as the early-stopped peer) and a third LambdaMART run, 7 leaves on ``raw+std``, joins: small
   trees are the regularised model such data want, and a third view of the errors; both cost
@@ -182,13 +190,15 @@ def small_validation(shape: DataShape) -> dict[str, Any]:
 
 
 def adaboost_search(shape: DataShape) -> str:
-    """The AdaBoost.MH base search: full on data of up to 2M document-features (MQ2008's and the
-    MSLR sample's folds: there the bandit's runs mix 0.0025 and 0.018 NDCG@10 worse, python -m
-    bench.defaults, and a full run takes seconds), the UCB1 bandit over the features above (each
-    iteration searches ceil(sqrt(d)) features instead of all: 3.4x faster per iteration at equal
-    NDCG@10 on MQ2008's 46 features, python -m bench.bench_bandit, more on wider data; on 30k
-    documents of 136 features 300 iterations take 9 s instead of minutes)."""
-    return "ucb1" if shape.n_docs * shape.n_features > 2_000_000 else "full"
+    """The AdaBoost.MH base search of the default: the UCB1 bandit over the features at every size
+    (each iteration searches ceil(sqrt(d)) features instead of all: 3.4x faster per iteration at
+    equal NDCG@10 on MQ2008's 46 features, python -m bench.bench_bandit, more on wider data; on
+    30k documents of 136 features 300 iterations take 9 s instead of minutes). Beside the peer's
+    recipe (``PEER_RECIPE``) the full search's runs mix no better: test NDCG@10, mean of seeds
+    0-2 over the five folds, full / bandit, MQ2008 0.7871 / 0.7873, the MSLR sample 0.4524 /
+    0.4535, for 23% (MQ2008: 2.61 against 3.37 CPU seconds a fit) and 38% (the MSLR sample: 5.34
+    against 8.61) less CPU (seeds 1 and 2, in one warm process)."""
+    return "ucb1"
 
 
 def adaboost_iterations(shape: DataShape, time_budget_s: float | None) -> int:
@@ -289,14 +299,18 @@ def auto_members(shape: DataShape, time_budget_s: float | None, fixed_s: float =
     return members, reasons
 
 
-#: the relevance head's own model on small data: 4 leaves of at least 50 documents
-SMALL_HEAD_GRID = {"n_leaves": [4], "min_data_in_leaf": [50]}
+#: the relevance head's own model on small data: 4 leaves of at least 50 documents, learning rate
+#: 0.1, patience 25 (``auto_relevance``)
+SMALL_HEAD_GRID: dict[str, Any] = {"n_leaves": [4], "min_data_in_leaf": [50], "learning_rate": 0.1, "patience": 25}
 
 
 def auto_relevance(shape: DataShape) -> dict[str, Any]:
     """The relevance head's own grid (the default McRank member is always one of its models,
     ``[relevance] reuse_members``): up to 20k documents one model of its own
-    (``SMALL_HEAD_GRID``: 4 leaves), above them the McRank member alone. The whole default grid
+    (``SMALL_HEAD_GRID``: 4 leaves, at learning rate 0.1 with patience 25: the head's test log
+    loss, mean of the five folds at seed 0, 0.5339 at 0.05 with patience 50, 0.5344 at 0.1, 0.5351
+    with the McRank member alone on MQ2008, 0.9749 / 0.9757 / 0.9802 on the MSLR sample, for 0.22
+    and 0.62 CPU seconds less a fit than at 0.05), above them the McRank member alone. The whole default grid
     (12 models) would be the default's largest fixed cost on small data (27 of 36 s on MQ2008
     Fold1, busy machine) for little: test log loss of the head, mean of five folds, whole grid / 4
     and 15 leaves / the McRank member alone: MQ2008 0.5563 / 0.5570 / 0.5598, the MSLR sample
@@ -317,7 +331,7 @@ def apply_auto(cfg: Any, shape: DataShape, fixed_s: float = 0.0) -> tuple[Any, l
     than the defaults) are kept. ``fixed_s``: seconds of the views' share of a time budget spent
     before any view (``tunemix.train.budget.fixed_seconds``)."""
     from tunemix.core.calibration.registry import DEFAULT_CALIBRATORS
-    from tunemix.train.config import MembersConfig
+    from tunemix.train.config import MembersConfig, RelevanceConfig
 
     table, reasons = auto_members(shape, cfg.run.time_budget_s, fixed_s)
     given = cfg.members
@@ -334,9 +348,14 @@ def apply_auto(cfg: Any, shape: DataShape, fixed_s: float = 0.0) -> tuple[Any, l
     relevance = cfg.relevance
     head = auto_relevance(shape)
     if head and list(relevance.n_leaves) == [4, 7, 15, 31] and list(relevance.min_data_in_leaf) == [20, 50, 100]:
+        given = RelevanceConfig()  # a rate or patience the user set stays
+        head = {k: v for k, v in head.items() if k not in ("learning_rate", "patience")
+                or getattr(relevance, k) == getattr(given, k)}
         relevance = dataclasses.replace(relevance, **head)
         grid = (f"n_leaves {head['n_leaves']} x min_data_in_leaf {head['min_data_in_leaf']}" if head["n_leaves"]
                 else "no models of its own")
+        if "learning_rate" in head:
+            grid += f" at learning rate {head['learning_rate']:g}, patience {head['patience']}"
         reasons.append(f"relevance head: the McRank member and {grid} on {shape.n_docs} documents")
     for line in reasons:
         log.info("default members: %s", line)
