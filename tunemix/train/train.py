@@ -714,7 +714,7 @@ def peer_recipe_record(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], 
     their noise, about this standard error. None without such a run."""
     run = next((r for r in runs if r.spec.type == "lambdamart" and r.spec.view == "raw" and r.forest is not None
                 and is_peer_recipe(r.spec.params)), None)
-    if run is None or not run.checkpoints:
+    if run is None or run.forest is None or not run.checkpoints:
         return None
     vali, measure = prep.vali, cfg.mixer.measure
     recipe = score_forest(FlatForest.from_arrays(run.forest), vali.features, [run.checkpoints[-1]])[:, 0, 0]
