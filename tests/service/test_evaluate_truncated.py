@@ -99,3 +99,15 @@ def test_null_features_are_missing_values(client: TestClient, store: Store) -> N
     bad = [{"qid": "c", "labels": [0], "features": [[1e39] + [0.0] * (N_FEATURES - 1)]}]
     r = client.post("/evaluate", json={"queries": bad, "model": "default"})
     assert r.status_code == 422 and "query 'c'" in r.text and "features[0]" in r.text
+
+
+def test_scored_queries_beside_a_truncated_ranking(client: TestClient) -> None:
+    scored = {"qid": "s", "labels": [0, 1, 2], "docids": ["u", "v", "w"], "scores": [0.3, 0.2, 0.1]}
+    (res,) = results(client, "ranx", ["ndcg@5", "map"], scored, QUERY)
+    want = evaluate([0, 1, 2, 2, 0, 1, 1, 0], [0.3, 0.2, 0.1, 0.0, 1.0, 2.0, 0.0, 0.0], [0, 3, 8], ["ndcg@5", "map"],
+                    "ranx", qids=["s", "t1"], retrieved=[True, True, True, False, True, True, False, False])
+    for m in ("ndcg@5", "map"):
+        assert res["per_query"][m]["s"] == pytest.approx(float(want.per_query[m][0]), abs=1e-12)
+        assert res["per_query"][m]["t1"] == pytest.approx(float(want.per_query[m][1]), abs=1e-12)
+    # the scored query is ranked whole: reversed labels 0, 1, 2 give AP (1/2 + 2/3) / 2
+    assert res["per_query"]["map"]["s"] == pytest.approx((1 / 2 + 2 / 3) / 2, abs=1e-12)
