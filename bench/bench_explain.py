@@ -142,8 +142,8 @@ def lightgbm_side(train: Any, vali: Any, x: np.ndarray, repeat: int, workdir: Pa
 
 def interleaved(base: str, bodies: dict[str, list[bytes]], n: int) -> dict[str, dict[str, Any]]:
     """``n`` rounds of one request of each kind in turn on one keep-alive connection (the standard
-    library's ``http.client``), so that every kind sees the same machine load, the kinds' order
-    rotated by one each round (each kind follows each other kind as often): client p50/p90/p99/min
+    library's ``http.client``), so that every kind sees the same machine load, the kinds in a
+    seeded random order each round (no kind always follows the same one): client p50/p90/p99/min
     and the server's own ``server_time_ms`` p50 and p99 per kind. A kind named ``full`` asks for every
     document back (no ``top_k``); the others for ``TOP``."""
     import http.client
@@ -155,8 +155,9 @@ def interleaved(base: str, bodies: dict[str, list[bytes]], n: int) -> dict[str, 
     st: dict[str, list[float]] = {k: [] for k in bodies}
     try:
         kinds = list(bodies)
+        rng = np.random.default_rng(0)
         for i in range(n):
-            for kind in kinds[i % len(kinds):] + kinds[:i % len(kinds)]:
+            for kind in (kinds[j] for j in rng.permutation(len(kinds))):
                 dt, doc = post_rank(conn, base, bodies[kind][i % len(bodies[kind])])
                 want = N_DOCS if kind == "full" else TOP
                 if len(doc["results"][0]["ranking"]) != want:
