@@ -142,8 +142,10 @@ def lightgbm_side(train: Any, vali: Any, x: np.ndarray, repeat: int, workdir: Pa
 
 def interleaved(base: str, bodies: dict[str, list[bytes]], n: int) -> dict[str, dict[str, Any]]:
     """``n`` rounds of one request of each kind in turn on one keep-alive connection (the standard
-    library's ``http.client``), so that both kinds see the same machine load: client p50/p90/min
-    and the server's own ``server_time_ms`` p50 per kind."""
+    library's ``http.client``), so that every kind sees the same machine load, the kinds in a
+    seeded random order each round (no kind always follows the same one): client p50/p90/p99/min
+    and the server's own ``server_time_ms`` p50 and p99 per kind. A kind named ``full`` asks for every
+    document back (no ``top_k``); the others for ``TOP``."""
     import http.client
     from urllib.parse import urlsplit
 
@@ -152,25 +154,32 @@ def interleaved(base: str, bodies: dict[str, list[bytes]], n: int) -> dict[str, 
     lat: dict[str, list[float]] = {k: [] for k in bodies}
     st: dict[str, list[float]] = {k: [] for k in bodies}
     try:
+        kinds = list(bodies)
+        rng = np.random.default_rng(0)
         for i in range(n):
-            for kind, group in bodies.items():
-                dt, doc = post_rank(conn, base, group[i % len(group)])
-                if len(doc["results"][0]["ranking"]) != TOP:
-                    raise SystemExit(f"{base}/rank returned {len(doc['results'][0]['ranking'])} documents, not {TOP}")
-                if kind != "without_explain" and "explanation" not in doc["results"][0]["ranking"][0]:
+            for kind in (kinds[j] for j in rng.permutation(len(kinds))):
+                dt, doc = post_rank(conn, base, bodies[kind][i % len(bodies[kind])])
+                want = N_DOCS if kind == "full" else TOP
+                if len(doc["results"][0]["ranking"]) != want:
+                    raise SystemExit(f"{base}/rank returned {len(doc['results'][0]['ranking'])} documents, not {want}")
+                if kind == "with_explain" and "explanation" not in doc["results"][0]["ranking"][0]:
                     raise SystemExit(f"{base}/rank returned no explanation")
                 lat[kind].append(dt * 1e3)
                 st[kind].append(float(doc["server_time_ms"]))
     finally:
         conn.close()
     return {k: {"n": n, "p50_ms": round(float(np.percentile(lat[k], 50)), 3),
-                "p90_ms": round(float(np.percentile(lat[k], 90)), 3), "min_ms": round(min(lat[k]), 3),
-                "server_time_p50_ms": round(float(np.percentile(st[k], 50)), 3)} for k in bodies}
+                "p90_ms": round(float(np.percentile(lat[k], 90)), 3),
+                "p99_ms": round(float(np.percentile(lat[k], 99)), 3), "min_ms": round(min(lat[k]), 3),
+                "server_time_p50_ms": round(float(np.percentile(st[k], 50)), 3),
+                "server_time_p99_ms": round(float(np.percentile(st[k], 99)), 3)} for k in bodies}
 
 
 def http_side(model_path: Path, test: Any, n: int, workdir: Path) -> dict[str, Any]:
-    """/rank p50 at 100 documents, top_k 10, with ``"explain": 10`` and without, requests of the two
-    kinds in turn (``interleaved``), one worker serving ``model_path``."""
+    """/rank at 100 documents: top_k 10 with ``"explain": 10`` and without, and the same plain
+    requests asking for all 100 documents back (``full``), requests of the three kinds in turn
+    (``interleaved``), one worker serving ``model_path``; the ratios of explained to plain p50 and
+    of top_k to full p50 and p99."""
     port = free_port()
     env = {**os.environ, "TUNEMIX_MODELS_DIR": str(model_path.parent.parent.resolve()),
            "TUNEMIX_DEFAULT_MODEL": model_path.parent.name, "TUNEMIX_PORT": str(port), "TUNEMIX_HOST": "127.0.0.1",
@@ -186,15 +195,19 @@ def http_side(model_path: Path, test: Any, n: int, workdir: Path) -> dict[str, A
         ready_s = server.wait_ready(600)
         sequential(server.base, explained, 3, TOP)  # warm the explanation path
         sequential(server.base, with_top, 3, TOP)
+        sequential(server.base, plain, 3, N_DOCS)
         out: dict[str, Any] = {"model": str(model_path), "app": str(ROOT), "ready_s": round(ready_s, 1),
                            "documents": N_DOCS,
                                "top_k": TOP, "workers": 1, "explain": EXPLAIN, "order": "interleaved",
-                               **interleaved(server.base, {"without_explain": with_top, "with_explain": explained}, n)}
+                               **interleaved(server.base, {"without_explain": with_top, "with_explain": explained,
+                                                            "full": plain}, n)}
     finally:
         server.stop()
     out["p50_ratio"] = round(out["with_explain"]["p50_ms"] / out["without_explain"]["p50_ms"], 2)
     out["server_time_p50_ratio"] = round(out["with_explain"]["server_time_p50_ms"]
                                          / out["without_explain"]["server_time_p50_ms"], 2)
+    out["top_k_to_full"] = {q: round(out["without_explain"][f"{q}_ms"] / out["full"][f"{q}_ms"], 3)
+                            for q in ("p50", "p99", "server_time_p50", "server_time_p99")}
     log(f"http: {out}")
     return out
 

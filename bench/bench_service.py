@@ -108,9 +108,21 @@ def loadavg() -> list[float]:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free local port: the first free one of ``TUNEMIX_BENCH_PORTS`` (``"8710-8729"``) when set
+    (a machine whose users share out port ranges), else one the kernel picks."""
+    span = os.environ.get("TUNEMIX_BENCH_PORTS")
+    candidates = [0]
+    if span:
+        lo, _, hi = span.partition("-")
+        candidates = list(range(int(lo), int(hi or lo) + 1))
+    for port in candidates:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise SystemExit(f"no free port in TUNEMIX_BENCH_PORTS={span}")
 
 
 def pct(values: Sequence[float], q: float) -> float | None:

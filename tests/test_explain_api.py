@@ -146,3 +146,40 @@ def test_feature_importances_are_lazy_and_kept(fitted: tunemix.TuneMixRanker, da
     np.testing.assert_allclose(first, fitted.model_.feature_importances(x, g), rtol=0, atol=1e-15)
     with pytest.raises(AttributeError, match="not fitted"):
         _ = tunemix.TuneMixRanker().feature_importances_
+
+
+def test_both_spellings_on_the_ranker_and_the_loaded_model(fitted: tunemix.TuneMixRanker, data: dict[str, Any],
+                                                             tmp_path: Path) -> None:
+    """LightGBM's two spellings on both objects: the attribute ``feature_importances_`` (the
+    ranker's training sample; a loaded model reads what ``save`` stored) and the method
+    ``feature_importances(X=None, group=None)`` (without X: the stored values; with X: over X)."""
+    imp = fitted.feature_importances_
+    np.testing.assert_array_equal(fitted.feature_importances(), imp)
+    xt, _, gt = data["test"]
+    over_test = fitted.feature_importances(xt, gt)
+    np.testing.assert_array_equal(over_test, fitted.model_.feature_importances(xt, gt))
+    assert not np.allclose(over_test, imp)  # another sample: the method's X is used
+    loaded = tunemix.load(fitted.save(tmp_path / "models", "imp2"))
+    np.testing.assert_array_equal(loaded.feature_importances_, imp)
+    np.testing.assert_array_equal(loaded.feature_importances(), imp)
+    np.testing.assert_allclose(loaded.feature_importances(xt, gt), over_test, rtol=0, atol=1e-15)
+    record = json.loads((loaded.path / "manifest.json").read_text())["training_record"]
+    x = data["train"][0]
+    assert record["feature_importances_sample"]["documents"] == x.shape[0]  # under the sample's cap: every row
+    with pytest.raises(ValueError, match="group without X"):
+        loaded.feature_importances(group=gt)
+
+
+def test_a_version_without_stored_importances_says_what_to_do(fitted: tunemix.TuneMixRanker, data: dict[str, Any],
+                                                             tmp_path: Path) -> None:
+    path = fitted.save(tmp_path / "models", "bare")
+    edit_manifest(path, lambda m: m["training_record"].pop("feature_importances"))
+    model = tunemix.load(path)
+    assert not hasattr(model, "feature_importances_")
+    with pytest.raises(AttributeError, match=r"feature_importances\(X, group\)"):
+        model.feature_importances()
+    xt, _, gt = data["test"]
+    assert model.feature_importances(xt, gt).shape == (len(NAMES),)
+    edit_manifest(path, lambda m: m["training_record"].__setitem__("feature_importances", [1.0, 2.0]))
+    with pytest.raises(ArtifactError, match="5 finite numbers"):
+        _ = tunemix.load(path).feature_importances_

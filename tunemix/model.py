@@ -162,10 +162,34 @@ class Model:
         return explain_rows(self.ensemble, x, self._offsets(x, group, "explain"), rows, reference=reference,
                             method=method, budget=budget, seed=seed, feature_names=self.feature_names)
 
-    def feature_importances(self, X: Any, group: Any = None) -> npt.NDArray[np.float64]:
-        """Mean absolute exact contribution of each feature over a deterministic sample of the
-        rows of ``X`` (whole queries evenly spread, up to 5,000 documents:
-        ``tunemix.train.importance.global_importance``)."""
+    @property
+    def feature_importances_(self) -> npt.NDArray[np.float64]:
+        """The importances the version stores (d,): each feature's mean absolute exact
+        contribution over the fitted ranker's sample of its training rows (``TuneMixRanker
+        .feature_importances_``, stored by ``TuneMixRanker.save``). AttributeError for a version
+        that stores none (``tunemix train`` writes none): ``feature_importances(X)`` computes them
+        on rows of your data."""
+        stored = self.manifest.get("training_record", {}).get("feature_importances")
+        if stored is None:
+            raise AttributeError(
+                f"model {self.name!r} version {self.version} stores no feature importances (TuneMixRanker.save "
+                "stores them, tunemix train does not): call feature_importances(X, group) with rows of your data")
+        values = np.asarray(stored, dtype=np.float64)
+        if values.shape != (self.n_features,) or not np.isfinite(values).all():
+            raise ArtifactError(f"{self.path}: training_record.feature_importances must be {self.n_features} "
+                                f"finite numbers, got shape {values.shape}")
+        return values
+
+    def feature_importances(self, X: Any = None, group: Any = None) -> npt.NDArray[np.float64]:
+        """Each feature's mean absolute exact contribution (d,). With ``X`` (and ``group``, the
+        query sizes): over a deterministic sample of its rows (whole queries of at least 2
+        documents evenly spread, up to 5,000 documents: ``tunemix.train.importance``). Without:
+        the stored ``feature_importances_``, as LightGBM's ``Booster.feature_importance()`` needs
+        no data."""
+        if X is None:
+            if group is not None:
+                raise ValueError("group without X: pass the rows whose importances to compute")
+            return self.feature_importances_
         from tunemix.train.importance import global_importance
 
         x = features_matrix(X, self.n_features)

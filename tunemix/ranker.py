@@ -168,6 +168,15 @@ class TuneMixRanker:
             self._feature_importances = sample_importance(model.ensemble, x, off)
         return self._feature_importances
 
+    def feature_importances(self, X: Any = None, group: Any = None) -> npt.NDArray[np.float64]:
+        """``feature_importances_`` without ``X``; with ``X`` (and ``group``), the same measure over
+        a sample of those rows (``Model.feature_importances``): the method a loaded model has too."""
+        if X is None:
+            if group is not None:
+                raise ValueError("group without X: pass the rows whose importances to compute")
+            return self.feature_importances_
+        return self._check_fitted().feature_importances(X, group)
+
     def _check_fitted(self) -> Model:
         model = getattr(self, "model_", None)
         if model is None:
@@ -214,13 +223,18 @@ class TuneMixRanker:
 
     def save(self, models_dir: PathLike, name: str) -> Path:
         """Write the fitted model as the next version of ``name`` under ``models_dir`` (the
-        artifact ``tunemix serve`` and ``tunemix.load`` read); the version directory."""
+        artifact ``tunemix serve`` and ``tunemix.load`` read), with ``feature_importances_`` (computed
+        here on first access), which the loaded model offers as its own; the version directory."""
         from tunemix.train.train import save_model
 
         model = self._check_fitted()
         cfg = dataclasses.replace(self._cfg_, name=name,
                                   run=dataclasses.replace(self._cfg_.run, models_dir=os.fspath(models_dir)))
-        path = save_model(cfg, model.ensemble, self.record_)
+        x, off = self._importance_sample_
+        record = {**self.record_, "feature_importances": [float(v) for v in self.feature_importances_],
+                  "feature_importances_sample": {"queries": int(off.size - 1), "documents": int(x.shape[0]),
+                                                 "rows": "training"}}
+        path = save_model(cfg, model.ensemble, record)
         self.model_ = load(path)
         log.info("saved model %r version %s to %s", name, path.name, path)
         if self.progress:  # what the progress bars go to: the user sees which version was written

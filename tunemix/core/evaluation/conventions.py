@@ -91,6 +91,9 @@ class Convention:
     uncut_ndcg_cutoff: int | None = None
     #: whether the tool has NDCG without a cut-off at all (LightGBM has not: ours is an extension)
     has_uncut_ndcg: bool = True
+    #: why the tool cannot evaluate a run that leaves judged documents out; None: it counts them
+    #: as unretrieved (in the ideal DCG and AP's divisor, at no rank): trec_eval and ranx
+    truncated_refusal: str | None = None
 
     def ndcg_cutoff(self, measure: Measure) -> int | None:
         """The cut-off the kernels apply to ``measure`` (``uncut_ndcg_cutoff`` for an uncut NDCG)."""
@@ -257,6 +260,10 @@ CONVENTIONS: Final[dict[str, Convention]] = {
         err_yahoo_rule=False,
         err_native="none",
         native=_LETOR_NATIVE,
+        truncated_refusal=(
+            "LETOR 3.0 Eval-Score-3.0.pl pairs one prediction with each line of the judged feature file: "
+            "every judged document is ranked"
+        ),
     ),
     "letor4": Convention(
         name="letor4",
@@ -277,6 +284,10 @@ CONVENTIONS: Final[dict[str, Convention]] = {
         err_yahoo_rule=False,
         err_native="none",
         native=_LETOR_NATIVE | {"meanndcg"},
+        truncated_refusal=(
+            "LETOR 4.0 Eval-Score-4.0.pl pairs one prediction with each line of the judged feature file: "
+            "every judged document is ranked"
+        ),
     ),
     "mslr": Convention(
         name="mslr",
@@ -297,6 +308,10 @@ CONVENTIONS: Final[dict[str, Convention]] = {
         err_yahoo_rule=False,
         err_native="none",
         native=_LETOR_NATIVE | {"meanndcg"},
+        truncated_refusal=(
+            "the MSLR script pairs one prediction with each line of the judged feature file: every judged "
+            "document is ranked"
+        ),
     ),
     "yahoo": Convention(
         name="yahoo",
@@ -317,6 +332,9 @@ CONVENTIONS: Final[dict[str, Convention]] = {
         err_yahoo_rule=True,
         err_native="whole",
         native=frozenset({"ndcg", "err"}),
+        truncated_refusal=(
+            "the Yahoo! LTR Challenge evaluate.py takes one rank for every document of the judged test file"
+        ),
     ),
     "ranklib": Convention(
         name="ranklib",
@@ -337,6 +355,11 @@ CONVENTIONS: Final[dict[str, Convention]] = {
         err_yahoo_rule=True,
         err_native="cutoff",
         native=frozenset({"ndcg", "dcg", "err", "p", "map"}),
+        truncated_refusal=(
+            "RankLib scores the documents of its test file, each with its own label, and evaluates those "
+            "(its optional -qrel file, an external ideal DCG, is a variant this convention does not "
+            "reproduce)"
+        ),
     ),
     "trec": Convention(
         name="trec",
@@ -380,6 +403,9 @@ CONVENTIONS: Final[dict[str, Convention]] = {
         native=frozenset({"ndcg"}),
         exp_label_limit=30,
         has_uncut_ndcg=False,
+        truncated_refusal=(
+            "LightGBM's ndcg@k evaluates a data set in which every document has a label and a prediction"
+        ),
     ),
     "xgboost": Convention(
         name="xgboost",
@@ -405,6 +431,9 @@ CONVENTIONS: Final[dict[str, Convention]] = {
         native_empty=frozenset({0}),
         exp_label_limit=31,
         uncut_ndcg_cutoff=32,
+        truncated_refusal=(
+            "XGBoost's ndcg@k evaluates a data set in which every document has a label and a prediction"
+        ),
     ),
     "sklearn": Convention(
         name="sklearn",
@@ -426,6 +455,10 @@ CONVENTIONS: Final[dict[str, Convention]] = {
         err_native="none",
         native=frozenset({"ndcg", "dcg"}),
         average_ties=True,
+        truncated_refusal=(
+            "scikit-learn's ndcg_score and dcg_score take y_true and y_score of the same shape: a score for "
+            "every judged document"
+        ),
     ),
     "ranx": Convention(
         name="ranx",
@@ -472,7 +505,7 @@ def conventions_table() -> str:
     test compares with this, so the page cannot drift from the code)."""
     gains = {"table": "table", "exponential": "2^l - 1", "linear": "l"}
     head = ("| convention | tool | gain | weight of rank r | ideal DCG | NDCG, no relevant | n < k | "
-            "uncut NDCG | P@k divides by | cut-offs | ties | float32 scores | native measures |")
+            "uncut NDCG | P@k divides by | cut-offs | ties | float32 scores | native measures | truncated run |")
     rows = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for c in CONVENTIONS.values():
         gain = gains[c.gain_kind] + (f" {c.gain_table}" if c.gain_table else "")
@@ -485,5 +518,6 @@ def conventions_table() -> str:
         short = {"nan": "no value (the mean adds 0)", "zero": "0", "truncate": "sums stop at n"}[c.short_list]
         rows.append(f"| {c.name} | {c.tool} | {gain} | {weight} | {c.ideal_rule} | {c.empty_ndcg:g} | "
                     f"{short} | {uncut} | {p_div} | {'1..' + str(c.max_cutoff) if c.max_cutoff else 'any'} | "
-                    f"{ties} | {'yes' if c.float32_scores else 'no'} | {', '.join(sorted(c.native))} |")
+                    f"{ties} | {'yes' if c.float32_scores else 'no'} | {', '.join(sorted(c.native))} | "
+                    f"{'refused' if c.truncated_refusal else 'the rest unretrieved'} |")
     return "\n".join(rows) + "\n"

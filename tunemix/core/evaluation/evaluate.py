@@ -80,6 +80,10 @@ class EvaluationResult:
 
 @dataclass
 class _Prepared:
+    """The ranked rows (``labels``, ``scores``, ``tiebreak``, ``offsets``: the documents the run
+    ranks) and every judged document (``judged_labels``, ``judged_offsets``: the same arrays
+    unless the run leaves some judged documents out, ``retrieved``)."""
+
     labels: npt.NDArray[np.int32]
     scores: npt.NDArray[np.float64]
     tiebreak: npt.NDArray[np.int64]
@@ -88,6 +92,9 @@ class _Prepared:
     max_label: int
     max_n: int
     warnings: list[str]
+    judged_labels: npt.NDArray[np.int32]
+    judged_offsets: npt.NDArray[np.int64]
+    max_judged: int
 
 
 def _query_name(q: int, qids: npt.NDArray[np.str_] | None) -> str:
@@ -183,6 +190,7 @@ def _prepare(
     qids: npt.ArrayLike | None,
     *,
     validate: bool = True,
+    retrieved: npt.ArrayLike | None = None,
 ) -> _Prepared:
     warnings: list[str] = []
     try:
@@ -278,7 +286,7 @@ def _prepare(
             tiebreak = _docid_ranks(doc_texts)
             if validate:
                 _check_unique_docids(tiebreak, off, doc_texts, qid_arr)
-    return _Prepared(
+    prep = _Prepared(
         labels=lab,
         scores=sc,
         tiebreak=tiebreak,
@@ -287,7 +295,54 @@ def _prepare(
         max_label=max_label,
         max_n=int(sizes.max()),
         warnings=warnings,
+        judged_labels=lab,
+        judged_offsets=off,
+        max_judged=int(sizes.max()),
     )
+    if retrieved is not None:
+        _keep_retrieved(prep, conv, retrieved)
+    return prep
+
+
+def _retrieved_mask(retrieved: npt.ArrayLike, n: int) -> npt.NDArray[np.bool_]:
+    mask = np.asarray(retrieved)
+    if mask.shape != (n,):
+        raise EvaluationInputError(f"retrieved must have one entry per document ({n}), got shape {mask.shape}")
+    if mask.dtype.kind != "b":
+        if mask.dtype.kind not in "iu" or not np.isin(mask, (0, 1)).all():
+            raise EvaluationInputError(
+                f"retrieved must be booleans (True: the run ranks the document), got dtype {mask.dtype}"
+            )
+        mask = mask.astype(bool)
+    return mask
+
+
+def _keep_retrieved(prep: _Prepared, conv: Convention, retrieved: npt.ArrayLike) -> None:
+    """Narrow ``prep``'s ranked rows to the ``retrieved`` ones (a truncated run), keeping every
+    judged document for the ideal DCG and AP's count of relevant documents; refused (naming the
+    first query that leaves a judged document out) under a convention whose tool ranks every
+    judged document (``Convention.truncated_refusal``)."""
+    off = prep.judged_offsets
+    mask = _retrieved_mask(retrieved, int(off[-1]))
+    if mask.all():
+        return
+    ranked = np.add.reduceat(mask.astype(np.int64), off[:-1]) if off.shape[0] > 1 else np.zeros(0, np.int64)
+    sizes = np.diff(off)
+    if conv.truncated_refusal is not None:
+        q = int(np.argmax(ranked < sizes))
+        raise EvaluationInputError(
+            f"{_query_name(q, prep.qids)}: the ranking holds {int(ranked[q])} of the query's {int(sizes[q])} judged "
+            f"documents; {conv.truncated_refusal}. Rank every judged document, or evaluate the truncated run under "
+            "trec or ranx, whose tools count the others as unretrieved"
+        )
+    prep.labels = np.ascontiguousarray(prep.judged_labels[mask])
+    prep.scores = np.ascontiguousarray(prep.scores[mask])
+    if prep.tiebreak.shape[0]:
+        prep.tiebreak = np.ascontiguousarray(prep.tiebreak[mask])
+    new_off = np.zeros_like(off)
+    np.cumsum(ranked, out=new_off[1:])
+    prep.offsets = new_off
+    prep.max_n = int(ranked.max()) if ranked.size else 0
 
 
 def _first_duplicate_docid(ranks: npt.NDArray[np.int64], off: npt.NDArray[np.int64]) -> int | None:
@@ -340,14 +395,14 @@ def _check_err_labels(prep: _Prepared, conv: Convention, measure: Measure, table
     if bad_labels.size == 0:
         return
     first_bad = int(bad_labels[0])
-    mask = prep.labels >= first_bad
+    mask = prep.judged_labels >= first_bad
     if not mask.any():
         return
     row = int(np.argmax(mask))
-    q = _query_of_row(prep.offsets, row)
+    q = _query_of_row(prep.judged_offsets, row)
     top = measure.top if measure.top is not None else conv.err_top
     raise EvaluationInputError(
-        f"{_query_name(q, prep.qids)}: label {int(prep.labels[row])} at row {row} is above the "
+        f"{_query_name(q, prep.qids)}: label {int(prep.judged_labels[row])} at row {row} is above the "
         f"top grade {top} that {measure} assumes under {conv.name} (its stopping probability "
         f"would exceed 1); use labels 0..{top} or ask for err:top=<max label>"
     )
@@ -363,10 +418,10 @@ def _check_gain_labels(prep: _Prepared, conv: Convention, measure: Measure) -> N
         or prep.max_label <= limit
     ):
         return
-    row = int(np.argmax(prep.labels > limit))
-    q = _query_of_row(prep.offsets, row)
+    row = int(np.argmax(prep.judged_labels > limit))
+    q = _query_of_row(prep.judged_offsets, row)
     raise EvaluationInputError(
-        f"{_query_name(q, prep.qids)}: label {int(prep.labels[row])} at row {row} is above {limit}, "
+        f"{_query_name(q, prep.qids)}: label {int(prep.judged_labels[row])} at row {row} is above {limit}, "
         f"the largest label {conv.tool} accepts for {measure.name} with the gain 2^l - 1"
     )
 
@@ -375,7 +430,7 @@ def _single_document_warning(conv: Convention, prep: _Prepared, measures: list[M
     """sklearn's ndcg_score/dcg_score refuse a list of one document; we give its formula's value."""
     if not conv.average_ties or not any(m.name in ("ndcg", "dcg") for m in measures):
         return None
-    sizes = np.diff(prep.offsets)
+    sizes = np.diff(prep.judged_offsets)
     n_single = int(np.count_nonzero(sizes == 1))
     if n_single == 0:
         return None
@@ -428,7 +483,7 @@ def _values(prep: _Prepared, conv: Convention, measure: Measure, order: npt.NDAr
         return tables[key]
 
     gain = table(("gain", conv.measure_gain_kind(measure)), lambda: conv.measure_gain_values(max_label, measure))
-    disc = table(("disc",), lambda: conv.discount_values(max(prep.max_n, 1)))
+    disc = table(("disc",), lambda: conv.discount_values(max(prep.max_judged, 1)))
     rel = table(("rel",), lambda: conv.relevant_values(max_label))
     err_r = table(("err", measure.top), lambda: conv.err_values(max_label, measure.top))
     if measure.name == "err":
@@ -449,6 +504,8 @@ def _values(prep: _Prepared, conv: Convention, measure: Measure, order: npt.NDAr
         disc,
         rel,
         err_r,
+        prep.judged_labels,
+        prep.judged_offsets,
     )
     return out
 
@@ -469,9 +526,16 @@ def evaluate(
     *,
     docids: npt.ArrayLike | None = None,
     qids: npt.ArrayLike | None = None,
+    retrieved: npt.ArrayLike | None = None,
 ) -> EvaluationResult:
     """Evaluate every query under ``convention`` (letor3|letor4|mslr|yahoo|ranklib|trec|
     lightgbm|xgboost|sklearn|ranx).
+
+    ``retrieved`` (booleans, one per row; None: all True) marks the documents a truncated run
+    ranks: a row marked False is judged but unretrieved, as trec_eval and ranx count a judged
+    document missing from the run: it enters the ideal DCG and AP's count of relevant documents,
+    never a rank; a query may retrieve none (every value then 0). The other eight tools score
+    every judged document and refuse such a run (docs/conventions.md, "Truncated runs").
 
     ``measures``: ``"ndcg@10,err"``, a :class:`Measure`, or a list of either. Returns per-query
     values (NaN where the tool has no value: letor3 NDCG@k/P@k with n < k), the tool's mean
@@ -482,19 +546,20 @@ def evaluate(
     Raises :class:`EvaluationInputError` (a ValueError) naming the query (``qids`` when given,
     else the 0-based index) for negative or non-integer labels, NaN/inf scores, empty queries,
     length mismatches, duplicate docids under trec, ERR labels above the top grade, labels
-    LightGBM (> 30) or XGBoost (> 31) refuse for NDCG with the gain 2^l - 1, and cutoffs the
-    tool does not support (letor3 1..16, letor4/mslr 1..10 for NDCG and P).
+    LightGBM (> 30) or XGBoost (> 31) refuse for NDCG with the gain 2^l - 1, cutoffs the
+    tool does not support (letor3 1..16, letor4/mslr 1..10 for NDCG and P), and a truncated run
+    under a convention whose tool ranks every judged document.
     """
     conv = get_convention(convention)
     ms = list(dict.fromkeys(parse_measures(measures)))
     _check_supported(conv, ms)
-    prep = _prepare(labels, scores, query_offsets, conv, docids, qids)
+    prep = _prepare(labels, scores, query_offsets, conv, docids, qids, retrieved=retrieved)
     warnings = list(prep.warnings)
-    dup_warning = _letor_duplicate_warning(conv, docids, prep.offsets, prep.qids)
+    dup_warning = _letor_duplicate_warning(conv, docids, prep.judged_offsets, prep.qids)
     if dup_warning is not None:
         warnings.append(dup_warning)
     if conv.meaningful_max_label is not None and prep.max_label > conv.meaningful_max_label:
-        n_above = int(np.count_nonzero(prep.labels > conv.meaningful_max_label))
+        n_above = int(np.count_nonzero(prep.judged_labels > conv.meaningful_max_label))
         msg = conv.label_warning(prep.max_label, n_above)
         if msg is not None:
             warnings.append(msg)

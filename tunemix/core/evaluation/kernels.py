@@ -6,8 +6,16 @@ Inputs are the project's flat layout (docs/architecture.md)::
     scores        float64 (n,)            higher ranks first (trec: already rounded to float32)
     order         int64   (n,)            per query, its ranked rows (ranking_kernels.rank_queries)
     query_offsets int64   (n_queries+1,)  query q owns rows query_offsets[q]:query_offsets[q+1]
+    judged_labels int32   (N,)            every judged document's label, N >= n
+    judged_offsets int64  (n_queries+1,)  query q's judged documents: judged_offsets[q]:judged_offsets[q+1]
 
 Example: three queries with 2, 3 and 1 documents have ``query_offsets = [0, 2, 5, 6]``.
+
+The ranked rows are the documents a run retrieved; the judged arrays hold every judged document
+of each query, retrieved or not (a truncated run: a TREC run of its top 10 of 100 judged
+documents). The ideal DCG and the count of relevant documents (AP's divisor) read the judged
+arrays, every rank reads the ranked ones. When every judged document is ranked both are the
+same arrays.
 
 Everything convention-specific arrives as lookup tables indexed by label (``gain``, ``rel``,
 ``err_r``) or by 0-based rank (``disc``) plus a few integer codes (see conventions.py), so the
@@ -25,10 +33,12 @@ ranks before the cutoff only.
 Formulas (r is the 1-based rank, m = min(k, n)):
 
 - DCG@k = sum_{r<=m} gain[l_r] * disc[r-1]; NDCG@k = DCG@k / idealDCG@k with idealDCG@k the
-  same sum over the gains of all n labels sorted descending (Järvelin and Kekäläinen 2002);
+  same sum over the top min(k, N) gains of the query's N judged labels sorted descending
+  (Järvelin and Kekäläinen 2002);
   ``empty_value`` when idealDCG@k = 0; when n < k, ``short_rule`` decides (truncate/NaN/0).
 - ERR@k = sum_{r<=m} err_r[l_r] / r * prod_{s<r} (1 - err_r[l_s]) (Chapelle et al. 2009).
-- P@k = #{r <= m : rel[l_r]} / (k or m); AP = sum over relevant ranks r of P@r / #relevant.
+- P@k = #{r <= m : rel[l_r]} / (k or m); AP = sum over relevant ranks r of P@r / #relevant
+  judged documents.
 - MeanNDCG = (1/n) sum_{j=1..n} NDCG@j (LETOR 4.0).
 
 ``empty_value`` is per call (the measure may override the convention's), as are the tables.
@@ -120,13 +130,16 @@ def _rank_values(labels, scores, table, average_ties, start, end, m, order, out)
 @njit(cache=True, nogil=True)
 def _query_value(
     labels, scores, average_ties, start, end, metric, cutoff, short_rule, p_rule, empty_value,
-    gain, disc, rel, err_r, order, ideal, vals,
+    gain, disc, rel, err_r, order, ideal, vals, judged_labels, judged_start, judged_end,
 ):
     """The value of one measure on the query owning rows start:end (see module docstring);
-    ``order[0:m]`` holds the rows of its first m ranks (:func:`.ranking_kernels.rank_queries`)."""
+    ``order[0:m]`` holds the rows of its first m ranks (:func:`.ranking_kernels.rank_queries`),
+    ``judged_labels[judged_start:judged_end]`` all its judged documents' labels."""
     n = end - start
+    n_judged = judged_end - judged_start
     k = cutoff if cutoff > 0 else n
     m = min(k, n)
+    m_ideal = min(cutoff, n_judged) if cutoff > 0 else n_judged
     if metric == DCG or metric == NDCG:
         if n < k:
             if short_rule == 1:
@@ -139,9 +152,9 @@ def _query_value(
             dcg += vals[r] * disc[r]
         if metric == DCG:
             return dcg
-        _ideal_gains(labels, gain, start, end, m, ideal)
+        _ideal_gains(judged_labels, gain, judged_start, judged_end, m_ideal, ideal)
         best = 0.0
-        for r in range(m):
+        for r in range(m_ideal):
             best += ideal[r] * disc[r]
         if best <= 0.0:
             return empty_value
@@ -163,13 +176,13 @@ def _query_value(
         for r in range(m):
             hits += vals[r]
         if p_rule == 1:
-            return hits / m
+            return hits / m if m > 0 else 0.0
         return hits / k
     if metric == AP:
         _rank_values(labels, scores, rel, average_ties, start, end, n, order, vals)
         n_rel = 0
-        for i in range(start, end):
-            n_rel += rel[labels[i]]
+        for i in range(judged_start, judged_end):
+            n_rel += rel[judged_labels[i]]
         if n_rel == 0:
             return 0.0
         hits = 0.0
@@ -180,8 +193,10 @@ def _query_value(
                 total += vals[r] * hits / (r + 1)
         return total / n_rel
     # MEANNDCG
+    if n == 0:
+        return 0.0
     _rank_values(labels, scores, gain, average_ties, start, end, n, order, vals)
-    _ideal_gains(labels, gain, start, end, n, ideal)
+    _ideal_gains(judged_labels, gain, judged_start, judged_end, min(n, n_judged), ideal)
     dcg = 0.0
     best = 0.0
     acc = 0.0
@@ -198,17 +213,19 @@ def _query_value(
 @njit(cache=True, nogil=True)
 def query_values(
     labels, scores, order, average_ties, query_offsets, metric, cutoff, short_rule, p_rule,
-    empty_value, gain, disc, rel, err_r,
+    empty_value, gain, disc, rel, err_r, judged_labels, judged_offsets,
 ):
     """Per-query values of one measure (float64, NaN = the tool has no value).
 
     ``order``: :func:`.ranking_kernels.rank_queries`'s ranking, whose prefix covers the ranks
-    this measure reads (its cut-off; AP and MeanNDCG the whole list)."""
+    this measure reads (its cut-off; AP and MeanNDCG the whole list). ``judged_labels`` and
+    ``judged_offsets``: every judged document of each query (``labels`` and ``query_offsets``
+    themselves when the run ranks them all)."""
     nq = query_offsets.shape[0] - 1
     out = np.empty(nq, dtype=np.float64)
     max_n = 1
     for q in range(nq):
-        size = query_offsets[q + 1] - query_offsets[q]
+        size = judged_offsets[q + 1] - judged_offsets[q]
         if size > max_n:
             max_n = size
     ideal = np.empty(max_n, dtype=np.float64)
@@ -219,6 +236,7 @@ def query_values(
         out[q] = _query_value(
             labels, scores, average_ties, lo, hi, metric, cutoff, short_rule, p_rule,
             empty_value, gain, disc, rel, err_r, order[lo:hi], ideal, vals,
+            judged_labels, judged_offsets[q], judged_offsets[q + 1],
         )
     return out
 

@@ -53,13 +53,16 @@ class EvalQuery(msgspec.Struct, forbid_unknown_fields=True):
     labels: list[int]
     scores: list[float] | None = None
     docids: list[Id] | None = None
-    #: docids best first (a permutation of docids)
-    ranking: Annotated[list[Id], msgspec.Meta(description="docids best first (a permutation of docids)")] | None = None
+    #: docids best first: all, or the top of a truncated run (trec and ranx count the rest unretrieved)
+    ranking: Annotated[list[Id], msgspec.Meta(
+        description="docids best first: all of them, or the top of a truncated run (trec and ranx count the rest "
+                    "unretrieved)")] | None = None
     #: with ``model``: documents to score (labels in order)
     documents: Annotated[list[Document], msgspec.Meta(description="with `model`: documents to score (labels in "
                                                                   "order)")] | None = None
-    #: with ``model``: columnar features
-    features: Annotated[list[list[float]], msgspec.Meta(description="with `model`: columnar features")] | None = None
+    #: with ``model``: columnar features (``null``: a missing value)
+    features: Annotated[list[list[float | None]], msgspec.Meta(
+        description="with `model`: columnar features (null: a missing value)")] | None = None
 
 
 Convention = Literal["letor3", "letor4", "mslr", "yahoo", "ranklib", "trec", "lightgbm", "xgboost", "sklearn", "ranx",
@@ -102,6 +105,8 @@ class _Batch:
     docids: list[str] | None
     scores: npt.NDArray[np.float64] | None = None
     features: npt.NDArray[np.float32] | None = None
+    #: the documents the queries' rankings hold (None: every judged document)
+    retrieved: npt.NDArray[np.bool_] | None = None
 
 
 def _measures(metrics: list[str], settings: Settings) -> list[str]:
@@ -154,7 +159,13 @@ def _check_answer_bytes(qids: list[Any], measures: list[str], convention: str, p
                           settings.max_id_length)
 
 
-def _query_scores(q: EvalQuery, where: str, n: int, max_id_length: int) -> npt.NDArray[np.float64]:
+def _query_scores(q: EvalQuery, where: str, n: int, max_id_length: int
+                  ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_] | None]:
+    """The query's scores in label order, and which documents its ranking holds (None: all).
+
+    A ``ranking`` may hold some of the docids only (a truncated run, such as a TREC run of its
+    top 10): the others are judged but unretrieved, which trec and ranx count and the other
+    conventions refuse (``tunemix.core.evaluation.evaluate``)."""
     if q.scores is not None and q.ranking is not None:
         raise input_error(f"{where}: send scores or a ranking, not both")
     if q.scores is not None:
@@ -163,20 +174,26 @@ def _query_scores(q: EvalQuery, where: str, n: int, max_id_length: int) -> npt.N
         s = np.asarray(q.scores, dtype=np.float64)
         if not np.all(np.isfinite(s)):
             raise input_error(f"{where}: scores[{int(np.argmax(~np.isfinite(s)))}] is not a finite number")
-        return s
+        return s, None
     if q.docids is None:
         raise input_error(f"{where}: a ranking needs docids (the labels' documents, in label order)")
     if len(q.docids) != n:
         raise input_error(f"{where}: docids has {len(q.docids)} entries but labels has {n}")
     assert q.ranking is not None
     check_ids(q.ranking, where, "ranking entry", max_id_length)
-    position = {str(d): i for i, d in enumerate(q.ranking)}
-    missing = [d for d in q.docids if str(d) not in position]
-    if missing or len(q.ranking) != n:
-        extra = sorted(set(position) - {str(d) for d in q.docids})
-        raise input_error(f"{where}: ranking must list every docid exactly once (missing {missing[:3]}, "
-                          f"unknown {extra[:3]})")
-    return np.asarray([n - position[str(d)] for d in q.docids], dtype=np.float64)
+    row = {str(d): i for i, d in enumerate(q.docids)}
+    scores = np.zeros(n, dtype=np.float64)
+    ranked = np.zeros(n, dtype=np.bool_)
+    top = len(q.ranking)
+    for j, d in enumerate(q.ranking):
+        i = row.get(str(d))
+        if i is None:
+            raise input_error(f"{where}: ranking[{j}] = {str(d)!r} is not one of the query's docids; a ranking "
+                              "lists judged documents (a document the judges did not see counts as not relevant "
+                              "under trec_eval and ranx: add it to docids with label 0)")
+        ranked[i] = True  # check_ids refused a repeated entry
+        scores[i] = top - j
+    return scores, None if top == n else ranked
 
 
 def _json_batch(req: EvaluateRequest, served: ServedModel | None, settings: Settings) -> _Batch:
@@ -186,6 +203,7 @@ def _json_batch(req: EvaluateRequest, served: ServedModel | None, settings: Sett
     docids: list[str] = []
     any_docids = False
     scores: list[npt.NDArray[np.float64]] = []
+    ranked: list[npt.NDArray[np.bool_] | None] = []
     rows: list[npt.NDArray[np.float32]] = []
     for i, q in enumerate(req.queries):
         check_deadline("/evaluate: checking the queries")
@@ -215,7 +233,9 @@ def _json_batch(req: EvaluateRequest, served: ServedModel | None, settings: Sett
                 raise input_error(f"{where}: every query must be scored the same way (features or scores)")
             if q.docids is not None:
                 check_ids(q.docids, where, "docid", settings.max_id_length)
-            scores.append(_query_scores(q, where, n, settings.max_id_length))
+            query_scores, query_ranked = _query_scores(q, where, n, settings.max_id_length)
+            scores.append(query_scores)
+            ranked.append(query_ranked)
             if q.docids is not None:
                 any_docids = True
                 docids.extend(str(x) for x in q.docids)
@@ -237,6 +257,9 @@ def _json_batch(req: EvaluateRequest, served: ServedModel | None, settings: Sett
         batch.features = np.ascontiguousarray(np.concatenate(rows, axis=0))
     else:
         batch.scores = np.concatenate(scores)
+        if any(r is not None for r in ranked):
+            batch.retrieved = np.concatenate([np.ones(len(s_), dtype=np.bool_) if r is None else r
+                                              for s_, r in zip(scores, ranked, strict=True)])
     return batch
 
 
@@ -249,7 +272,7 @@ def _results(batch: _Batch, measures: list[str], convention: str, per_query: boo
         check_deadline(f"/evaluate: before convention {name}")
         try:
             res = evaluate(batch.labels, batch.scores, batch.offsets, measures, name,
-                           docids=batch.docids, qids=batch.qids)
+                           docids=batch.docids, qids=batch.qids, retrieved=batch.retrieved)
         except EvaluationInputError as exc:
             if convention != "all":
                 raise input_error(f"convention {name}: {exc}") from None
