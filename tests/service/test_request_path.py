@@ -427,6 +427,31 @@ def test_chunk_extensions_count_against_the_body_limit(app_two: tuple[str, subpr
     assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
 
 
+def test_an_answer_before_the_body_reaches_a_client_still_sending_it(
+        app_two: tuple[str, subprocess.Popen[bytes]]) -> None:
+    """A body declared past the limit is answered 413 before it is read. A client that asked
+    ``Connection: close`` and sends its whole body before it reads (as HTTP clients do) gets the
+    whole body taken and the 413, then end of file: the closing connection reads and drops what
+    still comes (closed at once, with unread bytes, it would reset and the client would see a
+    broken pipe instead of the answer)."""
+    url, proc = app_two
+    port = int(url.rsplit(":", 1)[1])
+    pids = worker_pids(proc.pid)
+    length = DEFAULTS.max_body_bytes + 1
+    for _ in range(3):
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.sendall(b"POST /rank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                     + f"Content-Length: {length}\r\n\r\n".encode())
+        piece, sent = b" " * 65536, 0
+        while sent < length:  # raises (broken pipe, reset) if the server closes with bytes unread
+            sent += sock.send(piece[:length - sent])
+        answer = read_until_closed(sock)
+        sock.close()
+        assert answer.startswith(b"HTTP/1.1 413 "), answer[:300]
+        assert b"TUNEMIX_MAX_BODY_BYTES" in answer and not answer.endswith(b"<reset>")
+    assert worker_pids(proc.pid) == pids
+
+
 def test_pipelined_requests_past_32_kib_are_all_served(app_two: tuple[str, subprocess.Popen[bytes]]) -> None:
     """More than 32 KiB (the head limit) of small pipelined requests in one send reset the
     connection: the head limit counted the whole packet. Each is now answered, in order."""

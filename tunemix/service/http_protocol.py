@@ -34,8 +34,13 @@ closes both, as nginx's ``client_header_timeout`` and ``large_client_header_buff
   (``tunemix_http_request_queue_seconds``).
 
 A refusal is written, the sending side shut (the client reads the answer, then end of file) and what
-the client still sends is discarded unread for at most ``LINGER_S`` seconds before the socket closes
-(closing at once, with unread bytes, would reset the connection and could lose the answer).
+the client still sends is read and dropped (closing at once, with unread bytes, would reset the
+connection and could lose the answer): until the client has sent nothing for ``LINGER_IDLE_S``
+seconds, and for at most ``LINGER_MAX_S`` seconds in all (nginx's ``lingering_timeout`` and
+``lingering_time``). The same holds for an answer the application gives before it has read the
+whole body, on a connection that then closes (the client asked ``Connection: close``, say): the
+request cycle's close of such a connection lingers (``_LingeringClose``), so that a client still
+uploading a large body reads its 413 or 503 instead of a reset.
 
 ``python -m tunemix.service`` serves with this class (``tunemix.service.__main__``).
 Where httptools is not installed (the
@@ -60,8 +65,32 @@ from tunemix.service.body import ANSWER_WRITTEN
 from tunemix.service.observability import ARRIVAL
 from tunemix.service.settings import get_settings
 
-#: seconds a refused connection's further bytes are read and dropped before it is closed
-LINGER_S = 1.0
+#: a refused connection's further bytes are read and dropped until none came for this many seconds ...
+LINGER_IDLE_S = 1.0
+#: ... and for at most this many seconds in all
+LINGER_MAX_S = 10.0
+
+
+class _LingeringClose:
+    """The connection's transport as the request cycle and the protocol's timers see it: ``close``
+    lingers (``BoundedHttpToolsProtocol._linger``) while a request's body is still arriving, and is
+    left to the linger once it has begun; everything else is the transport's."""
+
+    def __init__(self, transport: asyncio.Transport, protocol: BoundedHttpToolsProtocol) -> None:
+        self._transport = transport
+        self._protocol = protocol
+
+    def close(self) -> None:
+        p = self._protocol
+        if p._lingering:
+            return  # the linger closes the connection when the client has stopped sending
+        if p._body_unread():
+            p._linger()
+            return
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 _REASONS = {408: b"Request Timeout", 413: b"Content Too Large", 431: b"Request Header Fields Too Large"}
 #: bytes fed to the parser at a time while a head is awaited or a chunked body is read
@@ -87,6 +116,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._chunked = False  # the current request's body is chunked
         self._wire_bytes = 0  # and the bytes of it received so far, framing and extensions included
         self._body_left = 0  # bytes still to come of a body of declared length
+        self._lingering = False  # answered: what the client still sends is dropped until it stops
+        self._linger_last = 0.0
+        self._linger_end = 0.0
         #: an answer's writing: its time in all, and each stall window's time and bytes
         self.write_timeout = settings.body_timeout_s
         self.write_stall = settings.body_stall_s
@@ -95,6 +127,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     # ------------------------------------------------------------------ connection
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._socket_transport = transport
+        self.transport = _LingeringClose(transport, self)  # type: ignore[assignment]
         # writing paused from the first byte the transport buffers, resumed when its buffer is
         # empty: the end of an answer's writing is an event (uvicorn's flow control then waits for
         # an empty buffer, not one below a quarter of 64 KiB, before it writes more)
@@ -112,6 +146,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         would look like one oversized head and reset the connection). A slice in which a request
         ended counts whole towards the next one's head: a head may be refused up to ``SLICE``
         bytes early when pipelined, never let past its limit."""
+        if self._lingering:
+            self._linger_last = self.loop.time()
+            return
         view = memoryview(data)
         while view and not self._refused and not self.transport.is_closing():
             if self._awaiting_head:
@@ -253,28 +290,56 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             started = cycle.response_started
             cycle.disconnected = True
             cycle.message_event.set()
-            if started:
+            if started:  # the application's answer is being written: cut it, no linger
                 self._refused = True
-                self.transport.close()
+                self._socket_transport.close()
                 return
             cycle.response_complete = True  # this protocol answers it
         self._refuse(413, detail)
 
     def _refuse(self, status: int, detail: str) -> None:
         """Answer ``status`` with ``{"detail": ...}``, shut the sending side, drop what the client
-        still sends for ``LINGER_S`` seconds, then close."""
+        still sends while it sends (``_linger``), then close."""
         self._refused = True
         self._cancel_head_timer()
         if self.cycle is not None and not self.cycle.response_complete:
-            self.transport.close()  # a response of an earlier request is being written: no second one
+            self._socket_transport.close()  # a response of an earlier request is being written: no second one
             return
         body = json.dumps({"detail": detail}).encode()
         head = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS[status])]
         head += [name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers]
         head.append(b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body))
         self.transport.write(b"".join(head) + body)
-        if self.transport.can_write_eof():
-            self.transport.write_eof()
-            self.loop.call_later(LINGER_S, self.transport.close)
-        else:  # pragma: no cover - TCP transports can
-            self.transport.close()
+        self._linger()
+
+    def _body_unread(self) -> bool:
+        """Whether a request's body is still arriving: its head is read, its end is not."""
+        return not self._awaiting_head and (self._chunked or self._body_left > 0)
+
+    def _linger(self) -> None:
+        """Shut the sending side once the answer is written, then read and drop what the client
+        still sends until it has sent nothing for ``LINGER_IDLE_S`` seconds, or ``LINGER_MAX_S``
+        have passed; then close."""
+        transport = self._socket_transport
+        self._refused = self._lingering = True
+        self._cancel_head_timer()
+        if not transport.can_write_eof():  # pragma: no cover - TCP transports can
+            transport.close()
+            return
+        transport.write_eof()
+        with contextlib.suppress(Exception):
+            transport.resume_reading()  # flow control may have paused reading while a body queued
+        now = self.loop.time()
+        self._linger_last, self._linger_end = now, now + LINGER_MAX_S
+        self.loop.call_later(LINGER_IDLE_S, self._linger_check)
+
+    def _linger_check(self) -> None:
+        transport = self._socket_transport
+        if transport.is_closing():
+            return
+        now = self.loop.time()
+        quiet = now - self._linger_last
+        if quiet >= LINGER_IDLE_S or now >= self._linger_end:
+            transport.close()
+            return
+        self.loop.call_later(min(LINGER_IDLE_S - quiet, self._linger_end - now), self._linger_check)
