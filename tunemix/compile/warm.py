@@ -381,14 +381,34 @@ def warm(out: Any = None, *, processes: int | None = None, then: Callable[[], An
             "background": {"pid": pid, "log": str(log_path)} if behind else None}
 
 
+def seed_shipped(where: Path) -> bool:
+    """The compiled code shipped with the package placed in the cache ``where``
+    (``tunemix.core.shipped_cache.seed``) and, when it holds every kernel ``warm()`` compiles, the
+    stamp written: True when the cache is then warm."""
+    from tunemix.core.shipped_cache import seed
+
+    try:
+        done = seed(cache=where)
+    except Exception:  # the warm-up then compiles, as without a shipped cache
+        log.warning("seeding the numba cache from the shipped one failed", exc_info=True)
+        return False
+    if done["status"] in ("seeded", "seeded already") and done.get("complete"):
+        write_stamp(where)
+        return True
+    return False
+
+
 def ensure_warm(out: Any = None, *, then: Callable[[], Any] | None = None,
                 background: bool = False) -> dict[str, Any] | None:
     """``warm()`` when the cache is cold (no stamp) unless ``TUNEMIX_AUTO_WARM=0``; None when
-    nothing was done (and ``then`` not run: the caller runs its fit itself). A background part
-    still compiling is waited for first. The message says why the first run waits."""
+    nothing was done (and ``then`` not run: the caller runs its fit itself). A cache the shipped
+    compiled code seeds with every kernel (``seed_shipped``) is warm. A background part still
+    compiling is waited for first. The message says why the first run waits."""
     if os.environ.get("TUNEMIX_AUTO_WARM", "1").strip() == "0" or is_warm():
         return None
     where = cache_dir()
+    if seed_shipped(where):
+        return None
     out = out or sys.stderr
     if warm_child.wait_for_background(where, out) is not None and is_warm():
         return None
