@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tunemix.compile import warm
+from tunemix.compile import host_code, warm
 from tunemix.compile.ship import collect
 from tunemix.core import shipped_cache
 from tunemix.core.numba_cache import PACKAGE, sources_digest
@@ -163,9 +163,33 @@ def test_a_complete_shipped_cache_makes_the_cache_warm(shipped: Path, tmp_path: 
     shutil.copytree(shipped, complete)
     manifest = json.loads((complete / "manifest.json").read_text())
     (complete / "manifest.json").write_text(json.dumps({**manifest, "complete": True}))
+    monkeypatch.setenv("TUNEMIX_HOST_CODE", "0")  # no background compilation of every kernel here
     monkeypatch.setenv("TUNEMIX_SHIPPED_CACHE", str(shipped))
     assert not warm.seed_shipped(tmp_path / "partial")  # one kernel of many: the warm-up still runs
     assert not (tmp_path / "partial" / warm.STAMP).exists()
     monkeypatch.setenv("TUNEMIX_SHIPPED_CACHE", str(complete))
     assert warm.seed_shipped(tmp_path / "user")
     assert json.loads((tmp_path / "user" / warm.STAMP).read_text()) == warm._stamp_key()
+
+
+def test_the_host_code_replaces_the_seeded_code(shipped: Path, tmp_path: Path) -> None:
+    seeded = call(tmp_path / "user", str(shipped))
+    assert (seeded["hits"], seeded["misses"]) == (1, 0)
+    (generic,) = (tmp_path / "user").glob("*/normalization._standardise-*.nbc")
+    own = call(tmp_path / "host", "0")
+    assert (own["hits"], own["misses"]) == (0, 1)
+    (host,) = (tmp_path / "host").glob("*/normalization._standardise-*.nbc")
+    assert host.read_bytes() != generic.read_bytes()
+    done = shipped_cache.merge_cache(tmp_path / "host", tmp_path / "user", tuple(shipped_cache.host_magic_tuple()))
+    assert done == {"indexes": 1, "entries": 1}
+    (data,) = (tmp_path / "user").glob("*/normalization._standardise-*.nbc")  # the generic file removed
+    assert data.read_bytes() == host.read_bytes() and len(index_keys(tmp_path / "user")) == 1
+    loaded = call(tmp_path / "user", str(shipped))
+    assert (loaded["hits"], loaded["misses"]) == (1, 0) and loaded["out"] == own["out"]
+
+
+def test_no_background_compilation_when_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TUNEMIX_HOST_CODE", "0")
+    assert not host_code.wanted()
+    assert host_code.start_background(tmp_path) is None
+    assert not (tmp_path / host_code.LOG).exists()

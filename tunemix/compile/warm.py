@@ -384,7 +384,10 @@ def warm(out: Any = None, *, processes: int | None = None, then: Callable[[], An
 def seed_shipped(where: Path) -> bool:
     """The compiled code shipped with the package placed in the cache ``where``
     (``tunemix.core.shipped_cache.seed``) and, when it holds every kernel ``warm()`` compiles, the
-    stamp written: True when the cache is then warm."""
+    stamp written: True when the cache is then warm. When this process seeded it, the host's own
+    code compiles in the background, niced, and replaces the shipped code
+    (``tunemix.compile.host_code``)."""
+    from tunemix.compile.host_code import start_background
     from tunemix.core.shipped_cache import seed
 
     try:
@@ -394,6 +397,11 @@ def seed_shipped(where: Path) -> bool:
         return False
     if done["status"] in ("seeded", "seeded already") and done.get("complete"):
         write_stamp(where)
+        if done["status"] == "seeded":
+            child = start_background(where)
+            if child is not None:
+                log.info("compiling the host's code in the background (pid %s, log %s)", child.pid,
+                         where / "tunemix-host-code.log")
         return True
     return False
 

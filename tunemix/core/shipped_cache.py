@@ -186,9 +186,12 @@ def seed(host_magic: Any = None, cache: Path | None = None) -> dict[str, Any]:
     return {"status": "seeded", "indexes": indexes, "entries": entries, "kept": kept, **done}
 
 
-def _merge(index: Path, target: Path, source_magic: tuple[Any, ...], host_magic: tuple[Any, ...]) -> tuple[int, int]:
-    """The entries of one shipped index, keyed for the host, added to ``target``'s index of the same
-    name: (entries added, entries the target held already)."""
+def _merge(index: Path, target: Path, source_magic: tuple[Any, ...], host_magic: tuple[Any, ...],
+           replace: bool = False) -> tuple[int, int]:
+    """The entries of index ``index`` for ``source_magic``, keyed for ``host_magic``, added to
+    ``target``'s index of the same name: (entries written, entries the target held already). An
+    entry the target holds is kept, or with ``replace`` written over (its old data file removed
+    once the index no longer names it)."""
     import numba
     from numba.core.caching import IndexDataCacheFile
 
@@ -204,13 +207,16 @@ def _merge(index: Path, target: Path, source_magic: tuple[Any, ...], host_magic:
     with locked(str(target / index.name) + ".lock", exclusive=True):
         current = cache_file._load_index()  # {} when absent, of another numba, or of other sources
         used = set(current.values())
+        replaced: list[str] = []
         for key, name in overloads.items():
             if tuple(key[1]) != source_magic:
                 continue
             host_key = (key[0], host_magic, *key[2:])
             if host_key in current:
                 held += 1
-                continue
+                if not replace:
+                    continue
+                replaced.append(current[host_key])
             number = 1
             while cache_file._data_name(number) in used:
                 number += 1
@@ -221,7 +227,21 @@ def _merge(index: Path, target: Path, source_magic: tuple[Any, ...], host_magic:
             added += 1
         if added:
             cache_file._save_index(current)  # a temporary file renamed over the index
+        for name in replaced:  # readers hold the lock shared: none is reading it
+            (target / name).unlink(missing_ok=True)
     return added, held
+
+
+def merge_cache(built: Path, cache: Path, magic: tuple[Any, ...]) -> dict[str, int]:
+    """The entries for ``magic`` of this package's kernels in numba cache ``built`` written over
+    those of ``cache`` (``tunemix.compile.host_code``: the host's own code over the shipped)."""
+    folders = package_folders()
+    indexes = entries = 0
+    for index in sorted(built.glob("*/*.nbi")):
+        if index.parent.name in folders:
+            written, _ = _merge(index, cache / index.parent.name, magic, magic, replace=True)
+            indexes, entries = indexes + 1, entries + written
+    return {"indexes": indexes, "entries": entries}
 
 
 def _copy_atomic(source: Path, destination: Path) -> None:
