@@ -63,8 +63,10 @@ def install(wheel: Path, work: Path) -> Path:
 
 def fit(site: Path, cache: Path, models: Path, shipped: bool) -> dict[str, Any]:
     """One ``tunemix train`` of MQ2008 Fold1 in a fresh process: its seconds, and the record's."""
-    env = dict(os.environ, PYTHONPATH=str(site), NUMBA_CACHE_DIR=str(cache), TUNEMIX_SHIPPED_CACHE="" if shipped
-               else "0")
+    # TUNEMIX_HOST_CODE=0: no background compilation of the host's code after a seeding (the next fit
+    # loads the shipped code it seeded; the contrast's next fit is the host's own code)
+    env = dict(os.environ, PYTHONPATH=str(site), NUMBA_CACHE_DIR=str(cache), TUNEMIX_HOST_CODE="0",
+               TUNEMIX_SHIPPED_CACHE="" if shipped else "0")
     env.pop("NUMBA_CPU_NAME", None)
     run_dir = models.parent / "run"  # not the repository: python -m puts the working folder first on sys.path
     run_dir.mkdir(exist_ok=True)

@@ -24,6 +24,10 @@ shared one (a reader then never sees an index entry whose data file is not writt
 the lock file cannot be opened (a read-only cache, which numba does not write either) or there is
 no ``fcntl`` (Windows), numba runs as it is.
 
+**Shipped code.** The first kernel a process loads first places the compiled code shipped with
+the package (``tunemix/_compiled``, when the wheel's build step made it) in this cache, under the
+same lock (``seed_shipped``, ``tunemix.core.shipped_cache``).
+
 **Stale code.** numba keys a cached function by the text of its own source file only, but a
 kernel's machine code holds the kernels it calls, compiled in: after a change to one module (an
 upgrade, an edit), a kernel of another module that calls into it would load its old code from
