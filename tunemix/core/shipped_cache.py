@@ -156,7 +156,7 @@ def seed(host_magic: Any = None, cache: Path | None = None) -> dict[str, Any]:
         return {"status": "seeded already", **done}
     reason = refusal(manifest, host_magic)
     if reason is not None:
-        log.warning("the shipped numba cache in %s is not used: %s", shipped, reason)
+        log.info("the shipped numba cache in %s is not used: %s", shipped, reason)
         _seeded.add((str(cache), host_magic))
         return {"status": "refused", "reason": reason}
     mark = marker(cache, manifest["digest"], host_magic)
