@@ -163,12 +163,13 @@ def _warm_service(model: Any) -> None:
 
 def _warm_views(model: Any) -> None:
     """The views' kernels the learners' fit does not call: the big-query pieces run on several
-    threads (``PARALLEL_MIN_DOCUMENTS`` documents and up) and the whitening an explanation of a
-    raw+white model computes for its reference document."""
+    threads (``PARALLEL_MIN_DOCUMENTS`` documents and up), the whitening an explanation of a
+    raw+white model computes for its reference document and the standardisation of a raw+std
+    model's reference document (the default members of MQ2008 have one)."""
     import numpy as np
 
     from tunemix.core.data.normalization import PARALLEL_MIN_DOCUMENTS, standardise_by_query, whiten_by_query
-    from tunemix.core.explain.exact_explanation import _unwhiten, reference_views
+    from tunemix.core.explain.exact_explanation import _standardised_reference, _unwhiten, reference_views
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(PARALLEL_MIN_DOCUMENTS, model.n_features)).astype(np.float32)
@@ -176,6 +177,8 @@ def _warm_views(model: Any) -> None:
     standardise_by_query(x, off, parts=2)
     whiten_by_query(x, off, parts=2)
     _, _, _, white = reference_views(model, x[:8], x[0])
+    rows = np.ascontiguousarray(x[:8], dtype=np.float64)
+    _standardised_reference(rows, rows[0].copy(), np.empty(rows.shape[1]))
     if white is not None:
         _unwhiten(np.zeros((1, white.shape[1])), x[:1].astype(np.float64), x[1].astype(np.float64), white)
 
