@@ -10,8 +10,10 @@
 #            do not reinstall numpy/numba)
 #   builder  deps + libgomp1 + [train] (scipy, tqdm, matplotlib, dask, LightGBM); trains the default model into
 #            /opt/tunemix/models (tunemix demo).
-#   wheel    builds the tunemix wheel (one package, tunemix)
-#   runtime  deps + the wheel + the model from `builder`; non-root; numba cache warmed as that user
+#   wheel    builder + the tunemix wheel (one package, tunemix), carrying every numba kernel compiled for
+#            the generic x86-64 CPU (tunemix/_compiled, `python -m tunemix.compile.ship`)
+#   runtime  deps + the wheel + the model from `builder`; non-root; numba cache warmed as that user with
+#            the build host's code; the wheel's generic code for any other x86-64 CPU
 #
 # Models: the default model is baked in at /opt/tunemix/models (TUNEMIX_MODELS_DIR of the image),
 # read-only for the service user. docker-compose.yml serves ./models instead, mounted at
@@ -61,9 +63,15 @@ RUN tunemix demo --models-dir /opt/tunemix/models --data-dir /tmp/synthetic --no
     && test -f /opt/tunemix/models/default/v1/manifest.json
 
 # ------------------------------------------------------------------------------------ wheel
-FROM base AS wheel
+# On `builder` (the warm-up fits every member type: the training extras): the compiled code shipped
+# in the wheel, built from the copy the wheel is made of (tunemix.core.shipped_cache places it in an
+# empty numba cache, so that a first fit or a worker on a new CPU loads its kernels instead of
+# compiling them).
+FROM builder AS wheel
 COPY pyproject.toml README.md /tmp/build/src/
 COPY tunemix /tmp/build/src/tunemix
+RUN cd /tmp/build/src && PYTHONPATH=/tmp/build/src NUMBA_CACHE_DIR=/tmp/ship-cache python -m tunemix.compile.ship \
+    && test -f /tmp/build/src/tunemix/_compiled/manifest.json && rm -rf /tmp/ship-cache
 RUN pip wheel --no-deps --wheel-dir /tmp/wheels /tmp/build/src
 
 # ------------------------------------------------------------------------------------ runtime
@@ -84,14 +92,18 @@ ENV TUNEMIX_MODELS_DIR=/opt/tunemix/models \
     TUNEMIX_PORT=8000
 WORKDIR /srv/tunemix
 USER tunemix
-# Build the numba cache (NUMBA_CACHE_DIR, owned by this user and still writable at run time, e.g.
-# for a CPU other than the build machine's): `python -m tunemix.compile.serving` compiles every kernel a
-# request can reach (tunemix.compile.serving.warm_all: the default model's scoring and explanations,
-# evaluation under every convention, fusion), the function the service runs before /ready says 200.
-# Then the service starts in-process once, /ready turns 200 (every kernel loaded from that cache)
-# and one /rank goes through. A container then starts without JIT compilation, and a broken image
-# fails here, not in production.
-RUN python -m tunemix.compile.serving --models-dir /opt/tunemix/models --model default
+# Build the numba cache (NUMBA_CACHE_DIR, owned by this user and still writable at run time): `python
+# -m tunemix.compile.serving` compiles every kernel a request can reach (tunemix.compile.serving.warm_all:
+# the default model's scoring and explanations, evaluation under every convention, fusion), the
+# function the service runs before /ready says 200, for the build host's CPU (TUNEMIX_SHIPPED_CACHE=0:
+# the host's code, faster than the wheel's generic code). On a host of another CPU the first
+# kernel a worker loads places the wheel's generic code in the cache under that host's key, and the
+# worker loads it instead of compiling. Then the service starts in-process once, /ready turns 200
+# (every kernel loaded from that cache) and one /rank goes through. A container then starts
+# without JIT compilation, and a broken image fails here, not in production.
+RUN python -c "from tunemix.core.shipped_cache import SHIPPED, read_manifest; m = read_manifest(SHIPPED); \
+assert m and m['complete'], 'the wheel carries no shipped numba cache'; print('shipped cache:', m['entries'], 'entries')"
+RUN TUNEMIX_SHIPPED_CACHE=0 python -m tunemix.compile.serving --models-dir /opt/tunemix/models --model default
 RUN python -c "import time; from fastapi.testclient import TestClient; from tunemix.service.main import app; \
 c = TestClient(app).__enter__(); \
 ok = any(c.get('/ready').status_code == 200 or time.sleep(0.5) for _ in range(1200)); \

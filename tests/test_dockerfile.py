@@ -70,8 +70,24 @@ def test_the_builder_runs_the_demo_and_the_runtime_warms_the_default_model() -> 
 def test_a_builder_without_the_package_is_caught() -> None:
     """The check above fails on a Dockerfile whose builder stage does not copy the package."""
     text = (ROOT / "Dockerfile").read_text()
-    head, tail = text.split("FROM base AS wheel", 1)
+    head, tail = text.split("FROM builder AS wheel", 1)
     broken = "\n".join(line for line in head.splitlines() if line != "COPY tunemix /tmp/build/src/tunemix")
-    broken += "\nFROM base AS wheel" + tail
+    broken += "\nFROM builder AS wheel" + tail
     assert copied_sources(stages(broken)["builder"]) == set()
     assert copied_sources(stages(broken)["wheel"]) == {"tunemix"}
+
+
+def test_the_wheel_carries_the_compiled_code_and_the_runtime_warms_the_hosts() -> None:
+    """The wheel stage builds the shipped numba cache into the copy it wheels, before ``pip wheel``
+    (pyproject.toml's package-data takes it in); the runtime checks the installed wheel has it and
+    warms the service's kernels with the build host's own code."""
+    by_stage = stages((ROOT / "Dockerfile").read_text())
+    wheel = by_stage["wheel"]
+    ship = next(i for i, line in enumerate(wheel) if "python -m tunemix.compile.ship" in line)
+    build = next(i for i, line in enumerate(wheel) if re.search(r"pip wheel\b.*/tmp/build/src", line))
+    assert ship < build and "PYTHONPATH=/tmp/build/src" in wheel[ship]
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["tunemix"]
+    assert {"_compiled/*.json", "_compiled/**/*.nbi", "_compiled/**/*.nbc"} <= set(data)
+    runtime = by_stage["runtime"]
+    assert any("read_manifest(SHIPPED)" in line and "complete" in line for line in runtime)
+    assert any(line.startswith("RUN TUNEMIX_SHIPPED_CACHE=0 python -m tunemix.compile.serving") for line in runtime)

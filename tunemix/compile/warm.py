@@ -163,12 +163,13 @@ def _warm_service(model: Any) -> None:
 
 def _warm_views(model: Any) -> None:
     """The views' kernels the learners' fit does not call: the big-query pieces run on several
-    threads (``PARALLEL_MIN_DOCUMENTS`` documents and up) and the whitening an explanation of a
-    raw+white model computes for its reference document."""
+    threads (``PARALLEL_MIN_DOCUMENTS`` documents and up), the whitening an explanation of a
+    raw+white model computes for its reference document and the standardisation of a raw+std
+    model's reference document (the default members of MQ2008 have one)."""
     import numpy as np
 
     from tunemix.core.data.normalization import PARALLEL_MIN_DOCUMENTS, standardise_by_query, whiten_by_query
-    from tunemix.core.explain.exact_explanation import _unwhiten, reference_views
+    from tunemix.core.explain.exact_explanation import _standardised_reference, _unwhiten, reference_views
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(PARALLEL_MIN_DOCUMENTS, model.n_features)).astype(np.float32)
@@ -176,6 +177,8 @@ def _warm_views(model: Any) -> None:
     standardise_by_query(x, off, parts=2)
     whiten_by_query(x, off, parts=2)
     _, _, _, white = reference_views(model, x[:8], x[0])
+    rows = np.ascontiguousarray(x[:8], dtype=np.float64)
+    _standardised_reference(rows, rows[0].copy(), np.empty(rows.shape[1]))
     if white is not None:
         _unwhiten(np.zeros((1, white.shape[1])), x[:1].astype(np.float64), x[1].astype(np.float64), white)
 
@@ -381,14 +384,42 @@ def warm(out: Any = None, *, processes: int | None = None, then: Callable[[], An
             "background": {"pid": pid, "log": str(log_path)} if behind else None}
 
 
+def seed_shipped(where: Path) -> bool:
+    """The compiled code shipped with the package placed in the cache ``where``
+    (``tunemix.core.shipped_cache.seed``) and, when it holds every kernel ``warm()`` compiles, the
+    stamp written: True when the cache is then warm. When this process seeded it, the host's own
+    code compiles in the background, niced, and replaces the shipped code
+    (``tunemix.compile.host_code``)."""
+    from tunemix.compile.host_code import start_background
+    from tunemix.core.shipped_cache import seed
+
+    try:
+        done = seed(cache=where)
+    except Exception:  # the warm-up then compiles, as without a shipped cache
+        log.warning("seeding the numba cache from the shipped one failed", exc_info=True)
+        return False
+    if done["status"] in ("seeded", "seeded already") and done.get("complete"):
+        write_stamp(where)
+        if done["status"] == "seeded":
+            child = start_background(where)
+            if child is not None:
+                log.info("compiling the host's code in the background (pid %s, log %s)", child.pid,
+                         where / "tunemix-host-code.log")
+        return True
+    return False
+
+
 def ensure_warm(out: Any = None, *, then: Callable[[], Any] | None = None,
                 background: bool = False) -> dict[str, Any] | None:
     """``warm()`` when the cache is cold (no stamp) unless ``TUNEMIX_AUTO_WARM=0``; None when
-    nothing was done (and ``then`` not run: the caller runs its fit itself). A background part
-    still compiling is waited for first. The message says why the first run waits."""
+    nothing was done (and ``then`` not run: the caller runs its fit itself). A cache the shipped
+    compiled code seeds with every kernel (``seed_shipped``) is warm. A background part still
+    compiling is waited for first. The message says why the first run waits."""
     if os.environ.get("TUNEMIX_AUTO_WARM", "1").strip() == "0" or is_warm():
         return None
     where = cache_dir()
+    if seed_shipped(where):
+        return None
     out = out or sys.stderr
     if warm_child.wait_for_background(where, out) is not None and is_warm():
         return None

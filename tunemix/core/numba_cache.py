@@ -24,6 +24,10 @@ shared one (a reader then never sees an index entry whose data file is not writt
 the lock file cannot be opened (a read-only cache, which numba does not write either) or there is
 no ``fcntl`` (Windows), numba runs as it is.
 
+**Shipped code.** The first kernel a process loads first places the compiled code shipped with
+the package (``tunemix/_compiled``, when the wheel's build step made it) in this cache, under the
+same lock (``seed_shipped``, ``tunemix.core.shipped_cache``).
+
 **Stale code.** numba keys a cached function by the text of its own source file only, but a
 kernel's machine code holds the kernels it calls, compiled in: after a change to one module (an
 upgrade, an edit), a kernel of another module that calls into it would load its old code from
@@ -38,8 +42,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import logging
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -143,6 +149,32 @@ def stamp_sources(root: Path) -> None:
     _SourceFileBackedLocatorMixin.get_source_stamp = stamp  # type: ignore[method-assign]
 
 
+_seed_lock = threading.Lock()
+_seed_tried = False
+
+
+def seed_shipped(key: Any) -> None:
+    """On the first kernel this process loads: the shipped cache placed in this one for the host's
+    key (``key[1]``, numba's magic tuple: ``tunemix.core.shipped_cache.seed``); never an error."""
+    global _seed_tried
+    if _seed_tried:
+        return
+    with _seed_lock:
+        if _seed_tried:
+            return
+        _seed_tried = True
+        magic = key[1] if isinstance(key, tuple) and len(key) == 3 else None
+        if not (isinstance(magic, tuple) and len(magic) == 3):  # pragma: no cover - not numba's function key
+            return
+        try:
+            from tunemix.core.shipped_cache import seed
+
+            seed(magic)
+        except Exception:  # the kernel then compiles, as without a shipped cache
+            logging.getLogger(__name__).warning("seeding the numba cache from the shipped one failed",
+                                                exc_info=True)
+
+
 def install() -> bool:
     """Stamp the package's functions with its sources' digest (``stamp_sources``) and wrap numba's
     cache save and load in the lock (once per process); False where there is no ``fcntl`` (then
@@ -165,6 +197,7 @@ def install() -> bool:
             return save(self, key, data)
 
     def locked_load(self: Any, key: Any) -> Any:
+        seed_shipped(key)
         index = getattr(self, "_index_path", None)
         if index is None:  # pragma: no cover
             return load(self, key)
