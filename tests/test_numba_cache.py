@@ -207,10 +207,15 @@ def test_the_packages_stamp_carries_the_digest_of_its_numba_modules(tmp_path: Pa
 
     (tmp_path / "a.py").write_text("import numba\n")
     (tmp_path / "b.py").write_text("x = 1\n")
+    (tmp_path / "c.py").write_text('"""Calls the numba kernels of a."""\nNUMBA_THREADS = 2\n')
+    (tmp_path / "d.py").write_text("from numba import njit\n")
     first = sources_digest(tmp_path)
     sources_digest.cache_clear()
     (tmp_path / "b.py").write_text("x = 2\n")  # no numba: no part of it
+    (tmp_path / "c.py").write_text('"""Calls the numba kernels of a, edited."""\nNUMBA_THREADS = 4\n')  # names it only
     assert sources_digest(tmp_path) == first
-    sources_digest.cache_clear()
-    (tmp_path / "a.py").write_text("import numba  # changed\n")
-    assert sources_digest(tmp_path) != first
+    for name, text in (("a.py", "import numba  # changed\n"), ("d.py", "from numba import njit, prange\n")):
+        sources_digest.cache_clear()
+        (tmp_path / name).write_text(text)  # a module that imports numba: a new digest
+        assert sources_digest(tmp_path) != first
+        first = sources_digest(tmp_path)

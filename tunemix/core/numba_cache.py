@@ -33,8 +33,10 @@ kernel's machine code holds the kernels it calls, compiled in: after a change to
 upgrade, an edit), a kernel of another module that calls into it would load its old code from
 the cache and compute what the old version computed. ``stamp_sources`` (run with ``install``
 for the package) adds to the stamp of every function of the package a digest of the text of all
-its modules that mention numba (``sources_digest``, sha256, about 50 files read once per process
-that loads a kernel): any change to any of them recompiles every kernel of the package once.
+its modules that import numba (``sources_digest``, sha256, the 26 modules that define kernels,
+read once per process that loads a kernel): any change to any of them recompiles every kernel of
+the package once. A module that only names numba (a docstring, a setting) defines no kernel and
+is not in the digest: an edit of it recompiles nothing.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ import functools
 import hashlib
 import logging
 import os
+import re
 import sys
 import threading
 from collections.abc import Iterator
@@ -60,6 +63,8 @@ _installed = False
 _ROOTS: list[Path] = []
 #: the package's folder
 PACKAGE = Path(__file__).resolve().parents[1]
+#: a module that defines kernels imports numba
+_IMPORTS_NUMBA = re.compile(rb"^[ \t]*(?:import numba\b|from numba[ .])", re.MULTILINE)
 
 
 def default_cache_dir() -> Path:
@@ -115,12 +120,12 @@ def locked(path: str, exclusive: bool) -> Iterator[None]:
 
 @functools.cache
 def sources_digest(root: Path) -> bytes:
-    """sha256 of the text of every module under ``root`` that mentions numba, with its path, in
-    path order."""
+    """sha256 of the text of every module under ``root`` that imports numba (``import numba`` or
+    ``from numba ...`` at the start of a line), with its path, in path order."""
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*.py")):
         text = path.read_bytes()
-        if b"numba" in text:
+        if _IMPORTS_NUMBA.search(text):
             digest.update(str(path.relative_to(root)).encode() + b"\0" + text + b"\0")
     return digest.digest()
 
