@@ -267,11 +267,13 @@ def truth(family: Family, seed: int = 0) -> tuple[Params, float, np.ndarray]:
     return params, scale, cuts
 
 
-def make_family_splits(name: str, size: str, seed: int = 0) -> dict[str, RankingData]:
-    """Train, validation and test queries of family ``name`` at ``size`` (``small``, ``large``)."""
-    family = FAMILIES[name] if name in FAMILIES else None
-    if family is None:
-        raise ValueError(f"unknown family {name!r}; known: {', '.join(FAMILIES)}")
+def make_family_splits(family: str | Family, size: str, seed: int = 0) -> dict[str, RankingData]:
+    """Train, validation and test queries of ``family`` (a name of ``FAMILIES`` or a ``Family``)
+    at ``size`` (``small``, ``large``)."""
+    if isinstance(family, str):
+        role(family)
+        family = FAMILIES[family]
+    name = family.name
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}; known: {', '.join(SIZES)}")
     params, scale, cuts = truth(family, seed)
