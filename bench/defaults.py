@@ -30,6 +30,10 @@ Data:
   with its SE, pooled over the family's sizes, and the per-query difference pooled over the
   held-out families, the choosing ones and all (also as the mean of the family means).
 
+On a machine loaded beyond its cores, run with ``OMP_WAIT_POLICY=PASSIVE`` (the fits inherit the
+environment): OpenMP threads that spin while they wait (LightGBM's, every system's) otherwise take
+tens of times longer there, and fit seconds measure the spinning.
+
 Systems (``bench.fitproc``): besides the peers above, ``lgbm_es1`` (the early-stopped peer on one
 LightGBM thread: the cost peer on small data), ``tunemix1`` (``TuneMixRanker(n_jobs=1)`` on one
 core, at ``--seeds``' first seed: the one-thread-each comparison; the summary's ``fit_ratios``
