@@ -34,7 +34,11 @@ its own size. The recipe:
    ``default_rng([seed, family code])``: one truth for every split and size.
 2. Each split draws its query sizes and documents from ``default_rng([seed, family code, split,
    size])``: the splits of one size are independent of each other and of the other size.
-3. The family's documents give features ``x`` and a clean relevance score ``g``; ``g`` is scaled
+3. The family's documents give features ``x`` and a clean relevance score ``g``. Half the
+   document features (``QUERY_DEPENDENT_SHARE``, drawn per family) are query-dependent: scaled
+   and shifted per query, as a BM25 score is; the others mean the same in every query, as a
+   PageRank does (a query-standardised view helps with the first kind, raw features serve the
+   second). ``g`` is scaled
    to unit variance (on a probe of 20k documents), a per-query offset (standard deviation
    ``QUERY_OFFSET``: some queries have many relevant documents, some none) and Gaussian noise
    (``noise``) are added, and labels are cut at the probe's quantiles so that label ``l`` has the
@@ -61,6 +65,9 @@ from tunemix.core.data.dataset import RankingData, offsets_from_sizes
 GRADE_SHARES = tuple(float(w) for w in 0.5 ** np.arange(5) / (0.5 ** np.arange(5)).sum())
 #: standard deviation of the per-query offset added to the unit-variance relevance score
 QUERY_OFFSET = 0.5
+#: share of each family's document features that are query-dependent (scaled and shifted per
+#: query, as a BM25 score is); the others mean the same in every query (as a PageRank does)
+QUERY_DEPENDENT_SHARE = 0.5
 #: documents of the probe that fixes the relevance scale and the label cut points
 PROBE_DOCUMENTS = 20_000
 SIZES = ("small", "large")
@@ -102,16 +109,20 @@ def _query_rows(sizes: np.ndarray) -> np.ndarray:
     return np.repeat(np.arange(sizes.size), sizes)
 
 
+def _dependent(rng: np.random.Generator, d: int) -> np.ndarray:
+    """Which of ``d`` features are query-dependent (``QUERY_DEPENDENT_SHARE`` of them, at random)."""
+    return rng.permutation(d) < round(QUERY_DEPENDENT_SHARE * d)
+
+
 def _query_affine(rng: np.random.Generator, u: np.ndarray, sizes: np.ndarray, spread: float,
-                  scale: bool = True) -> np.ndarray:
-    """``u * s_q + t_q`` with ``s_q ~ logNormal(0, spread)`` (``scale``) and ``t_q ~ N(0, spread)``
-    per query and feature: raw features mean different things in different queries."""
+                  dependent: np.ndarray, scale: bool = True) -> np.ndarray:
+    """``u * s_q + t_q`` on the ``dependent`` columns, with ``s_q ~ logNormal(0, spread)``
+    (``scale``) and ``t_q ~ N(0, spread)`` per query and feature: such a raw feature means
+    different things in different queries; the other columns are ``u`` as it is."""
     rows = _query_rows(sizes)
-    shift = spread * rng.standard_normal((sizes.size, u.shape[1]))
-    out = u + shift[rows]
-    if scale:
-        out = u * np.exp(spread * rng.standard_normal((sizes.size, u.shape[1])))[rows] + shift[rows]
-    return out
+    shift = np.where(dependent, spread * rng.standard_normal((sizes.size, u.shape[1])), 0.0)
+    factor = np.where(dependent, np.exp(spread * rng.standard_normal((sizes.size, u.shape[1]))), 1.0)
+    return (u * factor[rows] if scale else u) + shift[rows]
 
 
 def _pairs(rng: np.random.Generator, features: np.ndarray, n: int) -> np.ndarray:
@@ -132,7 +143,8 @@ def _draw_query_types(rng: np.random.Generator, d: int) -> Params:
     for t in range(4):
         weights[t, shared] = 0.5
         weights[t, own[t]] += rng.standard_normal(8)
-    return {"weights": weights, "embedding": rng.standard_normal((4, 6)), "doc": doc}
+    return {"weights": weights, "embedding": rng.standard_normal((4, 6)), "doc": doc,
+            "dependent": _dependent(rng, doc)}
 
 
 def _query_types(p: Params, rng: np.random.Generator, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -141,12 +153,13 @@ def _query_types(p: Params, rng: np.random.Generator, sizes: np.ndarray) -> tupl
     u = rng.standard_normal((rows.size, p["doc"]))
     g = np.einsum("nd,nd->n", u, p["weights"][types[rows]])
     query_feats = p["embedding"][types] + 0.7 * rng.standard_normal((sizes.size, 6))
-    x = np.hstack([_query_affine(rng, u, sizes, 0.5), query_feats[rows]])
+    x = np.hstack([_query_affine(rng, u, sizes, 0.5, p["dependent"]), query_feats[rows]])
     return x, g
 
 
 def _draw_sparse(rng: np.random.Generator, d: int) -> Params:
-    return {"informative": rng.choice(d, size=3, replace=False), "groups": rng.permutation(d) % (d // 4)}
+    return {"informative": rng.choice(d, size=3, replace=False), "groups": rng.permutation(d) % (d // 4),
+            "dependent": _dependent(rng, d)}
 
 
 def _sparse(p: Params, rng: np.random.Generator, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -156,32 +169,33 @@ def _sparse(p: Params, rng: np.random.Generator, sizes: np.ndarray) -> tuple[np.
     i, j, k = p["informative"]
     u[:, [i, j, k]] = rng.standard_normal((n, 3))  # independent of the noise features' groups
     g = u[:, i] + 0.8 * np.tanh(1.5 * u[:, j]) + 0.6 * np.maximum(u[:, k], 0.0)
-    return _query_affine(rng, u, sizes, 0.5), g
+    return _query_affine(rng, u, sizes, 0.5, p["dependent"]), g
 
 
 def _draw_polynomial(rng: np.random.Generator, d: int, n_pairs: int = 10) -> Params:
     return {"w": rng.standard_normal(d), "pairs": _pairs(rng, np.arange(d), n_pairs),
-            "coef": 0.5 * rng.standard_normal(n_pairs)}
+            "coef": 0.5 * rng.standard_normal(n_pairs), "dependent": _dependent(rng, d)}
 
 
 def _polynomial(p: Params, rng: np.random.Generator, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     u = rng.standard_normal((int(sizes.sum()), p["w"].size))
     g = u @ p["w"] / np.sqrt(p["w"].size) + _pair_sum(u, p["pairs"], p["coef"])
-    return _query_affine(rng, u, sizes, 0.5), g
+    return _query_affine(rng, u, sizes, 0.5, p["dependent"]), g
 
 
 def _draw_heavy_tailed(rng: np.random.Generator, d: int) -> Params:
     kinds = np.array(["lognormal"] * (d // 2) + ["pareto"] * (d // 4) + ["count"] * (d - d // 2 - d // 4))
     return {"w": np.where(rng.random(d) < 0.3, rng.standard_normal(d), 0.0), "pairs": _pairs(rng, np.arange(d), 2),
             "coef": 0.4 * rng.standard_normal(2), "kinds": rng.permutation(kinds),
-            "sigma": rng.uniform(0.8, 2.0, d), "alpha": rng.uniform(1.1, 2.5, d)}
+            "sigma": rng.uniform(0.8, 2.0, d), "alpha": rng.uniform(1.1, 2.5, d), "dependent": _dependent(rng, d)}
 
 
 def _heavy_tailed(p: Params, rng: np.random.Generator, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     n, d = int(sizes.sum()), p["w"].size
     u = rng.standard_normal((n, d))
     g = u @ p["w"] + _pair_sum(u, p["pairs"], p["coef"])
-    scale = np.exp(rng.standard_normal((sizes.size, d)))[_query_rows(sizes)]  # per query and feature
+    # a per-query scale factor on the query-dependent features
+    scale = np.where(p["dependent"], np.exp(rng.standard_normal((sizes.size, d))), 1.0)[_query_rows(sizes)]
     kinds = p["kinds"]
     x = np.empty_like(u)
     logn = kinds == "lognormal"
@@ -196,7 +210,7 @@ def _heavy_tailed(p: Params, rng: np.random.Generator, sizes: np.ndarray) -> tup
 def _draw_interactions(rng: np.random.Generator, d: int) -> Params:
     return {"steps": _pairs(rng, np.arange(d), 6), "cuts": rng.uniform(-0.5, 1.0, (6, 2)),
             "step_coef": rng.uniform(1.0, 2.0, 6), "pairs": _pairs(rng, np.arange(d), 3),
-            "coef": rng.choice([-1.0, 1.0], 3) * rng.uniform(0.5, 1.0, 3)}
+            "coef": rng.choice([-1.0, 1.0], 3) * rng.uniform(0.5, 1.0, 3), "dependent": _dependent(rng, d)}
 
 
 def _interactions(p: Params, rng: np.random.Generator, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -204,16 +218,16 @@ def _interactions(p: Params, rng: np.random.Generator, sizes: np.ndarray) -> tup
     a, b = p["steps"][:, 0], p["steps"][:, 1]
     steps = (u[:, a] > p["cuts"][:, 0]) & (u[:, b] > p["cuts"][:, 1])
     g = steps @ p["step_coef"] + _pair_sum(u, p["pairs"], p["coef"])
-    return _query_affine(rng, u, sizes, 0.3), g
+    return _query_affine(rng, u, sizes, 0.3, p["dependent"]), g
 
 
 def _draw_linear(rng: np.random.Generator, d: int) -> Params:
-    return {"w": rng.standard_normal(d)}
+    return {"w": rng.standard_normal(d), "dependent": _dependent(rng, d)}
 
 
 def _linear(p: Params, rng: np.random.Generator, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     u = rng.standard_normal((int(sizes.sum()), p["w"].size))
-    return _query_affine(rng, u, sizes, 0.5, scale=False), u @ p["w"]
+    return _query_affine(rng, u, sizes, 0.5, p["dependent"], scale=False), u @ p["w"]
 
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (

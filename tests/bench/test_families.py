@@ -122,7 +122,22 @@ def test_heavy_tailed_features_are_skewed_and_scaled_per_query() -> None:
     medians = np.array([np.median(d.features[lo:hi], axis=0)
                         for lo, hi in zip(d.query_offsets[:-1], d.query_offsets[1:], strict=True)])
     spread = np.percentile(medians, 90, axis=0) / np.maximum(np.percentile(medians, 10, axis=0), 1e-9)
-    assert float(np.median(spread)) > 3.0  # a feature's typical value differs by query
+    dependent = truth(FAMILIES["heavy_tailed"])[0]["dependent"]
+    assert float(np.median(spread[dependent])) > 3.0  # a feature's typical value differs by query
+    assert float(np.median(spread[~dependent])) < 2.0
+
+
+@pytest.mark.parametrize("name", ["linear", "interactions"])
+def test_half_the_features_are_query_dependent_the_others_mean_the_same_in_every_query(name: str) -> None:
+    d = make_family_splits(name, "small")["train"]
+    dependent = truth(FAMILIES[name])[0]["dependent"]
+    assert dependent.sum() == round(0.5 * d.n_features)
+    # the variance of the per-query means: the query-level spread (0.5 or 0.3) squared plus about
+    # 1/60 from the documents' own spread, against that 1/60 alone
+    means = np.stack([np.bincount(d.query_index, weights=d.features[:, j]) / d.query_sizes
+                      for j in range(d.n_features)], axis=1)
+    between = means.var(axis=0)
+    assert between[dependent].min() > 0.05 and between[~dependent].max() < 0.04
 
 
 def test_tiny_queries_and_long_lists_have_their_query_sizes() -> None:
