@@ -38,7 +38,8 @@ its own size. The recipe:
    document features (``QUERY_DEPENDENT_SHARE``, drawn per family) are query-dependent: scaled
    and shifted per query, as a BM25 score is; the others mean the same in every query, as a
    PageRank does (a query-standardised view helps with the first kind, raw features serve the
-   second). ``g`` is scaled
+   second; the share moves the comparison of a ranker that has such a view with one that has
+   not, so it is one constant for every family). ``g`` is scaled
    to unit variance (on a probe of 20k documents), a per-query offset (standard deviation
    ``QUERY_OFFSET``: some queries have many relevant documents, some none) and Gaussian noise
    (``noise``) are added, and labels are cut at the probe's quantiles so that label ``l`` has the
