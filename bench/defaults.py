@@ -20,6 +20,19 @@ Data:
 - ``synthetic-mslr``: McRank's cubic-polynomial data shaped like MSLR (136 features, 5 grades,
   60 to 180 documents a query; 250 training, 60 validation, 100 test queries, about 29k training
   documents), one split.
+- ``families``: the generator families of ``bench.families`` (query-dependent relevance, 3
+  informative features among 136, heavy label noise, heavy-tailed features, 2 to 8 documents a
+  query, 300 to 1,000, interactions, linear relevance), each at two sizes (about 10k and 40k
+  training documents), one split each: ``family:<name>:<size>``. ``families:small`` is every
+  family at one size, ``family:<name>`` one family at both. Three families are *choosing* (the
+  default's choices may be tuned on them), five *held out*; the summary ``families`` gives, per
+  family, tunemix's and the early-stopped peer's mean test NDCG@10 and their per-query difference
+  with its SE, pooled over the family's sizes, and the per-query difference pooled over the
+  held-out families, the choosing ones and all (also as the mean of the family means).
+
+On a machine loaded beyond its cores, run with ``OMP_WAIT_POLICY=PASSIVE`` (the fits inherit the
+environment): OpenMP threads that spin while they wait (LightGBM's, every system's) otherwise take
+tens of times longer there, and fit seconds measure the spinning.
 
 Systems (``bench.fitproc``): besides the peers above, ``lgbm_es1`` (the early-stopped peer on one
 LightGBM thread: the cost peer on small data), ``tunemix1`` (``TuneMixRanker(n_jobs=1)`` on one
@@ -64,6 +77,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from bench import families
 from bench.common import RESULTS, SHARED_DATA, machine_info, mslr_shaped_sets
 from bench.fitproc import SYSTEMS, run_fit, warm_up
 from tunemix.core.data.dataset import RankingData
@@ -134,12 +148,30 @@ def data_files(name: str) -> list[Path]:
     return []
 
 
+def expand_datasets(names: list[str]) -> list[str]:
+    """``--datasets``' names with ``families``, ``families:<size>`` and ``family:<name>`` written
+    out as ``family:<name>:<size>`` (``bench.families.dataset_names``); other names unchanged."""
+    out: list[str] = []
+    for name in names:
+        out += families.dataset_names(name) if name.split(":", 1)[0] in ("families", "family") else [name]
+    return list(dict.fromkeys(out))
+
+
 def check_data(datasets: list[str]) -> None:
     """Before any fit: every data set known and its files present, else SystemExit saying where
     the data are expected (not a FileNotFoundError after the warm-up)."""
-    unknown = [n for n in datasets if n not in DATASETS]
+    unknown = []
+    for n in datasets:
+        try:
+            known = n in DATASETS or families.parse(n) is not None
+        except ValueError:
+            known = False
+        if not known:
+            unknown.append(n)
     if unknown:
-        raise SystemExit(f"bench.defaults: unknown data set(s) {', '.join(unknown)}; known: {', '.join(DATASETS)}")
+        raise SystemExit(f"bench.defaults: unknown data set(s) {', '.join(unknown)}; known: {', '.join(DATASETS)}, "
+                         f"families, families:<{'|'.join(families.SIZES)}>, family:<name>[:<size>] "
+                         f"(names: {', '.join(families.FAMILIES)})")
     missing = [p for n in datasets for p in data_files(n) if not p.is_file()]
     if missing:
         raise SystemExit(f"bench.defaults: {len(missing)} data file(s) missing, e.g. {missing[0]}. The benchmark "
@@ -149,6 +181,8 @@ def check_data(datasets: list[str]) -> None:
 
 
 def splits(name: str) -> list[dict[str, RankingData]]:
+    if name.startswith("family:"):
+        return [families.make_family_splits(*families.parse(name))]
     return {"mq2008": mq2008_splits, "mslr-sample": mslr_sample_splits, "mslr-small": mslr_small_splits,
             "synthetic-mslr": synthetic_mslr_splits}[name]()
 
@@ -243,6 +277,64 @@ def paired_over_seeds(ours: dict[int, list[np.ndarray]], theirs: dict[int, list[
                                 [np.mean([theirs[s][k] for s in seeds], axis=0) for k in folds])
 
 
+def _combined(diffs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The mean of per-family differences (each family one weight) with the SE of that mean
+    (the families' SEs combined as independent)."""
+    if not diffs:
+        return None
+    mean = float(np.mean([d["mean"] for d in diffs]))
+    se = math.sqrt(sum(d["se"] ** 2 for d in diffs)) / len(diffs)
+    return {"mean": round(mean, 4), "se": round(se, 4), "families": len(diffs)}
+
+
+def family_summary(datasets: dict[str, dict[str, Any]], per_query: dict[str, dict[str, list[np.ndarray]]],
+                   ours: str = "tunemix", peer: str = "lgbm_es") -> dict[str, Any]:
+    """The ``bench.families`` data sets of a run: per data set and per family (its sizes pooled),
+    ``ours``' and ``peer``'s mean test NDCG@10 over the queries and the per-query difference with
+    its SE; the per-query difference pooled over the held-out families, the choosing ones and all
+    (``pooled``), and the mean of the family means (``family_weighted``: each family one weight,
+    whatever its number of test queries); whether every held-out family's mean is at least the
+    peer's and whether the pooled difference over all is above two SEs (``criteria``)."""
+    rows: dict[str, dict[str, Any]] = {}
+    grouped: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+    for name, pq in per_query.items():
+        family, size = families.parse(name)
+        if not pq.get(ours) or not pq.get(peer):
+            continue
+        summary = datasets[name]["summary"]
+        rows[name] = {"family": family, "size": size, "role": families.role(family),
+                      "train_docs": datasets[name]["folds"][ours][0].get("train_docs"),
+                      ours: round(float(np.nanmean(np.concatenate(pq[ours]))), 4),
+                      peer: round(float(np.nanmean(np.concatenate(pq[peer]))), 4),
+                      f"{ours}_fit_s": summary[ours].get("fit_s"), f"{peer}_fit_s": summary[peer].get("fit_s"),
+                      "difference": per_query_difference(pq[ours], pq[peer])}
+        a, b = grouped.setdefault(family, ([], []))
+        a += pq[ours]
+        b += pq[peer]
+    per_family = {}
+    for family, (a, b) in grouped.items():
+        per_family[family] = {"role": families.role(family), "sizes": [r["size"] for r in rows.values()
+                                                                     if r["family"] == family],
+                              ours: round(float(np.nanmean(np.concatenate(a))), 4),
+                              peer: round(float(np.nanmean(np.concatenate(b))), 4),
+                              "difference": per_query_difference(a, b)}
+    pooled, weighted = {}, {}
+    for group, names in (("held_out", families.HELD_OUT), ("choosing", families.CHOOSING),
+                         ("all", tuple(families.FAMILIES))):
+        chosen = [f for f in names if f in grouped]
+        if chosen:
+            pooled[group] = per_query_difference([q for f in chosen for q in grouped[f][0]],
+                                                 [q for f in chosen for q in grouped[f][1]])
+            weighted[group] = _combined([per_family[f]["difference"] for f in chosen])
+    behind = [f for f, r in per_family.items() if r["role"] == "held-out" and r[ours] < r[peer]]
+    criteria = {"held_out_behind": behind, "held_out_at_least_peer": not behind}
+    if "all" in pooled:
+        criteria["pooled_all_above_two_se"] = pooled["all"]["mean"] > 2 * pooled["all"]["se"]
+    return {"ours": ours, "peer": peer, "choosing": list(families.CHOOSING), "held_out": list(families.HELD_OUT),
+            "datasets": rows, "families": per_family, "pooled": pooled, "family_weighted": weighted,
+            "criteria": criteria}
+
+
 #: systems fitted at every seed of ``--seeds`` (the peers once)
 SEEDED = ("tunemix", "tunemix_budget")
 
@@ -272,6 +364,7 @@ def run(datasets: list[str], systems: list[str], config: str | None, seeds: list
     fits = [(s, seed) for s in systems for seed in (seeds if base_system(s) in SEEDED else [None])]
     fits.sort(key=lambda f: f[0] == "lgbm_tuned")  # after tunemix: its search gets tunemix's seconds
     seeded = [s for s in systems if base_system(s) in SEEDED]
+    family_pq: dict[str, dict[str, list[np.ndarray]]] = {}
     for name in datasets:
         folds = splits(name)
         per_system: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
@@ -333,6 +426,12 @@ def run(datasets: list[str], systems: list[str], config: str | None, seeds: list
         report["datasets"][name] = {"folds": per_system,
                                     "seed_folds": seed_rows if len(seeds) > 1 else None,
                                     "summary": summary}
+        if name.startswith("family:"):
+            family_pq[name] = per_query
+            report["datasets"][name]["per_query"] = {s: [q.round(6).tolist() for q in v]
+                                                     for s, v in per_query.items() if v}
+    if family_pq and "tunemix" in systems and "lgbm_es" in systems:
+        report["families"] = family_summary(report["datasets"], family_pq)
     return report
 
 
@@ -342,14 +441,51 @@ def _plus_minus(r: dict[str, Any]) -> str:
     return f"{r['test_ndcg@10']:.4f}" + (f" ± {se:.4f}" if se is not None else "")
 
 
+def family_markdown(summary: dict[str, Any]) -> list[str]:
+    """The families' table (one row per data set, then one per family with its sizes pooled) and
+    the pooled differences, from ``family_summary``."""
+    ours, peer = summary["ours"], summary["peer"]
+    lines = [f"Generator families (bench.families; choosing: {', '.join(summary['choosing'])}; held out: "
+             f"{', '.join(summary['held_out'])}): mean test NDCG@10 over the test queries, {ours} - {peer} per "
+             "query ± SE, fit seconds", "",
+             f"| family | role | size | train docs | {ours} | {peer} | {ours} - {peer} per query | "
+             f"{ours} fit s | {peer} fit s |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in summary["datasets"].values():
+        d = r["difference"]
+        lines.append(f"| {r['family']} | {r['role']} | {r['size']} | {r['train_docs']:,} | {r[ours]:.4f} | "
+                     f"{r[peer]:.4f} | {d['mean']:+.4f} ± {d['se']:.4f} ({d['queries']} q) | "
+                     f"{r[ours + '_fit_s']:.1f} | {r[peer + '_fit_s']:.1f} |")
+    lines += ["", f"| family (sizes pooled) | role | {ours} | {peer} | {ours} - {peer} per query |",
+              "|---|---|---|---|---|"]
+    for name, r in summary["families"].items():
+        d = r["difference"]
+        lines.append(f"| {name} | {r['role']} | {r[ours]:.4f} | {r[peer]:.4f} | "
+                     f"{d['mean']:+.4f} ± {d['se']:.4f} ({d['queries']} q) |")
+    lines.append("")
+    for group, d in summary["pooled"].items():
+        w = summary["family_weighted"][group]
+        lines.append(f"- {group.replace('_', '-')} families, every test query pooled: {d['mean']:+.4f} ± "
+                     f"{d['se']:.4f} ({d['queries']} q); the mean of the family means: {w['mean']:+.4f} ± "
+                     f"{w['se']:.4f} ({w['families']} families)")
+    c = summary["criteria"]
+    lines.append("- every held-out family at least the peer: " + ("yes" if c["held_out_at_least_peer"] else
+                 "no, behind on " + ", ".join(c["held_out_behind"]))
+                 + ("; pooled over all above two SEs: " + ("yes" if c["pooled_all_above_two_se"] else "no")
+                    if "pooled_all_above_two_se" in c else ""))
+    return lines
+
+
 def markdown(report: dict[str, Any]) -> str:
     systems = list(SYSTEMS) + [s for d in report["datasets"].values() for s in d.get("folds", {}) if s not in SYSTEMS]
     systems = list(dict.fromkeys(systems))
     lines = [f"Test {report['measure']} ({report['convention']}), mean over folds ± SE; fit seconds (sum over "
              "folds: the first fit of a fresh process; warm: the second fit in that process); peak MB of the "
-             "process tree (largest fold). tunemix: " + report["tunemix_config"], "",
-             "| data | " + " | ".join(systems) + " |", "|---|" + "---|" * len(systems)]
-    for name, d in report["datasets"].items():
+             "process tree (largest fold). tunemix: " + report["tunemix_config"], ""]
+    # the families' data sets have a table of their own below
+    tabled = {n: d for n, d in report["datasets"].items() if not (n.startswith("family:") and "families" in report)}
+    if tabled:
+        lines += ["| data | " + " | ".join(systems) + " |", "|---|" + "---|" * len(systems)]
+    for name, d in tabled.items():
         cells = []
         for s in systems:
             r = d["summary"].get(s)
@@ -374,6 +510,8 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append(f"- {name}: {_plus_minus(r)} (per seed "
                          + ", ".join(f"{v:.4f}" for v in r["per_seed"]) + ")" + fit
                          + "".join(f"; - {p} {d['mean']:+.4f} ± {d['se']:.4f} ({d['queries']} q)" for p, d in diffs))
+    if "families" in report:
+        lines += ["", *family_markdown(report["families"])]
     ratios = [(name, d["summary"].get("fit_ratios")) for name, d in report["datasets"].items()]
     if any(r for _, r in ratios):
         lines += ["", "Fit seconds over the folds, tunemix against its peer in the same run:", ""]
@@ -402,9 +540,13 @@ def main(argv: list[str] | None = None) -> int:
                                       "it (default: defaults)")
     where.add_argument("--out", help="results at this path instead (and the same path with .md)")
     args = ap.parse_args(argv)
-    check_data(args.datasets.split(","))
+    try:
+        datasets = expand_datasets(args.datasets.split(","))
+    except ValueError as exc:
+        raise SystemExit(f"bench.defaults: {exc}") from None
+    check_data(datasets)
     t0 = time.perf_counter()
-    report = run(args.datasets.split(","), args.systems.split(","), args.config,
+    report = run(datasets, args.systems.split(","), args.config,
                  [int(s) for s in args.seeds.split(",")], args.tuned_budget, not args.no_warm_up,
                  args.tuned_at_once, args.warm_fits)
     report["seconds"] = round(time.perf_counter() - t0, 1)
