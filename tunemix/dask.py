@@ -139,7 +139,8 @@ class DaskTuneMixRanker:
     # ------------------------------------------------------------------ the fitted model
     def _check_fitted(self) -> Any:
         if getattr(self, "model_", None) is None:
-            raise AttributeError("this DaskTuneMixRanker is not fitted yet: call fit(X, y, group, eval_set, eval_group)")
+            raise AttributeError("this DaskTuneMixRanker is not fitted yet: call fit(X, y, group, eval_set, "
+                                 "eval_group) first")
         return self.model_
 
     def predict(self, X: Any, group: Any = None) -> Any:
@@ -173,7 +174,7 @@ class DaskTuneMixRanker:
         local.model_ = self.model_
         local.n_features_in_ = self.n_features_in_
         local._importance_sample_ = importance_sample(self._vali_.features, self._vali_.query_offsets)
-        local._importance_rows_ = "validation"
+        local._importance_rows_ = "validation"  # type: ignore[attr-defined]
         local._feature_importances = None
         return local
 

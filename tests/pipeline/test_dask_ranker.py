@@ -14,14 +14,14 @@ import pytest
 pytest.importorskip("distributed")
 pytest.importorskip("lightgbm")
 
-import dask.array as da  # noqa: E402
-from distributed import Client, LocalCluster  # noqa: E402
+import dask.array as da
+from distributed import Client, LocalCluster
 
-import tunemix  # noqa: E402
-from tunemix.core.evaluation import mean_metric  # noqa: E402
-from tunemix.dask import DaskTuneMixRanker, chunk_groups  # noqa: E402
-from tunemix.ranker import TuneMixRanker  # noqa: E402
-from tunemix.train.data.synthetic import make_synthetic_splits  # noqa: E402
+import tunemix
+from tunemix.core.evaluation import mean_metric
+from tunemix.dask import DaskTuneMixRanker, chunk_groups
+from tunemix.ranker import TuneMixRanker
+from tunemix.train.data.synthetic import make_synthetic_splits
 
 #: the largest test NDCG@10 gap allowed between the distributed and the one-process fit of the same
 #: members: LightGBM bins the floats across workers where one process reads the shared codes, so the
@@ -35,8 +35,8 @@ def chunked(data: Any, n_chunks: int) -> tuple[Any, Any, list[np.ndarray]]:
     cuts = np.linspace(0, data.n_queries, n_chunks + 1).astype(int)
     rows = tuple(int(off[cuts[i + 1]] - off[cuts[i]]) for i in range(n_chunks))
     sizes = [np.diff(off[cuts[i]:cuts[i + 1] + 1]) for i in range(n_chunks)]
-    return (da.from_array(data.features, chunks=(rows, data.features.shape[1])), da.from_array(data.labels, chunks=(rows,)),
-            sizes)
+    x = da.from_array(data.features, chunks=(rows, data.features.shape[1]))
+    return x, da.from_array(data.labels, chunks=(rows,)), sizes
 
 
 @pytest.fixture(scope="module")
@@ -149,3 +149,46 @@ def test_group_chunks_that_do_not_match_x_name_the_chunk(sets: dict[str, Any]) -
         DaskTuneMixRanker(client=object()).fit(X, y, group=bad, eval_set=[(X, y)], eval_group=[[1]])
     sizes = da.from_array(np.concatenate(g), chunks=(tuple(len(s) for s in g),))
     assert [list(s) for s in chunk_groups(X, y, sizes)] == [list(s) for s in g]
+
+
+def test_a_worker_killed_mid_fit_ends_the_fit_naming_it(sets: dict[str, Any]) -> None:
+    """A worker process killed while the members train: DistributedFitError names that worker and
+    its chunks, and the fit returns no model."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from tunemix.dask import DistributedFitError
+
+    X, y, g = chunked(sets["train"], 4)
+    v = sets["vali"]
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                      scheduler_port=0) as cluster, Client(cluster) as c:
+        ranker = DaskTuneMixRanker(client=c)
+        outcome: dict[str, Any] = {}
+
+        def fit() -> None:
+            try:
+                ranker.fit(X, y, group=g, eval_set=[(v.features, v.labels)], eval_group=[np.diff(v.query_offsets)])
+            except Exception as exc:  # the outcome the test checks
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=fit)
+        thread.start()
+        killed = None
+        deadline = time.monotonic() + 240
+        while killed is None and thread.is_alive() and time.monotonic() < deadline:
+            for address, keys in c.processing().items():
+                if any("train_on_worker" in str(k) for k in keys):
+                    nanny = next(n for n in cluster.workers.values() if n.worker_address == address)
+                    os.kill(nanny.process.process.pid, signal.SIGKILL)
+                    killed = address
+                    break
+            time.sleep(0.02)
+        thread.join(timeout=240)
+    assert killed is not None, "no member fit was seen running"
+    error = outcome.get("error")
+    assert isinstance(error, DistributedFitError), outcome
+    assert killed in str(error) and "was lost" in str(error) and "training chunks" in str(error)
+    assert getattr(ranker, "model_", None) is None

@@ -57,7 +57,8 @@ def lightgbm_params(spec: RunSpec, n_labels: int, seed: int) -> tuple[dict[str, 
     """LightGBM's parameters of a default member's run (``spec``: its type and parameters from
     ``tunemix.train.members.auto``), the iteration cap and the patience, as the one-process member
     trains it (``tunemix.train.learners.mcrank.lightgbm_params``, ``sampling_params``)."""
-    from tunemix.train.learners.mcrank import lightgbm_params as base, sampling_params
+    from tunemix.train.learners.mcrank import lightgbm_params as base
+    from tunemix.train.learners.mcrank import sampling_params
 
     p = spec.params
     extra = sampling_params(float(p.get("feature_fraction", 1.0)), float(p.get("bagging_fraction", 1.0)))
@@ -98,7 +99,7 @@ def train_on_worker(parts: list[dict[str, np.ndarray]], validation: tuple[np.nda
     xv, yv, gv = validation
     train_set = lgb.Dataset(x, label=y, group=group if ranking else None, params=full, free_raw_data=True)
     valid = lgb.Dataset(xv, label=yv.astype(np.float64), group=gv if ranking else None, reference=train_set)
-    callbacks = [lgb.early_stopping(patience, first_metric_only=True, verbose=False)] if patience > 0 else []
+    callbacks: list[Any] = [lgb.early_stopping(patience, first_metric_only=True, verbose=False)] if patience > 0 else []
     try:
         booster = lgb.train(full, train_set, num_boost_round=n_iterations, valid_sets=[valid],
                             valid_names=["vali"], callbacks=callbacks)
@@ -177,9 +178,9 @@ def fit_member(client: Any, chunks: Chunks, validation: tuple[np.ndarray, np.nda
                                           "lost during its distributed fit; nothing was written. Its training "
                                           "chunks went with it: load them again and fit again")
             f, exc = errors[0]
+            cause = exc if isinstance(exc, BaseException) else None
             raise DistributedFitError(f"member {spec.tag}: the fit failed on worker {held_text(by_future[f.key])}: "
-                                      f"{type(exc).__name__}: {exc}; nothing was written") from (exc if isinstance(exc, BaseException)
-                                                                                     else None)
+                                      f"{type(exc).__name__}: {exc}; nothing was written") from cause
         pending = [f for f in pending if f not in done]
     out = futures[workers[0]].result()
     run = to_run_result(spec, out, n_labels, time.perf_counter() - t0, int(validation[0].shape[1]))
