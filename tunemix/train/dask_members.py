@@ -109,7 +109,8 @@ def train_on_worker(parts: list[dict[str, np.ndarray]], validation: tuple[np.nda
         return None
     best = int(booster.best_iteration) if booster.best_iteration > 0 else int(booster.current_iteration())
     score = booster.best_score.get("vali", {})
-    return {"model": booster.model_to_string(), "best_iteration": best, "trained": int(booster.current_iteration()),
+    # lgb.train keeps the trees up to the best iteration (its model text's default)
+    return {"model": booster.model_to_string(), "best_iteration": best,
             "best_score": float(next(iter(score.values()))) if score else None, "rows": int(x.shape[0])}
 
 
@@ -185,7 +186,7 @@ def fit_member(client: Any, chunks: Chunks, validation: tuple[np.ndarray, np.nda
     out = futures[workers[0]].result()
     run = to_run_result(spec, out, n_labels, time.perf_counter() - t0, int(validation[0].shape[1]))
     record = {"run": spec.tag, "workers": {w: held[w] for w in workers}, "machines": machines,
-              "iterations_trained": out["trained"], "best_iteration": out["best_iteration"],
+              "best_iteration": out["best_iteration"],
               "validation_measure": out["best_score"], "rows_on_first_worker": out["rows"],
               "seconds": round(time.perf_counter() - t0, 3)}
     return run, record
@@ -202,7 +203,7 @@ def to_run_result(spec: RunSpec, out: dict[str, Any], n_labels: int, seconds: fl
     from tunemix.train.learners.mcrank import snapshot_list
 
     best = int(out["best_iteration"])
-    stop = "early_stopping" if out["trained"] > best else "n_iterations"
+    stop = "early_stopping" if best < int(spec.params.get("n_iterations", 100)) else "n_iterations"
     forest = lightgbm_to_forest(capi.Booster.from_string(out["model"]).dump(), n_features=n_features)
     checkpoints = snapshot_list(list(spec.params.get("checkpoints") or []), best)
     common = dict(spec=spec, snapshot_iterations=checkpoints, shift_scales=[None] * len(checkpoints),
