@@ -233,7 +233,7 @@ class TuneMixRanker:
         x, off = self._importance_sample_
         record = {**self.record_, "feature_importances": [float(v) for v in self.feature_importances_],
                   "feature_importances_sample": {"queries": int(off.size - 1), "documents": int(x.shape[0]),
-                                                 "rows": "training"}}
+                                                 "rows": getattr(self, "_importance_rows_", "training")}}
         path = save_model(cfg, model.ensemble, record)
         self.model_ = load(path)
         log.info("saved model %r version %s to %s", name, path.name, path)
