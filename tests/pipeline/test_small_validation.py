@@ -18,6 +18,7 @@ from tunemix.train.members.auto import (
     SMALL_VALIDATION_QUERIES,
     DataShape,
     auto_members,
+    is_peer_recipe,
     small_validation,
 )
 from tunemix.train.report import render_markdown
@@ -49,7 +50,8 @@ def test_the_rule_changes_the_runs_below_the_threshold_only() -> None:
     large, _ = auto_members(_shape(157), None)
     assert at == large
     assert not small_validation(_shape(SMALL_VALIDATION_QUERIES))["applied"]
-    for run in _lightgbm_runs(large):
+    assert is_peer_recipe(large["lambdamart"][0])  # the peer's recipe: patience 100, no bagging, whatever the rule
+    for run in large["lambdamart"][1:] + large["mcrank"]:
         assert run["early_stopping"] == (SMALL_MCRANK_PATIENCE if run in large["mcrank"] else 50)
         assert run["bagging_fraction"] == 0.8 and run["feature_fraction"] == 0.8
     assert not any("is small" in r for r in reasons_at)
@@ -91,9 +93,10 @@ def test_the_record_and_report_say_whether_the_rule_was_used() -> None:
     assert not rule["applied"] and rule["vali_queries"] == 60 and "rule" not in rule
     assert "large enough" in rule["summary"]
     for run in large["runs"]:
-        if run["type"] in ("lambdamart", "mcrank"):
+        if run["type"] in ("lambdamart", "mcrank") and not is_peer_recipe(run["params"]):
             assert run["params"]["early_stopping"] == (50 if run["type"] == "lambdamart" else SMALL_MCRANK_PATIENCE)
             assert run["params"]["bagging_fraction"] == 0.8
+    assert sum(is_peer_recipe(r["params"]) for r in large["runs"] if r["type"] == "lambdamart") == 1
     assert "large enough" in render_markdown(large)
     # five times the validation queries: a smaller standard error of the validation measure
     assert np.isfinite(rule["vali_measure_se"])
