@@ -51,10 +51,10 @@ MAX_VALIDATION_ROWS = 200_000
 
 #: the member types a cluster trains, and why the others are left out
 LEFT_OUT = {
-    "adaboost": "AdaBoost.MH trains in one process: its edge statistics are not yet reduced across chunks",
-    "svm": "the linear SVM trains in one process: no distributed solver yet",
-    "raw+std": "the query-standardised view needs per-query statistics of the training features, not yet "
-               "computed on the workers",
+    "adaboost": "AdaBoost.MH trains in one process: its edge statistics are summed over one process's documents",
+    "svm": "the linear SVM trains in one process: its solver is not distributed",
+    "raw+std": "the query-standardised view needs per-query statistics of the training features, which the "
+               "workers do not compute",
 }
 
 

@@ -191,7 +191,7 @@ def _merge(index: Path, target: Path, source_magic: tuple[Any, ...], host_magic:
     """The entries of index ``index`` for ``source_magic``, keyed for ``host_magic``, added to
     ``target``'s index of the same name: (entries written, entries the target held already). An
     entry the target holds is kept, or with ``replace`` written over (its old data file removed
-    once the index no longer names it)."""
+    after the index is written without it)."""
     import numba
     from numba.core.caching import IndexDataCacheFile
 

@@ -32,8 +32,8 @@ runs in rounds, and after each round the mix of every member so far is a candida
   candidates not kept are dropped from the model.
 
 The record (``record["time_budget"]["choice"]``) lists every candidate (its runs, q, SE), the
-tolerance, the kept one and why; ``record["search"]["rounds"]`` each round's length and how it
-ended; each search run's row says whether it was kept.
+tolerance, the kept one and why; ``record["search"]["rounds"]`` each round's length and what
+stopped it; each search run's row says whether it is kept.
 """
 
 from __future__ import annotations

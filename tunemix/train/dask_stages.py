@@ -26,7 +26,15 @@ from tunemix.train.parallel import parallel_backend
 from tunemix.train.prepared import Prepared
 from tunemix.train.record import build_record
 from tunemix.train.relevance.stage import fit_head, reusable_head_models
-from tunemix.train.train import _Clock, calibrate_runs, evaluate_model, mix_members, peer_recipe_record, served_scores
+from tunemix.train.train import (
+    _Clock,
+    calibrate_runs,
+    evaluate_model,
+    mix_members,
+    peer_recipe_record,
+    served_scores,
+    vali_per_query,
+)
 
 
 def finish(cfg: TrainConfig, vali: RankingData, runs: list[RunResult], n_labels: int) -> tuple[Model, dict[str, Any]]:
@@ -56,7 +64,8 @@ def finish(cfg: TrainConfig, vali: RankingData, runs: list[RunResult], n_labels:
                        "note": "trained on the Dask workers' chunks (record dask); no calibration part: the members' "
                                "calibrators fit nothing; the mix is tuned on the validation queries"}
     record.update({"relevance_head": relevance, "search": None, "time_budget": None, "small_validation": None,
-                   "peer_recipe": peer_recipe_record(cfg, prep, runs, served), "mix_by_member_type": mixed.by_type,
+                   "peer_recipe": peer_recipe_record(cfg, prep, runs, vali_per_query(cfg, prep, served["vali"])),
+                   "mix_by_member_type": mixed.by_type,
                    "best_feature": None, "feature_names": names,
                    "explanations": {"skipped": "a distributed fit explains no documents in its report"},
                    "numba_compile": clock.compile_record()})

@@ -520,6 +520,7 @@ def _train(cfg: TrainConfig, clock: _Clock, progress: bool, sets: dict[str, Rank
                              deadline, pretrained=head.models if head is not None else None)
     clock.timings["total_s"] = time.perf_counter() - clock.start
     numba_compile = clock.compile_record()
+    served_per_query = vali_per_query(cfg, prep, checked.served["vali"])
     record = build_record(cfg, prep, runs, mixed.members, mixed.failures, mixed.model, mixed.full_size,
                           mixed.mixing, checked.evaluation, clock.timings)
     add_weight_shares(searched, [m.run for m in mixed.members], record["mixer"].get("weights"))
@@ -528,8 +529,8 @@ def _train(cfg: TrainConfig, clock: _Clock, progress: bool, sets: dict[str, Rank
         "search": searched,
         "time_budget": {**budget_record(clock, deadline, chosen, runs, cals, mixed, checked), "choice": choice},
         "auto_members": chosen.auto_reasons or None,
-        "small_validation": validation_rule_record(cfg, prep, checked.served, chosen.auto),
-        "peer_recipe": peer_recipe_record(cfg, prep, runs, checked.served),
+        "small_validation": validation_rule_record(cfg, prep, served_per_query, chosen.auto),
+        "peer_recipe": peer_recipe_record(cfg, prep, runs, served_per_query),
         "mix_by_member_type": mixed.by_type,
         "best_feature": checked.baseline,
         "feature_names": feature_names,
@@ -684,7 +685,14 @@ def budget_record(clock: _Clock, deadline: FitBudget, chosen: Chosen, runs: list
             "snapshots_calibrated": len(cals), "mixing_candidates": len(mixed.mixing.rescaling)}
 
 
-def validation_rule_record(cfg: TrainConfig, prep: Prepared, served: dict[str, np.ndarray],
+def vali_per_query(cfg: TrainConfig, prep: Prepared, scores: np.ndarray) -> np.ndarray:
+    """Each validation query's value of the mixer's measure (and convention) for ``scores``."""
+    vali, measure = prep.vali, cfg.mixer.measure
+    return np.asarray(evaluate(vali.labels, scores, vali.query_offsets, [measure],
+                               cfg.mixer.convention).per_query[measure], dtype=np.float64)
+
+
+def validation_rule_record(cfg: TrainConfig, prep: Prepared, served_per_query: np.ndarray,
                            auto: bool) -> dict[str, Any]:
     """Whether the rule for small validation sets (``tunemix.train.members.auto.small_validation``)
     was used, why, and the measured standard error of the served model's mean validation
@@ -696,15 +704,12 @@ def validation_rule_record(cfg: TrainConfig, prep: Prepared, served: dict[str, n
     else:
         out = {"applied": False, "vali_queries": shape.vali_queries,
                "summary": "members configured: the rule for small validation sets applies to the default members only"}
-    vali = prep.vali
-    per_query = evaluate(vali.labels, served["vali"], vali.query_offsets, [cfg.mixer.measure],
-                         cfg.mixer.convention).per_query[cfg.mixer.measure]
-    if int(np.isfinite(np.asarray(per_query, dtype=np.float64)).sum()) > 1:
-        out["vali_measure_se"] = round(one_standard_error(per_query), 4)
+    if int(np.isfinite(served_per_query).sum()) > 1:
+        out["vali_measure_se"] = round(one_standard_error(served_per_query), 4)
     return out
 
 
-def peer_recipe_record(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], served: dict[str, np.ndarray]
+def peer_recipe_record(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], served_per_query: np.ndarray
                        ) -> dict[str, Any] | None:
     """The served model against the run of the early-stopped LightGBM recipe (``PEER_RECIPE``, a
     default member up to 200k documents) on the validation queries: the run's measure, and the
@@ -716,14 +721,9 @@ def peer_recipe_record(cfg: TrainConfig, prep: Prepared, runs: list[RunResult], 
                 and is_peer_recipe(r.spec.params)), None)
     if run is None or run.forest is None or not run.checkpoints:
         return None
-    vali, measure = prep.vali, cfg.mixer.measure
-    recipe = score_forest(FlatForest.from_arrays(run.forest), vali.features, [run.checkpoints[-1]])[:, 0, 0]
-
-    def per_query(scores: np.ndarray) -> np.ndarray:
-        return np.asarray(evaluate(vali.labels, scores, vali.query_offsets, [measure],
-                                   cfg.mixer.convention).per_query[measure], dtype=np.float64)
-
-    ours, theirs = per_query(served["vali"]), per_query(recipe)
+    measure = cfg.mixer.measure
+    recipe = score_forest(FlatForest.from_arrays(run.forest), prep.vali.features, [run.checkpoints[-1]])[:, 0, 0]
+    ours, theirs = served_per_query, vali_per_query(cfg, prep, recipe)
     diff = (ours - theirs)[np.isfinite(ours) & np.isfinite(theirs)]
     out: dict[str, Any] = {"run": run.spec.tag, "iterations": run.snapshot_iterations[-1],
                            f"vali_{measure}": round(float(np.nanmean(theirs)), 4),
